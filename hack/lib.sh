@@ -1,0 +1,94 @@
+# Shared set-up for the project's scripts: source it, then call ensure_env.
+# Everything here is idempotent: a second run only redoes what changed.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${KUBELET_VENV:-$REPO_ROOT/.venv}"
+# Binaries built from Go modules (crictl, kube-apiserver, ...) live outside the repo.
+export KUBELET_CACHE="${KUBELET_CACHE:-$HOME/.cache/kubelet-py}"
+mkdir -p "$KUBELET_CACHE"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# apt_install PKG... installs the Debian packages that are missing.
+apt_install() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    log "apt-get install ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+find_python() {
+    for py in python3.11 python3.12 python3.13 python3; do
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+            echo "$py"; return 0
+        fi
+    done
+    return 1
+}
+
+ensure_rust() {
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        log "cargo not found: installing Debian's rust toolchain"
+        apt_install cargo rustc
+    fi
+}
+
+# ensure_env builds the venv, installs pinned dependencies, and builds the
+# native parts (Rust via maturin, Cython via setuptools) in release mode.
+ensure_env() {
+    local py
+    py="$(find_python)" || { echo "need Python >= 3.11" >&2; exit 1; }
+    ensure_rust
+    if [ ! -x "$VENV/bin/python" ]; then
+        log "creating venv $VENV"
+        "$py" -m venv "$VENV"
+    fi
+    # shellcheck disable=SC1091
+    . "$VENV/bin/activate"
+    local stamp="$VENV/.kubelet-deps" want
+    want="$(cat "$REPO_ROOT/constraints.txt" "$REPO_ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+        log "installing Python dependencies (constraints.txt)"
+        python -m pip install -q --upgrade pip
+        python -m pip install -q -c "$REPO_ROOT/constraints.txt" \
+            maturin Cython setuptools wheel grpcio-tools
+        python -m pip install -q -c "$REPO_ROOT/constraints.txt" \
+            $(python - "$REPO_ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+d = tomllib.load(open(sys.argv[1], "rb"))["project"]
+deps = [x for x in d["dependencies"] + d["optional-dependencies"]["test"] if not x.startswith("kubelet-native")]
+print(" ".join(f"'{x}'" if " " in x else x for x in deps))
+PY
+)
+        echo "$want" >"$stamp"
+    fi
+    build_native
+}
+
+# build_native rebuilds what changed: the Rust extension (release) and the
+# package with its Cython modules and CRI stubs, installed editable.
+build_native() {
+    local rstamp="$VENV/.kubelet-rust" rwant pstamp="$VENV/.kubelet-pkg" pwant
+    rwant="$(cd "$REPO_ROOT/rust" && find Cargo.toml Cargo.lock pyproject.toml src python -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+    if [ "$(cat "$rstamp" 2>/dev/null)" != "$rwant" ] || ! python -c 'import kubelet_native' 2>/dev/null; then
+        log "building kubelet_native (Rust, release)"
+        python -m pip install -q --no-build-isolation --force-reinstall --no-deps "$REPO_ROOT/rust"
+        echo "$rwant" >"$rstamp"
+    fi
+    pwant="$(cd "$REPO_ROOT" && find pyx setup.py pyproject.toml hack/gen_proto.py kubelet -name '*.pyx' -o -name '*.pxd' -o -name '*.proto' -o -name setup.py -o -name pyproject.toml -o -name gen_proto.py | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+    if [ "$(cat "$pstamp" 2>/dev/null)" != "$pwant" ] || ! python -c 'import kubelet.cmd' 2>/dev/null; then
+        log "building kubelet (Cython modules, CRI stubs), editable"
+        python "$REPO_ROOT/hack/gen_proto.py"
+        python -m pip install -q --no-build-isolation --no-deps -e "$REPO_ROOT"
+        echo "$pwant" >"$pstamp"
+    fi
+}

@@ -1,0 +1,1 @@
+"""Command-line entry points (the Go kubelet's cmd/kubelet/app)."""

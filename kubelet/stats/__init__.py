@@ -1,0 +1,1 @@
+"""Node and container statistics (cgroup and /proc parsing)."""

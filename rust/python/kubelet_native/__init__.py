@@ -1,0 +1,6 @@
+"""Native hot paths of the Python kubelet (Rust, built by maturin)."""
+
+from kubelet_native._kubelet_native import *  # noqa: F403
+from kubelet_native._kubelet_native import BUILD_PROFILE, __version__
+
+__all__ = ["BUILD_PROFILE", "__version__"]

@@ -1,0 +1,2 @@
+__version__: str
+BUILD_PROFILE: str
