@@ -1,0 +1,7 @@
+"""Shared pytest configuration.
+
+Fixture modules for the real parts (simulated runtime, containerd, control
+plane) live in tests/fixtures/ and are registered here.
+"""
+
+pytest_plugins: list[str] = []
