@@ -1,0 +1,1 @@
+"""Versioned configuration APIs (the Go kubelet's pkg/kubelet/apis)."""

@@ -1,0 +1,23 @@
+"""KubeletConfiguration (kubelet.config.k8s.io/v1beta1): types, defaults, loading, validation."""
+
+from kubelet.apis.config.types import (
+    KubeletAnonymousAuthentication,
+    KubeletAuthentication,
+    KubeletAuthorization,
+    KubeletConfiguration,
+    KubeletWebhookAuthentication,
+    KubeletWebhookAuthorization,
+    KubeletX509Authentication,
+    LoggingConfiguration,
+)
+
+__all__ = [
+    "KubeletAnonymousAuthentication",
+    "KubeletAuthentication",
+    "KubeletAuthorization",
+    "KubeletConfiguration",
+    "KubeletWebhookAuthentication",
+    "KubeletWebhookAuthorization",
+    "KubeletX509Authentication",
+    "LoggingConfiguration",
+]

@@ -1,0 +1,194 @@
+"""Validation of the effective configuration (ValidateKubeletConfiguration).
+
+Every problem is collected with its field path, so one run of the command
+shows all of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from kubelet.apis.config.types import KubeletConfiguration
+from kubelet.features import FeatureGate
+from kubelet.util.quantity import parse_quantity
+
+# The project's floor for the relist period; below it the relist cost dominates.
+MIN_PLEG_RELIST_PERIOD = 0.05
+
+EVICTION_SIGNALS = frozenset(
+    {
+        "memory.available",
+        "nodefs.available",
+        "nodefs.inodesFree",
+        "imagefs.available",
+        "imagefs.inodesFree",
+        "containerfs.available",
+        "containerfs.inodesFree",
+        "allocatableMemory.available",
+        "pid.available",
+    }
+)
+RESERVABLE = frozenset({"cpu", "memory", "ephemeral-storage", "pid"})
+
+
+def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
+    errs: list[str] = []
+
+    def bad(path: str, value: object, why: str) -> None:
+        errs.append(f"invalid configuration: {path} ({value!r}): {why}")
+
+    for path, value in (
+        ("port", c.port),
+        ("healthzPort", c.healthz_port),
+        ("readOnlyPort", c.read_only_port),
+    ):
+        low = 1 if path == "port" else 0
+        if not low <= value <= 65535:
+            bad(path, value, f"must be between {low} and 65535, inclusive")
+    for path, num in (
+        ("eventRecordQPS", c.event_record_qps),
+        ("eventBurst", c.event_burst),
+        ("kubeAPIQPS", c.kube_api_qps),
+        ("kubeAPIBurst", c.kube_api_burst),
+        ("registryPullQPS", c.registry_pull_qps),
+        ("registryBurst", c.registry_burst),
+        ("maxPods", c.max_pods),
+        ("podsPerCore", c.pods_per_core),
+        ("evictionMaxPodGracePeriod", c.eviction_max_pod_grace_period),
+        ("containerLogMaxWorkers", c.container_log_max_workers - 1),
+    ):
+        if num < 0:
+            bad(
+                path,
+                num,
+                "must be greater than or equal to 0"
+                if path != "containerLogMaxWorkers"
+                else "must be >= 1",
+            )
+    for path, secs, allow_zero in (
+        ("syncFrequency", c.sync_frequency, False),
+        ("fileCheckFrequency", c.file_check_frequency, False),
+        ("httpCheckFrequency", c.http_check_frequency, False),
+        ("nodeStatusUpdateFrequency", c.node_status_update_frequency, False),
+        ("nodeStatusReportFrequency", c.node_status_report_frequency, False),
+        ("runtimeRequestTimeout", c.runtime_request_timeout, False),
+        ("imageMinimumGCAge", c.image_minimum_gc_age, True),
+        ("imageMaximumGCAge", c.image_maximum_gc_age, True),
+        ("streamingConnectionIdleTimeout", c.streaming_connection_idle_timeout, True),
+        ("shutdownGracePeriod", c.shutdown_grace_period, True),
+        ("shutdownGracePeriodCriticalPods", c.shutdown_grace_period_critical_pods, True),
+    ):
+        if secs < 0 or (secs == 0 and not allow_zero):
+            bad(path, secs, "must be greater than 0" if not allow_zero else "must not be negative")
+    if c.pleg_relist_period < MIN_PLEG_RELIST_PERIOD:
+        bad("plegRelistPeriod", c.pleg_relist_period, "must be at least 50ms")
+    if c.node_lease_duration_seconds <= 0:
+        bad("nodeLeaseDurationSeconds", c.node_lease_duration_seconds, "must be greater than 0")
+    if not -1000 <= c.oom_score_adj <= 1000:
+        bad("oomScoreAdj", c.oom_score_adj, "must be between -1000 and 1000, inclusive")
+    for path, pct in (
+        ("imageGCHighThresholdPercent", c.image_gc_high_threshold_percent),
+        ("imageGCLowThresholdPercent", c.image_gc_low_threshold_percent),
+    ):
+        if not 0 <= pct <= 100:
+            bad(path, pct, "must be between 0 and 100, inclusive")
+    if c.image_gc_low_threshold_percent >= c.image_gc_high_threshold_percent:
+        bad(
+            "imageGCLowThresholdPercent",
+            c.image_gc_low_threshold_percent,
+            f"must be less than imageGCHighThresholdPercent ({c.image_gc_high_threshold_percent})",
+        )
+    if c.image_maximum_gc_age and c.image_maximum_gc_age <= c.image_minimum_gc_age:
+        bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
+    if c.cgroup_driver not in ("cgroupfs", "systemd"):
+        bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
+    if not c.cgroups_per_qos and c.enforce_node_allocatable:
+        bad(
+            "enforceNodeAllocatable",
+            c.enforce_node_allocatable,
+            "must be empty when cgroupsPerQOS is false",
+        )
+    for item in c.enforce_node_allocatable:
+        if item not in ("pods", "system-reserved", "kube-reserved", "none"):
+            bad("enforceNodeAllocatable", item, "unsupported option")
+    if c.authorization.mode not in ("AlwaysAllow", "Webhook"):
+        bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
+    if c.logging.format not in ("text", "json"):
+        bad("logging.format", c.logging.format, 'unsupported log format, want "text" or "json"')
+    if c.hairpin_mode not in ("promiscuous-bridge", "hairpin-veth", "none"):
+        bad("hairpinMode", c.hairpin_mode, "unsupported hairpin mode")
+    if c.max_parallel_image_pulls is not None:
+        if c.max_parallel_image_pulls < 1:
+            bad("maxParallelImagePulls", c.max_parallel_image_pulls, "must be greater than 0")
+        elif c.serialize_image_pulls and c.max_parallel_image_pulls > 1:
+            bad(
+                "maxParallelImagePulls",
+                c.max_parallel_image_pulls,
+                "must be 1 or unset when serializeImagePulls is true",
+            )
+    for ip_text in c.cluster_dns:
+        try:
+            ipaddress.ip_address(ip_text)
+        except ValueError:
+            bad("clusterDNS", ip_text, "must be a valid IP address")
+    if c.address:
+        try:
+            ipaddress.ip_address(c.address)
+        except ValueError:
+            bad("address", c.address, "must be a valid IP address")
+    if c.healthz_bind_address:
+        try:
+            ipaddress.ip_address(c.healthz_bind_address)
+        except ValueError:
+            bad("healthzBindAddress", c.healthz_bind_address, "must be a valid IP address")
+    for path, mapping in (("evictionHard", c.eviction_hard), ("evictionSoft", c.eviction_soft)):
+        for signal, value in mapping.items():
+            if signal not in EVICTION_SIGNALS:
+                bad(f"{path}[{signal}]", value, "unsupported eviction signal")
+                continue
+            _check_threshold(f"{path}[{signal}]", value, bad)
+    for signal in c.eviction_soft:
+        if signal not in c.eviction_soft_grace_period:
+            bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
+    for path, mapping in (("kubeReserved", c.kube_reserved), ("systemReserved", c.system_reserved)):
+        for name, value in mapping.items():
+            if name not in RESERVABLE and not name.startswith("hugepages-"):
+                bad(f"{path}[{name}]", value, "unsupported resource")
+                continue
+            try:
+                if parse_quantity(value) < 0:
+                    bad(f"{path}[{name}]", value, "must not be negative")
+            except ValueError as err:
+                bad(f"{path}[{name}]", value, str(err))
+    for i, taint in enumerate(c.register_with_taints):
+        if not taint.get("key"):
+            bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
+        if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
+    try:
+        FeatureGate(c.feature_gates)
+    except ValueError as err:
+        for problem in str(err).split("; "):
+            errs.append(f"invalid configuration: featureGates: {problem}")
+    if not c.container_runtime_endpoint:
+        bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
+    return errs
+
+
+def _check_threshold(path: str, value: str, bad: object) -> None:
+    assert callable(bad)
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            bad(path, value, "invalid percentage")
+            return
+        if not 0 <= pct <= 100:
+            bad(path, value, "percentage must be between 0% and 100%")
+        return
+    try:
+        if parse_quantity(text) < 0:
+            bad(path, value, "eviction threshold must be positive")
+    except ValueError as err:
+        bad(path, value, str(err))

@@ -1,0 +1,202 @@
+"""The `kubelet` command (cmd/kubelet/app/server.go): flags and config file to a
+KubeletServer, validation, Dependencies, then run().
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+import kubelet
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.apis.config.v1beta1 import ConfigError, load_file
+from kubelet.apis.config.validation import validate_kubelet_configuration
+from kubelet.cmd.options import KubeletFlags, apply_flags, parse_args, usage
+from kubelet.features import merge_gates
+
+log = logging.getLogger("kubelet")
+
+# The Kubernetes release whose kubelet behaviour and config API this one follows.
+KUBERNETES_VERSION = "v1.34.0"
+
+
+@dataclass
+class KubeletServer:
+    """Everything needed to run a kubelet: instance flags and shared configuration."""
+
+    flags: KubeletFlags
+    config: KubeletConfiguration
+
+
+class UsageError(Exception):
+    def __init__(self, problems: list[str], show_usage: bool = False) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+        self.show_usage = show_usage
+
+
+def build_server(argv: Sequence[str]) -> tuple[KubeletServer | None, list[str], int | None]:
+    """Parse argv into a KubeletServer.
+
+    Returns (server, warnings, exit_code); exit_code is set when the command
+    should stop here (help, version). Raises UsageError listing every problem.
+    """
+    parsed = parse_args(list(argv))
+    flags = KubeletFlags()
+    apply_flags(parsed, flags, None)
+    if flags.show_help:
+        sys.stdout.write(usage())
+        return None, [], 0
+    if flags.show_version:
+        print(f"Kubernetes {KUBERNETES_VERSION} (kubelet-py {kubelet.__version__})")
+        return None, [], 0
+    if parsed.positional:
+        raise UsageError(
+            [f'unknown command "{parsed.positional[0]}" for "kubelet"'], show_usage=True
+        )
+    # Keep going after bad flags so one run reports every problem.
+    problems = list(parsed.problems)
+
+    warnings: list[str] = []
+    config = KubeletConfiguration()
+    if flags.kubelet_config_file:
+        try:
+            config, file_warnings, _ = load_file(flags.kubelet_config_file)
+        except ConfigError as err:
+            raise UsageError(problems + err.problems, show_usage=bool(problems)) from err
+        warnings.extend(f"{flags.kubelet_config_file}: {w}" for w in file_warnings)
+    # Flags win over the file: re-apply the command line on top of it. Feature
+    # gates merge per gate rather than replacing the file's map.
+    file_gates = dict(config.feature_gates)
+    apply_flags(parsed, flags, config)
+    config.feature_gates = merge_gates(file_gates, config.feature_gates)
+    if flags.kubelet_config_file:
+        overridden = sorted({f.name for f, _ in parsed.values if f.target[0] == "config"})
+        if overridden:
+            warnings.append(
+                "flags "
+                + ", ".join(f"--{n}" for n in overridden)
+                + " have been deprecated: these parameters should be set via the config file "
+                "specified by the Kubelet's --config flag; the flags take precedence"
+            )
+
+    problems.extend(validate_kubelet_configuration(config))
+    problems.extend(validate_flags(flags))
+    if problems:
+        raise UsageError(problems, show_usage=bool(parsed.problems))
+    if flags.pod_infra_container_image:
+        warnings.append(
+            "--pod-infra-container-image will not be pruned by the image garbage collector "
+            "in kubelet and should also be set in the remote runtime"
+        )
+    return KubeletServer(flags, config), warnings, None
+
+
+def validate_flags(f: KubeletFlags) -> list[str]:
+    import ipaddress
+
+    errs: list[str] = []
+    for ip in filter(None, (s.strip() for s in f.node_ip.split(","))):
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            errs.append(f"invalid flag: --node-ip ({ip!r}): must be a valid IP address")
+    if f.exit_on_lock_contention and not f.lock_file_path:
+        errs.append("invalid flag: --exit-on-lock-contention requires --lock-file")
+    for key in f.node_labels:
+        if key.startswith(("kubernetes.io/", "k8s.io/")) and not _allowed_node_label(key):
+            errs.append(
+                f"invalid flag: --node-labels ({key!r}): unknown 'kubernetes.io' or 'k8s.io' "
+                "labels specified with --node-labels"
+            )
+    if not f.root_directory:
+        errs.append("invalid flag: --root-dir must not be empty")
+    return errs
+
+
+_ALLOWED_KUBERNETES_LABELS = {
+    "kubernetes.io/hostname",
+    "kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "node.kubernetes.io/instance-type",
+}
+
+
+def _allowed_node_label(key: str) -> bool:
+    # Mirrors the NodeRestriction allow-list: well-known labels and the
+    # kubelet.kubernetes.io / node.kubernetes.io namespaces.
+    if key in _ALLOWED_KUBERNETES_LABELS:
+        return True
+    prefix = key.split("/", 1)[0]
+    return prefix.endswith(("kubelet.kubernetes.io", "node.kubernetes.io"))
+
+
+class _JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "ts": round(record.created * 1000, 3),
+            "caller": f"{record.module}:{record.lineno}",
+            "msg": record.getMessage(),
+            "v": 0 if record.levelno >= logging.INFO else 4,
+        }
+        if record.levelno >= logging.ERROR:
+            doc["err"] = doc.pop("msg")
+            doc["msg"] = record.levelname
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc).decode()
+
+
+def setup_logging(fmt: str, verbosity: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JSONFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter(
+                "%(levelname).1s%(asctime)s %(process)d %(module)s:%(lineno)d] %(message)s",
+                "%m%d %H:%M:%S",
+            )
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
+    logging.Formatter.converter = time.gmtime
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        server, warnings, code = build_server(args)
+    except UsageError as err:
+        for p in err.problems:
+            print(f"Error: {p}", file=sys.stderr)
+        if err.show_usage:
+            print("Run 'kubelet --help' for usage.", file=sys.stderr)
+        return 1
+    if code is not None:
+        return code
+    assert server is not None
+    setup_logging(server.config.logging.format, server.flags.verbosity)
+    for w in warnings:
+        log.warning("%s", w)
+    from kubelet.cmd.run import run_command
+
+    return run_command(server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

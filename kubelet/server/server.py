@@ -1,0 +1,163 @@
+"""aiohttp applications for the kubelet port, the read-only port and the healthz port.
+
+The servers read the node through a small interface (NodeView) so they do not
+depend on how the Kubelet is put together.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from kubelet.server.auth import ServerAuth
+
+log = logging.getLogger(__name__)
+
+HealthCheck = Callable[[], str | None]
+
+
+class NodeView(Protocol):
+    def get_pods(self) -> list[dict[str, Any]]: ...
+
+    def healthz_checks(self) -> dict[str, HealthCheck]: ...
+
+
+class NoPods:
+    """What the servers see before the pod machinery exists (and in tests)."""
+
+    def get_pods(self) -> list[dict[str, Any]]:
+        return []
+
+    def healthz_checks(self) -> dict[str, HealthCheck]:
+        return {}
+
+
+def _run_checks(checks: dict[str, HealthCheck]) -> tuple[bool, list[str]]:
+    ok = True
+    lines = ["[+]ping ok", "[+]log ok"]
+    for name, check in checks.items():
+        try:
+            reason = check()
+        except Exception as err:  # a broken check is a failed check, not a 500 crash
+            reason = f"check raised {err!r}"
+        if reason is None:
+            lines.append(f"[+]{name} ok")
+        else:
+            ok = False
+            lines.append(f"[-]{name} failed: reason withheld")
+            log.info("healthz check %s failed: %s", name, reason)
+    return ok, lines
+
+
+def add_healthz(app: web.Application, node: Callable[[], NodeView]) -> None:
+    async def healthz(request: web.Request) -> web.Response:
+        ok, lines = _run_checks(node().healthz_checks())
+        if ok:
+            if "verbose" in request.query:
+                return web.Response(text="\n".join(lines) + "\nhealthz check passed\n")
+            return web.Response(text="ok")
+        return web.Response(status=500, text="\n".join(lines) + "\nhealthz check failed\n")
+
+    async def one(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name in ("ping", "log"):
+            return web.Response(text="ok")
+        checks = node().healthz_checks()
+        if name not in checks:
+            raise web.HTTPNotFound()
+        ok, _ = _run_checks({name: checks[name]})
+        return web.Response(status=200 if ok else 500, text="ok" if ok else f"{name} failed")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/healthz/{name}", one)
+
+
+def _add_common(
+    app: web.Application,
+    node: Callable[[], NodeView],
+    registries: list[CollectorRegistry],
+) -> None:
+    add_healthz(app, node)
+
+    async def pods(_: web.Request) -> web.Response:
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": node().get_pods()}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def metrics(_: web.Request) -> web.Response:
+        data = b"".join(generate_latest(r) for r in registries)
+        resp = web.Response(body=data)
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    app.router.add_get("/pods", pods)
+    app.router.add_get("/pods/", pods)
+    app.router.add_get("/metrics", metrics)
+
+
+def kubelet_app(
+    node: Callable[[], NodeView],
+    configz: Callable[[], dict[str, Any]],
+    registries: list[CollectorRegistry],
+    auth: ServerAuth,
+) -> web.Application:
+    """The main kubelet port: authenticated and authorized, with /configz."""
+
+    @web.middleware
+    async def authn(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        user = auth.authenticate(ssl_object)
+        if user is None:
+            return web.Response(status=401, text="Unauthorized")
+        verb = "get" if request.method in ("GET", "HEAD") else request.method.lower()
+        if not auth.authorize(user, verb, request.path):
+            return web.Response(
+                status=403,
+                text=f"Forbidden (user={user.name}, verb={verb}, path={request.path})",
+            )
+        return await handler(request)
+
+    app = web.Application(middlewares=[authn])
+    _add_common(app, node, registries)
+
+    async def configz_handler(_: web.Request) -> web.Response:
+        return web.Response(
+            body=orjson.dumps({"kubeletconfig": configz()}), content_type="application/json"
+        )
+
+    app.router.add_get("/configz", configz_handler)
+    return app
+
+
+def read_only_app(
+    node: Callable[[], NodeView], registries: list[CollectorRegistry]
+) -> web.Application:
+    """The read-only port: no authentication, no configuration, no exec."""
+    app = web.Application()
+    _add_common(app, node, registries)
+    return app
+
+
+def healthz_app(node: Callable[[], NodeView]) -> web.Application:
+    app = web.Application()
+    add_healthz(app, node)
+    return app
+
+
+async def serve(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
+    await site.start()
+    log.info("Serving %s on %s:%d", "https" if ssl_context else "http", host or "0.0.0.0", port)
+    return runner

@@ -1,0 +1,89 @@
+"""Serving certificates: the configured pair, or a self-signed one in --cert-dir."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+import ssl
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TLSOptions:
+    cert_file: str
+    key_file: str
+    client_ca_file: str = ""
+
+
+def ensure_self_signed(cert_dir: str, host: str, ips: list[str]) -> tuple[str, str]:
+    """Return (cert, key) paths under cert_dir, generating them on first use.
+
+    Same file names as the Go kubelet (kubelet.crt / kubelet.key), so a restart
+    keeps the certificate clients may have pinned.
+    """
+    cert_path = os.path.join(cert_dir, "kubelet.crt")
+    key_path = os.path.join(cert_dir, "kubelet.key")
+    if os.path.exists(cert_path) and os.path.exists(key_path):
+        return cert_path, key_path
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    os.makedirs(cert_dir, mode=0o700, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{host}@{int(now.timestamp())}")])
+    alt: list[x509.GeneralName] = [x509.DNSName(host), x509.DNSName("localhost")]
+    for ip in {"127.0.0.1", *ips}:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(ip)))
+        except ValueError:
+            continue
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    tmp_key = key_path + ".tmp"
+    with open(os.open(tmp_key, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600), "wb") as fh:
+        fh.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
+            )
+        )
+    with open(cert_path + ".tmp", "wb") as fh:
+        fh.write(cert.public_bytes(serialization.Encoding.PEM))
+    os.replace(tmp_key, key_path)
+    os.replace(cert_path + ".tmp", cert_path)
+    log.info("Generated self-signed serving certificate %s", cert_path)
+    return cert_path, key_path
+
+
+def server_context(opts: TLSOptions) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(opts.cert_file, opts.key_file)
+    if opts.client_ca_file:
+        # Client certificates are optional: anonymous requests are judged by authn.
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.load_verify_locations(opts.client_ca_file)
+    return ctx
+
+
+def hostname() -> str:
+    return socket.gethostname().lower()
