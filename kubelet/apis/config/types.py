@@ -63,8 +63,11 @@ class KubeletAuthorization:
 @dataclass
 class LoggingConfiguration:
     format: str = f("format", "text")
-    flush_frequency: float = f("flushFrequency", 5.0, kind="duration")
+    # Go accepts a duration string or an integer of nanoseconds here.
+    flush_frequency: float = f("flushFrequency", 5.0, kind="duration_or_ns")
     verbosity: int = f("verbosity", 0)
+    vmodule: list[Any] = f("vmodule", factory=list)
+    options: dict[str, Any] = f("options", factory=dict)
 
 
 def _default_eviction_hard() -> dict[str, str]:

@@ -60,6 +60,48 @@ UPSTREAM_ONLY_FIELDS = frozenset(
 )
 
 
+# Non-pointer fields that upstream's SetDefaults_KubeletConfiguration fills in
+# when they hold their zero value, so "0s" or "" in a file (kubeadm writes
+# many) means "the default". Pointer fields keep an explicit zero.
+ZERO_MEANS_DEFAULT = frozenset(
+    {
+        "syncFrequency",
+        "fileCheckFrequency",
+        "httpCheckFrequency",
+        "address",
+        "port",
+        "authentication.webhook.cacheTTL",
+        "authorization.mode",
+        "authorization.webhook.cacheAuthorizedTTL",
+        "authorization.webhook.cacheUnauthorizedTTL",
+        "registryBurst",
+        "eventBurst",
+        "healthzBindAddress",
+        "streamingConnectionIdleTimeout",
+        "nodeStatusReportFrequency",
+        "nodeStatusUpdateFrequency",
+        "nodeLeaseDurationSeconds",
+        "imageMinimumGCAge",
+        "volumeStatsAggPeriod",
+        "cgroupDriver",
+        "runtimeRequestTimeout",
+        "hairpinMode",
+        "maxPods",
+        "maxOpenFiles",
+        "contentType",
+        "kubeAPIBurst",
+        "evictionPressureTransitionPeriod",
+        "containerLogMaxSize",
+        "containerLogMonitorInterval",
+        "podLogsDir",
+        "containerRuntimeEndpoint",
+        "logging.format",
+        "logging.flushFrequency",
+        "plegRelistPeriod",
+    }
+)
+
+
 class ConfigError(Exception):
     """A configuration file that cannot be used; .problems lists every reason."""
 
@@ -103,6 +145,7 @@ def decode(
     cfg = KubeletConfiguration()
     seen: set[str] = set()
     _decode_into(cfg, body, "", problems, warnings, seen)
+    _default_zero_values(cfg, KubeletConfiguration(), "")
     if problems:
         raise ConfigError([f"{source}: {p}" for p in problems])
     return cfg, warnings, seen
@@ -144,8 +187,22 @@ def _decode_into(
             problems.append(f"{path}: {err}")
 
 
+def _default_zero_values(obj: Any, defaults: Any, prefix: str) -> None:
+    for fl in dataclasses.fields(obj):
+        path = prefix + json_name(fl)
+        value = getattr(obj, fl.name)
+        if dataclasses.is_dataclass(value):
+            _default_zero_values(value, getattr(defaults, fl.name), path + ".")
+        elif path in ZERO_MEANS_DEFAULT and value in (0, 0.0, ""):
+            setattr(obj, fl.name, getattr(defaults, fl.name))
+
+
 def convert(value: Any, hint: Any, kind: str = "") -> Any:
     """Convert a decoded JSON/YAML value to the field's Python type."""
+    if kind == "duration_or_ns":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value / 1e9
+        kind = "duration"
     if kind == "duration":
         if isinstance(value, bool) or not isinstance(value, str):
             raise TypeError(f'want a duration string such as "1m30s", got {value!r}')
@@ -190,7 +247,7 @@ def encode(cfg: Any) -> dict[str, Any]:
         value = getattr(cfg, fl.name)
         if dataclasses.is_dataclass(value):
             out[json_name(fl)] = encode(value)
-        elif fl.metadata.get("kind") == "duration":
+        elif fl.metadata.get("kind") in ("duration", "duration_or_ns"):
             out[json_name(fl)] = format_duration(value)
         elif value is not None:
             out[json_name(fl)] = value
