@@ -1,0 +1,1 @@
+"""Harnesses that start real parts (runtimes, control plane) for tests and scripts."""

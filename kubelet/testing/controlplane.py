@@ -1,0 +1,245 @@
+"""A real control plane for tests: etcd + kube-apiserver on 127.0.0.1.
+
+kube-apiserver (and kubectl) come from hack/build-control-plane.sh (built with
+Go from k8s.io/kubernetes into ~/.cache/kubelet-py); etcd is Debian's
+etcd-server. Authorization is Node,RBAC with the NodeRestriction admission
+plugin, as on a real cluster, so a kubelet gets exactly a node's rights.
+
+    python -m kubelet.testing.controlplane up --dir /tmp/cp   # Ctrl-C stops it
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from kubelet.testing.pki import PKI, CertPair
+
+K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
+
+
+class Unavailable(Exception):
+    """A part of the control plane cannot run on this machine (reason in the message)."""
+
+
+def cache_bin() -> str:
+    base = os.environ.get("KUBELET_CACHE", os.path.expanduser("~/.cache/kubelet-py"))
+    return os.path.join(base, f"k8s-{K8S_VERSION}", "bin")
+
+
+def find_binaries() -> dict[str, str]:
+    found = {}
+    for name in ("kube-apiserver", "kubectl"):
+        path = os.path.join(cache_bin(), name)
+        if not os.access(path, os.X_OK):
+            raise Unavailable(f"{path} missing: run hack/build-control-plane.sh")
+        found[name] = path
+    etcd = shutil.which("etcd")
+    if not etcd:
+        raise Unavailable("etcd not installed: apt-get install etcd-server")
+    found["etcd"] = etcd
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_kubeconfig(path: str, server: str, ca: str, client: CertPair, user: str) -> str:
+    text = f"""apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+    client-certificate: {client.cert}
+    client-key: {client.key}
+contexts:
+- name: test
+  context:
+    cluster: test
+    user: {user}
+current-context: test
+"""
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+@dataclass
+class ControlPlane:
+    directory: str
+    etcd_port: int = 0
+    apiserver_port: int = 0
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    admin_kubeconfig: str = ""
+    url: str = ""
+
+    def start(self, timeout: float = 90.0) -> ControlPlane:
+        bins = find_binaries()
+        os.makedirs(self.directory, exist_ok=True)
+        self.pki = PKI(os.path.join(self.directory, "pki"))
+        serving = self.pki.issue(
+            "apiserver",
+            "kube-apiserver",
+            dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            ips=["127.0.0.1", "10.0.0.1"],
+            server=True,
+            client=False,
+        )
+        admin = self.pki.issue("admin", "kubernetes-admin", ["system:masters"])
+        sa = self.pki.service_account_keys()
+        self.etcd_port = self.etcd_port or free_port()
+        self.apiserver_port = self.apiserver_port or free_port()
+        logs = os.path.join(self.directory, "logs")
+        os.makedirs(logs, exist_ok=True)
+        etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        self._spawn(
+            [
+                bins["etcd"],
+                "--name=test",
+                f"--data-dir={os.path.join(self.directory, 'etcd')}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
+            ],
+            os.path.join(logs, "etcd.log"),
+        )
+        self.url = f"https://127.0.0.1:{self.apiserver_port}"
+        self._spawn(
+            [
+                bins["kube-apiserver"],
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={self.pki.ca.cert}",
+                f"--service-account-key-file={sa.cert}",
+                f"--service-account-signing-key-file={sa.key}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--allow-privileged=true",
+                # Density tests create pods fast; the defaults throttle them.
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+                f"--cert-dir={os.path.join(self.directory, 'apiserver-certs')}",
+            ],
+            os.path.join(logs, "kube-apiserver.log"),
+        )
+        self.admin_kubeconfig = write_kubeconfig(
+            os.path.join(self.directory, "admin.kubeconfig"),
+            self.url,
+            self.pki.ca.cert,
+            admin,
+            "admin",
+        )
+        self._admin = admin
+        self._wait_ready(timeout)
+        return self
+
+    def node_kubeconfig(self, node: str) -> str:
+        pair = self.pki.issue(f"node-{node}", f"system:node:{node}", ["system:nodes"])
+        return write_kubeconfig(
+            os.path.join(self.directory, f"node-{node}.kubeconfig"),
+            self.url,
+            self.pki.ca.cert,
+            pair,
+            f"system:node:{node}",
+        )
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [find_binaries()["kubectl"], f"--kubeconfig={self.admin_kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+        )
+
+    def _spawn(self, argv: list[str], log_path: str) -> None:
+        log = open(log_path, "ab")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+
+    def _wait_ready(self, timeout: float) -> None:
+        ctx = ssl.create_default_context(cafile=self.pki.ca.cert)
+        ctx.load_cert_chain(self._admin.cert, self._admin.key)
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    self.stop()
+                    raise Unavailable(
+                        f"{p.args[0]} exited with {p.returncode}; logs in {self.directory}/logs"
+                    )
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", context=ctx, timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except Exception as err:
+                last = str(err)
+            time.sleep(0.5)
+        self.stop()
+        raise Unavailable(f"kube-apiserver not ready after {timeout}s: {last}")
+
+    def stop(self) -> None:
+        # Only the processes this harness started, newest first.
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kubelet.testing.controlplane")
+    ap.add_argument("command", choices=["up"])
+    ap.add_argument("--dir", default="/tmp/kubelet-py-controlplane")
+    ap.add_argument("--port", type=int, default=6443)
+    args = ap.parse_args(argv)
+    try:
+        cp = ControlPlane(args.dir, apiserver_port=args.port).start()
+    except Unavailable as err:
+        print(f"control plane unavailable: {err}", file=sys.stderr)
+        return 1
+    print(f"kube-apiserver ready at {cp.url}")
+    print(f"admin kubeconfig: {cp.admin_kubeconfig}")
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cp.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
