@@ -88,6 +88,7 @@ class ControlPlane:
     etcd_port: int = 0
     apiserver_port: int = 0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)
     admin_kubeconfig: str = ""
     url: str = ""
 
@@ -183,6 +184,7 @@ class ControlPlane:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.procs.append(proc)
+        self.names[proc.pid] = os.path.basename(argv[0])
 
     def _wait_ready(self, timeout: float) -> None:
         ctx = ssl.create_default_context(cafile=self.pki.ca.cert)
@@ -193,8 +195,9 @@ class ControlPlane:
             for p in self.procs:
                 if p.poll() is not None:
                     self.stop()
+                    name = self.names.get(p.pid, "a control-plane process")
                     raise Unavailable(
-                        f"{p.args[0]} exited with {p.returncode}; logs in {self.directory}/logs"
+                        f"{name} exited with {p.returncode}; logs in {self.directory}/logs"
                     )
             try:
                 with urllib.request.urlopen(self.url + "/readyz", context=ctx, timeout=5) as r:
