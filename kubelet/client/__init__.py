@@ -1,0 +1,1 @@
+"""API server clients (the kubelet's three: main, events, heartbeat)."""

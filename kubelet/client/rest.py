@@ -1,0 +1,237 @@
+"""A small async REST client for the API server on aiohttp + orjson.
+
+Connection details and credentials come from the official `kubernetes`
+package (kubeconfig files, in-cluster config, exec plugins, token refresh);
+requests go through aiohttp with raw bytes and orjson, which keeps the hot
+paths (pod watch, status patches) free of the generated model classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from kubelet.client.ratelimit import TokenBucket
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+class APIError(Exception):
+    def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass
+class ConnectionConfig:
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    # Called per request: returns "Bearer <token>" or None (exec plugins refresh here).
+    token: Any = None
+
+
+def load_kubeconfig(path: str) -> ConnectionConfig:
+    """Read a kubeconfig with the kubernetes package; raise ValueError with the reason."""
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+
+    cfg = kclient.Configuration()
+    try:
+        kconfig.load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
+    except Exception as err:
+        raise ValueError(f"invalid kubeconfig {path!r}: {err}") from err
+    return _from_configuration(cfg)
+
+
+def load_incluster() -> ConnectionConfig:
+    from kubernetes import client as kclient
+    from kubernetes import config as kconfig
+
+    cfg = kclient.Configuration()
+    kconfig.load_incluster_config(client_configuration=cfg)
+    return _from_configuration(cfg)
+
+
+def _from_configuration(cfg: Any) -> ConnectionConfig:
+    def token() -> str | None:
+        value = cfg.get_api_key_with_prefix("authorization")
+        return str(value) if value else None
+
+    return ConnectionConfig(
+        host=cfg.host.rstrip("/"),
+        ca_file=cfg.ssl_ca_cert,
+        cert_file=cfg.cert_file,
+        key_file=cfg.key_file,
+        verify=bool(cfg.verify_ssl),
+        token=token,
+    )
+
+
+class APIClient:
+    """One logical client: its own rate limit and timeout, as client-go clients have."""
+
+    def __init__(
+        self,
+        conn: ConnectionConfig,
+        qps: float,
+        burst: int,
+        timeout: float | None = None,
+        user_agent: str = "kubelet-py",
+    ) -> None:
+        self.conn = conn
+        self.limiter = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self.user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0  # requests made, for metrics and tests
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if not self.conn.host.startswith("https"):
+            return False
+        ctx = ssl.create_default_context(cafile=self.conn.ca_file)
+        if not self.conn.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.conn.cert_file:
+            ctx.load_cert_chain(self.conn.cert_file, self.conn.key_file)
+        return ctx
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=100, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+                headers={"User-Agent": self.user_agent, "Accept": JSON},
+            )
+        return self._session
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        h = {}
+        if content_type:
+            h["Content-Type"] = content_type
+        if self.conn.token:
+            tok = self.conn.token()
+            if tok:
+                h["Authorization"] = tok
+        return h
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, str] | None = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send a request; return the decoded JSON body, raise APIError on failure."""
+        await self.limiter.acquire()
+        data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
+        t = timeout if timeout is not None else self.timeout
+        self.requests += 1
+        async with self.session.request(
+            method,
+            self.conn.host + path,
+            data=data,
+            params=params,
+            headers=self._headers(content_type if data is not None else None),
+            timeout=aiohttp.ClientTimeout(total=t),
+        ) as resp:
+            raw = await resp.read()
+            if resp.status >= 400:
+                raise _error(resp.status, raw)
+            return orjson.loads(raw) if raw else None
+
+    async def get(self, path: str, **kw: Any) -> Any:
+        return await self.request("GET", path, **kw)
+
+    async def create(self, path: str, obj: Any, **kw: Any) -> Any:
+        return await self.request("POST", path, obj, **kw)
+
+    async def update(self, path: str, obj: Any, **kw: Any) -> Any:
+        return await self.request("PUT", path, obj, **kw)
+
+    async def patch(self, path: str, patch: Any, content_type: str = MERGE_PATCH, **kw: Any) -> Any:
+        return await self.request("PATCH", path, patch, content_type=content_type, **kw)
+
+    async def delete(self, path: str, options: Any = None, **kw: Any) -> Any:
+        return await self.request("DELETE", path, options, **kw)
+
+    async def watch(
+        self, path: str, params: dict[str, str], timeout: float | None = None
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Stream watch events as (type, object); ends when the server closes the stream."""
+        await self.limiter.acquire()
+        self.requests += 1
+        q = dict(params, watch="true")
+        async with self.session.get(
+            self.conn.host + path,
+            params=q,
+            headers=self._headers(None),
+            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None),
+        ) as resp:
+            if resp.status >= 400:
+                raise _error(resp.status, await resp.read())
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buf = buf[:nl], buf[nl + 1 :]
+                    if line.strip():
+                        ev = orjson.loads(line)
+                        yield ev.get("type", ""), ev.get("object") or {}
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            # Let the SSL transports finish closing before the loop goes away.
+            await asyncio.sleep(0)
+
+
+def _error(status: int, raw: bytes) -> APIError:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return APIError(status, "", raw.decode(errors="replace")[:500])
+    if isinstance(doc, dict):
+        return APIError(status, str(doc.get("reason", "")), str(doc.get("message", "")), doc)
+    return APIError(status, "", str(doc)[:500])
