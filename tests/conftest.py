@@ -4,4 +4,6 @@ Fixture modules for the real parts (simulated runtime, containerd, control
 plane) live in tests/fixtures/ and are registered here.
 """
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = [
+    "tests.fixtures.cluster",
+]

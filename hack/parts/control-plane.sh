@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# etcd (Debian etcd-server 3.4 works with kube-apiserver v1.34) and
+# kube-apiserver + kubectl built from k8s.io/kubernetes, for tests marked `cluster`.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+apt_install etcd-server
+# apt may start etcd as a service where there is an init system: tests run their own.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+    systemctl stop etcd || true
+fi
+bash "$REPO_ROOT/hack/build-control-plane.sh" kube-apiserver kubectl >/dev/null

@@ -1,0 +1,154 @@
+"""Node registration and status updates (pkg/kubelet/kubelet_node_status.go).
+
+Registration creates the Node, or adopts an existing one of the same name and
+reconciles its labels; retries with backoff until the API server answers.
+Status is computed every nodeStatusUpdateFrequency and patched only when it
+changed or nodeStatusReportFrequency has passed since the last report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kubelet.client.rest import APIClient, APIError
+from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
+
+log = logging.getLogger(__name__)
+
+# Labels the kubelet owns and keeps right on an adopted Node (updateDefaultLabels).
+_DEFAULT_LABELS = (
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+)
+
+
+class NodeStatusManager:
+    def __init__(self, client: APIClient, inputs: NodeInputs, recorder: Any = None) -> None:
+        self.client = client
+        self.inp = inputs
+        self.recorder = recorder
+        self.registered = asyncio.Event()
+        self.node: dict[str, Any] | None = None
+        self.last_report = 0.0
+        self.patches = 0
+        self._last_ready: str | None = None
+        self.last_sent: dict[str, Any] | None = None
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/nodes/{self.inp.name}"
+
+    async def register(self) -> dict[str, Any]:
+        """registerWithAPIServer: loops with backoff (100ms doubling to 7s) until it works."""
+        delay = 0.1
+        while True:
+            node = initial_node(self.inp)
+            try:
+                self.node = await self.client.create("/api/v1/nodes", node)
+                self.last_sent = node["status"]
+                log.info("Successfully registered node %s", self.inp.name)
+                break
+            except APIError as err:
+                if err.already_exists:
+                    try:
+                        self.node = await self._adopt(node)
+                        log.info("Node %s was previously registered", self.inp.name)
+                        break
+                    except Exception as err2:
+                        log.warning("Unable to reconcile existing node %s: %s", self.inp.name, err2)
+                else:
+                    log.warning(
+                        "Unable to register node %s with API server: %s", self.inp.name, err
+                    )
+            except Exception as err:
+                log.warning("Unable to register node %s with API server: %s", self.inp.name, err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 7.0)
+        self.last_report = time.monotonic()
+        self.registered.set()
+        return self.node
+
+    async def _adopt(self, wanted: dict[str, Any]) -> dict[str, Any]:
+        existing = await self.client.get(self.path)
+        labels = existing.get("metadata", {}).get("labels", {}) or {}
+        patch: dict[str, Any] = {}
+        want_labels = wanted["metadata"]["labels"]
+        fix = {k: want_labels[k] for k in _DEFAULT_LABELS if labels.get(k) != want_labels.get(k)}
+        fix.update({k: v for k, v in self.inp.node_labels.items() if labels.get(k) != v})
+        if fix:
+            patch["metadata"] = {"labels": fix}
+        ann = existing.get("metadata", {}).get("annotations", {}) or {}
+        key = "volumes.kubernetes.io/controller-managed-attach-detach"
+        if ann.get(key) != "true":
+            patch.setdefault("metadata", {})["annotations"] = {key: "true"}
+        if patch:
+            existing = await self.client.patch(self.path, patch)
+        # The status is ours: replace it with the current one.
+        return await self._patch_status(compute_status(self.inp, existing.get("status")))
+
+    async def _patch_status(self, status: dict[str, Any]) -> dict[str, Any]:
+        # A JSON merge patch replaces each list wholesale, which is what the owner
+        # of these fields wants; fields set by controllers are left alone.
+        node = await self.client.patch(self.path + "/status", {"status": status})
+        # Compare future computations with what we sent, not with the server's
+        # canonical form (it drops empty fields and rewrites quantities).
+        self.last_sent = status
+        self.patches += 1
+        self.last_report = time.monotonic()
+        self._note_ready(status)
+        return dict(node)
+
+    def _note_ready(self, status: dict[str, Any]) -> None:
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+        state = ready["status"] if ready else None
+        if state != self._last_ready and self.recorder is not None and self.node is not None:
+            reason = "NodeReady" if state == "True" else "NodeNotReady"
+            self.recorder.event(
+                self.node_ref(), "Normal", reason, f"Node {self.inp.name} status is now: {reason}"
+            )
+        self._last_ready = state
+
+    def node_ref(self) -> dict[str, Any]:
+        uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)
+        return {"kind": "Node", "name": self.inp.name, "uid": uid, "apiVersion": "v1"}
+
+    async def sync_once(self) -> bool:
+        """tryUpdateNodeStatus: returns True when a patch was sent."""
+        assert self.node is not None
+        new = compute_status(self.inp, self.node.get("status"))
+        due = time.monotonic() - self.last_report >= self.inp.config.node_status_report_frequency
+        before = self.last_sent if self.last_sent is not None else self.node.get("status", {})
+        if not due and not status_changed(before, new):
+            return False
+        try:
+            self.node = await self._patch_status(new)
+        except APIError as err:
+            if err.not_found:
+                log.warning("Node %s was deleted; registering it again", self.inp.name)
+                self.registered.clear()
+                await self.register()
+                return True
+            raise
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if not self.registered.is_set():
+            await self.register()
+        period = self.inp.config.node_status_update_frequency
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.sync_once()
+            except Exception as err:
+                # Upstream retries 5 times within one period; the next tick retries anyway.
+                log.warning("Error updating node status, will retry: %s", err)

@@ -1,0 +1,1 @@
+"""Node status: machine facts and the setters that build Node.status (pkg/kubelet/nodestatus)."""

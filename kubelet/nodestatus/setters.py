@@ -1,0 +1,243 @@
+"""Build the Node object and its status (pkg/kubelet/nodestatus/setters.go).
+
+Each setter fills one part of Node.status from what the kubelet knows; the
+node status manager runs them every nodeStatusUpdateFrequency.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.nodestatus.machine import MachineInfo
+from kubelet.util.quantity import parse_quantity
+
+MiB = 1024 * 1024
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_bytes(n: int) -> str:
+    """Binary-SI quantity as the API server canonicalises it (e.g. 16318404Ki)."""
+    if n % (1024**3) == 0 and n:
+        return f"{n // 1024**3}Gi"
+    if n % MiB == 0 and n:
+        return f"{n // MiB}Mi"
+    if n % 1024 == 0:
+        return f"{n // 1024}Ki"
+    return str(n)
+
+
+def format_cpu(millis: int) -> str:
+    return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
+
+
+@dataclass
+class NodeInputs:
+    """What the setters read. Callables are read at every status computation."""
+
+    name: str
+    config: KubeletConfiguration
+    machine: MachineInfo
+    kubelet_version: str
+    node_ips: list[str] = field(default_factory=list)
+    node_labels: dict[str, str] = field(default_factory=dict)
+    hostname: str = ""
+    runtime_version: Callable[[], str] = lambda: ""  # e.g. "containerd://1.6.20"
+    # Each returns None when healthy, else the reason the node is not ready.
+    readiness_checks: list[Callable[[], str | None]] = field(default_factory=list)
+    images: Callable[[], list[dict[str, Any]]] = lambda: []
+    rootfs_capacity: Callable[[], int] = lambda: 0
+    memory_pressure: Callable[[], bool] = lambda: False
+    disk_pressure: Callable[[], bool] = lambda: False
+    pid_pressure: Callable[[], bool] = lambda: False
+
+
+def default_node_ip() -> str:
+    """The address the host would use to reach the outside (no traffic is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET: connect() on UDP only picks a route
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def initial_node(inp: NodeInputs) -> dict[str, Any]:
+    """The Node object registered at start (initialNode)."""
+    labels = {
+        "kubernetes.io/hostname": inp.hostname or inp.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": inp.machine.architecture,
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": inp.machine.architecture,
+    }
+    labels.update(inp.node_labels)
+    node: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": inp.name,
+            "labels": labels,
+            "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+        },
+        "spec": {},
+    }
+    if inp.config.register_with_taints:
+        node["spec"]["taints"] = [dict(t) for t in inp.config.register_with_taints]
+    if inp.config.provider_id:
+        node["spec"]["providerID"] = inp.config.provider_id
+    node["status"] = compute_status(inp, None)
+    return node
+
+
+def capacity(inp: NodeInputs) -> dict[str, str]:
+    cap = {
+        "cpu": str(inp.machine.num_cores),
+        "memory": format_bytes(inp.machine.memory_capacity),
+        "pods": str(inp.config.max_pods),
+    }
+    rootfs = inp.rootfs_capacity()
+    if rootfs:
+        cap["ephemeral-storage"] = format_bytes(rootfs)
+    for name, size in inp.machine.hugepages.items():
+        cap[name] = format_bytes(size)
+    return cap
+
+
+def allocatable(inp: NodeInputs, cap: dict[str, str]) -> dict[str, str]:
+    """Capacity minus kube-reserved, system-reserved and the hard eviction threshold."""
+    cfg = inp.config
+    out = dict(cap)
+
+    def reserved(resource: str) -> Decimal:
+        total = Decimal(0)
+        for m in (cfg.kube_reserved, cfg.system_reserved):
+            if resource in m:
+                total += parse_quantity(m[resource])
+        return total
+
+    cpu_m = int(parse_quantity(cap["cpu"]) * 1000 - reserved("cpu") * 1000)
+    out["cpu"] = format_cpu(max(0, cpu_m))
+    mem = Decimal(inp.machine.memory_capacity) - reserved("memory")
+    mem -= _eviction(cfg.eviction_hard.get("memory.available"), inp.machine.memory_capacity)
+    # Hugepages are carved out of memory.
+    mem -= sum(Decimal(v) for v in inp.machine.hugepages.values())
+    out["memory"] = format_bytes(max(0, int(mem)))
+    if "ephemeral-storage" in cap:
+        disk = Decimal(inp.rootfs_capacity()) - reserved("ephemeral-storage")
+        disk -= _eviction(cfg.eviction_hard.get("nodefs.available"), inp.rootfs_capacity())
+        out["ephemeral-storage"] = str(max(0, int(disk)))
+    return out
+
+
+def _eviction(threshold: str | None, capacity_bytes: int) -> Decimal:
+    if not threshold:
+        return Decimal(0)
+    if threshold.endswith("%"):
+        return Decimal(capacity_bytes) * Decimal(threshold[:-1]) / 100
+    return parse_quantity(threshold)
+
+
+_CONDITIONS = (
+    # type, true when, reason-if-true, message-if-true, reason-if-false, message-if-false
+    ("MemoryPressure", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available",
+     "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasDiskPressure", "kubelet has disk pressure",
+     "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasInsufficientPID", "kubelet has insufficient PID available",
+     "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)  # fmt: skip
+
+
+def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any]:
+    """Node.status from the inputs; transition times carry over from `old` when unchanged."""
+    now = now_rfc3339()
+    prev = {c["type"]: c for c in (old or {}).get("conditions", [])}
+
+    def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, str]:
+        before = prev.get(ctype)
+        changed = before is None or before.get("status") != status
+        return {
+            "type": ctype,
+            "status": status,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now if changed else before["lastTransitionTime"],  # type: ignore[index]
+            "reason": reason,
+            "message": message,
+        }
+
+    pressures = (inp.memory_pressure, inp.disk_pressure, inp.pid_pressure)
+    conditions = []
+    for (ctype, r_true, m_true, r_false, m_false), pressure in zip(
+        _CONDITIONS, pressures, strict=True
+    ):
+        if pressure():
+            conditions.append(cond(ctype, "True", r_true, m_true))
+        else:
+            conditions.append(cond(ctype, "False", r_false, m_false))
+    problems = [p for p in (check() for check in inp.readiness_checks) if p]
+    if problems:
+        conditions.append(cond("Ready", "False", "KubeletNotReady", ", ".join(problems)))
+    else:
+        conditions.append(cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
+
+    cap = capacity(inp)
+    addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
+    addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
+    m = inp.machine
+    return {
+        "capacity": cap,
+        "allocatable": allocatable(inp, cap),
+        "conditions": conditions,
+        "addresses": addresses,
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": inp.config.port}},
+        "nodeInfo": {
+            "machineID": m.machine_id,
+            "systemUUID": m.system_uuid,
+            "bootID": m.boot_id,
+            "kernelVersion": m.kernel_version,
+            "osImage": m.os_image,
+            "containerRuntimeVersion": inp.runtime_version(),
+            "kubeletVersion": inp.kubelet_version,
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": m.architecture,
+        },
+        "images": inp.images()[: max(0, inp.config.node_status_max_images)]
+        if inp.config.node_status_max_images >= 0
+        else inp.images(),
+    }
+
+
+def status_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether anything but heartbeat times differs (nodeStatusHasChanged)."""
+
+    def strip(status: dict[str, Any]) -> dict[str, Any]:
+        s = dict(status)
+        s["conditions"] = sorted(
+            (
+                {k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                for c in status.get("conditions", [])
+            ),
+            key=lambda c: c.get("type", ""),
+        )
+        return s
+
+    return strip(old) != strip(new)
+
+
+def rootfs_capacity(path: str) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_blocks * st.f_frsize
