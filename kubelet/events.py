@@ -1,0 +1,160 @@
+"""Event recording (client-go tools/record as the kubelet uses it).
+
+Events go through the event client (eventRecordQPS/eventBurst) from a
+bounded queue, so recording never blocks a pod worker. As upstream, a
+repeated event (same object, type, reason and message) bumps the count of the
+existing Event with a PATCH instead of creating a new one; more than 10
+similar events within 10 minutes are aggregated into one "(combined from
+similar events)" Event; and a per-object token bucket (burst 25, one token
+per 5 minutes) drops event spam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubelet.client.rest import APIClient, APIError
+
+log = logging.getLogger(__name__)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+AGGREGATE_MAX_EVENTS = 10
+AGGREGATE_WINDOW = 600.0
+SPAM_BURST = 25
+SPAM_REFILL = 300.0  # seconds per token
+QUEUE_SIZE = 1000
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Seen:
+    name: str
+    namespace: str
+    count: int
+    first: str
+
+
+@dataclass
+class _Aggregate:
+    messages: set[str] = field(default_factory=set)
+    last: float = 0.0
+
+
+class EventRecorder:
+    def __init__(self, node_name: str, client: APIClient | None = None) -> None:
+        self.node_name = node_name
+        self.client = client
+        self.queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(QUEUE_SIZE)
+        self._seen: dict[tuple[str, ...], _Seen] = {}
+        self._aggregate: dict[tuple[str, ...], _Aggregate] = {}
+        self._spam: dict[str, tuple[float, float]] = {}
+        self.dropped = 0
+        self.sent = 0
+
+    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        """Record an event about `ref` (kind, name, namespace, uid[, apiVersion])."""
+        log.info(
+            "Event %s %s/%s %s: %s",
+            etype,
+            ref.get("namespace", ""),
+            ref.get("name", ""),
+            reason,
+            message,
+        )
+        if self.client is None:
+            return  # standalone: there is nowhere to send events
+        try:
+            self.queue.put_nowait((ref, etype, reason, message))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    def _allow(self, ref: dict[str, Any]) -> bool:
+        key = f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}/{ref.get('uid')}"
+        now = time.monotonic()
+        tokens, last = self._spam.get(key, (float(SPAM_BURST), now))
+        tokens = min(SPAM_BURST, tokens + (now - last) / SPAM_REFILL)
+        if tokens < 1:
+            self._spam[key] = (tokens, now)
+            return False
+        self._spam[key] = (tokens - 1, now)
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            getter = asyncio.ensure_future(self.queue.get())
+            stopper = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                stopper.cancel()
+                return
+            stopper.cancel()
+            ref, etype, reason, message = getter.result()
+            try:
+                await self._send(ref, etype, reason, message)
+            except Exception as err:
+                log.debug("dropping event %s %s: %s", reason, ref.get("name"), err)
+
+    async def _send(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        assert self.client is not None
+        if not self._allow(ref):
+            self.dropped += 1
+            return
+        ns = ref.get("namespace") or "default"
+        obj_key = (ref.get("kind", ""), ns, ref.get("name", ""), ref.get("uid", ""), etype, reason)
+        agg = self._aggregate.setdefault(obj_key, _Aggregate())
+        now = time.monotonic()
+        if now - agg.last > AGGREGATE_WINDOW:
+            agg.messages.clear()
+        agg.last = now
+        agg.messages.add(message)
+        if len(agg.messages) > AGGREGATE_MAX_EVENTS:
+            message = f"(combined from similar events): {message}"
+            key = (*obj_key, "aggregate")
+        else:
+            key = (*obj_key, message)
+        seen = self._seen.get(key)
+        ts = _now()
+        if seen is not None:
+            patch = {"count": seen.count + 1, "lastTimestamp": ts, "message": message}
+            try:
+                await self.client.patch(
+                    f"/api/v1/namespaces/{seen.namespace}/events/{seen.name}", patch
+                )
+                seen.count += 1
+                self.sent += 1
+                return
+            except APIError as err:
+                if not err.not_found:
+                    raise
+                del self._seen[key]
+        name = f"{ref.get('name', 'unknown')}.{time.time_ns():x}"
+        involved = {k: v for k, v in ref.items() if v}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "source": {"component": "kubelet", "host": self.node_name},
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+            "count": 1,
+            "type": etype,
+            "reportingComponent": "kubelet",
+            "reportingInstance": self.node_name,
+        }
+        await self.client.create(f"/api/v1/namespaces/{ns}/events", event)
+        self._seen[key] = _Seen(name, ns, 1, ts)
+        self.sent += 1

@@ -1,0 +1,57 @@
+"""Events through the event client against the real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.events import NORMAL, WARNING, EventRecorder
+from kubelet.testing.controlplane import ControlPlane
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_repeated_events_are_counted_and_similar_ones_aggregated(
+    control_plane: ControlPlane,
+) -> None:
+    name = "py-node-events"
+    client = APIClient(load_kubeconfig(control_plane.node_kubeconfig(name)), qps=50, burst=100)
+    rec = EventRecorder(name, client)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+    ref = {"kind": "Node", "name": name, "uid": name, "apiVersion": "v1"}
+    try:
+        for _ in range(3):
+            rec.event(ref, NORMAL, "Starting", "Starting kubelet.")
+        for i in range(12):
+            rec.event(ref, WARNING, "Flapping", f"attempt {i}")
+        for _ in range(100):
+            if rec.queue.empty() and rec.sent >= 15:
+                break
+            await asyncio.sleep(0.05)
+        out = control_plane.kubectl(
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            f"involvedObject.name={name}",
+            "-o",
+            "json",
+        ).stdout
+        items = json.loads(out)["items"]
+        starting = [e for e in items if e["reason"] == "Starting"]
+        assert len(starting) == 1 and starting[0]["count"] == 3
+        assert starting[0]["source"] == {"component": "kubelet", "host": name}
+        flapping = [e for e in items if e["reason"] == "Flapping"]
+        # 10 distinct messages, then the rest fold into one combined Event
+        assert len(flapping) == 11
+        combined = [e for e in flapping if e["message"].startswith("(combined from similar")]
+        assert len(combined) == 1 and combined[0]["count"] == 2
+    finally:
+        stop.set()
+        await task
+        await client.close()
