@@ -158,6 +158,9 @@ class ControlPlane:
         )
         self._admin = admin
         self._wait_ready(timeout)
+        # No controller-manager runs here: create what its service-account
+        # controller would, so pods can be admitted in "default".
+        self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
         return self
 
     def node_kubeconfig(self, node: str) -> str:

@@ -1,0 +1,110 @@
+"""List-then-watch with resourceVersion tracking (client-go's Reflector), on raw JSON.
+
+The handler sees a full replacement after every list ("sync") and then each
+watch event in order. A broken watch resumes from the last resourceVersion it
+saw (bookmarks included); 410 Gone, or a watch that cannot be resumed,
+re-lists; errors back off from 800ms to 30s, as upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubelet.client.rest import APIClient, APIError
+
+log = logging.getLogger(__name__)
+
+ListHandler = Callable[[list[dict[str, Any]]], Awaitable[None]]
+EventHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: APIClient,
+        path: str,
+        params: dict[str, str],
+        on_list: ListHandler,
+        on_event: EventHandler,
+        watch_timeout: float = 300.0,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.params = params
+        self.on_list = on_list
+        self.on_event = on_event
+        self.watch_timeout = watch_timeout
+        self.resource_version = ""
+        self.lists = 0
+        self.watches = 0
+        self.synced = asyncio.Event()
+
+    async def list(self) -> None:
+        doc = await self.client.get(self.path, params=dict(self.params))
+        self.resource_version = str(doc.get("metadata", {}).get("resourceVersion", ""))
+        self.lists += 1
+        await self.on_list(list(doc.get("items") or []))
+        self.synced.set()
+
+    async def watch_once(self) -> None:
+        params = dict(
+            self.params,
+            resourceVersion=self.resource_version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(int(self.watch_timeout)),
+        )
+        self.watches += 1
+        async for etype, obj in self.client.watch(self.path, params):
+            if etype == "ERROR":
+                code = int(obj.get("code", 0) or 0)
+                raise APIError(code, str(obj.get("reason", "")), str(obj.get("message", "")), obj)
+            rv = obj.get("metadata", {}).get("resourceVersion")
+            if rv:
+                self.resource_version = str(rv)
+            if etype == "BOOKMARK":
+                continue
+            await self.on_event(etype, obj)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = 0.8
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    await self.list()
+                    need_list = False
+                watch = asyncio.ensure_future(self.watch_once())
+                stopper = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({watch, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if watch not in done:
+                    watch.cancel()
+                    await asyncio.gather(watch, return_exceptions=True)
+                    return
+                stopper.cancel()
+                watch.result()  # a server-side timeout ends cleanly: watch again
+                backoff = 0.8
+            except asyncio.CancelledError:
+                raise
+            except APIError as err:
+                if err.gone:
+                    log.info("watch of %s expired (410 Gone); re-listing", self.path)
+                    need_list = True
+                    continue
+                log.warning("list/watch %s failed: %s", self.path, err)
+                await self._sleep(stop, backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception as err:
+                # Connection trouble: resume the watch from the last version seen.
+                log.warning("list/watch %s failed, retrying in %.1fs: %r", self.path, backoff, err)
+                await self._sleep(stop, backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    @staticmethod
+    async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(stop.wait(), seconds)
+        except TimeoutError:
+            pass

@@ -1,0 +1,72 @@
+"""Reflector recovery rules with a scripted client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kubelet.client.reflector import Reflector
+from kubelet.client.rest import APIError
+
+
+class ScriptedClient:
+    """list answers from `lists`; each watch plays the next script (events, then an outcome)."""
+
+    def __init__(self, watches: list[tuple[list[tuple[str, dict[str, Any]]], Exception | None]]):
+        self.watches = watches
+        self.list_rv = 0
+        self.watch_rvs: list[str] = []
+
+    async def get(self, path: str, params: dict[str, str]) -> dict[str, Any]:
+        self.list_rv += 100
+        return {"metadata": {"resourceVersion": str(self.list_rv)}, "items": []}
+
+    async def watch(
+        self, path: str, params: dict[str, str]
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self.watch_rvs.append(params["resourceVersion"])
+        if not self.watches:
+            await asyncio.sleep(3600)
+        events, outcome = self.watches.pop(0)
+        for e in events:
+            yield e
+        if outcome is not None:
+            raise outcome
+
+
+def obj(rv: int) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "resourceVersion": str(rv)}}
+
+
+async def test_resumes_from_last_version_and_relists_on_gone() -> None:
+    client = ScriptedClient(
+        [
+            ([("ADDED", obj(101)), ("BOOKMARK", obj(105))], ConnectionResetError()),
+            ([("MODIFIED", obj(106))], APIError(410, "Expired", "too old resource version")),
+            ([], None),
+        ]
+    )
+    lists: list[int] = []
+    seen: list[str] = []
+
+    async def on_list(items: list[dict[str, Any]]) -> None:
+        lists.append(len(items))
+
+    async def on_event(t: str, o: dict[str, Any]) -> None:
+        seen.append(t)
+
+    r = Reflector(client, "/api/v1/pods", {}, on_list, on_event)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(r.run(stop))
+    for _ in range(100):
+        if len(client.watch_rvs) >= 4:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    # watch 1 from the list's version; the broken stream resumes from the bookmark;
+    # 410 re-lists and watches from the new list's version
+    assert client.watch_rvs[:3] == ["100", "105", "200"]
+    assert len(lists) == 2
+    assert seen == ["ADDED", "MODIFIED"]
