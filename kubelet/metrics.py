@@ -1,0 +1,108 @@
+"""The kubelet's Prometheus metrics, with the upstream names and buckets.
+
+One registry for the process; the servers expose it on /metrics.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+
+# metrics.DefBuckets and the kubelet's exponential buckets.
+_DEF = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_RUNTIME_OP = tuple(0.005 * 2.5**i for i in range(14))  # ExponentialBuckets(.005, 2.5, 14)
+_POD_START = (
+    0.5,
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    20,
+    30,
+    45,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    480,
+    600,
+    900,
+    1200,
+    1800,
+    2700,
+    3600,
+)
+
+PLEG_RELIST_DURATION = Histogram(
+    "kubelet_pleg_relist_duration_seconds",
+    "Duration in seconds for relisting pods in PLEG.",
+    buckets=(0.001, 0.0025, *_DEF),
+    registry=REGISTRY,
+)
+PLEG_RELIST_INTERVAL = Histogram(
+    "kubelet_pleg_relist_interval_seconds",
+    "Interval in seconds between relisting in PLEG.",
+    buckets=(0.001, 0.0025, *_DEF),
+    registry=REGISTRY,
+)
+PLEG_LAST_SEEN = Gauge(
+    "kubelet_pleg_last_seen_seconds",
+    "Timestamp in seconds when PLEG was last seen active.",
+    registry=REGISTRY,
+)
+RUNNING_PODS = Gauge(
+    "kubelet_running_pods", "Number of pods that have a running pod sandbox", registry=REGISTRY
+)
+RUNNING_CONTAINERS = Gauge(
+    "kubelet_running_containers",
+    "Number of containers currently running",
+    ["container_state"],
+    registry=REGISTRY,
+)
+POD_WORKER_DURATION = Histogram(
+    "kubelet_pod_worker_duration_seconds",
+    "Duration in seconds to sync a single pod. "
+    "Broken down by operation type: create, update, or sync",
+    ["operation_type"],
+    buckets=_DEF,
+    registry=REGISTRY,
+)
+POD_START_DURATION = Histogram(
+    "kubelet_pod_start_duration_seconds",
+    "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+    buckets=_POD_START,
+    registry=REGISTRY,
+)
+RUNTIME_OPERATIONS = Counter(
+    "kubelet_runtime_operations",
+    "Cumulative number of runtime operations by operation type.",
+    ["operation_type"],
+    registry=REGISTRY,
+)
+RUNTIME_OPERATIONS_DURATION = Histogram(
+    "kubelet_runtime_operations_duration_seconds",
+    "Duration in seconds of runtime operations. Broken down by operation type.",
+    ["operation_type"],
+    buckets=_RUNTIME_OP,
+    registry=REGISTRY,
+)
+RUNTIME_OPERATIONS_ERRORS = Counter(
+    "kubelet_runtime_operations_errors",
+    "Cumulative number of runtime operation errors by operation type.",
+    ["operation_type"],
+    registry=REGISTRY,
+)
+STARTED_CONTAINERS_ERRORS = Counter(
+    "kubelet_started_containers_errors",
+    "Cumulative number of errors when starting containers",
+    ["code", "container_type"],
+    registry=REGISTRY,
+)
