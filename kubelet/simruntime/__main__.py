@@ -1,0 +1,59 @@
+"""kubelet-simruntime --listen unix:///PATH: run the simulated CRI runtime."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from kubelet.simruntime.state import Options
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kubelet-simruntime", description=__doc__)
+    ap.add_argument("--listen", required=True, help="unix:///path/to/socket")
+    ap.add_argument("--pod-cidr", default="10.88.0.0/16", help="sandbox IPs come from here")
+    ap.add_argument("--pull-delay", type=float, default=0.0, help="seconds each pull takes")
+    ap.add_argument(
+        "--missing-tag",
+        action="append",
+        default=None,
+        help="image tags that fail to pull as a registry miss (default: missing)",
+    )
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.listen.startswith("unix://"):
+        print("kubelet-simruntime: --listen must be unix:///path", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s simruntime: %(message)s",
+    )
+    opts = Options(
+        pod_cidr=args.pod_cidr,
+        pull_delay=args.pull_delay,
+        missing_tags=tuple(args.missing_tag or ["missing"]),
+    )
+
+    async def run() -> None:
+        from kubelet.simruntime.server import serve
+
+        server, _ = await serve(args.listen, opts)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop(1)
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Our CRI client against the simulated runtime, both real gRPC over a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from kubelet.cri import errors
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService, runtime_ready
+
+
+def sandbox_config(tmp: Path, name: str = "web", uid: str = "uid-1") -> pb.PodSandboxConfig:
+    return pb.PodSandboxConfig(
+        metadata=pb.PodSandboxMetadata(name=name, uid=uid, namespace="default", attempt=0),
+        hostname=name,
+        log_directory=str(tmp / "logs" / f"default_{name}_{uid}"),
+        labels={"io.kubernetes.pod.uid": uid, "io.kubernetes.pod.name": name},
+    )
+
+
+def container_config(name: str, script: str, uid: str = "uid-1") -> pb.ContainerConfig:
+    return pb.ContainerConfig(
+        metadata=pb.ContainerMetadata(name=name, attempt=0),
+        image=pb.ImageSpec(image="busybox:1.36"),
+        command=["sh", "-c", script],
+        log_path=f"{name}/0.log",
+        labels={"io.kubernetes.pod.uid": uid, "io.kubernetes.container.name": name},
+    )
+
+
+async def wait_for(pred, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await pred():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def test_sandbox_and_container_lifecycle(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    img = RemoteImageService(simruntime.endpoint, timeout=5)
+    try:
+        v = await rt.version()
+        assert (v.runtime_name, v.runtime_api_version) == ("simruntime", "v1")
+        assert await runtime_ready(rt) is None
+        ref = await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
+        assert ref.startswith("sha256:")
+        assert (await img.image_status(pb.ImageSpec(image="busybox:1.36"))) is not None
+        assert await img.image_status(pb.ImageSpec(image="nginx:1")) is None
+
+        cfg = sandbox_config(tmp_path)
+        sid = await rt.run_pod_sandbox(cfg)
+        st = await rt.pod_sandbox_status(sid)
+        assert st.status.state == pb.SANDBOX_READY and st.status.network.ip.startswith("10.88.")
+
+        cid = await rt.create_container(
+            sid, container_config("c", "echo hello; sleep 0.3; exit 3"), cfg
+        )
+        assert (await rt.container_status(cid)).status.state == pb.CONTAINER_CREATED
+        await rt.start_container(cid)
+        assert (await rt.container_status(cid)).status.state == pb.CONTAINER_RUNNING
+
+        async def exited() -> bool:
+            return (await rt.container_status(cid)).status.state == pb.CONTAINER_EXITED
+
+        await wait_for(exited)
+        s = (await rt.container_status(cid)).status
+        assert (s.exit_code, s.reason) == (3, "Error")
+        assert s.finished_at > s.started_at > 0
+        log = Path(cfg.log_directory, "c", "0.log").read_text().splitlines()
+        assert len(log) == 1 and log[0].endswith(" stdout F hello")
+
+        # raw List bytes decode to the same answer as the decoded call
+        raw = await rt.list_containers_raw()
+        assert pb.ListContainersResponse.FromString(raw).containers == await rt.list_containers()
+        sraw = await rt.list_pod_sandbox_raw()
+        assert [s.id for s in pb.ListPodSandboxResponse.FromString(sraw).items] == [sid]
+
+        await rt.stop_pod_sandbox(sid)
+        assert (await rt.pod_sandbox_status(sid)).status.state == pb.SANDBOX_NOTREADY
+        await rt.remove_pod_sandbox(sid)
+        assert await rt.list_containers() == []
+        with pytest.raises(errors.NotFoundError):
+            await rt.container_status(cid)
+        await rt.remove_pod_sandbox(sid)  # idempotent
+    finally:
+        await rt.close()
+
+
+async def test_stop_honours_sigterm_and_grace(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    img = RemoteImageService(simruntime.endpoint, timeout=5)
+    try:
+        await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
+        cfg = sandbox_config(tmp_path)
+        sid = await rt.run_pod_sandbox(cfg)
+        polite = await rt.create_container(sid, container_config("a", "sleep 3600"), cfg)
+        stubborn = await rt.create_container(
+            sid, container_config("b", "trap '' TERM; sleep 3600"), cfg
+        )
+        for c in (polite, stubborn):
+            await rt.start_container(c)
+        t = time.monotonic()
+        await rt.stop_container(polite, 5)
+        assert time.monotonic() - t < 1.0
+        assert (await rt.container_status(polite)).status.exit_code == 143
+        t = time.monotonic()
+        await rt.stop_container(stubborn, 1)
+        assert time.monotonic() - t >= 0.9  # waited out the grace period
+        assert (await rt.container_status(stubborn)).status.exit_code == 137
+    finally:
+        await rt.close()
+
+
+async def test_events_stream_every_transition(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    img = RemoteImageService(simruntime.endpoint, timeout=5)
+    seen: list[int] = []
+
+    async def consume() -> None:
+        async for ev in rt.get_container_events():
+            seen.append(ev.container_event_type)
+            assert ev.pod_sandbox_status.metadata.name == "web"
+
+    task = asyncio.create_task(consume())
+    try:
+        await asyncio.sleep(0.2)
+        await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
+        cfg = sandbox_config(tmp_path)
+        sid = await rt.run_pod_sandbox(cfg)
+        cid = await rt.create_container(sid, container_config("c", "sleep 3600"), cfg)
+        await rt.start_container(cid)
+        await rt.stop_container(cid, 0)
+        await rt.remove_container(cid)
+        for _ in range(100):
+            if len(seen) >= 4:
+                break
+            await asyncio.sleep(0.05)
+        assert seen == [
+            pb.CONTAINER_CREATED_EVENT,
+            pb.CONTAINER_STARTED_EVENT,
+            pb.CONTAINER_STOPPED_EVENT,
+            pb.CONTAINER_DELETED_EVENT,
+        ]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await rt.close()
+
+
+async def test_bad_requests_get_invalid_argument_and_missing_images_fail(simruntime) -> None:  # type: ignore[no-untyped-def]
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    img = RemoteImageService(simruntime.endpoint, timeout=5)
+    try:
+        with pytest.raises(errors.InvalidArgumentError, match="metadata"):
+            await rt.run_pod_sandbox(pb.PodSandboxConfig())
+        with pytest.raises(errors.InvalidArgumentError):
+            await rt.container_status("")
+        with pytest.raises(errors.NotFoundError):
+            await rt.start_container("does-not-exist")
+        with pytest.raises(errors.CRIError, match="not found"):
+            await img.pull_image(pb.ImageSpec(image="example.com/app:missing"))
+        # the server survived all of it
+        assert (await rt.version()).runtime_name == "simruntime"
+    finally:
+        await rt.close()
+
+
+async def test_runtime_down_is_a_typed_error_within_the_deadline(tmp_path: Path) -> None:
+    rt = RemoteRuntimeService(f"unix://{tmp_path}/nobody-home.sock", timeout=2)
+    try:
+        t = time.monotonic()
+        with pytest.raises((errors.UnavailableError, errors.DeadlineExceededError)):
+            await rt.version()
+        assert time.monotonic() - t < 3
+        assert (await runtime_ready(rt) or "").startswith("container runtime is down")
+    finally:
+        await rt.close()
