@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass, field
+from typing import Any
 
 ANONYMOUS = "system:anonymous"
 
@@ -32,7 +33,8 @@ class ServerAuth:
             if cert:
                 cn = ""
                 groups: list[str] = []
-                for rdn in cert.get("subject", ()):
+                subject: Any = cert.get("subject", ())
+                for rdn in subject:
                     for key, value in rdn:
                         if key == "commonName":
                             cn = value

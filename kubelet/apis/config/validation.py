@@ -141,25 +141,31 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             ipaddress.ip_address(c.healthz_bind_address)
         except ValueError:
             bad("healthzBindAddress", c.healthz_bind_address, "must be a valid IP address")
-    for path, mapping in (("evictionHard", c.eviction_hard), ("evictionSoft", c.eviction_soft)):
-        for signal, value in mapping.items():
+    for field_name, thresholds in (
+        ("evictionHard", c.eviction_hard),
+        ("evictionSoft", c.eviction_soft),
+    ):
+        for signal, threshold in thresholds.items():
             if signal not in EVICTION_SIGNALS:
-                bad(f"{path}[{signal}]", value, "unsupported eviction signal")
+                bad(f"{field_name}[{signal}]", threshold, "unsupported eviction signal")
                 continue
-            _check_threshold(f"{path}[{signal}]", value, bad)
+            _check_threshold(f"{field_name}[{signal}]", threshold, bad)
     for signal in c.eviction_soft:
         if signal not in c.eviction_soft_grace_period:
             bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
-    for path, mapping in (("kubeReserved", c.kube_reserved), ("systemReserved", c.system_reserved)):
-        for name, value in mapping.items():
+    for field_name, reserved in (
+        ("kubeReserved", c.kube_reserved),
+        ("systemReserved", c.system_reserved),
+    ):
+        for name, amount in reserved.items():
             if name not in RESERVABLE and not name.startswith("hugepages-"):
-                bad(f"{path}[{name}]", value, "unsupported resource")
+                bad(f"{field_name}[{name}]", amount, "unsupported resource")
                 continue
             try:
-                if parse_quantity(value) < 0:
-                    bad(f"{path}[{name}]", value, "must not be negative")
+                if parse_quantity(amount) < 0:
+                    bad(f"{field_name}[{name}]", amount, "must not be negative")
             except ValueError as err:
-                bad(f"{path}[{name}]", value, str(err))
+                bad(f"{field_name}[{name}]", amount, str(err))
     for i, taint in enumerate(c.register_with_taints):
         if not taint.get("key"):
             bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")

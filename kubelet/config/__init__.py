@@ -1,0 +1,1 @@
+"""Pod sources (static files, a manifest URL, the API server) merged into one update stream."""

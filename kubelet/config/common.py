@@ -1,0 +1,149 @@
+"""Static pod decoding, defaulting and validation (pkg/kubelet/config/common.go)."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+from typing import Any
+
+import orjson
+import yaml
+
+from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, Pod
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot become a pod; the message says why."""
+
+
+def now_rfc3339nano() -> str:
+    t = datetime.datetime.now(datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+
+
+def decode_manifest(data: bytes) -> list[Pod]:
+    """YAML or JSON: a Pod, or a PodList/List of pods (the HTTP source sends those)."""
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as err:
+        raise ManifestError(f"invalid YAML/JSON: {err}".replace("\n", " ")) from err
+    if not isinstance(doc, dict):
+        raise ManifestError("manifest is not an object")
+    kind = doc.get("kind")
+    if kind in ("PodList", "List"):
+        items = doc.get("items") or []
+        if not all(isinstance(i, dict) for i in items):
+            raise ManifestError("list items must be objects")
+        return items
+    if kind != "Pod":
+        raise ManifestError(f'kind must be "Pod", got {kind!r}')
+    return [doc]
+
+
+def _default_pull_policy(image: str) -> str:
+    last = image.rsplit("/", 1)[-1]
+    if "@" in image:
+        return "IfNotPresent"
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def _default_container(c: dict[str, Any]) -> None:
+    c.setdefault("imagePullPolicy", _default_pull_policy(str(c.get("image", ""))))
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    c.setdefault("resources", {})
+
+
+def validate(pod: Pod) -> None:
+    md = pod.get("metadata")
+    if not isinstance(md, dict):
+        raise ManifestError("metadata is required")
+    name = md.get("name")
+    if not isinstance(name, str) or not name:
+        raise ManifestError("metadata.name: Required value")
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        raise ManifestError(
+            f"metadata.name: Invalid value: {name!r}: must be a lowercase RFC 1123 subdomain"
+        )
+    ns = md.get("namespace")
+    if ns is not None and (not isinstance(ns, str) or not _DNS1123_LABEL.match(ns)):
+        raise ManifestError(f"metadata.namespace: Invalid value: {ns!r}")
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise ManifestError("spec: Required value")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ManifestError("spec.containers: Required value")
+    seen: set[str] = set()
+    for field in ("initContainers", "containers"):
+        items = spec.get(field) or []
+        if not isinstance(items, list):
+            raise ManifestError(f"spec.{field}: must be a list")
+        for i, c in enumerate(items):
+            path = f"spec.{field}[{i}]"
+            if not isinstance(c, dict):
+                raise ManifestError(f"{path}: must be an object")
+            cname = c.get("name")
+            if not isinstance(cname, str) or not _DNS1123_LABEL.match(cname) or len(cname) > 63:
+                raise ManifestError(f"{path}.name: Invalid value: {cname!r}")
+            if cname in seen:
+                raise ManifestError(f"{path}.name: Duplicate value: {cname!r}")
+            seen.add(cname)
+            if not c.get("image"):
+                raise ManifestError(f"{path}.image: Required value")
+            for key in ("command", "args"):
+                if key in c and not (
+                    isinstance(c[key], list) and all(isinstance(a, str) for a in c[key])
+                ):
+                    raise ManifestError(f"{path}.{key}: must be a list of strings")
+    policy = spec.get("restartPolicy", "Always")
+    if policy not in ("Always", "OnFailure", "Never"):
+        raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
+
+
+def apply_defaults(pod: Pod, source: str, source_kind: str, node_name: str) -> Pod:
+    """Turn a manifest into the static pod the node runs (applyDefaults upstream)."""
+    validate(pod)
+    md = pod["metadata"]
+    if not md.get("uid"):
+        # The UID depends on the content, the node and the file, so an edited
+        # manifest is a new pod unless it pins metadata.uid itself.
+        h = hashlib.md5(usedforsecurity=False)
+        h.update(orjson.dumps(pod, option=orjson.OPT_SORT_KEYS))
+        h.update(f"host:{node_name}".encode())
+        h.update(f"file:{source}".encode())
+        md["uid"] = h.hexdigest()
+    md["name"] = f"{md['name']}-{node_name}"
+    md.setdefault("namespace", "default")
+    md["namespace"] = md["namespace"] or "default"
+    ann = md.setdefault("annotations", {}) or {}
+    md["annotations"] = ann
+    ann[CONFIG_HASH] = str(md["uid"])
+    ann[CONFIG_SEEN] = now_rfc3339nano()
+    ann[CONFIG_SOURCE] = source_kind
+    md.setdefault("labels", {})
+    spec = pod["spec"]
+    spec["nodeName"] = node_name
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    tolerations = spec.setdefault("tolerations", [])
+    if {"operator": "Exists", "effect": "NoExecute"} not in tolerations:
+        tolerations.append({"operator": "Exists", "effect": "NoExecute"})
+    for c in spec.get("initContainers") or []:
+        _default_container(c)
+    for c in spec["containers"]:
+        _default_container(c)
+    pod.setdefault("apiVersion", "v1")
+    pod.setdefault("kind", "Pod")
+    pod["status"] = {"phase": "Pending"}
+    return pod

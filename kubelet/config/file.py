@@ -1,0 +1,123 @@
+"""Static pods from a folder or a single file (pkg/kubelet/config/file*.go).
+
+Re-read every fileCheckFrequency and, sooner, whenever inotify reports a
+change in the folder. A file that cannot be read or decoded is logged with
+its name and reason and skipped; the other pods are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from kubelet.config.common import ManifestError, apply_defaults, decode_manifest
+from kubelet.config.config import PodConfig
+from kubelet.types import FILE_SOURCE, Pod
+from kubelet.util import inotify
+
+log = logging.getLogger(__name__)
+
+_MASK = (
+    inotify.IN_CREATE
+    | inotify.IN_DELETE
+    | inotify.IN_MODIFY
+    | inotify.IN_CLOSE_WRITE
+    | inotify.IN_MOVED_FROM
+    | inotify.IN_MOVED_TO
+    | inotify.IN_DELETE_SELF
+    | inotify.IN_MOVE_SELF
+    | inotify.IN_ATTRIB
+)
+
+
+def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
+    """(pods, errors) for a folder or one file. Blocking: run it off the event loop."""
+    if os.path.isdir(path):
+        try:
+            names = sorted(n for n in os.listdir(path) if not n.startswith("."))
+        except OSError as err:
+            return [], [f"{path}: {err}"]
+        files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        return [], []
+    pods: list[Pod] = []
+    errors: list[str] = []
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                data = fh.read()
+            for doc in decode_manifest(data):
+                pods.append(apply_defaults(doc, f, FILE_SOURCE, node_name))
+        except (OSError, ManifestError) as err:
+            errors.append(f"{f}: {err}")
+        except Exception as err:  # malformed structures (wrong types) are a bad file too
+            errors.append(f"{f}: invalid manifest: {err!r}")
+    return pods, errors
+
+
+class FileSource:
+    def __init__(self, path: str, node_name: str, period: float, config: PodConfig) -> None:
+        self.path = path
+        self.node_name = node_name
+        self.period = period
+        self.config = config
+        self._reported: set[str] = set()
+        self._dirty = asyncio.Event()
+        self.reads = 0
+
+    async def read_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        pods, errors = await loop.run_in_executor(None, read_pods, self.path, self.node_name)
+        self.reads += 1
+        for e in errors:
+            # Once per distinct problem, not on every periodic re-read.
+            if e not in self._reported:
+                log.error("Could not process manifest file %s", e)
+        self._reported = set(errors)
+        self.config.set_pods(FILE_SOURCE, pods)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> inotify.Inotify | None:
+        target = self.path if os.path.isdir(self.path) else os.path.dirname(self.path) or "."
+        try:
+            ino = inotify.Inotify()
+            ino.add_watch(target, _MASK)
+        except OSError as err:
+            log.warning(
+                "inotify on %s unavailable (%s); polling every %ss", target, err, self.period
+            )
+            return None
+
+        def readable() -> None:
+            if ino.read_events():
+                self._dirty.set()
+
+        loop.add_reader(ino.fileno(), readable)
+        return ino
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        ino = self._watch(loop)
+        try:
+            while not stop.is_set():
+                self._dirty.clear()
+                try:
+                    await self.read_once()
+                except Exception:
+                    log.exception("reading static pods from %s failed", self.path)
+                waiter = asyncio.ensure_future(self._dirty.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait(
+                    {waiter, stopper}, timeout=self.period, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiter.cancel()
+                stopper.cancel()
+                if self._dirty.is_set():
+                    # Let a burst of writes (editors, cp of many files) settle.
+                    await asyncio.sleep(0.1)
+        finally:
+            if ino is not None:
+                loop.remove_reader(ino.fileno())
+                ino.close()

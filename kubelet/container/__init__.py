@@ -1,0 +1,1 @@
+"""Runtime-neutral container types and the pod status cache (pkg/kubelet/container)."""

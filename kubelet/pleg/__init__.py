@@ -1,0 +1,1 @@
+"""Pod lifecycle event generator: relists the runtime and reports container changes."""

@@ -1,0 +1,109 @@
+"""The relist diff: raw ListPodSandbox/ListContainers bytes in, PLEG events out.
+
+The differ keeps the previous relist itself and returns only what changed,
+with the Go GenericPLEG's rules: every container and sandbox has a PLEG state
+(running, exited, unknown, non-existent) and a change of state becomes an
+event — running: ContainerStarted; exited: ContainerDied; unknown:
+ContainerChanged; gone: ContainerRemoved, preceded by ContainerDied when it
+was not already exited.
+
+Events come out ordered by pod UID, then container ID; `changed` lists the
+pod UIDs with events in the same order.
+"""
+
+from __future__ import annotations
+
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.pleg.pleg import (
+    CONTAINER_CHANGED,
+    CONTAINER_DIED,
+    CONTAINER_REMOVED,
+    CONTAINER_STARTED,
+    PodLifecycleEvent,
+)
+
+RUNNING, EXITED, UNKNOWN, NON_EXISTENT = "running", "exited", "unknown", "non-existent"
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+
+_CONTAINER_STATE = {
+    pb.CONTAINER_CREATED: UNKNOWN,
+    pb.CONTAINER_RUNNING: RUNNING,
+    pb.CONTAINER_EXITED: EXITED,
+    pb.CONTAINER_UNKNOWN: UNKNOWN,
+}
+
+
+def _events(uid: str, cid: str, old: str, new: str) -> list[PodLifecycleEvent]:
+    if old == new:
+        return []
+    if new == RUNNING:
+        return [PodLifecycleEvent(uid, CONTAINER_STARTED, cid)]
+    if new == EXITED:
+        return [PodLifecycleEvent(uid, CONTAINER_DIED, cid)]
+    if new == UNKNOWN:
+        return [PodLifecycleEvent(uid, CONTAINER_CHANGED, cid)]
+    if old == EXITED:
+        return [PodLifecycleEvent(uid, CONTAINER_REMOVED, cid)]
+    return [
+        PodLifecycleEvent(uid, CONTAINER_DIED, cid),
+        PodLifecycleEvent(uid, CONTAINER_REMOVED, cid),
+    ]
+
+
+class ReferenceRelistDiffer:
+    def __init__(self) -> None:
+        self._pods: dict[str, dict[str, str]] = {}
+        self._ready_sandboxes: dict[str, int] = {}
+        self.running_pods = 0
+        self.running_containers = 0
+
+    def diff(
+        self, sandboxes: bytes, containers: bytes
+    ) -> tuple[list[PodLifecycleEvent], list[str]]:
+        try:
+            sb = pb.ListPodSandboxResponse.FromString(sandboxes)
+            cs = pb.ListContainersResponse.FromString(containers)
+        except Exception as err:
+            raise ValueError(f"undecodable relist response: {err}") from err
+        pods: dict[str, dict[str, str]] = {}
+        running_pods: set[str] = set()
+        for s in sb.items:
+            uid = s.metadata.uid
+            state = RUNNING if s.state == pb.SANDBOX_READY else EXITED
+            pods.setdefault(uid, {})[s.id] = state
+            if state == RUNNING:
+                running_pods.add(uid)
+        running_containers = 0
+        for c in cs.containers:
+            uid = c.labels.get(POD_UID_LABEL, "")
+            state = _CONTAINER_STATE.get(c.state, UNKNOWN)
+            pods.setdefault(uid, {})[c.id] = state
+            running_containers += state == RUNNING
+        events: list[PodLifecycleEvent] = []
+        changed: list[str] = []
+        for uid in sorted(set(pods) | set(self._pods)):
+            old = self._pods.get(uid, {})
+            new = pods.get(uid, {})
+            if old == new:
+                continue
+            before = len(events)
+            for cid in sorted(set(old) | set(new)):
+                events.extend(
+                    _events(uid, cid, old.get(cid, NON_EXISTENT), new.get(cid, NON_EXISTENT))
+                )
+            if len(events) > before:
+                changed.append(uid)
+        self._pods = pods
+        self.running_pods = len(running_pods)
+        self.running_containers = running_containers
+        return events, changed
+
+    def pod_ids(self) -> list[str]:
+        return list(self._pods)
+
+    def known(self, uid: str) -> bool:
+        return uid in self._pods
+
+
+# Not native yet (issue 5): every implementation runs this differ for now.
+RelistDiffer = ReferenceRelistDiffer

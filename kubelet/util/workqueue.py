@@ -1,0 +1,49 @@
+"""The pod work queue (pkg/kubelet/util/queue): keys that become due at a time.
+
+enqueue(key, delay) sets (overwrites) when a key is due; get_work(now) takes
+every due key in time order. A binary heap with lazy deletion keeps both
+O(log n), where the Go kubelet scans its whole map every second.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+
+
+class ReferenceWorkQueue:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._due: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def enqueue(self, key: str, delay: float) -> None:
+        at = self.clock() + max(0.0, delay)
+        self._due[key] = at
+        heapq.heappush(self._heap, (at, key))
+        # Stale heap entries are skipped on the way out; compact when they dominate.
+        if len(self._heap) > 2 * len(self._due) + 64:
+            self._heap = [(t, k) for k, t in self._due.items()]
+            heapq.heapify(self._heap)
+
+    def get_work(self, now: float | None = None) -> list[str]:
+        now = self.clock() if now is None else now
+        out: list[str] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, key = heapq.heappop(heap)
+            if self._due.get(key) == at:
+                del self._due[key]
+                out.append(key)
+        return out
+
+    def remove(self, key: str) -> None:
+        self._due.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+
+# Not native yet (issue 5): every implementation runs this queue for now.
+WorkQueue = ReferenceWorkQueue
