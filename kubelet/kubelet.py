@@ -1,0 +1,377 @@
+"""The Kubelet: pod sources, PLEG, pod workers and the syncLoop (pkg/kubelet/kubelet.go).
+
+The syncLoop is one coroutine over config updates, PLEG events, the 1s sync
+tick (pods due in the work queue) and the 2s housekeeping tick. Its handlers
+only hand work to pod workers; nothing here costs O(all pods) per second
+except the PLEG's relist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubelet import metrics
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.config.config import Op, PodConfig, PodUpdate
+from kubelet.config.file import FileSource
+from kubelet.config.http import HTTPSource
+from kubelet.container.cache import Cache
+from kubelet.container.runtime import PodStatus
+from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.nodestatus.machine import machine_info
+from kubelet.pleg.differ import RelistDiffer
+from kubelet.pleg.generic import GenericPLEG
+from kubelet.pleg.pleg import PodLifecycleEvent
+from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
+from kubelet.podmanager import PodManager
+from kubelet.status import generate
+from kubelet.status.status_manager import StatusManager
+from kubelet.types import FILE_SOURCE, HTTP_SOURCE, Pod, name, namespace, uid
+from kubelet.util.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+SYNC_TICK = 1.0
+HOUSEKEEPING_PERIOD = 2.0
+SYNC_LOOP_THRESHOLD = 180.0
+
+
+class Kubelet:
+    def __init__(
+        self,
+        config: KubeletConfiguration,
+        node_name: str,
+        root_dir: str,
+        runtime_service: Any,
+        image_service: Any,
+        node_ip: str | None = None,
+        recorder: Any = None,
+        crash_backoff: Any = None,
+        image_backoff: Any = None,
+    ) -> None:
+        self.config = config
+        self.node_name = node_name
+        self.root_dir = root_dir
+        self.runtime = runtime_service
+        self.images = image_service
+        self.node_ips = [node_ip] if node_ip else ["127.0.0.1"]
+        self.recorder = recorder
+        self.pod_config = PodConfig()
+        self.pod_manager = PodManager()
+        self.cache = Cache()
+        self.work_queue = WorkQueue()
+        self.status_manager = StatusManager()
+        self.runtime_manager = RuntimeManager(
+            runtime_service,
+            image_service,
+            config.pod_logs_dir,
+            node_memory=machine_info().memory_capacity,
+            cgroups_per_qos=config.cgroups_per_qos,
+            cgroup_root=config.cgroup_root,
+            resolv_conf=config.resolv_conf,
+            crash_backoff=crash_backoff,
+            image_backoff=image_backoff,
+            recorder=recorder,
+        )
+        self.pleg = GenericPLEG(
+            runtime_service,
+            RelistDiffer(),
+            self.cache,
+            self._pod_status,
+            config.pleg_relist_period,
+        )
+        self.pod_workers = PodWorkers(
+            self._sync_pod,
+            self._terminate_pod,
+            self._cleanup_pod,
+            self.cache,
+            self.work_queue,
+            config.sync_frequency,
+        )
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._sources: list[str] = []
+        self._first_seen: dict[str, float] = {}
+        self._started_running: set[str] = set()
+        self._orphans_killing: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._pod_dirs: set[str] = set()
+        self.last_loop = 0.0
+        self.sources_ready = asyncio.Event()
+
+    # ------------------------------------------------------------ lifecycle
+    def _start_sources(self) -> None:
+        cfg = self.config
+        if cfg.static_pod_path:
+            src = FileSource(
+                cfg.static_pod_path, self.node_name, cfg.file_check_frequency, self.pod_config
+            )
+            self._sources.append(FILE_SOURCE)
+            self._tasks.append(asyncio.create_task(src.run(self._stop), name="file-source"))
+        if cfg.static_pod_url:
+            http = HTTPSource(
+                cfg.static_pod_url,
+                cfg.static_pod_url_header,
+                self.node_name,
+                cfg.http_check_frequency,
+                self.pod_config,
+            )
+            self._sources.append(HTTP_SOURCE)
+            self._tasks.append(asyncio.create_task(http.run(self._stop), name="http-source"))
+
+    async def _runtime_name(self) -> None:
+        for _ in range(600):
+            try:
+                v = await self.runtime.version()
+                self.runtime_manager.runtime_name = v.runtime_name or "cri"
+                log.info(
+                    "Container runtime %s %s (CRI %s)",
+                    v.runtime_name,
+                    v.runtime_version,
+                    v.runtime_api_version,
+                )
+                return
+            except Exception as err:
+                log.warning("Container runtime not answering yet: %s", err)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), 1.0)
+                    return
+                except TimeoutError:
+                    pass
+
+    async def run(self) -> None:
+        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        await self._runtime_name()
+        self._start_sources()
+        self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+        try:
+            await self._sync_loop()
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.pod_workers.stop()
+
+    async def stop(self) -> None:
+        self._stop.set()
+
+    # ------------------------------------------------------------- syncLoop
+    async def _sync_loop(self) -> None:
+        updates = asyncio.ensure_future(self.pod_config.updates.get())
+        events = asyncio.ensure_future(self.pleg.events.get())
+        stopper = asyncio.ensure_future(self._stop.wait())
+        next_sync = time.monotonic() + SYNC_TICK
+        next_house = time.monotonic() + HOUSEKEEPING_PERIOD
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                self.last_loop = now
+                timeout = max(0.0, min(next_sync, next_house) - now)
+                done, _ = await asyncio.wait(
+                    {updates, events, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                if updates in done:
+                    self.handle_update(updates.result())
+                    updates = asyncio.ensure_future(self.pod_config.updates.get())
+                if events in done:
+                    self.handle_pleg_event(events.result())
+                    events = asyncio.ensure_future(self.pleg.events.get())
+                now = time.monotonic()
+                if now >= next_sync:
+                    next_sync = now + SYNC_TICK
+                    self.handle_sync_tick()
+                if now >= next_house:
+                    next_house = now + HOUSEKEEPING_PERIOD
+                    await self.housekeeping()
+        finally:
+            for f in (updates, events, stopper):
+                f.cancel()
+
+    def handle_update(self, u: PodUpdate) -> None:
+        if u.source in self._sources and u.source in self.pod_config.sources_seen:
+            if all(s in self.pod_config.sources_seen for s in self._sources):
+                self.sources_ready.set()
+        for pod in u.pods:
+            if u.op is Op.ADD:
+                self._first_seen.setdefault(uid(pod), time.monotonic())
+                self.pod_manager.add_or_update(pod)
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.CREATE))
+            elif u.op in (Op.UPDATE, Op.RECONCILE):
+                self.pod_manager.add_or_update(pod)
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
+            elif u.op is Op.DELETE:
+                self.pod_manager.add_or_update(pod)
+                grace = pod["metadata"].get("deletionGracePeriodSeconds")
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+            elif u.op is Op.REMOVE:
+                self.pod_manager.remove(pod)
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
+
+    def handle_pleg_event(self, ev: PodLifecycleEvent) -> None:
+        pod = self.pod_manager.get(ev.pod_uid)
+        if pod is not None:
+            self.pod_workers.update_pod(PodWork(pod, UpdateType.SYNC))
+
+    def handle_sync_tick(self) -> None:
+        for u in self.work_queue.get_work():
+            pod = self.pod_manager.get(u)
+            if pod is not None:
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.SYNC))
+
+    async def housekeeping(self) -> None:
+        """HandlePodCleanups: stop what no source wants any more, clean up after it."""
+        desired = self.pod_manager.uids()
+        for u in self.pod_workers.known() - desired:
+            st = self.pod_workers.states.get(u)
+            if st is not None and not st.removed:
+                self.pod_workers.update_pod(PodWork(st.pod, UpdateType.KILL, removed=True))
+        if not self.sources_ready.is_set() and self._sources:
+            return  # never judge runtime pods before every source has spoken
+        workers = self.pod_workers.known()
+        for u in self.pleg.differ.pod_ids():
+            if u and u not in desired and u not in workers and u not in self._orphans_killing:
+                self._orphans_killing.add(u)
+                task = asyncio.create_task(self._kill_orphan(u))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._remove_orphan_dirs, desired | workers
+        )
+        self.runtime_manager.crash_backoff.gc()
+        self.runtime_manager.image_backoff.gc()
+
+    async def _kill_orphan(self, u: str) -> None:
+        try:
+            status = await self.runtime_manager.get_pod_status(u)
+            log.info("Killing runtime pod %s (%s) that no source wants", u, status.name)
+            await self.runtime_manager.kill_pod(None, status, None, remove=True)
+            self.cache.delete(u)
+        except Exception as err:
+            log.warning("Failed to kill orphaned pod %s: %s", u, err)
+        finally:
+            self._orphans_killing.discard(u)
+
+    def _remove_orphan_dirs(self, keep: set[str]) -> None:
+        base = os.path.join(self.root_dir, "pods")
+        try:
+            entries = os.listdir(base)
+        except OSError:
+            return
+        for e in entries:
+            if e not in keep:
+                shutil.rmtree(os.path.join(base, e), ignore_errors=True)
+
+    # -------------------------------------------------------- pod lifecycle
+    async def _pod_status(self, u: str) -> PodStatus:
+        pod = self.pod_manager.get(u)
+        if pod is not None:
+            return await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        return await self.runtime_manager.get_pod_status(u)
+
+    async def _sync_pod(self, pod: Pod, status: Any) -> bool:
+        u = uid(pod)
+        if u not in self._pod_dirs:
+            # Once per pod: a couple of mkdirs, not worth a thread hop.
+            pod_dir = os.path.join(self.root_dir, "pods", u)
+            os.makedirs(os.path.join(pod_dir, "volumes"), exist_ok=True)
+            os.makedirs(os.path.join(pod_dir, "plugins"), exist_ok=True)
+            self._pod_dirs.add(u)
+        old = self.status_manager.get(u)
+        if old is not None and old.get("phase") in ("Succeeded", "Failed"):
+            return True
+        result = await self.runtime_manager.sync_pod(pod, status)
+        waiting = self.runtime_manager.waiting.get(u, {})
+        api = generate.generate(pod, status, waiting, self.node_ips, old)
+        self.status_manager.set_pod_status(u, api)
+        if api["phase"] == "Running" and u not in self._started_running:
+            self._started_running.add(u)
+            seen = self._first_seen.get(u)
+            if seen is not None:
+                metrics.POD_START_DURATION.observe(time.monotonic() - seen)
+        if api["phase"] in ("Succeeded", "Failed"):
+            return True
+        if not result.ok:
+            raise RuntimeError("; ".join(result.errors))
+        return False
+
+    async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:
+        u = uid(pod)
+        status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        await self.runtime_manager.kill_pod(pod, status, grace, remove=False)
+        # Report the final state of every container.
+        final = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        old = self.status_manager.get(u)
+        api = generate.generate(pod, final, {}, self.node_ips, old)
+        if api["phase"] not in ("Succeeded", "Failed") and (
+            pod["metadata"].get("deletionTimestamp") or u not in self.pod_manager.uids()
+        ):
+            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
+        self.status_manager.set_pod_status(u, api)
+
+    async def _cleanup_pod(self, pod: Pod) -> None:
+        u = uid(pod)
+        status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        await self.runtime_manager.kill_pod(pod, status, 0, remove=True)
+        self.status_manager.remove(u)
+        self.cache.delete(u)
+        self.work_queue.remove(u)
+        self._first_seen.pop(u, None)
+        self._started_running.discard(u)
+        self._pod_dirs.discard(u)
+        pod_dir = os.path.join(self.root_dir, "pods", u)
+        await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, pod_dir, True)
+
+    # --------------------------------------------------------- for servers
+    def get_pods(self) -> list[dict[str, Any]]:
+        out = []
+        for pod in self.pod_manager.pods():
+            p = dict(pod)
+            st = self.status_manager.get(uid(pod))
+            if st is not None:
+                p["status"] = st
+            out.append(p)
+        return out
+
+    def healthz_checks(self) -> dict[str, Callable[[], str | None]]:
+        def syncloop() -> str | None:
+            if not self.last_loop:
+                return None
+            ago = time.monotonic() - self.last_loop
+            if ago > SYNC_LOOP_THRESHOLD:
+                return f"sync loop last ran {ago:.0f}s ago"
+            return None
+
+        return {"syncloop": syncloop, "pleg": self.pleg.healthy}
+
+    # -------------------------------------------------------------- runonce
+    async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """--runonce: start the static pods, wait until each runs or ends, report."""
+        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        await self._runtime_name()
+        self._start_sources()
+        self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+        loop_task = asyncio.create_task(self._sync_loop())
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                if not self.sources_ready.is_set() and self._sources:
+                    continue
+                pods = self.get_pods()
+                phases = [p.get("status", {}).get("phase") for p in pods]
+                if all(ph in ("Running", "Succeeded", "Failed") for ph in phases):
+                    return pods
+            return self.get_pods()
+        finally:
+            self._stop.set()
+            await asyncio.gather(loop_task, return_exceptions=True)
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.pod_workers.stop()

@@ -1,0 +1,1 @@
+"""The CRI-backed runtime manager (pkg/kubelet/kuberuntime)."""

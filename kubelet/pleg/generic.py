@@ -1,0 +1,111 @@
+"""The generic PLEG: periodic relist of the runtime (pkg/kubelet/pleg/generic.go).
+
+Each relist takes the raw List responses to the relist differ, fetches fresh
+status only for the pods that changed, writes them to the pod cache with the
+relist's start time, bumps the cache's global time, and sends the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubelet import metrics
+from kubelet.pleg.pleg import CONTAINER_CHANGED, CONTAINER_REMOVED, PodLifecycleEvent
+
+log = logging.getLogger(__name__)
+
+RELIST_THRESHOLD = 180.0  # 3 minutes, as upstream
+EVENT_CHANNEL_CAPACITY = 1000
+STATUS_CONCURRENCY = 64
+
+
+class GenericPLEG:
+    def __init__(
+        self,
+        runtime: Any,
+        differ: Any,
+        cache: Any,
+        get_status: Callable[[str], Awaitable[Any]],
+        period: float,
+        threshold: float = RELIST_THRESHOLD,
+    ) -> None:
+        self.runtime = runtime
+        self.differ = differ
+        self.cache = cache
+        self.get_status = get_status
+        self.period = period
+        self.threshold = threshold
+        self.events: asyncio.Queue[PodLifecycleEvent] = asyncio.Queue(EVENT_CHANNEL_CAPACITY)
+        self.last_relist = 0.0  # monotonic time of the last relist start
+        self._last_start = 0.0
+        self._reinspect: set[str] = set()
+        self.relists = 0
+        self.dropped = 0
+
+    async def relist(self) -> None:
+        start_mono = time.monotonic()
+        start = time.time()
+        if self._last_start:
+            metrics.PLEG_RELIST_INTERVAL.observe(start_mono - self._last_start)
+        self._last_start = start_mono
+        sandboxes, containers = await asyncio.gather(
+            self.runtime.list_pod_sandbox_raw(), self.runtime.list_containers_raw()
+        )
+        events, changed = self.differ.diff(sandboxes, containers)
+        self.last_relist = start_mono
+        metrics.PLEG_LAST_SEEN.set(start)
+        todo = list(dict.fromkeys([*changed, *self._reinspect]))
+        self._reinspect.clear()
+        if todo:
+            sem = asyncio.Semaphore(STATUS_CONCURRENCY)
+
+            async def one(u: str) -> None:
+                async with sem:
+                    try:
+                        status = await self.get_status(u)
+                    except Exception as err:
+                        # Keep the old status and look again next relist.
+                        log.warning("PLEG: failed to inspect pod %s: %s", u, err)
+                        self._reinspect.add(u)
+                        old, _ = self.cache.get(u)
+                        self.cache.set(u, old, err, start)
+                        return
+                    self.cache.set(u, status, None, start)
+
+            await asyncio.gather(*(one(u) for u in todo))
+        self.cache.update_time(start)
+        for ev in events:
+            if ev.type in (CONTAINER_REMOVED, CONTAINER_CHANGED):
+                continue  # nothing to sync for these, as upstream
+            try:
+                self.events.put_nowait(ev)
+            except asyncio.QueueFull:
+                self.dropped += 1
+                log.error("PLEG event channel is full, discarding event %s", ev)
+        self.relists += 1
+        metrics.RUNNING_PODS.set(self.differ.running_pods)
+        metrics.RUNNING_CONTAINERS.labels("running").set(self.differ.running_containers)
+        metrics.PLEG_RELIST_DURATION.observe(time.monotonic() - start_mono)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.relist()
+            except Exception as err:
+                log.error("PLEG relist failed: %s", err)
+            try:
+                await asyncio.wait_for(stop.wait(), self.period)
+            except TimeoutError:
+                pass
+
+    def healthy(self) -> str | None:
+        if not self.last_relist:
+            return None  # not started yet: the syncloop check covers a stuck start
+        ago = time.monotonic() - self.last_relist
+        if ago > self.threshold:
+            return f"pleg was last seen active {ago:.0f}s ago; threshold is {self.threshold:.0f}s"
+        return None

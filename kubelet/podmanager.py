@@ -1,0 +1,41 @@
+"""The desired pods, by UID and by full name (pkg/kubelet/pod/pod_manager.go)."""
+
+from __future__ import annotations
+
+from kubelet.types import Pod, full_name, uid
+
+
+class PodManager:
+    def __init__(self) -> None:
+        self._by_uid: dict[str, Pod] = {}
+        self._by_full_name: dict[str, str] = {}
+
+    def add_or_update(self, pod: Pod) -> None:
+        u = uid(pod)
+        old = self._by_uid.get(u)
+        if old is not None and full_name(old) != full_name(pod):
+            self._by_full_name.pop(full_name(old), None)
+        self._by_uid[u] = pod
+        self._by_full_name[full_name(pod)] = u
+
+    def remove(self, pod: Pod) -> None:
+        u = uid(pod)
+        old = self._by_uid.pop(u, None)
+        if old is not None and self._by_full_name.get(full_name(old)) == u:
+            del self._by_full_name[full_name(old)]
+
+    def get(self, pod_uid: str) -> Pod | None:
+        return self._by_uid.get(pod_uid)
+
+    def get_by_full_name(self, name: str) -> Pod | None:
+        u = self._by_full_name.get(name)
+        return self._by_uid.get(u) if u else None
+
+    def pods(self) -> list[Pod]:
+        return list(self._by_uid.values())
+
+    def uids(self) -> set[str]:
+        return set(self._by_uid)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)

@@ -1,0 +1,1 @@
+"""Pod status: generated from the runtime state, kept versioned by the status manager."""
