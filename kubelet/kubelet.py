@@ -37,6 +37,13 @@ from kubelet.util.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+
+class SyncError(Exception):
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 SYNC_TICK = 1.0
 HOUSEKEEPING_PERIOD = 2.0
 SYNC_LOOP_THRESHOLD = 180.0
@@ -297,7 +304,7 @@ class Kubelet:
         if api["phase"] in ("Succeeded", "Failed"):
             return True
         if not result.ok:
-            raise RuntimeError("; ".join(result.errors))
+            raise SyncError("; ".join(result.errors), result.retry_after)
         return False
 
     async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:

@@ -145,9 +145,14 @@ class PodWorkers:
         try:
             terminal = await self._sync(st.pod, status)
         except Exception as err:
-            log.info("Error syncing pod %s, retrying after backoff: %s", u, err)
+            # A back-off that ends sooner than the worker's own (CrashLoopBackOff,
+            # ImagePullBackOff) says when to look again: restart right on time
+            # instead of on the next 10s retry as upstream does.
+            delay = getattr(err, "retry_after", None)
+            delay = self.backoff_period if delay is None else min(delay, self.backoff_period)
+            log.info("Error syncing pod %s, retrying in %.2fs: %s", u, delay, err)
             st.last_sync = time.time()
-            self.work_queue.enqueue(u, self.backoff_period)
+            self.work_queue.enqueue(u, delay)
             return
         finally:
             metrics.POD_WORKER_DURATION.labels(op).observe(time.perf_counter() - start)

@@ -45,6 +45,13 @@ class Backoff:
             return False
         return self.clock() - event_time < e.backoff
 
+    def remaining(self, key: str) -> float:
+        """Seconds until the back-off for key runs out, counted from its last failure."""
+        e = self._entries.get(key)
+        if e is None:
+            return 0.0
+        return max(0.05, e.last_update + e.backoff - self.clock())
+
     def get(self, key: str) -> float:
         e = self._entries.get(key)
         return e.backoff if e else 0.0

@@ -77,6 +77,11 @@ class PodActions:
 class SyncResult:
     errors: list[str] = field(default_factory=list)
     sandbox_created: bool = False
+    # Seconds until a back-off that blocked this sync runs out (None: no back-off).
+    retry_after: float | None = None
+
+    def backoff_until(self, seconds: float) -> None:
+        self.retry_after = seconds if self.retry_after is None else min(self.retry_after, seconds)
 
     @property
     def ok(self) -> bool:
@@ -116,6 +121,7 @@ class RuntimeManager:
         # pod UID -> container name -> (reason, message) while it is not running
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._pull_locks: dict[str, asyncio.Lock] = {}
+        self._retry_after = float("inf")
 
     # ---------------------------------------------------------------- status
     async def get_pod_status(self, pod_uid: str, pod_name: str = "", ns: str = "") -> PodStatus:
@@ -260,6 +266,13 @@ class RuntimeManager:
 
     # ------------------------------------------------------------------ act
     async def sync_pod(self, pod: Pod, status: PodStatus) -> SyncResult:
+        self._retry_after = float("inf")
+        res = await self._sync_pod(pod, status)
+        if self._retry_after != float("inf"):
+            res.backoff_until(self._retry_after)
+        return res
+
+    async def _sync_pod(self, pod: Pod, status: PodStatus) -> SyncResult:
         res = SyncResult()
         a = self.compute_pod_actions(pod, status)
         waiting = self.waiting.setdefault(uid(pod), {})
@@ -329,6 +342,10 @@ class RuntimeManager:
         if prev is not None and prev.state == EXITED and prev.finished_at:
             finished = prev.finished_at / 1e9
             if self.crash_backoff.in_backoff_since(key, finished):
+                self._retry_after = min(
+                    self._retry_after,
+                    max(0.05, finished + self.crash_backoff.get(key) - time.time()),
+                )
                 msg = (
                     f"back-off {format_duration(self.crash_backoff.get(key))} restarting failed "
                     f"container={cname} pod={format_pod(pod)}"
@@ -400,6 +417,7 @@ class RuntimeManager:
             return str(present.id), None
         key = f"{uid(pod)}_{image}"
         if self.image_backoff.in_backoff_since(key, time.time()):
+            self._retry_after = min(self._retry_after, self.image_backoff.remaining(key))
             msg = f'Back-off pulling image "{image}"'
             waiting[cname] = ("ImagePullBackOff", msg)
             self._event(pod, "Normal", "BackOff", msg)
