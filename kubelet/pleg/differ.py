@@ -8,11 +8,15 @@ ContainerChanged; gone: ContainerRemoved, preceded by ContainerDied when it
 was not already exited.
 
 Events come out ordered by pod UID, then container ID; `changed` lists the
-pod UIDs with events in the same order.
+pod UIDs with events in the same order. IDs are unique in a real runtime; if a
+response repeats one, the first occurrence counts.
+
+`RelistDiffer` is the Rust differ unless KUBELET_IMPL=reference.
 """
 
 from __future__ import annotations
 
+import kubelet
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.pleg.pleg import (
     CONTAINER_CHANGED,
@@ -70,14 +74,15 @@ class ReferenceRelistDiffer:
         for s in sb.items:
             uid = s.metadata.uid
             state = RUNNING if s.state == pb.SANDBOX_READY else EXITED
-            pods.setdefault(uid, {})[s.id] = state
+            pods.setdefault(uid, {}).setdefault(s.id, state)  # a duplicate ID: first wins
             if state == RUNNING:
                 running_pods.add(uid)
         running_containers = 0
         for c in cs.containers:
             uid = c.labels.get(POD_UID_LABEL, "")
             state = _CONTAINER_STATE.get(c.state, UNKNOWN)
-            pods.setdefault(uid, {})[c.id] = state
+            if c.id not in pods.setdefault(uid, {}):
+                pods[uid][c.id] = state
             running_containers += state == RUNNING
         events: list[PodLifecycleEvent] = []
         changed: list[str] = []
@@ -105,5 +110,35 @@ class ReferenceRelistDiffer:
         return uid in self._pods
 
 
-# Not native yet (issue 5): every implementation runs this differ for now.
-RelistDiffer = ReferenceRelistDiffer
+class NativeRelistDiffer:
+    """The Rust differ (kubelet_native.RelistDiffer): the same interface and results."""
+
+    def __init__(self) -> None:
+        import kubelet_native
+
+        self._d = kubelet_native.RelistDiffer()
+
+    def diff(
+        self, sandboxes: bytes, containers: bytes
+    ) -> tuple[list[PodLifecycleEvent], list[str]]:
+        events, changed = self._d.diff(sandboxes, containers)
+        return [PodLifecycleEvent(*e) for e in events], changed
+
+    @property
+    def running_pods(self) -> int:
+        return int(self._d.running_pods)
+
+    @property
+    def running_containers(self) -> int:
+        return int(self._d.running_containers)
+
+    def pod_ids(self) -> list[str]:
+        return list(self._d.pod_ids())
+
+    def known(self, uid: str) -> bool:
+        return bool(self._d.known(uid))
+
+
+RelistDiffer: type[ReferenceRelistDiffer] | type[NativeRelistDiffer] = (
+    NativeRelistDiffer if kubelet.__impl__ == "native" else ReferenceRelistDiffer
+)

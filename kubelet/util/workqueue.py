@@ -11,6 +11,8 @@ import heapq
 import time
 from collections.abc import Callable
 
+import kubelet
+
 
 class ReferenceWorkQueue:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -45,5 +47,28 @@ class ReferenceWorkQueue:
         return len(self._due)
 
 
-# Not native yet (issue 5): every implementation runs this queue for now.
-WorkQueue = ReferenceWorkQueue
+class NativeWorkQueue:
+    """The Rust queue (kubelet_native.WorkQueueCore) behind the same interface."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        import kubelet_native
+
+        self.clock = clock
+        self._q = kubelet_native.WorkQueueCore()
+
+    def enqueue(self, key: str, delay: float) -> None:
+        self._q.enqueue_at(key, self.clock() + max(0.0, delay))
+
+    def get_work(self, now: float | None = None) -> list[str]:
+        return list(self._q.get_work(self.clock() if now is None else now))
+
+    def remove(self, key: str) -> None:
+        self._q.remove(key)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+
+WorkQueue: type[ReferenceWorkQueue] | type[NativeWorkQueue] = (
+    NativeWorkQueue if kubelet.__impl__ == "native" else ReferenceWorkQueue
+)

@@ -1,6 +1,11 @@
 """Native hot paths of the Python kubelet (Rust, built by maturin)."""
 
 from kubelet_native._kubelet_native import *  # noqa: F403
-from kubelet_native._kubelet_native import BUILD_PROFILE, __version__
+from kubelet_native._kubelet_native import (
+    BUILD_PROFILE,
+    RelistDiffer,
+    WorkQueueCore,
+    __version__,
+)
 
-__all__ = ["BUILD_PROFILE", "__version__"]
+__all__ = ["BUILD_PROFILE", "RelistDiffer", "WorkQueueCore", "__version__"]

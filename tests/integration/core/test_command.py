@@ -164,4 +164,3 @@ def test_killed_kubelet_readopts_running_pods(simruntime, tmp_path: Path) -> Non
         assert running(k2) == before  # same containers, restartCount unchanged
     finally:
         k2.stop()
-
