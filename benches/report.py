@@ -1,0 +1,65 @@
+"""Run the kernel benchmarks and print native vs reference side by side.
+
+    python -m benches.report [--json FILE] [--quick]
+
+Ratio = reference median / native median (how many times faster native is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+
+KERNELS = ("relist_diff", "relist_cycle", "cgroup_stats", "workqueue", "workqueue_idle")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benches.report")
+    ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    ap.add_argument("-k", help="only benchmarks matching this pytest -k expression")
+    args = ap.parse_args(argv)
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "bench.json")
+        cmd = [
+            sys.executable, "-m", "pytest", here, "-q", "-p", "no:cacheprovider",
+            f"--benchmark-json={raw}", "--benchmark-disable-gc", "--benchmark-warmup=on",
+            "-o", "testpaths=benches", "-o", "python_files=bench_*.py",
+        ]  # fmt: skip
+        if args.quick:
+            cmd += ["--benchmark-min-rounds=3", "--benchmark-max-time=0.2"]
+        if args.k:
+            cmd += ["-k", args.k]
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            return rc
+        with open(raw) as fh:
+            data = json.load(fh)
+    med: dict[str, dict[str, float]] = defaultdict(dict)
+    for b in data["benchmarks"]:
+        med[b["group"]][b["extra_info"]["impl"]] = b["stats"]["median"]
+    summary = {}
+    print(f"\n{'kernel':<26}{'native':>14}{'reference':>14}{'ratio':>9}")
+    for group in sorted(med, key=lambda g: (g.rsplit("_", 1)[0], int(g.rsplit("_", 1)[1]))):
+        n, r = med[group].get("native"), med[group].get("reference")
+        ratio = r / n if n and r else None
+        summary[group] = {"native_s": n, "reference_s": r, "ratio": ratio}
+        fmt = lambda v: f"{v * 1e3:.3f} ms" if v is not None else "-"  # noqa: E731
+        print(f"{group:<26}{fmt(n):>14}{fmt(r):>14}{(f'{ratio:.1f}x' if ratio else '-'):>9}")
+    print(
+        f"\nmachine: {os.cpu_count()} cores; {data['machine_info'].get('cpu', {}).get('brand_raw', '')}"
+    )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(summary, fh, indent=2, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
