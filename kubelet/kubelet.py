@@ -23,9 +23,11 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.runtime import PodStatus
+from kubelet.features import FeatureGate
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.pleg.differ import RelistDiffer
+from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
@@ -69,6 +71,8 @@ class Kubelet:
         self.images = image_service
         self.node_ips = [node_ip] if node_ip else ["127.0.0.1"]
         self.recorder = recorder
+        self.features = FeatureGate(config.feature_gates)
+        self.evented: EventedPLEG | None = None
         self.pod_config = PodConfig()
         self.pod_manager = PodManager()
         self.cache = Cache()
@@ -157,6 +161,11 @@ class Kubelet:
         await self._runtime_name()
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+        if self.features.enabled("EventedPLEG"):
+            self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
+            self._tasks.append(
+                asyncio.create_task(self.evented.run(self._stop), name="evented-pleg")
+            )
         try:
             await self._sync_loop()
         finally:

@@ -152,6 +152,32 @@ class RuntimeManager:
             pod_name, ns = md.name, md.namespace
         return PodStatus(pod_uid, pod_name, ns, ips, sbs, cs, time.time())
 
+    def status_from_event(self, ev: pb.ContainerEventResponse) -> PodStatus:
+        """A PodStatus from a container event, which carries the sandbox and all its
+        containers (GeneratePodStatus upstream)."""
+        sb = ev.pod_sandbox_status
+        hostnet = sb.linux.namespaces.options.network == pb.NODE
+        sandbox = SandboxStatus(
+            sb.id,
+            sb.state == pb.SANDBOX_READY,
+            sb.created_at,
+            sb.metadata.attempt,
+            sb.network.ip,
+            hostnet,
+        )
+        cs = [self.convert_container_status(c) for c in ev.containers_statuses]
+        cs.sort(key=lambda c: c.created_at, reverse=True)
+        ips = [sb.network.ip] if sandbox.ready and sb.network.ip else []
+        return PodStatus(
+            sb.metadata.uid,
+            sb.metadata.name,
+            sb.metadata.namespace,
+            ips,
+            [sandbox],
+            cs,
+            time.time(),
+        )
+
     async def _sandbox_status(self, s: pb.PodSandbox) -> SandboxStatus:
         st = (await self.runtime.pod_sandbox_status(s.id)).status
         hostnet = st.linux.namespaces.options.network == pb.NODE
@@ -166,10 +192,16 @@ class RuntimeManager:
 
     async def _container_status(self, c: pb.Container) -> ContainerStatus:
         st = (await self.runtime.container_status(c.id)).status
-        ann = st.annotations or c.annotations
+        return self.convert_container_status(st, c.annotations, c.labels.get(L.CONTAINER_NAME, ""))
+
+    def convert_container_status(
+        self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
+    ) -> ContainerStatus:
+        ann = st.annotations or annotations or {}
+        c_name = st.metadata.name or cname
         return ContainerStatus(
             id=st.id,
-            name=st.metadata.name or c.labels.get(L.CONTAINER_NAME, ""),
+            name=c_name,
             state=_STATE.get(st.state, UNKNOWN),
             created_at=st.created_at,
             started_at=st.started_at,

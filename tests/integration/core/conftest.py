@@ -70,6 +70,20 @@ class Node:
 
 @pytest.fixture
 async def node(simruntime, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    async for n in _node(simruntime, tmp_path):
+        yield n
+
+
+@pytest.fixture
+async def evented_node(simruntime, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    # The relist is far too slow to notice anything within a test: events must.
+    async for n in _node(
+        simruntime, tmp_path, pleg_relist_period=60.0, feature_gates={"EventedPLEG": True}
+    ):
+        yield n
+
+
+async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     cfg = KubeletConfiguration()
@@ -79,6 +93,8 @@ async def node(simruntime, tmp_path: Path) -> AsyncIterator[Node]:  # type: igno
     cfg.sync_frequency = 10.0
     cfg.pod_logs_dir = str(tmp_path / "logs")
     cfg.cgroups_per_qos = False
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
     rt = RemoteRuntimeService(simruntime.endpoint, 10)
     img = RemoteImageService(simruntime.endpoint, 10)
     k = Kubelet(

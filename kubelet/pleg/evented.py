@@ -1,0 +1,115 @@
+"""The evented PLEG (pkg/kubelet/pleg/evented.go, behind the EventedPLEG gate).
+
+Container events from the runtime's GetContainerEvents stream update the pod
+cache and become PLEG events as they happen; the generic relist keeps running
+with a long period as a safety net. When the stream keeps failing, the
+generic PLEG takes over fully at its normal period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.pleg.pleg import (
+    CONTAINER_DIED,
+    CONTAINER_REMOVED,
+    CONTAINER_STARTED,
+    PodLifecycleEvent,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_STREAM_RETRIES = 5  # eventedPlegMaxStreamRetries
+FALLBACK_RELIST_PERIOD = 300.0  # the generic relist's period while events flow
+GLOBAL_CACHE_PERIOD = 1.0
+
+_TYPES = {
+    pb.CONTAINER_STARTED_EVENT: CONTAINER_STARTED,
+    pb.CONTAINER_STOPPED_EVENT: CONTAINER_DIED,
+    pb.CONTAINER_DELETED_EVENT: CONTAINER_REMOVED,
+}
+
+
+class EventedPLEG:
+    def __init__(self, runtime: Any, runtime_manager: Any, generic: Any, cache: Any) -> None:
+        self.runtime = runtime
+        self.runtime_manager = runtime_manager
+        self.generic = generic
+        self.cache = cache
+        self.normal_period = generic.period
+        self.events_seen = 0
+        self.fell_back = False
+        self.last_event = 0.0
+
+    async def _consume(self) -> None:
+        async for ev in self.runtime.get_container_events():
+            self.events_seen += 1
+            self.last_event = time.monotonic()
+            uid = ev.pod_sandbox_status.metadata.uid
+            if not uid:
+                continue
+            if ev.container_event_type == pb.CONTAINER_DELETED_EVENT and not ev.containers_statuses:
+                # The last container is gone: ask the runtime for what is left.
+                status = await self.generic.get_status(uid)
+            else:
+                status = self.runtime_manager.status_from_event(ev)
+            self.cache.set(uid, status, None, time.time())
+            kind = _TYPES.get(ev.container_event_type)
+            if kind is not None:
+                try:
+                    self.generic.events.put_nowait(PodLifecycleEvent(uid, kind, ev.container_id))
+                except asyncio.QueueFull:
+                    log.error("PLEG event channel is full, discarding event for pod %s", uid)
+
+    async def _global_time(self, stop: asyncio.Event) -> None:
+        # Pods with no events are as fresh as the stream: let their workers proceed.
+        while not stop.is_set():
+            if not self.fell_back:
+                self.cache.update_time(time.time())
+            try:
+                await asyncio.wait_for(stop.wait(), GLOBAL_CACHE_PERIOD)
+            except TimeoutError:
+                pass
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.generic.period = FALLBACK_RELIST_PERIOD
+        ticker = asyncio.create_task(self._global_time(stop))
+        failures = 0
+        try:
+            while not stop.is_set() and failures < MAX_STREAM_RETRIES:
+                consumer = asyncio.ensure_future(self._consume())
+                stopper = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait(
+                    {consumer, stopper}, return_when=asyncio.FIRST_COMPLETED
+                )
+                stopper.cancel()
+                if consumer not in done:
+                    consumer.cancel()
+                    await asyncio.gather(consumer, return_exceptions=True)
+                    return
+                err = consumer.exception()
+                failures += 1
+                log.warning(
+                    "Evented PLEG: container event stream ended (%s), retry %d/%d",
+                    err, failures, MAX_STREAM_RETRIES,
+                )  # fmt: skip
+                # A relist right away covers whatever happened while the stream was down.
+                try:
+                    await self.generic.relist()
+                except Exception as relist_err:
+                    log.warning("relist after stream failure failed: %s", relist_err)
+                await asyncio.sleep(min(1.0 * failures, 5.0))
+            if not stop.is_set():
+                log.error(
+                    "Evented PLEG: falling back to the generic PLEG (relist every %ss)",
+                    self.normal_period,
+                )
+                self.fell_back = True
+                self.generic.period = self.normal_period
+        finally:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
