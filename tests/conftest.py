@@ -7,4 +7,5 @@ plane) live in tests/fixtures/ and are registered here.
 pytest_plugins: list[str] = [
     "tests.fixtures.cluster",
     "tests.fixtures.simruntime",
+    "tests.fixtures.containerd",
 ]

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# containerd + runc + CNI plugins from Debian, busybox-static for the test
+# images, for tests marked `containerd` (the harness starts containerd itself).
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+apt_install containerd runc containernetworking-plugins busybox-static gcc libc6-dev
