@@ -119,11 +119,9 @@ class SimRuntime:
         t = time.perf_counter()
         f = req.filter
         if not req.HasField("filter"):
+            # Each sandbox keeps its own encoded bytes: a change re-encodes one item.
             data = self._cached(
-                "sandboxes",
-                lambda: pb.ListPodSandboxResponse(
-                    items=[s.summary() for s in self.rt.sandboxes.values()]
-                ).SerializeToString(),
+                "sandboxes", lambda: b"".join(s.framed() for s in self.rt.sandboxes.values())
             )
         else:
             items = []
@@ -172,10 +170,7 @@ class SimRuntime:
         rt = self.rt
         if not req.HasField("filter"):
             data = self._cached(
-                "containers",
-                lambda: pb.ListContainersResponse(
-                    containers=[c.summary() for c in rt.containers.values()]
-                ).SerializeToString(),
+                "containers", lambda: b"".join(c.framed() for c in rt.containers.values())
             )
         else:
             f = req.filter

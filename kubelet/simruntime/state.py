@@ -26,6 +26,21 @@ class SimError(Exception):
         self.message = message
 
 
+def _frame(item: bytes) -> bytes:
+    """`item` as field 1 (length-delimited) of a List response, ready to concatenate."""
+    n = len(item)
+    head = bytearray(b"\x0a")
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            head.append(b | 0x80)
+        else:
+            head.append(b)
+            break
+    return bytes(head) + item
+
+
 def now_ns() -> int:
     return time.time_ns()
 
@@ -43,6 +58,12 @@ class Sandbox:
     runtime_handler: str
     state: int = pb.SANDBOX_READY
     containers: set[str] = field(default_factory=set)
+    _framed: bytes | None = None  # this sandbox inside a List response, until it changes
+
+    def framed(self) -> bytes:
+        if self._framed is None:
+            self._framed = _frame(self.summary().SerializeToString())
+        return self._framed
 
     def summary(self) -> pb.PodSandbox:
         c = self.config
@@ -99,6 +120,12 @@ class Container:
     reason: str = ""
     message: str = ""
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    _framed: bytes | None = None
+
+    def framed(self) -> bytes:
+        if self._framed is None:
+            self._framed = _frame(self.summary().SerializeToString())
+        return self._framed
 
     def pod_uid(self) -> str:
         return self.config.labels.get(POD_UID_LABEL, "")
@@ -256,6 +283,7 @@ class Runtime:
                 self._exit(c, 137, "Error", "")
         if sb.state != pb.SANDBOX_NOTREADY:
             sb.state = pb.SANDBOX_NOTREADY
+            sb._framed = None
             self._changed()
 
     def remove_pod_sandbox(self, sid: str) -> None:
@@ -335,6 +363,7 @@ class Runtime:
             os.makedirs(os.path.dirname(c.log_path), exist_ok=True)
             open(c.log_path, "ab").close()
         c.state = RUNNING
+        c._framed = None
         c.started_at = now_ns()
         b = c.behavior
         for step in b.output:
@@ -370,6 +399,7 @@ class Runtime:
     def _exit(self, c: Container, code: int, reason: str, message: str) -> None:
         c.cancel_timers()
         c.state = EXITED
+        c._framed = None
         c.finished_at = now_ns()
         c.exit_code = code
         c.reason = reason
