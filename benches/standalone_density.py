@@ -1,0 +1,172 @@
+"""Standalone node under load: N static pods on the simulated runtime, the real
+`kubelet` command, native vs reference kernels in one run.
+
+    python -m benches.standalone_density [--pods 200 2000] [--relist 0.1] [--hold 30]
+
+Reports time to all Running, relist duration p50/p99 (from the kubelet's own
+histogram, interpolated within buckets), and the kubelet's CPU (cores) and RSS
+during the steady state, read from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def proc_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        parts = fh.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / CLK_TCK
+
+
+def proc_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    total = buckets[-1][1]
+    if total == 0:
+        return float("nan")
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((rank - prev_c) / max(c - prev_c, 1e-9))
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def relist_buckets(metrics: str) -> list[tuple[float, float]]:
+    out = []
+    for m in re.finditer(
+        r'kubelet_pleg_relist_duration_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics
+    ):
+        out.append((float(m.group(1)), float(m.group(2))))
+    return out
+
+
+def run(n: int, impl: str, relist: float, hold: float) -> dict[str, object]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"density-{n}-{impl}-"))
+    sock = tmp / "sim.sock"
+    manifests = tmp / "m"
+    manifests.mkdir()
+    for i in range(n):
+        (manifests / f"p{i:05d}.json").write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"p{i:05d}"},
+                    "spec": {
+                        "containers": [
+                            {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
+                        ]
+                    },
+                }
+            )
+        )
+    sim = subprocess.Popen([sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    while not sock.exists():
+        time.sleep(0.05)
+    ro = free_port()
+    env = dict(os.environ, KUBELET_IMPL=impl)
+    argv = [
+        sys.executable, "-m", "kubelet", "--config", str(Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml"),
+        "--pleg-relist-period", f"{int(relist * 1000)}ms", "--max-pods", str(n + 10),
+        "--port", str(free_port()), "--read-only-port", str(ro), "--healthz-port", str(free_port()),
+        "--container-runtime-endpoint", f"unix://{sock}", "--pod-manifest-path", str(manifests),
+        "--root-dir", str(tmp / "root"), "--cert-dir", str(tmp / "pki"), "--pod-logs-dir", str(tmp / "logs"),
+        "--hostname-override", "density",
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    k = subprocess.Popen(
+        argv, env=env, stdout=open(tmp / "kubelet.log", "wb"), stderr=subprocess.STDOUT
+    )
+    try:
+        running = 0
+        while time.monotonic() - t0 < 600:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ro}/pods", timeout=10) as r:
+                    items = json.load(r)["items"]
+                running = sum(p.get("status", {}).get("phase") == "Running" for p in items)
+            except OSError:
+                pass
+            if running == n:
+                break
+            time.sleep(0.5)
+        all_running = time.monotonic() - t0
+        time.sleep(5)  # let start-up work settle
+        with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
+            before = relist_buckets(r.read().decode())
+        c0, w0 = proc_cpu(k.pid), time.monotonic()
+        time.sleep(hold)
+        cpu = (proc_cpu(k.pid) - c0) / (time.monotonic() - w0)
+        rss = proc_rss_mib(k.pid)
+        with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
+            after = relist_buckets(r.read().decode())
+        steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+        return {
+            "pods": n,
+            "impl": impl,
+            "relist_period_s": relist,
+            "running": running,
+            "all_running_s": round(all_running, 2),
+            "relist_p50_ms": round(quantile(steady, 0.5) * 1000, 3),
+            "relist_p99_ms": round(quantile(steady, 0.99) * 1000, 3),
+            "relists": steady[-1][1] if steady else 0,
+            "cpu_cores": round(cpu, 3),
+            "rss_mib": round(rss, 1),
+        }
+    finally:
+        k.terminate()
+        k.wait(30)
+        sim.terminate()
+        sim.wait(30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m benches.standalone_density")
+    ap.add_argument("--pods", type=int, nargs="+", default=[200, 2000])
+    ap.add_argument("--relist", type=float, default=0.1)
+    ap.add_argument("--hold", type=float, default=30.0)
+    ap.add_argument("--impl", nargs="+", default=["native", "reference"])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = []
+    for n in args.pods:
+        for impl in args.impl:
+            r = run(n, impl, args.relist, args.hold)
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

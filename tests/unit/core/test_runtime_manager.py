@@ -1,0 +1,136 @@
+"""computePodActions and sync against the fake CRI runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubelet.config.common import apply_defaults
+from kubelet.cri import errors
+from kubelet.cri.fake import FakeImageService, FakeRuntimeService
+from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+
+
+def pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    p = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": containers, **spec},
+    }
+    return apply_defaults(p, "/m/p.yaml", "file", "n1")
+
+
+def c(name: str, image: str = "busybox:1.36", **kw: Any) -> dict[str, Any]:
+    return {"name": name, "image": image, **kw}
+
+
+@pytest.fixture
+def rm(tmp_path) -> tuple[RuntimeManager, FakeRuntimeService, FakeImageService]:  # type: ignore[no-untyped-def]
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    return RuntimeManager(rt, img, str(tmp_path), crash_backoff=Backoff(10, 300)), rt, img
+
+
+async def status(m: RuntimeManager, p: dict[str, Any]):  # type: ignore[no-untyped-def]
+    return await m.get_pod_status(p["metadata"]["uid"])
+
+
+async def test_new_pod_creates_sandbox_and_starts_all(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _ = rm
+    p = pod([c("a"), c("b")])
+    a = m.compute_pod_actions(p, await status(m, p))
+    assert a.create_sandbox and a.attempt == 0 and a.containers_to_start == [0, 1]
+    res = await m.sync_pod(p, await status(m, p))
+    assert res.ok and len(rt.called("start_container")) == 2
+    st = await status(m, p)
+    assert len(st.sandboxes) == 1 and st.ips and [x.state for x in st.containers] == ["running"] * 2
+    # a second sync has nothing to do
+    a = m.compute_pod_actions(p, st)
+    assert not a.create_sandbox and not a.kill_pod and not a.containers_to_start
+
+
+async def test_restart_policies(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _ = rm
+    for policy, code, restart in (
+        ("Always", 0, True),
+        ("OnFailure", 0, False),
+        ("OnFailure", 1, True),
+        ("Never", 1, False),
+    ):
+        p = pod([c("x")], restartPolicy=policy)
+        await m.sync_pod(p, await status(m, p))
+        cid = (await status(m, p)).containers[0].id
+        rt.set_exited(cid, code)
+        a = m.compute_pod_actions(p, await status(m, p))
+        assert (a.containers_to_start == [0]) is restart, (policy, code)
+        if not restart:
+            assert a.kill_pod  # nothing left to run: the sandbox goes
+        await m.kill_pod(p, await status(m, p), 0, remove=True)
+
+
+async def test_spec_change_kills_only_that_container(rm) -> None:  # type: ignore[no-untyped-def]
+    m, _rt, _ = rm
+    p = pod([c("a"), c("b")])
+    await m.sync_pod(p, await status(m, p))
+    p["spec"]["containers"][1]["command"] = ["sh", "-c", "new"]
+    st = await status(m, p)
+    a = m.compute_pod_actions(p, st)
+    killed = [cs.name for cs, _ in a.containers_to_kill.values()]
+    assert killed == ["b"] and a.containers_to_start == [1]
+
+
+async def test_init_containers_run_in_order(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _ = rm
+    p = pod([c("app")], initContainers=[c("i1"), c("i2")])
+    await m.sync_pod(p, await status(m, p))
+    st = await status(m, p)
+    assert [x.name for x in st.containers] == ["i1"]
+    assert m.compute_pod_actions(p, st).next_init_container is None  # i1 still running
+    rt.set_exited(st.containers[0].id, 0)
+    await m.sync_pod(p, await status(m, p))
+    st = await status(m, p)
+    assert sorted(x.name for x in st.containers) == ["i1", "i2"]
+    rt.set_exited(st.find("i2").id, 0)  # type: ignore[union-attr]
+    a = m.compute_pod_actions(p, await status(m, p))
+    assert a.next_init_container is None and a.containers_to_start == [0]
+
+
+async def test_failed_init_with_never_kills_the_pod(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _ = rm
+    p = pod([c("app")], initContainers=[c("i1")], restartPolicy="Never")
+    await m.sync_pod(p, await status(m, p))
+    rt.set_exited((await status(m, p)).containers[0].id, 2)
+    assert m.compute_pod_actions(p, await status(m, p)).kill_pod
+
+
+async def test_crash_loop_backoff_and_image_errors(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, img = rm
+    p = pod([c("x")])
+    await m.sync_pod(p, await status(m, p))
+    rt.set_exited((await status(m, p)).containers[0].id, 1)
+    assert (await m.sync_pod(p, await status(m, p))).ok  # first restart is immediate
+    rt.set_exited((await status(m, p)).containers[0].id, 1)
+    res = await m.sync_pod(p, await status(m, p))
+    reason, msg = m.waiting[p["metadata"]["uid"]]["x"]
+    assert reason == "CrashLoopBackOff" and msg.startswith(
+        "back-off 10s restarting failed container=x pod=p-n1_default("
+    )
+    assert res.retry_after is not None and 0 < res.retry_after <= 10
+
+    q = pod([c("y", "example.com/app:missing")])
+    res = await m.sync_pod(q, await status(m, q))
+    assert m.waiting[q["metadata"]["uid"]]["y"][0] == "ErrImagePull"
+    await m.sync_pod(q, await status(m, q))
+    assert m.waiting[q["metadata"]["uid"]]["y"][0] == "ImagePullBackOff"
+    assert len(img.called("pull_image")) == 1  # the back-off held the second pull
+
+
+async def test_sandbox_failure_is_reported_not_raised(rm) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _ = rm
+    rt.inject_error("run_pod_sandbox", errors.UnavailableError("RunPodSandbox", "runtime down"))
+    p = pod([c("a")])
+    res = await m.sync_pod(p, await status(m, p))
+    assert not res.ok and "runtime down" in res.errors[0]
+    assert (await m.sync_pod(p, await status(m, p))).ok  # the next try works
