@@ -164,3 +164,47 @@ def test_killed_kubelet_readopts_running_pods(simruntime, tmp_path: Path) -> Non
         assert running(k2) == before  # same containers, restartCount unchanged
     finally:
         k2.stop()
+
+
+def test_runonce_starts_static_pods_and_exits(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    (manifests / "once.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "once"},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
+                    ]
+                },
+            }
+        )
+    )
+    k = KubeletProc(tmp_path, simruntime, manifests, "--runonce")
+    assert k.proc.wait(60) == 0
+    assert "runonce: pod default/once-node-b is Running" in k.log.read_text()
+
+
+def test_lock_contention_hands_over_to_the_new_kubelet(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    lock = str(tmp_path / "kubelet.lock")
+    first = KubeletProc(
+        tmp_path, simruntime, manifests, "--lock-file", lock, "--exit-on-lock-contention"
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{first.healthz}/healthz")
+        second = KubeletProc(
+            tmp_path, simruntime, manifests, "--lock-file", lock, "--exit-on-lock-contention"
+        )
+        try:
+            # The first one sees the second open the lock file and steps down.
+            assert first.proc.wait(30) == 0
+            assert wait_http(f"http://127.0.0.1:{second.healthz}/healthz") == b"ok"
+        finally:
+            second.stop()
+    finally:
+        first.stop()
