@@ -211,6 +211,7 @@ class Runtime:
         self.sandboxes: dict[str, Sandbox] = {}
         self.containers: dict[str, Container] = {}
         self.by_pod_uid: dict[str, set[str]] = {}
+        self.sandboxes_by_pod_uid: dict[str, set[str]] = {}
         self.images: dict[str, pb.Image] = {}
         net = ipaddress.ip_network(opts.pod_cidr, strict=False)
         self._ips = itertools.islice(net.hosts(), 1, None)  # .1 is the gateway
@@ -270,6 +271,7 @@ class Runtime:
             os.makedirs(config.log_directory, exist_ok=True)
         sid = new_id()
         self.sandboxes[sid] = Sandbox(sid, config, now_ns(), str(next(self._ips)), handler)
+        self.sandboxes_by_pod_uid.setdefault(md.uid, set()).add(sid)
         self._changed()
         return sid
 
@@ -294,6 +296,11 @@ class Runtime:
         for cid in list(sb.containers):
             self.remove_container(cid)
         del self.sandboxes[sid]
+        ids = self.sandboxes_by_pod_uid.get(sb.config.metadata.uid)
+        if ids is not None:
+            ids.discard(sid)
+            if not ids:
+                del self.sandboxes_by_pod_uid[sb.config.metadata.uid]
         self._changed()
 
     # -- containers
