@@ -125,11 +125,14 @@ class SimRuntime:
             )
         else:
             items = []
-            cands = (
-                [self.rt.sandboxes[f.id]]
-                if f.id in self.rt.sandboxes
-                else ([] if f.id else list(self.rt.sandboxes.values()))
-            )
+            uid = f.label_selector.get("io.kubernetes.pod.uid")
+            if f.id:
+                cands = [self.rt.sandboxes[f.id]] if f.id in self.rt.sandboxes else []
+            elif uid is not None:
+                # The kubelet asks per pod: an index keeps that O(1), not O(sandboxes).
+                cands = [self.rt.sandboxes[i] for i in self.rt.sandboxes_by_pod_uid.get(uid, ())]
+            else:
+                cands = list(self.rt.sandboxes.values())
             for s in cands:
                 if f.HasField("state") and s.state != f.state.state:
                     continue
