@@ -83,6 +83,12 @@ async def evented_node(simruntime, tmp_path: Path) -> AsyncIterator[Node]:  # ty
         yield n
 
 
+@pytest.fixture
+async def containerd_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    async for n in _node(containerd, tmp_path):
+        yield n
+
+
 async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "manifests"
     manifests.mkdir()

@@ -1,0 +1,82 @@
+"""The node core on a real containerd with runc (the subset that ran: see names)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.testing.images import BUSYBOX_REF
+
+pytestmark = pytest.mark.containerd
+
+
+async def test_static_busybox_pod_runs_for_real(containerd_node) -> None:  # type: ignore[no-untyped-def]
+    node = containerd_node
+    node.write(
+        "real",
+        [
+            {
+                "name": "c",
+                "image": BUSYBOX_REF,
+                "command": ["sh", "-c", "echo hello from a real pod; sleep infinity"],
+            }
+        ],
+    )
+    await node.wait(
+        lambda: node.phase("real") == "Running", timeout=60, what="Running on containerd"
+    )
+    st = node.pod("real")["status"]
+    assert st["podIP"].startswith("10.244.")
+    cid = node.container("real", "c")["containerID"]
+    assert cid.startswith("containerd://")
+    info = (await node.rt.container_status(cid.split("://")[1], verbose=True)).info
+    pid = json.loads(info["info"])["pid"]
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        assert b"sleep" in fh.read()  # the process exists on this host
+    uid = node.pod("real")["metadata"]["uid"]
+    log = node.manifests.parent / "logs" / f"default_real-node-a_{uid}" / "c" / "0.log"
+    await node.wait(lambda: "hello from a real pod" in log.read_text(), timeout=10, what="log line")
+    assert " stdout F hello from a real pod" in log.read_text()
+
+
+async def test_failing_container_restarts_and_never_policy_fails(containerd_node) -> None:  # type: ignore[no-untyped-def]
+    node = containerd_node
+    node.write("flaky", [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", "exit 4"]}])
+    node.write(
+        "once",
+        [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", "exit 5"]}],
+        restartPolicy="Never",
+    )
+    await node.wait(
+        lambda: node.container("flaky", "c")["restartCount"] >= 2, timeout=60, what="restarts"
+    )
+    assert node.container("flaky", "c")["lastState"]["terminated"]["exitCode"] == 4
+    await node.wait(lambda: node.phase("once") == "Failed", timeout=60, what="Failed")
+    assert node.container("once", "c")["state"]["terminated"]["exitCode"] == 5
+
+
+async def test_removed_manifest_stops_and_removes_the_pod(containerd_node) -> None:  # type: ignore[no-untyped-def]
+    node = containerd_node
+    path = node.write(
+        "gone", [{"name": "c", "image": BUSYBOX_REF, "command": ["sleep", "infinity"]}]
+    )
+    await node.wait(lambda: node.phase("gone") == "Running", timeout=60, what="Running")
+    uid = node.pod("gone")["metadata"]["uid"]
+    path.unlink()
+    sel = pb.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": uid})
+
+    async def removed() -> bool:
+        return not await node.rt.list_pod_sandbox(sel)
+
+    import asyncio
+
+    for _ in range(300):
+        if await removed():
+            break
+        await asyncio.sleep(0.1)
+    assert await removed()
+    assert not await node.rt.list_containers(
+        pb.ContainerFilter(label_selector={"io.kubernetes.pod.uid": uid})
+    )
