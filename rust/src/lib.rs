@@ -22,6 +22,9 @@ pub const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
 #[pyclass(name = "RelistDiffer", module = "kubelet_native")]
 struct PyRelistDiffer {
     inner: relist::Differ,
+    // The previous responses: items that did not change are found by comparing
+    // bytes with these, without decoding them.
+    prev: Option<(Py<PyBytes>, Py<PyBytes>)>,
 }
 
 #[pymethods]
@@ -30,6 +33,7 @@ impl PyRelistDiffer {
     fn new() -> Self {
         PyRelistDiffer {
             inner: relist::Differ::new(),
+            prev: None,
         }
     }
 
@@ -42,11 +46,17 @@ impl PyRelistDiffer {
         containers: &Bound<'_, PyBytes>,
     ) -> PyResult<(Vec<(String, &'static str, String)>, Vec<String>)> {
         let (s, c) = (sandboxes.as_bytes(), containers.as_bytes());
+        let (ps, pc): (&[u8], &[u8]) = match &self.prev {
+            Some((ps, pc)) => (ps.as_bytes(py), pc.as_bytes(py)),
+            None => (b"", b""),
+        };
         let inner = &mut self.inner;
         // Decoding and diffing touch no Python object: let other threads run.
-        let result = py.allow_threads(|| inner.diff(s, c));
+        let result = py.allow_threads(|| inner.diff_with_previous(s, c, ps, pc));
         let (events, changed) = result
             .map_err(|e| PyValueError::new_err(format!("undecodable relist response: {}", e.0)))?;
+        // Keep these responses (a reference, not a copy) for the next diff.
+        self.prev = Some((sandboxes.clone().unbind(), containers.clone().unbind()));
         Ok((
             events
                 .into_iter()

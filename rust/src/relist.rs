@@ -43,15 +43,28 @@ pub struct Event {
 }
 
 struct Record {
+    id: String,
     uid: String,
     state: State,
     seen: u64, // the relist generation that last saw it
+    live: bool,
+}
+
+/// Where each item of the previous response was, and which record it became.
+#[derive(Default)]
+struct Layout {
+    spans: Vec<(usize, usize)>,
+    slots: Vec<u32>,
 }
 
 #[derive(Default)]
 pub struct Differ {
-    records: HashMap<String, Record>,
-    pods: HashMap<String, u32>, // pod UID -> how many records it has
+    records: Vec<Record>, // a slab: `free` holds the unused slots
+    free: Vec<u32>,
+    index: HashMap<String, u32>, // ID -> slot
+    pods: HashMap<String, u32>,  // pod UID -> how many records it has
+    prev_sandboxes: Layout,
+    prev_containers: Layout,
     generation: u64,
     pub running_pods: usize,
     pub running_containers: usize,
@@ -89,138 +102,97 @@ fn utf8(b: &[u8]) -> Result<&str, DecodeError> {
     std::str::from_utf8(b).map_err(|_| DecodeError("invalid UTF-8 in a string field"))
 }
 
+/// A parsed item, or the slot of a byte-identical item in the previous relist.
+enum Item<'a> {
+    Same(u32),
+    New(&'a str, &'a str, State),
+}
+
 impl Differ {
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Diff a new relist against the previous one. Events are ordered by pod
-    /// UID, then ID; `changed` lists the pods with events in that order.
-    pub fn diff(
+    /// Diff a new relist against the previous one. `prev_*` must be the buffers
+    /// given to the previous call (or empty): items that are byte-for-byte the
+    /// same at the same position are known unchanged without being decoded.
+    /// Events are ordered by pod UID, then ID; `changed` lists the pods with
+    /// events in that order.
+    pub fn diff_with_previous(
         &mut self,
         sandboxes: &[u8],
         containers: &[u8],
+        prev_sandboxes: &[u8],
+        prev_containers: &[u8],
     ) -> Result<(Vec<Event>, Vec<String>), DecodeError> {
         // Decode fully before touching state, so bad input changes nothing.
-        let mut items: Vec<(&str, &str, State)> = Vec::new();
-        let mut bad: Option<DecodeError> = None;
-        let mut running_pod_uids: Vec<&str> = Vec::new();
-        wire::for_each_sandbox(sandboxes, |s| match (utf8(s.id), utf8(s.uid)) {
-            (Ok(id), Ok(uid)) => {
-                let st = if s.ready {
-                    State::Running
-                } else {
-                    State::Exited
-                };
-                if s.ready {
-                    running_pod_uids.push(uid);
-                }
-                items.push((id, uid, st));
-            }
-            (Err(e), _) | (_, Err(e)) => bad = Some(e),
-        })?;
-        let mut running_containers = 0usize;
-        wire::for_each_container(containers, |c| match (utf8(c.id), utf8(c.uid)) {
-            (Ok(id), Ok(uid)) => {
-                let st = container_state(c.state);
-                if st == State::Running {
-                    running_containers += 1;
-                }
-                items.push((id, uid, st));
-            }
-            (Err(e), _) | (_, Err(e)) => bad = Some(e),
-        })?;
-        if let Some(e) = bad {
-            return Err(e);
-        }
+        let mut s_spans = Vec::new();
+        let mut c_spans = Vec::new();
+        wire::item_spans(sandboxes, &mut s_spans)?;
+        wire::item_spans(containers, &mut c_spans)?;
+        let s_items = Self::items(
+            sandboxes,
+            &s_spans,
+            prev_sandboxes,
+            &self.prev_sandboxes,
+            true,
+        )?;
+        let c_items = Self::items(
+            containers,
+            &c_spans,
+            prev_containers,
+            &self.prev_containers,
+            false,
+        )?;
 
         self.generation += 1;
         let generation = self.generation;
         let mut events: Vec<Event> = Vec::new();
-        for (id, uid, st) in items {
-            match self.records.get_mut(id) {
-                Some(rec) if rec.uid == uid => {
-                    if rec.seen == generation {
-                        continue; // a duplicate ID in one response: first one wins
-                    }
-                    rec.seen = generation;
-                    if rec.state != st {
-                        for k in transition(rec.state, st) {
-                            events.push(Event {
-                                pod_uid: uid.to_owned(),
-                                kind: *k,
-                                id: id.to_owned(),
-                            });
-                        }
-                        rec.state = st;
-                    }
-                }
-                Some(rec) => {
-                    if rec.seen == generation {
-                        continue;
-                    }
-                    // Same ID under another pod: gone from the old, new in the new.
-                    for k in transition(rec.state, State::NonExistent) {
-                        events.push(Event {
-                            pod_uid: rec.uid.clone(),
-                            kind: *k,
-                            id: id.to_owned(),
-                        });
-                    }
-                    Self::dec(&mut self.pods, &rec.uid);
-                    *self.pods.entry(uid.to_owned()).or_insert(0) += 1;
-                    rec.uid = uid.to_owned();
-                    rec.state = st;
-                    rec.seen = generation;
-                    for k in transition(State::NonExistent, st) {
-                        events.push(Event {
-                            pod_uid: uid.to_owned(),
-                            kind: *k,
-                            id: id.to_owned(),
-                        });
-                    }
-                }
-                None => {
-                    for k in transition(State::NonExistent, st) {
-                        events.push(Event {
-                            pod_uid: uid.to_owned(),
-                            kind: *k,
-                            id: id.to_owned(),
-                        });
-                    }
-                    *self.pods.entry(uid.to_owned()).or_insert(0) += 1;
-                    self.records.insert(
-                        id.to_owned(),
-                        Record {
-                            uid: uid.to_owned(),
-                            state: st,
-                            seen: generation,
-                        },
-                    );
-                }
+        let mut s_slots = Vec::with_capacity(s_items.len());
+        let mut c_slots = Vec::with_capacity(c_items.len());
+        for (items, slots) in [(s_items, &mut s_slots), (c_items, &mut c_slots)] {
+            for item in items {
+                slots.push(self.apply(item, generation, &mut events));
             }
         }
         // Whatever was not seen this time is gone.
-        let pods = &mut self.pods;
-        self.records.retain(|id, rec| {
-            if rec.seen == generation {
-                return true;
+        for slot in 0..self.records.len() {
+            let rec = &self.records[slot];
+            if !rec.live || rec.seen == generation {
+                continue;
             }
             for k in transition(rec.state, State::NonExistent) {
                 events.push(Event {
                     pod_uid: rec.uid.clone(),
                     kind: *k,
-                    id: id.clone(),
+                    id: rec.id.clone(),
                 });
             }
-            Self::dec(pods, &rec.uid);
-            false
-        });
+            self.release(slot as u32);
+        }
 
-        running_pod_uids.sort_unstable();
-        running_pod_uids.dedup();
-        self.running_pods = running_pod_uids.len();
-        self.running_containers = running_containers;
+        let mut running_pods: Vec<&str> = Vec::new();
+        for &slot in &s_slots {
+            let rec = &self.records[slot as usize];
+            if rec.state == State::Running {
+                running_pods.push(&rec.uid);
+            }
+        }
+        running_pods.sort_unstable();
+        running_pods.dedup();
+        self.running_pods = running_pods.len();
+        self.running_containers = c_slots
+            .iter()
+            .filter(|&&s| self.records[s as usize].state == State::Running)
+            .count();
+        self.prev_sandboxes = Layout {
+            spans: s_spans,
+            slots: s_slots,
+        };
+        self.prev_containers = Layout {
+            spans: c_spans,
+            slots: c_slots,
+        };
 
         events.sort_by(|a, b| (&a.pod_uid, &a.id, a.kind).cmp(&(&b.pod_uid, &b.id, b.kind)));
         let mut changed: Vec<String> = Vec::new();
@@ -230,6 +202,141 @@ impl Differ {
             }
         }
         Ok((events, changed))
+    }
+
+    /// diff without the previous buffers: every item is decoded.
+    pub fn diff(
+        &mut self,
+        sandboxes: &[u8],
+        containers: &[u8],
+    ) -> Result<(Vec<Event>, Vec<String>), DecodeError> {
+        self.diff_with_previous(sandboxes, containers, b"", b"")
+    }
+
+    fn items<'a>(
+        buf: &'a [u8],
+        spans: &[(usize, usize)],
+        prev: &[u8],
+        layout: &Layout,
+        sandbox: bool,
+    ) -> Result<Vec<Item<'a>>, DecodeError> {
+        let mut out = Vec::with_capacity(spans.len());
+        for (i, &(a, b)) in spans.iter().enumerate() {
+            let bytes = &buf[a..b];
+            if let Some(&(pa, pb)) = layout.spans.get(i) {
+                if prev.get(pa..pb) == Some(bytes) {
+                    out.push(Item::Same(layout.slots[i]));
+                    continue;
+                }
+            }
+            let (id, uid, st) = if sandbox {
+                let s = wire::parse_sandbox(bytes)?;
+                (
+                    s.id,
+                    s.uid,
+                    if s.ready {
+                        State::Running
+                    } else {
+                        State::Exited
+                    },
+                )
+            } else {
+                let c = wire::parse_container(bytes)?;
+                (c.id, c.uid, container_state(c.state))
+            };
+            out.push(Item::New(utf8(id)?, utf8(uid)?, st));
+        }
+        Ok(out)
+    }
+
+    fn apply(&mut self, item: Item<'_>, generation: u64, events: &mut Vec<Event>) -> u32 {
+        let (id, uid, st) = match item {
+            Item::Same(slot) => {
+                let rec = &mut self.records[slot as usize];
+                if rec.live && rec.seen != generation {
+                    rec.seen = generation;
+                    return slot;
+                }
+                // Seen already: a repeated ID, the first occurrence counts. (Slots
+                // are only released after all items are applied, so it is live.)
+                return slot;
+            }
+            Item::New(id, uid, st) => (id, uid, st),
+        };
+        if let Some(&slot) = self.index.get(id) {
+            let rec = &mut self.records[slot as usize];
+            if rec.seen == generation {
+                return slot; // a repeated ID: the first occurrence counts
+            }
+            rec.seen = generation;
+            if rec.uid == uid {
+                for k in transition(rec.state, st) {
+                    events.push(Event {
+                        pod_uid: uid.to_owned(),
+                        kind: *k,
+                        id: id.to_owned(),
+                    });
+                }
+                rec.state = st;
+            } else {
+                // The same ID under another pod: gone from the old, new in the new.
+                for k in transition(rec.state, State::NonExistent) {
+                    events.push(Event {
+                        pod_uid: rec.uid.clone(),
+                        kind: *k,
+                        id: id.to_owned(),
+                    });
+                }
+                let old_uid = std::mem::replace(&mut rec.uid, uid.to_owned());
+                rec.state = st;
+                Self::dec(&mut self.pods, &old_uid);
+                *self.pods.entry(uid.to_owned()).or_insert(0) += 1;
+                for k in transition(State::NonExistent, st) {
+                    events.push(Event {
+                        pod_uid: uid.to_owned(),
+                        kind: *k,
+                        id: id.to_owned(),
+                    });
+                }
+            }
+            return slot;
+        }
+        for k in transition(State::NonExistent, st) {
+            events.push(Event {
+                pod_uid: uid.to_owned(),
+                kind: *k,
+                id: id.to_owned(),
+            });
+        }
+        *self.pods.entry(uid.to_owned()).or_insert(0) += 1;
+        let rec = Record {
+            id: id.to_owned(),
+            uid: uid.to_owned(),
+            state: st,
+            seen: generation,
+            live: true,
+        };
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.records[s as usize] = rec;
+                s
+            }
+            None => {
+                self.records.push(rec);
+                (self.records.len() - 1) as u32
+            }
+        };
+        self.index.insert(id.to_owned(), slot);
+        slot
+    }
+
+    fn release(&mut self, slot: u32) {
+        let rec = &mut self.records[slot as usize];
+        rec.live = false;
+        let (id, uid) = (std::mem::take(&mut rec.id), std::mem::take(&mut rec.uid));
+        self.index.remove(&id);
+        Self::dec(&mut self.pods, &uid);
+        self.free.push(slot);
     }
 
     fn dec(pods: &mut HashMap<String, u32>, uid: &str) {
@@ -332,6 +439,27 @@ mod tests {
         let mut d = Differ::new();
         let (ev, _) = d.diff(b"", &list(&[container("c1", "p1", 0)])).unwrap();
         assert_eq!(kinds(&ev), vec![("p1", "ContainerChanged", "c1")]);
+    }
+
+    #[test]
+    fn unchanged_items_are_recognised_by_their_bytes() {
+        let mut d = Differ::new();
+        let mut reference = Differ::new();
+        let rounds = [
+            list(&[container("c1", "p1", 1), container("c2", "p2", 1)]),
+            list(&[container("c1", "p1", 1), container("c2", "p2", 2)]),
+            list(&[container("c2", "p2", 2), container("c1", "p1", 1)]), // reordered
+            list(&[container("c1", "p1", 1)]),
+            list(&[container("c1", "p1", 1), container("c3", "p1", 1)]),
+        ];
+        let mut prev: Vec<u8> = Vec::new();
+        for r in rounds.iter() {
+            let fast = d.diff_with_previous(b"", r, b"", &prev).unwrap();
+            let slow = reference.diff(b"", r).unwrap();
+            assert_eq!(fast, slow);
+            assert_eq!(d.running_containers, reference.running_containers);
+            prev = r.clone();
+        }
     }
 
     #[test]

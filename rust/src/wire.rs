@@ -106,80 +106,76 @@ pub struct ContainerRef<'a> {
 
 const POD_UID_LABEL: &[u8] = b"io.kubernetes.pod.uid";
 
-/// Calls `f` for each PodSandbox in a ListPodSandboxResponse.
-pub fn for_each_sandbox<'a>(
-    buf: &'a [u8],
-    mut f: impl FnMut(SandboxRef<'a>),
-) -> Result<(), DecodeError> {
+/// The byte spans of the top-level items (field 1) of a List response.
+pub fn item_spans(buf: &[u8], out: &mut Vec<(usize, usize)>) -> Result<(), DecodeError> {
+    out.clear();
     let mut r = Reader::new(buf);
-    while let Some((field, v)) = r.next_field()? {
-        if let (1, Value::Bytes(item)) = (field, v) {
-            let mut s = SandboxRef {
-                id: b"",
-                uid: b"",
-                ready: true,
-            };
-            let mut ir = Reader::new(item);
-            while let Some((f2, v2)) = ir.next_field()? {
-                match (f2, v2) {
-                    (1, Value::Bytes(b)) => s.id = b,
-                    (2, Value::Bytes(md)) => {
-                        let mut mr = Reader::new(md);
-                        while let Some((f3, v3)) = mr.next_field()? {
-                            if let (2, Value::Bytes(b)) = (f3, v3) {
-                                s.uid = b;
-                            }
-                        }
-                    }
-                    // SANDBOX_READY = 0 (the default), SANDBOX_NOTREADY = 1.
-                    (3, Value::Varint(x)) => s.ready = x == 0,
-                    _ => {}
-                }
+    loop {
+        match r.next_field()? {
+            None => return Ok(()),
+            Some((1, Value::Bytes(item))) => {
+                let end = r.pos;
+                out.push((end - item.len(), end));
             }
-            f(s);
+            Some(_) => {}
         }
     }
-    Ok(())
 }
 
-/// Calls `f` for each Container in a ListContainersResponse.
-pub fn for_each_container<'a>(
-    buf: &'a [u8],
-    mut f: impl FnMut(ContainerRef<'a>),
-) -> Result<(), DecodeError> {
-    let mut r = Reader::new(buf);
-    while let Some((field, v)) = r.next_field()? {
-        if let (1, Value::Bytes(item)) = (field, v) {
-            let mut c = ContainerRef {
-                id: b"",
-                uid: b"",
-                state: 0,
-            };
-            let mut ir = Reader::new(item);
-            while let Some((f2, v2)) = ir.next_field()? {
-                match (f2, v2) {
-                    (1, Value::Bytes(b)) => c.id = b,
-                    (6, Value::Varint(x)) => c.state = x,
-                    (8, Value::Bytes(entry)) => {
-                        // map<string,string> entry: key = 1, value = 2
-                        let (mut k, mut val): (&[u8], &[u8]) = (b"", b"");
-                        let mut er = Reader::new(entry);
-                        while let Some((f3, v3)) = er.next_field()? {
-                            match (f3, v3) {
-                                (1, Value::Bytes(b)) => k = b,
-                                (2, Value::Bytes(b)) => val = b,
-                                _ => {}
-                            }
-                        }
-                        if k == POD_UID_LABEL {
-                            c.uid = val;
-                        }
+/// One sandbox item (a PodSandbox message) as the relist sees it.
+pub fn parse_sandbox(item: &[u8]) -> Result<SandboxRef<'_>, DecodeError> {
+    let mut s = SandboxRef {
+        id: b"",
+        uid: b"",
+        ready: true,
+    };
+    let mut ir = Reader::new(item);
+    while let Some((f2, v2)) = ir.next_field()? {
+        match (f2, v2) {
+            (1, Value::Bytes(b)) => s.id = b,
+            (2, Value::Bytes(md)) => {
+                let mut mr = Reader::new(md);
+                while let Some((f3, v3)) = mr.next_field()? {
+                    if let (2, Value::Bytes(b)) = (f3, v3) {
+                        s.uid = b;
                     }
-                    _ => {}
                 }
             }
-            f(c);
+            (3, Value::Varint(x)) => s.ready = x == 0,
+            _ => {}
         }
     }
-    Ok(())
+    Ok(s)
+}
+
+/// One container item (a Container message) as the relist sees it.
+pub fn parse_container(item: &[u8]) -> Result<ContainerRef<'_>, DecodeError> {
+    let mut c = ContainerRef {
+        id: b"",
+        uid: b"",
+        state: 0,
+    };
+    let mut ir = Reader::new(item);
+    while let Some((f2, v2)) = ir.next_field()? {
+        match (f2, v2) {
+            (1, Value::Bytes(b)) => c.id = b,
+            (6, Value::Varint(x)) => c.state = x,
+            (8, Value::Bytes(entry)) => {
+                let (mut k, mut val): (&[u8], &[u8]) = (b"", b"");
+                let mut er = Reader::new(entry);
+                while let Some((f3, v3)) = er.next_field()? {
+                    match (f3, v3) {
+                        (1, Value::Bytes(b)) => k = b,
+                        (2, Value::Bytes(b)) => val = b,
+                        _ => {}
+                    }
+                }
+                if k == POD_UID_LABEL {
+                    c.uid = val;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(c)
 }
