@@ -31,6 +31,39 @@ _MASK = (
 )
 
 
+# (path) -> (mtime_ns, size, inode, node name, pods or error): a file that did not
+# change is not parsed again (re-reading thousands of manifests every
+# fileCheckFrequency would otherwise cost a steady slice of a core).
+_parsed: dict[str, tuple[tuple[int, int, int, str], list[Pod] | None, str | None]] = {}
+
+
+def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
+    try:
+        st = os.stat(f)
+    except OSError as err:
+        return [], f"{f}: {err}"
+    key = (st.st_mtime_ns, st.st_size, st.st_ino, node_name)
+    hit = _parsed.get(f)
+    if hit is not None and hit[0] == key:
+        # Pods are read-only once built: the cached ones can be shared.
+        return list(hit[1] or []), hit[2]
+    pods_out: list[Pod] = []
+    error: str | None = None
+    try:
+        with open(f, "rb") as fh:
+            data = fh.read()
+        for doc in decode_manifest(data):
+            pods_out.append(apply_defaults(doc, f, FILE_SOURCE, node_name))
+    except (OSError, ManifestError) as err:
+        error = f"{f}: {err}"
+    except Exception as err:  # malformed structures (wrong types) are a bad file too
+        error = f"{f}: invalid manifest: {err!r}"
+    if error:
+        pods_out = []
+    _parsed[f] = (key, pods_out, error)
+    return pods_out, error
+
+
 def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
     """(pods, errors) for a folder or one file. Blocking: run it off the event loop."""
     if os.path.isdir(path):
@@ -38,7 +71,8 @@ def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
             names = sorted(n for n in os.listdir(path) if not n.startswith("."))
         except OSError as err:
             return [], [f"{path}: {err}"]
-        files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+        files = [os.path.join(path, n) for n in names]
+        files = [f for f in files if os.path.isfile(f)]
     elif os.path.exists(path):
         files = [path]
     else:
@@ -46,15 +80,13 @@ def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
     pods: list[Pod] = []
     errors: list[str] = []
     for f in files:
-        try:
-            with open(f, "rb") as fh:
-                data = fh.read()
-            for doc in decode_manifest(data):
-                pods.append(apply_defaults(doc, f, FILE_SOURCE, node_name))
-        except (OSError, ManifestError) as err:
-            errors.append(f"{f}: {err}")
-        except Exception as err:  # malformed structures (wrong types) are a bad file too
-            errors.append(f"{f}: invalid manifest: {err!r}")
+        got, error = _read_file(f, node_name)
+        pods.extend(got)
+        if error:
+            errors.append(error)
+    for gone in set(_parsed) - set(files):
+        if os.path.dirname(gone) == os.path.dirname(files[0] if files else path) or gone == path:
+            _parsed.pop(gone, None)
     return pods, errors
 
 
