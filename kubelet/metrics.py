@@ -42,7 +42,21 @@ _POD_START = (
 )
 
 # Finer than upstream's DefBuckets at the low end: relists here take milliseconds.
-_RELIST: tuple[float, ...] = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1)
+_RELIST: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.02,
+    0.03,
+    0.05,
+    0.075,
+    0.1,
+)
 _RELIST += (0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 PLEG_RELIST_DURATION = Histogram(
