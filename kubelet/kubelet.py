@@ -194,9 +194,15 @@ class Kubelet:
                 )
                 if updates in done:
                     self.handle_update(updates.result())
+                    while not self.pod_config.updates.empty():
+                        self.handle_update(self.pod_config.updates.get_nowait())
                     updates = asyncio.ensure_future(self.pod_config.updates.get())
                 if events in done:
+                    # Drain what the PLEG sent in one go: one wakeup per event would
+                    # let a busy relist fill the channel and drop events.
                     self.handle_pleg_event(events.result())
+                    while not self.pleg.events.empty():
+                        self.handle_pleg_event(self.pleg.events.get_nowait())
                     events = asyncio.ensure_future(self.pleg.events.get())
                 now = time.monotonic()
                 if now >= next_sync:

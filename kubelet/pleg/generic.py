@@ -81,6 +81,12 @@ class GenericPLEG:
         for ev in events:
             if ev.type in (CONTAINER_REMOVED, CONTAINER_CHANGED):
                 continue  # nothing to sync for these, as upstream
+            for _ in range(8):
+                if not self.events.full():
+                    break
+                # One relist can carry thousands of events (a node starting up):
+                # let the syncLoop drain the channel before giving up on any.
+                await asyncio.sleep(0)
             try:
                 self.events.put_nowait(ev)
             except asyncio.QueueFull:
