@@ -46,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         med[b["group"]][b["extra_info"]["impl"]] = b["stats"]["median"]
     summary = {}
     print(f"\n{'kernel':<26}{'native':>14}{'reference':>14}{'ratio':>9}")
-    for group in sorted(med, key=lambda g: (g.rsplit("_", 1)[0], int(g.rsplit("_", 1)[1]))):
+    others = {g: v for g, v in med.items() if "native" not in v and "reference" not in v}
+    for group in sorted(
+        (g for g in med if g not in others),
+        key=lambda g: (g.rsplit("_", 1)[0], int(g.rsplit("_", 1)[1])),
+    ):
         n, r = med[group].get("native"), med[group].get("reference")
         ratio = r / n if n and r else None
         summary[group] = {"native_s": n, "reference_s": r, "ratio": ratio}
