@@ -181,3 +181,30 @@ async def test_runtime_down_is_a_typed_error_within_the_deadline(tmp_path: Path)
         assert (await runtime_ready(rt) or "").startswith("container runtime is down")
     finally:
         await rt.close()
+
+
+async def test_client_reconnects_when_the_runtime_comes_back(tmp_path: Path) -> None:
+    from tests.fixtures.simruntime import start_simruntime
+
+    d = Path(f"/tmp/reconn-{time.monotonic_ns()}")
+    d.mkdir()
+    sim = start_simruntime(d)
+    rt = RemoteRuntimeService(sim.endpoint, timeout=2)
+    try:
+        assert (await rt.version()).runtime_name == "simruntime"
+        sim.stop()
+        with pytest.raises((errors.UnavailableError, errors.DeadlineExceededError)):
+            await rt.version()
+        sim = start_simruntime(d)  # the runtime restarts on the same socket
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert (await rt.version()).runtime_name == "simruntime"
+                break
+            except errors.CRIError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await rt.close()
+        sim.stop()
