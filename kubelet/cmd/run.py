@@ -15,6 +15,7 @@ from typing import Any
 import kubelet
 from kubelet.apis.config.v1beta1 import encode
 from kubelet.cmd.kubelet import KubeletServer
+from kubelet.cmd.node import start_node
 from kubelet.dependencies import Dependencies
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
@@ -86,7 +87,7 @@ async def run(
         adjust_self(deps.oom_adjuster or OOMAdjuster(), cfg.oom_score_adj)
 
         name = node_name(s)
-        node = await _start_node(s, deps, name, stop, cleanups)
+        node = await start_node(s, deps, name, stop, cleanups)
 
         if flags.run_once:
             return await _run_once(node)
@@ -135,19 +136,6 @@ def build_auth(s: KubeletServer, has_client: bool) -> ServerAuth:
         authorization_mode=cfg.authorization.mode,
         x509_enabled=bool(cfg.authentication.x509.client_ca_file),
     )
-
-
-async def _start_node(
-    s: KubeletServer,
-    deps: Dependencies,
-    name: str,
-    stop: asyncio.Event,
-    cleanups: list[Callable[[], Any]],
-) -> Any:
-    """Build the Kubelet (runtime clients, pod sources, loops) and start its loops."""
-    from kubelet.cmd.node import start_node
-
-    return await start_node(s, deps, name, stop, cleanups)
 
 
 async def _run_once(node: Any) -> int:
