@@ -84,7 +84,7 @@ build_native() {
         python -m pip install -q --no-build-isolation --force-reinstall --no-deps "$REPO_ROOT/rust"
         echo "$rwant" >"$rstamp"
     fi
-    pwant="$(cd "$REPO_ROOT" && find pyx setup.py pyproject.toml hack/gen_proto.py kubelet -name '*.pyx' -o -name '*.pxd' -o -name '*.proto' -o -name setup.py -o -name pyproject.toml -o -name gen_proto.py | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+    pwant="$(cd "$REPO_ROOT" && find . -path ./.venv -prune -o -path ./rust -prune -o \( -name '*.pyx' -o -name '*.pxd' -o -name '*.proto' -o -name setup.py -o -name pyproject.toml -o -name gen_proto.py \) -print | sort | xargs sha256sum | sha256sum | cut -c1-16)"
     if [ "$(cat "$pstamp" 2>/dev/null)" != "$pwant" ] || ! python -c 'import kubelet.cmd' 2>/dev/null; then
         log "building kubelet (Cython modules, CRI stubs), editable"
         python "$REPO_ROOT/hack/gen_proto.py"
