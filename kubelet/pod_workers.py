@@ -118,9 +118,14 @@ class PodWorkers:
             work, st.pending = st.pending, None
             if work is None:
                 continue
+            status: Any = None
+            if not st.terminating:
+                # Wait for fresh runtime state before taking a concurrency slot, so
+                # pods waiting on the PLEG do not hold back pods that are ready.
+                status, _err = await self.cache.get_newer_than(u, st.last_sync)
             async with self._sem:
                 if not st.terminating:
-                    await self._run_sync(u, st, work)
+                    await self._run_sync(u, st, work, status)
                 if st.terminating and not st.terminated:
                     try:
                         await self._terminate(st.pod, st.grace)
@@ -138,8 +143,7 @@ class PodWorkers:
                     st.done.set()
                     return
 
-    async def _run_sync(self, u: str, st: _State, work: PodWork) -> None:
-        status, _err = await self.cache.get_newer_than(u, st.last_sync)
+    async def _run_sync(self, u: str, st: _State, work: PodWork, status: Any) -> None:
         start = time.perf_counter()
         op = work.type.value if work.type is not UpdateType.KILL else "sync"
         try:
