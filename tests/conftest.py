@@ -9,3 +9,13 @@ pytest_plugins: list[str] = [
     "tests.fixtures.simruntime",
     "tests.fixtures.containerd",
 ]
+
+import os
+
+from hypothesis import settings
+
+# CI runs a fixed set of examples (the same on every run); developers get fresh
+# random ones, which is how the equivalence tests find new cases.
+settings.register_profile("ci", derandomize=True, deadline=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")

@@ -1,7 +1,7 @@
 """The pod work queue (pkg/kubelet/util/queue): keys that become due at a time.
 
 enqueue(key, delay) sets (overwrites) when a key is due; get_work(now) takes
-every due key in time order. A binary heap with lazy deletion keeps both
+every due key in time order, ties in enqueue order. A binary heap with lazy deletion keeps both
 O(log n), where the Go kubelet scans its whole map every second.
 """
 
@@ -17,16 +17,18 @@ import kubelet
 class ReferenceWorkQueue:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._due: dict[str, float] = {}
-        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, tuple[float, int]] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = 0  # ties go out in enqueue order
 
     def enqueue(self, key: str, delay: float) -> None:
         at = self.clock() + max(0.0, delay)
-        self._due[key] = at
-        heapq.heappush(self._heap, (at, key))
+        self._seq += 1
+        self._due[key] = (at, self._seq)
+        heapq.heappush(self._heap, (at, self._seq, key))
         # Stale heap entries are skipped on the way out; compact when they dominate.
         if len(self._heap) > 2 * len(self._due) + 64:
-            self._heap = [(t, k) for k, t in self._due.items()]
+            self._heap = [(t, q, k) for k, (t, q) in self._due.items()]
             heapq.heapify(self._heap)
 
     def get_work(self, now: float | None = None) -> list[str]:
@@ -34,8 +36,8 @@ class ReferenceWorkQueue:
         out: list[str] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
-            at, key = heapq.heappop(heap)
-            if self._due.get(key) == at:
+            at, seq, key = heapq.heappop(heap)
+            if self._due.get(key) == (at, seq):
                 del self._due[key]
                 out.append(key)
         return out
