@@ -4,15 +4,15 @@ Fixture modules for the real parts (simulated runtime, containerd, control
 plane) live in tests/fixtures/ and are registered here.
 """
 
+import os
+
+from hypothesis import settings
+
 pytest_plugins: list[str] = [
     "tests.fixtures.cluster",
     "tests.fixtures.simruntime",
     "tests.fixtures.containerd",
 ]
-
-import os
-
-from hypothesis import settings
 
 # CI runs a fixed set of examples (the same on every run); developers get fresh
 # random ones, which is how the equivalence tests find new cases.
