@@ -46,6 +46,7 @@ def _which(name: str) -> str:
 class Containerd:
     directory: str
     subnet: str = "10.244.7.0/24"
+    bridge: str = "kpy0"  # one bridge and subnet per harness that may run at once
     proc: subprocess.Popen[bytes] | None = None
     socket: str = ""
     imported: list[str] = field(default_factory=list)
@@ -68,7 +69,7 @@ class Containerd:
             "plugins": [
                 {
                     "type": "bridge",
-                    "bridge": "kpy0",
+                    "bridge": self.bridge,
                     "isGateway": True,
                     "ipMasq": False,
                     "hairpinMode": True,
@@ -217,14 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=["up"])
     ap.add_argument("--dir", default="/tmp/kubelet-py-containerd")
     args = ap.parse_args(argv)
+    # Block the stop signals so sigwait() receives them and the cleanup runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        c = Containerd(args.dir).start()
+        # Its own bridge and subnet, so it can run beside the test suite's.
+        c = Containerd(args.dir, subnet="10.244.8.0/24", bridge="kpy1").start()
     except Unavailable as err:
         print(f"containerd unavailable: {err}", file=sys.stderr)
         return 1
     print(f"containerd ready: {c.endpoint} (images: {', '.join(c.imported)})")
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})  # blocked above, so this returns
     finally:
         c.stop()
     return 0

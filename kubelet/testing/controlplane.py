@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="/tmp/kubelet-py-controlplane")
     ap.add_argument("--port", type=int, default=6443)
     args = ap.parse_args(argv)
+    # Block the stop signals so sigwait() receives them and the cleanup runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         cp = ControlPlane(args.dir, apiserver_port=args.port).start()
     except Unavailable as err:
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kube-apiserver ready at {cp.url}")
     print(f"admin kubeconfig: {cp.admin_kubeconfig}")
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})  # blocked above, so this returns
     finally:
         cp.stop()
     return 0
