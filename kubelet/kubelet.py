@@ -18,6 +18,7 @@ from typing import Any
 
 from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
@@ -105,6 +106,13 @@ class Kubelet:
             self.work_queue,
             config.sync_frequency,
         )
+        # The kubelet's own pod cgroups (kubepods/<qos>/pod<uid>), cgroupfs driver.
+        self.pod_cgroups = (
+            PodContainerManager(CgroupManager(config.cgroup_root))
+            if config.cgroups_per_qos
+            else None
+        )
+        self._cgroups_made: set[str] = set()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
@@ -158,6 +166,9 @@ class Kubelet:
 
     async def run(self) -> None:
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        if self.pod_cgroups is not None:
+            # Fatal as upstream: pods cannot be placed without the QoS tree.
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
         await self._runtime_name()
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
@@ -265,6 +276,13 @@ class Kubelet:
         await asyncio.get_running_loop().run_in_executor(
             None, self._remove_orphan_dirs, desired | workers
         )
+        if self.pod_cgroups is not None:
+            # Cgroups of pods that are gone, including what runtimes leave behind.
+            pc = self.pod_cgroups
+            keep = desired | workers | self._orphans_killing
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)]
+            )
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
 
@@ -307,6 +325,10 @@ class Kubelet:
         old = self.status_manager.get(u)
         if old is not None and old.get("phase") in ("Succeeded", "Failed"):
             return True
+        if self.pod_cgroups is not None and u not in self._cgroups_made:
+            # Before the sandbox: the runtime puts the pod under this cgroup.
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            self._cgroups_made.add(u)
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = generate.generate(pod, status, waiting, self.node_ips, old)
@@ -346,6 +368,9 @@ class Kubelet:
         self._first_seen.pop(u, None)
         self._started_running.discard(u)
         self._pod_dirs.discard(u)
+        if self.pod_cgroups is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.destroy, pod)
+            self._cgroups_made.discard(u)
         pod_dir = os.path.join(self.root_dir, "pods", u)
         await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, pod_dir, True)
 
@@ -375,6 +400,8 @@ class Kubelet:
     async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:
         """--runonce: start the static pods, wait until each runs or ends, report."""
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        if self.pod_cgroups is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
         await self._runtime_name()
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))

@@ -89,6 +89,13 @@ async def containerd_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  #
         yield n
 
 
+@pytest.fixture
+async def containerd_qos_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    # cgroupsPerQOS as on a real node: the kubelet keeps kubepods/<qos>/pod<uid>.
+    async for n in _node(containerd, tmp_path, cgroups_per_qos=True):
+        yield n
+
+
 async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "manifests"
     manifests.mkdir()

@@ -80,3 +80,36 @@ async def test_removed_manifest_stops_and_removes_the_pod(containerd_node) -> No
     assert not await node.rt.list_containers(
         pb.ContainerFilter(label_selector={"io.kubernetes.pod.uid": uid})
     )
+
+
+async def test_pod_cgroups_are_made_before_and_removed_after(containerd_qos_node) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+    import os
+
+    node = containerd_qos_node
+    path = node.write(
+        "cg",
+        [
+            {
+                "name": "c",
+                "image": BUSYBOX_REF,
+                "command": ["sleep", "infinity"],
+                "resources": {"requests": {"cpu": "250m", "memory": "32Mi"}},
+            }
+        ],
+    )
+    await node.wait(lambda: node.phase("cg") == "Running", timeout=60, what="Running")
+    uid = node.pod("cg")["metadata"]["uid"]
+    mem = f"/sys/fs/cgroup/memory/kubepods/burstable/pod{uid}"
+    cpu = f"/sys/fs/cgroup/cpu/kubepods/burstable/pod{uid}"
+    assert os.path.isdir(mem) and os.path.isdir(cpu)
+    with open(f"{cpu}/cpu.shares") as fh:
+        assert fh.read().strip() == "256"  # 250m of CPU requested
+    # the runtime put the containers inside the pod's cgroup
+    assert [d for d in os.listdir(mem) if os.path.isdir(os.path.join(mem, d))]
+    path.unlink()
+    for _ in range(300):
+        if not os.path.exists(mem) and not os.path.exists(cpu):
+            break
+        await asyncio.sleep(0.1)
+    assert not os.path.exists(mem) and not os.path.exists(cpu)

@@ -1,0 +1,191 @@
+"""Pod cgroups with the cgroupfs driver: kubepods/<qos>/pod<uid> (pkg/kubelet/cm).
+
+The kubelet creates a pod's cgroup before its sandbox, with the pod's CPU
+shares and memory limit, and removes it (with whatever the runtime left
+inside) once the pod is gone. On cgroup v1 every controller is its own
+hierarchy, so each directory exists once per controller mount.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+from kubelet.types import Pod, qos_class, uid
+from kubelet.util.quantity import cpu_millis, to_bytes
+
+log = logging.getLogger(__name__)
+
+MIN_SHARES = 2
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> tuple[int, dict[str, str]]:
+    """(version, {controller: mountpoint}); v2 maps "" to the unified mount."""
+    v1: dict[str, str] = {}
+    unified = ""
+    with open(mountinfo) as fh:
+        for line in fh:
+            pre, _, post = line.partition(" - ")
+            fields, post_fields = pre.split(), post.split()
+            if len(fields) < 5 or len(post_fields) < 3:
+                continue
+            fstype, opts = post_fields[0], post_fields[2]
+            if fstype == "cgroup":
+                for o in opts.split(","):
+                    if o in ("rw", "ro") or o.startswith(("name=", "release_agent")):
+                        continue
+                    v1.setdefault(o, fields[4])
+            elif fstype == "cgroup2":
+                unified = fields[4]
+    if v1:
+        return 1, v1
+    return 2, {"": unified} if unified else {}
+
+
+def _write(path: str, value: str) -> None:
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+    except OSError as err:
+        log.debug("cgroup write %s=%s failed: %s", path, value, err)
+
+
+def pod_resources(pod: Pod) -> dict[str, int]:
+    """cpu shares (sum of requests) and, when every container sets one, the memory limit."""
+    shares = 0
+    mem_limit = 0
+    all_limited = True
+    for c in pod["spec"].get("containers", []):
+        res = c.get("resources") or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        cpu = req.get("cpu", lim.get("cpu"))
+        if cpu:
+            shares += cpu_millis(cpu) * 1024 // 1000
+        if "memory" in lim:
+            mem_limit += to_bytes(lim["memory"])
+        else:
+            all_limited = False
+    out = {"cpu_shares": max(MIN_SHARES, shares)}
+    if all_limited and mem_limit:
+        out["memory_limit"] = mem_limit
+    return out
+
+
+class CgroupManager:
+    def __init__(self, cgroup_root: str = "", mountinfo: str = "/proc/self/mountinfo") -> None:
+        self.version, self.mounts = cgroup_mounts(mountinfo)
+        self.root = cgroup_root.strip("/")
+
+    def _paths(self, name: str) -> list[tuple[str, str]]:
+        rel = "/".join(p for p in (self.root, name.strip("/")) if p)
+        return [(ctrl, os.path.join(mount, rel)) for ctrl, mount in self.mounts.items()]
+
+    def exists(self, name: str) -> bool:
+        paths = self._paths(name)
+        return bool(paths) and all(os.path.isdir(p) for _, p in paths)
+
+    def create(self, name: str, resources: dict[str, int] | None = None) -> None:
+        for ctrl, path in self._paths(name):
+            if not os.path.isdir(path):
+                os.makedirs(path, exist_ok=True)
+                if ctrl == "cpuset":
+                    self._inherit_cpuset(path)
+                if self.version == 2:
+                    _write(
+                        os.path.join(os.path.dirname(path), "cgroup.subtree_control"),
+                        "+cpu +memory +pids",
+                    )
+            self._apply(ctrl, path, resources or {})
+
+    def _inherit_cpuset(self, path: str) -> None:
+        # A new cpuset cgroup is unusable until it has CPUs and memory nodes:
+        # copy them down from the parent at every level that lacks them.
+        mount = self.mounts["cpuset"]
+        cur = mount
+        for part in os.path.relpath(path, mount).split("/"):
+            parent, cur = cur, os.path.join(cur, part)
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                try:
+                    with open(os.path.join(cur, f)) as fh:
+                        if fh.read().strip():
+                            continue
+                    with open(os.path.join(parent, f)) as fh:
+                        _write(os.path.join(cur, f), fh.read().strip())
+                except OSError:
+                    pass
+
+    def _apply(self, ctrl: str, path: str, r: dict[str, int]) -> None:
+        if "cpu_shares" in r:
+            if ctrl == "cpu":
+                _write(os.path.join(path, "cpu.shares"), str(r["cpu_shares"]))
+            elif ctrl == "" and self.version == 2:
+                # cgroup v2 weight from shares, as runc converts them.
+                weight = 1 + ((r["cpu_shares"] - 2) * 9999) // 262142
+                _write(os.path.join(path, "cpu.weight"), str(weight))
+        if "memory_limit" in r:
+            if ctrl == "memory":
+                _write(os.path.join(path, "memory.limit_in_bytes"), str(r["memory_limit"]))
+            elif ctrl == "" and self.version == 2:
+                _write(os.path.join(path, "memory.max"), str(r["memory_limit"]))
+
+    def destroy(self, name: str) -> bool:
+        """Remove the cgroup and any children the runtime left; False if some are busy."""
+        ok = True
+        for _, path in self._paths(name):
+            for dirpath, _dirs, _files in sorted(
+                os.walk(path), key=lambda t: len(t[0]), reverse=True
+            ):
+                try:
+                    os.rmdir(dirpath)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    if err.errno == errno.EBUSY:
+                        ok = False  # processes are still inside: try again later
+                    else:
+                        log.warning("removing cgroup %s: %s", dirpath, err)
+                        ok = False
+        return ok
+
+
+class PodContainerManager:
+    """The kubepods tree: QoS level cgroups and one cgroup per pod."""
+
+    def __init__(self, mgr: CgroupManager) -> None:
+        self.mgr = mgr
+
+    def setup_qos(self) -> None:
+        self.mgr.create("kubepods")
+        self.mgr.create("kubepods/burstable")
+        self.mgr.create("kubepods/besteffort", {"cpu_shares": MIN_SHARES})
+
+    @staticmethod
+    def name(pod: Pod) -> str:
+        qos = qos_class(pod)
+        if qos == "Guaranteed":
+            return f"kubepods/pod{uid(pod)}"
+        return f"kubepods/{qos.lower()}/pod{uid(pod)}"
+
+    def ensure(self, pod: Pod) -> None:
+        self.mgr.create(self.name(pod), pod_resources(pod))
+
+    def destroy(self, pod: Pod) -> bool:
+        return self.mgr.destroy(self.name(pod))
+
+    def orphans(self, keep: set[str]) -> list[str]:
+        """Pod cgroups whose pod UID is not in `keep`."""
+        out = []
+        for base in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+            paths = self.mgr._paths(base)
+            if not paths:
+                continue
+            try:
+                entries = os.listdir(paths[0][1])
+            except OSError:
+                continue
+            out += [f"{base}/{e}" for e in entries if e.startswith("pod") and e[3:] not in keep]
+        return out
+
+    def destroy_name(self, name: str) -> bool:
+        return self.mgr.destroy(name)
