@@ -110,10 +110,14 @@ class CgroupManager:
                     with open(os.path.join(cur, f)) as fh:
                         if fh.read().strip():
                             continue
-                    with open(os.path.join(parent, f)) as fh:
-                        _write(os.path.join(cur, f), fh.read().strip())
-                except OSError:
+                except FileNotFoundError:
                     pass
+                try:
+                    with open(os.path.join(parent, f)) as fh:
+                        value = fh.read().strip()
+                except OSError:
+                    continue
+                _write(os.path.join(cur, f), value)
 
     def _apply(self, ctrl: str, path: str, r: dict[str, int]) -> None:
         if "cpu_shares" in r:

@@ -1,0 +1,85 @@
+"""Pod cgroup layout and resources on fixture cgroup trees (v1 and v2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kubelet.cm.cgroup_manager import (
+    CgroupManager,
+    PodContainerManager,
+    cgroup_mounts,
+    pod_resources,
+)
+
+
+def mountinfo(tmp: Path, v1: bool) -> str:
+    lines = []
+    if v1:
+        for i, ctrl in enumerate(("cpu", "cpuacct", "cpuset", "memory", "pids")):
+            d = tmp / ctrl
+            d.mkdir()
+            lines.append(f"{30 + i} 25 0:{30 + i} / {d} rw,nosuid - cgroup cgroup rw,{ctrl}")
+        (tmp / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+        (tmp / "cpuset" / "cpuset.mems").write_text("0\n")
+        lines.append(f"40 25 0:40 / {tmp}/systemd rw - cgroup cgroup rw,name=systemd")
+    else:
+        lines.append(f"30 25 0:30 / {tmp} rw - cgroup2 cgroup2 rw,nsdelegate")
+    lines.append("22 1 8:1 / / rw,relatime - ext4 /dev/vda rw")
+    p = tmp / "mountinfo"
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def pod(uid: str, cpu: str | None = None, mem_limit: str | None = None) -> dict:
+    res: dict = {}
+    if cpu:
+        res["requests"] = {"cpu": cpu}
+    if mem_limit:
+        res["limits"] = {"memory": mem_limit}
+    return {"metadata": {"uid": uid}, "spec": {"containers": [{"name": "c", "resources": res}]}}
+
+
+def test_mount_detection(tmp_path: Path) -> None:
+    version, mounts = cgroup_mounts(mountinfo(tmp_path, v1=True))
+    assert version == 1 and set(mounts) == {"cpu", "cpuacct", "cpuset", "memory", "pids"}
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    assert cgroup_mounts(mountinfo(v2, v1=False)) == (2, {"": str(v2)})
+
+
+def test_v1_pod_cgroups(tmp_path: Path) -> None:
+    pcm = PodContainerManager(CgroupManager("", mountinfo(tmp_path, v1=True)))
+    pcm.setup_qos()
+    p = pod("u1", cpu="500m")
+    assert pcm.name(p) == "kubepods/burstable/podu1"  # a request without limits
+    assert pcm.name(pod("u0")) == "kubepods/besteffort/podu0"
+    pcm.ensure(p)
+    base = "kubepods/burstable/podu1"
+    for ctrl in ("cpu", "memory", "pids", "cpuset"):
+        assert (tmp_path / ctrl / base).is_dir()
+    assert (tmp_path / "cpu" / base / "cpu.shares").read_text() == "512"
+    # cpuset levels got CPUs and memory nodes from their parents
+    assert (tmp_path / "cpuset" / base / "cpuset.cpus").read_text() == "0-1"
+    assert (tmp_path / "cpuset" / "kubepods" / "cpuset.mems").read_text() == "0"
+    (tmp_path / "memory" / base / "leftover-container").mkdir()  # what a runtime leaves
+    assert pcm.orphans({"u1"}) == [] and pcm.orphans(set()) == [base]
+    # a fixture tree holds files, so rmdir fails there; on cgroupfs it would not
+    pcm.destroy(p)
+    assert not (tmp_path / "memory" / base / "leftover-container").exists()
+
+
+def test_v2_weight_and_limit(tmp_path: Path) -> None:
+    mgr = CgroupManager("", mountinfo(tmp_path, v1=False))
+    mgr.create("kubepods/podu2", {"cpu_shares": 1024, "memory_limit": 64 << 20})
+    d = tmp_path / "kubepods" / "podu2"
+    assert (d / "cpu.weight").read_text() == "39"
+    assert (d / "memory.max").read_text() == str(64 << 20)
+    assert (tmp_path / "kubepods" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+
+
+def test_pod_resources() -> None:
+    assert pod_resources(pod("a")) == {"cpu_shares": 2}
+    assert pod_resources(pod("a", cpu="1", mem_limit="64Mi")) == {
+        "cpu_shares": 1024,
+        "memory_limit": 64 << 20,
+    }
