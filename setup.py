@@ -18,7 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _generate_cri_stubs() -> None:
-    spec = importlib.util.spec_from_file_location("gen_proto", os.path.join(HERE, "hack", "gen_proto.py"))
+    spec = importlib.util.spec_from_file_location(
+        "gen_proto", os.path.join(HERE, "hack", "gen_proto.py")
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -32,7 +34,7 @@ class BuildPy(build_py):
 
 
 def _extensions() -> list[Extension]:
-    from Cython.Build import cythonize  # noqa: PLC0415
+    from Cython.Build import cythonize
 
     exts = [
         Extension(
