@@ -16,8 +16,8 @@ for prep in hack/parts/*.sh; do
 done
 
 log "ruff"
-ruff check kubelet tests benches
-ruff format --check kubelet tests benches
+ruff check .
+ruff format --check .
 log "mypy"
 mypy
 log "cargo test / clippy (rust/)"
