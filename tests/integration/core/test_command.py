@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.fixtures.simruntime import SimRuntimeProc
@@ -117,7 +118,11 @@ def test_config_flags_servers_and_clean_exit(simruntime, tmp_path: Path) -> None
     assert "Shutting down" in k.log.read_text()
 
 
-def test_killed_kubelet_readopts_running_pods(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    "runtime", ["simruntime", pytest.param("containerd", marks=pytest.mark.containerd)]
+)
+def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    simruntime = request.getfixturevalue(runtime)
     manifests = tmp_path / "m"
     manifests.mkdir()
     for i in range(5):
@@ -164,6 +169,24 @@ def test_killed_kubelet_readopts_running_pods(simruntime, tmp_path: Path) -> Non
         assert running(k2) == before  # same containers, restartCount unchanged
     finally:
         k2.stop()
+        _remove_all_pods(simruntime.endpoint)  # the runtime may be shared with other tests
+
+
+def _remove_all_pods(endpoint: str) -> None:
+    import asyncio
+
+    from kubelet.cri.remote import RemoteRuntimeService
+
+    async def run() -> None:
+        rt = RemoteRuntimeService(endpoint, 60)
+        try:
+            for sb in await rt.list_pod_sandbox():
+                await rt.stop_pod_sandbox(sb.id)
+                await rt.remove_pod_sandbox(sb.id)
+        finally:
+            await rt.close()
+
+    asyncio.run(run())
 
 
 def test_runonce_starts_static_pods_and_exits(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

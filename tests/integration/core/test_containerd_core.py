@@ -113,3 +113,56 @@ async def test_pod_cgroups_are_made_before_and_removed_after(containerd_qos_node
             break
         await asyncio.sleep(0.1)
     assert not os.path.exists(mem) and not os.path.exists(cpu)
+
+
+async def test_removed_pod_gets_sigterm_then_sigkill_after_its_grace(containerd_node) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+    import time
+
+    node = containerd_node
+    # A shell that ignores SIGTERM: only the SIGKILL after the grace period stops it.
+    path = node.write(
+        "stubborn",
+        [
+            {
+                "name": "c",
+                "image": BUSYBOX_REF,
+                "command": ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+            }
+        ],
+        terminationGracePeriodSeconds=3,
+    )
+    polite = node.write(
+        "polite",
+        [
+            {
+                "name": "c",
+                "image": BUSYBOX_REF,
+                "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+            }
+        ],
+        terminationGracePeriodSeconds=30,
+    )
+    await node.wait(
+        lambda: node.phase("stubborn") == "Running" and node.phase("polite") == "Running",
+        timeout=60,
+    )
+    ids = {n: node.container(n, "c")["containerID"].split("://")[1] for n in ("stubborn", "polite")}
+    stopped: dict[str, float] = {}
+    t0 = time.monotonic()
+    path.unlink()
+    polite.unlink()
+    while time.monotonic() - t0 < 20 and len(stopped) < 2:
+        for n, cid in ids.items():
+            if n in stopped:
+                continue
+            try:
+                st = (await node.rt.container_status(cid)).status
+                gone = st.state == pb.CONTAINER_EXITED
+            except Exception:
+                gone = True  # already removed
+            if gone:
+                stopped[n] = time.monotonic() - t0
+        await asyncio.sleep(0.1)
+    assert stopped["polite"] < 3  # honoured SIGTERM right away
+    assert 2.5 <= stopped["stubborn"] < 10  # killed once its 3 s grace ran out
