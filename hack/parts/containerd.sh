@@ -4,3 +4,4 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 apt_install containerd runc containernetworking-plugins busybox-static gcc libc6-dev
+apt_install docker-registry skopeo

@@ -166,3 +166,38 @@ async def test_removed_pod_gets_sigterm_then_sigkill_after_its_grace(containerd_
         await asyncio.sleep(0.1)
     assert stopped["polite"] < 3  # honoured SIGTERM right away
     assert 2.5 <= stopped["stubborn"] < 10  # killed once its 3 s grace ran out
+
+
+async def test_image_pulls_from_a_real_registry(containerd_node, registry) -> None:  # type: ignore[no-untyped-def]
+    node = containerd_node
+    image = f"{registry.host}/kubelet-py/busybox:1.36"
+    before = registry.pulls("kubelet-py/busybox")
+    node.write(
+        "pulled",
+        [
+            {
+                "name": "c",
+                "image": image,
+                "imagePullPolicy": "Always",
+                "command": ["sleep", "infinity"],
+            }
+        ],
+    )
+    await node.wait(
+        lambda: node.phase("pulled") == "Running", timeout=60, what="Running from the registry"
+    )
+    assert registry.pulls("kubelet-py/busybox") > before  # the registry served the manifest
+    missing = f"{registry.host}/kubelet-py/nope:1"
+    node.write("nope", [{"name": "c", "image": missing, "command": ["true"]}])
+    messages: dict[str, str] = {}
+
+    def both() -> bool:
+        w = node.container("nope", "c")["state"].get("waiting", {})
+        if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+            messages[w["reason"]] = w.get("message", "")
+        return len(messages) == 2
+
+    # The back-off alternates with retries: each retry shows ErrImagePull again.
+    await node.wait(both, timeout=60, what="ErrImagePull and ImagePullBackOff")
+    assert messages["ErrImagePull"].startswith(f'Failed to pull image "{missing}": ')
+    assert messages["ImagePullBackOff"] == f'Back-off pulling image "{missing}"'
