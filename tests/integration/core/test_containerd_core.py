@@ -54,7 +54,8 @@ async def test_failing_container_restarts_and_never_policy_fails(containerd_node
     )
     assert node.container("flaky", "c")["lastState"]["terminated"]["exitCode"] == 4
     await node.wait(lambda: node.phase("once") == "Failed", timeout=60, what="Failed")
-    assert node.container("once", "c")["state"]["terminated"]["exitCode"] == 5
+    term = node.container("once", "c")["state"]["terminated"]
+    assert (term["exitCode"], term["reason"]) == (5, "Error")
 
 
 async def test_removed_manifest_stops_and_removes_the_pod(containerd_node) -> None:  # type: ignore[no-untyped-def]
@@ -201,3 +202,23 @@ async def test_image_pulls_from_a_real_registry(containerd_node, registry) -> No
     await node.wait(both, timeout=60, what="ErrImagePull and ImagePullBackOff")
     assert messages["ErrImagePull"].startswith(f'Failed to pull image "{missing}": ')
     assert messages["ImagePullBackOff"] == f'Back-off pulling image "{missing}"'
+
+
+async def test_host_network_pod(containerd_node) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    node = containerd_node
+    node.write(
+        "hostnet",
+        [{"name": "c", "image": BUSYBOX_REF, "command": ["sleep", "infinity"]}],
+        hostNetwork=True,
+    )
+    await node.wait(
+        lambda: node.phase("hostnet") == "Running", timeout=60, what="host-network pod Running"
+    )
+    st = node.pod("hostnet")["status"]
+    assert st["podIP"] == "192.0.2.10"  # the node's address, as upstream reports it
+    cid = node.container("hostnet", "c")["containerID"].split("://")[1]
+    info = (await node.rt.container_status(cid, verbose=True)).info
+    pid = json.loads(info["info"])["pid"]
+    assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
