@@ -69,7 +69,16 @@ def relist_buckets(metrics: str) -> list[tuple[float, float]]:
     return out
 
 
-def run(n: int, impl: str, relist: float, hold: float) -> dict[str, object]:
+def start_buckets(metrics: str) -> list[tuple[float, float]]:
+    out = []
+    for m in re.finditer(
+        r'kubelet_pod_start_duration_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics
+    ):
+        out.append((float(m.group(1)), float(m.group(2))))
+    return out
+
+
+def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix=f"density-{n}-{impl}-"))
     sock = tmp / "sim.sock"
     manifests = tmp / "m"
@@ -89,10 +98,18 @@ def run(n: int, impl: str, relist: float, hold: float) -> dict[str, object]:
                 }
             )
         )
-    sim = subprocess.Popen([sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    while not sock.exists():
-        time.sleep(0.05)
+    ctd = None
+    sim = None
+    if runtime == "containerd":
+        from kubelet.testing.containerd import Containerd
+
+        ctd = Containerd(str(tmp / "ctd"), subnet="10.244.9.0/24", bridge="kpy2").start()
+        sock = Path(ctd.socket)
+    else:
+        sim = subprocess.Popen([sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        while not sock.exists():
+            time.sleep(0.05)
     ro = free_port()
     env = dict(os.environ, KUBELET_IMPL=impl)
     argv = [
@@ -130,9 +147,14 @@ def run(n: int, impl: str, relist: float, hold: float) -> dict[str, object]:
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
             after = relist_buckets(r.read().decode())
         steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+        with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
+            starts = start_buckets(r.read().decode())
         return {
             "pods": n,
             "impl": impl,
+            "runtime": runtime,
+            "pod_start_p50_s": round(quantile(starts, 0.5), 2),
+            "pod_start_p99_s": round(quantile(starts, 0.99), 2),
             "relist_period_s": relist,
             "running": running,
             "all_running_s": round(all_running, 2),
@@ -145,8 +167,11 @@ def run(n: int, impl: str, relist: float, hold: float) -> dict[str, object]:
     finally:
         k.terminate()
         k.wait(30)
-        sim.terminate()
-        sim.wait(30)
+        if sim is not None:
+            sim.terminate()
+            sim.wait(30)
+        if ctd is not None:
+            ctd.stop()
 
 
 def main() -> int:
@@ -155,12 +180,13 @@ def main() -> int:
     ap.add_argument("--relist", type=float, default=0.1)
     ap.add_argument("--hold", type=float, default=30.0)
     ap.add_argument("--impl", nargs="+", default=["native", "reference"])
+    ap.add_argument("--runtime", choices=["sim", "containerd"], default="sim")
     ap.add_argument("--json")
     args = ap.parse_args()
     results = []
     for n in args.pods:
         for impl in args.impl:
-            r = run(n, impl, args.relist, args.hold)
+            r = run(n, impl, args.relist, args.hold, args.runtime)
             print(json.dumps(r), flush=True)
             results.append(r)
     if args.json:
