@@ -343,7 +343,8 @@ class FakeImageService(_Recorder):
     ) -> str:
         self._call("pull_image", image.image)
         if image.image.rsplit(":", 1)[-1] in self.missing_tags:
-            raise errors.NotFoundError(
+            # containerd reports a registry miss as UNKNOWN, not NOT_FOUND.
+            raise errors.CRIError(
                 "PullImage", f'failed to pull and unpack image "{image.image}": not found'
             )
         return str(self._add(image.image).id)
