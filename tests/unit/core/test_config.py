@@ -106,3 +106,39 @@ async def test_http_source_sends_pods_and_keeps_them_when_the_url_fails() -> Non
         stop.set()
         await task
         await runner.cleanup()
+
+
+def test_invalid_manifests_are_reported_by_file_and_skipped(tmp_path: Path) -> None:
+    bad = {
+        "yaml.yaml": "kind: Pod\nmetadata: [unclosed\n",
+        "kind.yaml": manifest("x").replace("kind: Pod", "kind: Deployment"),
+        "nocontainers.yaml": yaml.safe_dump(
+            {"kind": "Pod", "metadata": {"name": "n"}, "spec": {"containers": []}}
+        ),
+        "badname.yaml": manifest("Bad_Name"),
+        "dup.yaml": yaml.safe_dump(
+            {
+                "kind": "Pod",
+                "metadata": {"name": "d"},
+                "spec": {"containers": [{"name": "c", "image": "i"}, {"name": "c", "image": "i"}]},
+            }
+        ),
+    }
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "good.yaml").write_text(manifest("good"))
+    pods, errs = read_pods(str(tmp_path), "n1")
+    assert [p["metadata"]["name"] for p in pods] == ["good-n1"]
+    assert len(errs) == len(bad)
+    by_file = {Path(e.split(":", 1)[0]).name: e for e in errs}
+    assert set(by_file) == set(bad)
+    assert "YAML" in by_file["yaml.yaml"]
+    assert "kind" in by_file["kind.yaml"]
+    assert "spec.containers: Required value" in by_file["nocontainers.yaml"]
+    assert "metadata.name" in by_file["badname.yaml"]
+    assert "Duplicate value" in by_file["dup.yaml"]
+    # fixing one file brings that pod in without disturbing the others
+    (tmp_path / "kind.yaml").write_text(manifest("fixed"))
+    pods, errs = read_pods(str(tmp_path), "n1")
+    assert sorted(p["metadata"]["name"] for p in pods) == ["fixed-n1", "good-n1"]
+    assert len(errs) == len(bad) - 1
