@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 CREATED, RUNNING, EXITED, UNKNOWN = "created", "running", "exited", "unknown"
 
@@ -67,7 +66,3 @@ class PodStatus:
 
 def empty_status(uid: str) -> PodStatus:
     return PodStatus(id=uid)
-
-
-def describe(status: Any) -> str:
-    return f"PodStatus({getattr(status, 'id', '?')})"

@@ -17,7 +17,6 @@ CONTAINER_NAME = "io.kubernetes.container.name"
 CONTAINER_TYPE = (
     "io.kubernetes.container.type"  # not set upstream for app containers; kept for reference
 )
-POD_DELETION_GRACE = "io.kubernetes.pod.deletionGracePeriod"
 POD_TERMINATION_GRACE = "io.kubernetes.pod.terminationGracePeriod"
 CONTAINER_HASH = "io.kubernetes.container.hash"
 CONTAINER_RESTART_COUNT = "io.kubernetes.container.restartCount"
@@ -25,7 +24,6 @@ CONTAINER_TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessage
 CONTAINER_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 CONTAINER_PRE_STOP = "io.kubernetes.container.preStopHandler"
 CONTAINER_PORTS = "io.kubernetes.container.ports"
-KUBERNETES_MANAGED = "io.kubernetes.managed"  # not upstream; unused
 
 
 def sandbox_labels(pod: Pod) -> dict[str, str]:

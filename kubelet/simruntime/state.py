@@ -333,9 +333,8 @@ class Runtime:
                 list(config.args),
                 config.annotations.get("sim.kubelet.io/behavior"),
             )
-        except Exception as err:  # a command we cannot read still runs forever
+        except Exception:  # a command we cannot read still runs forever
             behavior = Behavior()
-            _ = err
         cid = new_id()
         c = Container(
             cid,
