@@ -14,9 +14,6 @@ POD_NAME = "io.kubernetes.pod.name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
 POD_UID = "io.kubernetes.pod.uid"
 CONTAINER_NAME = "io.kubernetes.container.name"
-CONTAINER_TYPE = (
-    "io.kubernetes.container.type"  # not set upstream for app containers; kept for reference
-)
 POD_TERMINATION_GRACE = "io.kubernetes.pod.terminationGracePeriod"
 CONTAINER_HASH = "io.kubernetes.container.hash"
 CONTAINER_RESTART_COUNT = "io.kubernetes.container.restartCount"
