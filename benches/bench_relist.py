@@ -10,12 +10,13 @@ import time
 
 import pytest
 
-from kubelet.container.cache import Cache
+from kubelet.container.cache import NativeCache, ReferenceCache
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.pleg.differ import NativeRelistDiffer, ReferenceRelistDiffer
 
 SIZES = [100, 1000, 10000]
 IMPLS = {"native": NativeRelistDiffer, "reference": ReferenceRelistDiffer}
+CACHES = {"native": NativeCache, "reference": ReferenceCache}
 
 
 def snapshots(n: int, rounds: int = 4) -> list[tuple[bytes, bytes]]:
@@ -96,7 +97,7 @@ def test_relist_cycle(benchmark, impl: str, n: int) -> None:  # type: ignore[no-
     benchmark.extra_info["impl"] = impl
     snaps = snapshots(n)
     d = IMPLS[impl]()
-    cache = Cache()
+    cache = CACHES[impl]()
     d.diff(*snaps[0])
     i = [0]
     loop = asyncio.new_event_loop()

@@ -6,7 +6,10 @@ returns at once when the cache holds data at least as new as t and otherwise
 waits, without polling, until a set() for that pod or a global timestamp
 update passes t.
 
-`Cache` is what the kubelet uses; a Rust-indexed version is planned (issue 5).
+`NativeCache` keeps entries and the waiter index in Rust (kubelet_native.
+PodCacheCore): a set() or a global time update hands back only the ids of the
+waiters it satisfies, so Python touches nothing for pods nobody waits on.
+`ReferenceCache` is the pure-Python reference with the same interface.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import kubelet
 from kubelet.container.runtime import empty_status
 
 
@@ -99,5 +103,62 @@ class ReferenceCache:
         return sum(len(v) for v in self._waiters.values())
 
 
-# Not native yet (issue 5): every implementation runs this cache for now.
-Cache = ReferenceCache
+class NativeCache:
+    """The Rust store and waiter index; one asyncio future per waiting worker here."""
+
+    def __init__(self) -> None:
+        import kubelet_native
+
+        self._core = kubelet_native.PodCacheCore()
+        self._futs: dict[int, asyncio.Future[tuple[Any, BaseException | None]]] = {}
+
+    def get(self, uid: str) -> tuple[Any, BaseException | None]:
+        e = self._core.get(uid)
+        if e is None:
+            return empty_status(uid), None
+        return e[0], e[1]  # type: ignore[return-value]
+
+    def _fresh(self, uid: str, min_time: float) -> tuple[Any, BaseException | None] | None:
+        r = self._core.fresh(uid, min_time)
+        if r is None:
+            return None
+        if not r[0]:
+            return empty_status(uid), None
+        return r[1], r[2]  # type: ignore[return-value]
+
+    async def get_newer_than(self, uid: str, min_time: float) -> tuple[Any, BaseException | None]:
+        got = self._fresh(uid, min_time)
+        if got is not None:
+            return got
+        fut: asyncio.Future[tuple[Any, BaseException | None]]
+        fut = asyncio.get_running_loop().create_future()
+        wid = self._core.add_waiter(uid, min_time)
+        self._futs[wid] = fut
+        try:
+            return await fut
+        finally:
+            del self._futs[wid]
+            self._core.remove_waiter(wid)  # a no-op when it was woken
+
+    def set(self, uid: str, status: Any, error: BaseException | None, timestamp: float) -> None:
+        for wid in self._core.set(uid, status, error, timestamp):
+            fut = self._futs.get(wid)
+            if fut is not None and not fut.done():
+                fut.set_result((status, error))
+
+    def delete(self, uid: str) -> None:
+        self._core.delete(uid)
+
+    def update_time(self, timestamp: float) -> None:
+        for wid, uid in self._core.update_time(timestamp):
+            fut = self._futs.get(wid)
+            if fut is not None and not fut.done():
+                fut.set_result(self.get(uid))
+
+    def waiting(self) -> int:
+        return self._core.waiting()
+
+
+Cache: type[ReferenceCache] | type[NativeCache] = (
+    NativeCache if kubelet.__impl__ == "native" else ReferenceCache
+)

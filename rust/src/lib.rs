@@ -3,9 +3,14 @@
 //! The logic lives in plain Rust modules with their own `cargo test`s; this
 //! file only converts between Python and Rust types.
 
+pub mod podcache;
+pub mod ratelimiting;
 pub mod relist;
 pub mod wire;
 pub mod workqueue;
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -117,12 +122,223 @@ impl PyWorkQueue {
     }
 }
 
+/// The pod cache's store and waiter index; the asyncio futures stay in Python,
+/// keyed by the waiter ids this hands out.
+#[pyclass(name = "PodCacheCore", module = "kubelet_native")]
+struct PyPodCache {
+    inner: podcache::PodCache<(PyObject, PyObject)>,
+}
+
+#[pymethods]
+impl PyPodCache {
+    #[new]
+    fn new() -> Self {
+        PyPodCache {
+            inner: podcache::PodCache::new(),
+        }
+    }
+
+    /// (status, error, modified) or None.
+    fn get(&self, py: Python<'_>, uid: &str) -> Option<(PyObject, PyObject, f64)> {
+        self.inner
+            .get(uid)
+            .map(|e| (e.value.0.clone_ref(py), e.value.1.clone_ref(py), e.modified))
+    }
+
+    /// None when stale; (True, status, error) for the pod's entry; (False, None, None)
+    /// when the global time makes an unknown pod's empty status fresh.
+    #[allow(clippy::type_complexity)]
+    fn fresh(
+        &self,
+        py: Python<'_>,
+        uid: &str,
+        min_time: f64,
+    ) -> Option<(bool, PyObject, PyObject)> {
+        match self.inner.fresh(uid, min_time) {
+            podcache::Fresh::Entry(e) => {
+                Some((true, e.value.0.clone_ref(py), e.value.1.clone_ref(py)))
+            }
+            podcache::Fresh::Empty => Some((false, py.None(), py.None())),
+            podcache::Fresh::Stale => None,
+        }
+    }
+
+    fn add_waiter(&mut self, uid: &str, min_time: f64) -> u64 {
+        self.inner.add_waiter(uid, min_time)
+    }
+
+    fn remove_waiter(&mut self, id: u64) {
+        self.inner.remove_waiter(id);
+    }
+
+    /// Store; returns the ids of the waiters this satisfies.
+    fn set(&mut self, uid: &str, status: PyObject, error: PyObject, modified: f64) -> Vec<u64> {
+        self.inner.set(uid, (status, error), modified)
+    }
+
+    fn delete(&mut self, uid: &str) {
+        self.inner.delete(uid);
+    }
+
+    /// Move the global time; returns (waiter id, uid) of the waiters it satisfies.
+    fn update_time(&mut self, ts: f64) -> Vec<(u64, String)> {
+        self.inner.update_time(ts)
+    }
+
+    #[getter]
+    fn timestamp(&self) -> Option<f64> {
+        self.inner.timestamp()
+    }
+
+    fn waiting(&self) -> usize {
+        self.inner.waiting()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// client-go's rate-limited queue. Thread-safe: the state sits behind a mutex,
+/// and a blocking get waits on a condition variable with the GIL released.
+#[pyclass(name = "RateLimitingQueueCore", module = "kubelet_native", frozen)]
+struct PyRateLimitingQueue {
+    inner: Mutex<ratelimiting::RateLimitingQueue>,
+    cond: Condvar,
+}
+
+impl PyRateLimitingQueue {
+    fn lock(&self) -> MutexGuard<'_, ratelimiting::RateLimitingQueue> {
+        // A panic while holding the lock cannot leave the queue half-updated
+        // in a way that matters more than losing the process; keep going.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl PyRateLimitingQueue {
+    #[new]
+    #[pyo3(signature = (base=0.005, cap=1000.0))]
+    fn new(base: f64, cap: f64) -> PyResult<Self> {
+        if !(base > 0.0 && cap >= base) {
+            return Err(PyValueError::new_err("need 0 < base <= cap"));
+        }
+        Ok(PyRateLimitingQueue {
+            inner: Mutex::new(ratelimiting::RateLimitingQueue::new(base, cap)),
+            cond: Condvar::new(),
+        })
+    }
+
+    fn add(&self, key: &str) {
+        self.lock().add(key);
+        self.cond.notify_one();
+    }
+
+    fn add_after(&self, key: &str, delay: f64, now: f64) {
+        self.lock().add_after(key, delay, now);
+        // A sleeping getter may need to wake earlier than it planned.
+        self.cond.notify_all();
+    }
+
+    fn add_rate_limited(&self, key: &str, now: f64) {
+        self.lock().add_rate_limited(key, now);
+        self.cond.notify_all();
+    }
+
+    fn when(&self, key: &str) -> f64 {
+        self.lock().when(key)
+    }
+
+    fn forget(&self, key: &str) {
+        self.lock().forget(key);
+    }
+
+    fn num_requeues(&self, key: &str) -> u32 {
+        self.lock().num_requeues(key)
+    }
+
+    fn get_nowait(&self, now: f64) -> Option<String> {
+        self.lock().get(now)
+    }
+
+    /// Wait (GIL released) until a key is ready, the queue shuts down, or the
+    /// timeout passes. `now` is the caller's clock at the call; it advances
+    /// with the real time spent waiting.
+    #[pyo3(signature = (now, timeout=None))]
+    fn get(&self, py: Python<'_>, now: f64, timeout: Option<f64>) -> Option<String> {
+        py.allow_threads(|| {
+            let start = Instant::now();
+            let mut q = self.lock();
+            loop {
+                let elapsed = start.elapsed().as_secs_f64();
+                let t = now + elapsed;
+                if let Some(k) = q.get(t) {
+                    return Some(k);
+                }
+                if q.shutting_down() {
+                    return None;
+                }
+                let mut wait = q.next_ready().map(|r| (r - t).max(0.0));
+                if let Some(limit) = timeout {
+                    let left = limit - elapsed;
+                    if left <= 0.0 {
+                        return None;
+                    }
+                    wait = Some(wait.map_or(left, |w| w.min(left)));
+                }
+                q = match wait {
+                    Some(w) => {
+                        self.cond
+                            .wait_timeout(q, Duration::from_secs_f64(w + 1e-4))
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                    None => self.cond.wait(q).unwrap_or_else(|p| p.into_inner()),
+                };
+            }
+        })
+    }
+
+    fn done(&self, key: &str) {
+        self.lock().done(key);
+        self.cond.notify_one();
+    }
+
+    fn next_ready(&self) -> Option<f64> {
+        self.lock().next_ready()
+    }
+
+    fn shut_down(&self) {
+        self.lock().shut_down();
+        self.cond.notify_all();
+    }
+
+    #[getter]
+    fn shutting_down(&self) -> bool {
+        self.lock().shutting_down()
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.lock().waiting_len()
+    }
+
+    fn processing_len(&self) -> usize {
+        self.lock().processing_len()
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 #[pymodule]
 fn _kubelet_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("BUILD_PROFILE", BUILD_PROFILE)?;
     m.add_class::<PyRelistDiffer>()?;
     m.add_class::<PyWorkQueue>()?;
+    m.add_class::<PyPodCache>()?;
+    m.add_class::<PyRateLimitingQueue>()?;
     Ok(())
 }
 

@@ -7,8 +7,9 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+/// An f64 with a total order, for heaps keyed by time.
 #[derive(Clone, Copy, Debug)]
-struct Time(f64);
+pub struct Time(pub f64);
 
 impl PartialEq for Time {
     fn eq(&self, other: &Self) -> bool {

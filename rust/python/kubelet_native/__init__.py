@@ -3,9 +3,18 @@
 from kubelet_native._kubelet_native import *  # noqa: F403
 from kubelet_native._kubelet_native import (
     BUILD_PROFILE,
+    PodCacheCore,
+    RateLimitingQueueCore,
     RelistDiffer,
     WorkQueueCore,
     __version__,
 )
 
-__all__ = ["BUILD_PROFILE", "RelistDiffer", "WorkQueueCore", "__version__"]
+__all__ = [
+    "BUILD_PROFILE",
+    "PodCacheCore",
+    "RateLimitingQueueCore",
+    "RelistDiffer",
+    "WorkQueueCore",
+    "__version__",
+]
