@@ -15,7 +15,14 @@ import sys
 import tempfile
 from collections import defaultdict
 
-KERNELS = ("relist_diff", "relist_cycle", "cgroup_stats", "workqueue", "workqueue_idle")
+KERNELS = (
+    "relist_diff",
+    "relist_cycle",
+    "cgroup_stats",
+    "workqueue",
+    "workqueue_idle",
+    "ratelimiting_queue",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
