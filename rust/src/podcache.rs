@@ -85,7 +85,10 @@ impl<V> PodCache<V> {
     pub fn add_waiter(&mut self, uid: &str, min: f64) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
-        self.by_uid.entry(uid.to_owned()).or_default().push((id, min));
+        self.by_uid
+            .entry(uid.to_owned())
+            .or_default()
+            .push((id, min));
         self.live.insert(id, (uid.to_owned(), min));
         self.heap.push(Reverse((Time(min), id)));
         // Cancelled waiters leave heap entries behind; rebuild when they dominate.

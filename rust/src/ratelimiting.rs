@@ -73,7 +73,8 @@ impl RateLimitingQueue {
         }
         self.seq += 1;
         self.waiting.insert(key.to_owned(), (at, self.seq));
-        self.heap.push(Reverse((Time(at), self.seq, key.to_owned())));
+        self.heap
+            .push(Reverse((Time(at), self.seq, key.to_owned())));
         if self.heap.len() > 2 * self.waiting.len() + 64 {
             self.heap = self
                 .waiting

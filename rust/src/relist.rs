@@ -53,7 +53,8 @@ struct Record {
 /// Where each item of the previous response was, and which record it became.
 #[derive(Default)]
 struct Layout {
-    spans: Vec<(usize, usize)>,
+    heads: Vec<usize>,          // where each item's tag starts
+    spans: Vec<(usize, usize)>, // each item's message bytes
     slots: Vec<u32>,
 }
 
@@ -126,70 +127,75 @@ impl Differ {
         prev_containers: &[u8],
     ) -> Result<(Vec<Event>, Vec<String>), DecodeError> {
         // Decode fully before touching state, so bad input changes nothing.
-        let mut s_spans = Vec::new();
-        let mut c_spans = Vec::new();
-        wire::item_spans(sandboxes, &mut s_spans)?;
-        wire::item_spans(containers, &mut c_spans)?;
-        let s_items = Self::items(
-            sandboxes,
-            &s_spans,
-            prev_sandboxes,
-            &self.prev_sandboxes,
-            true,
-        )?;
-        let c_items = Self::items(
-            containers,
-            &c_spans,
-            prev_containers,
-            &self.prev_containers,
-            false,
-        )?;
+        let (s_heads, s_spans, s_items) =
+            Self::items(sandboxes, prev_sandboxes, &self.prev_sandboxes, true)?;
+        let (c_heads, c_spans, c_items) =
+            Self::items(containers, prev_containers, &self.prev_containers, false)?;
+
+        // When every item is byte-identical at the same position as last time,
+        // the running counts cannot have changed: skip recounting them.
+        let same = |items: &[Item<'_>], layout: &Layout| {
+            items.len() == layout.slots.len() && items.iter().all(|i| matches!(i, Item::Same(_)))
+        };
+        let sandboxes_same = same(&s_items, &self.prev_sandboxes);
+        let containers_same = same(&c_items, &self.prev_containers);
 
         self.generation += 1;
         let generation = self.generation;
         let mut events: Vec<Event> = Vec::new();
         let mut s_slots = Vec::with_capacity(s_items.len());
         let mut c_slots = Vec::with_capacity(c_items.len());
+        let mut seen = 0usize;
         for (items, slots) in [(s_items, &mut s_slots), (c_items, &mut c_slots)] {
             for item in items {
-                slots.push(self.apply(item, generation, &mut events));
+                let slot = self.apply(item, generation, &mut events, &mut seen);
+                slots.push(slot);
             }
         }
-        // Whatever was not seen this time is gone.
-        for slot in 0..self.records.len() {
-            let rec = &self.records[slot];
-            if !rec.live || rec.seen == generation {
-                continue;
+        // Whatever was not seen this time is gone. Every live record seen means
+        // nothing vanished, and the sweep over all records is skipped.
+        if seen != self.records.len() - self.free.len() {
+            for slot in 0..self.records.len() {
+                let rec = &self.records[slot];
+                if !rec.live || rec.seen == generation {
+                    continue;
+                }
+                for k in transition(rec.state, State::NonExistent) {
+                    events.push(Event {
+                        pod_uid: rec.uid.clone(),
+                        kind: *k,
+                        id: rec.id.clone(),
+                    });
+                }
+                self.release(slot as u32);
             }
-            for k in transition(rec.state, State::NonExistent) {
-                events.push(Event {
-                    pod_uid: rec.uid.clone(),
-                    kind: *k,
-                    id: rec.id.clone(),
-                });
-            }
-            self.release(slot as u32);
         }
 
-        let mut running_pods: Vec<&str> = Vec::new();
-        for &slot in &s_slots {
-            let rec = &self.records[slot as usize];
-            if rec.state == State::Running {
-                running_pods.push(&rec.uid);
+        if !sandboxes_same {
+            let mut running_pods: Vec<&str> = Vec::new();
+            for &slot in &s_slots {
+                let rec = &self.records[slot as usize];
+                if rec.state == State::Running {
+                    running_pods.push(&rec.uid);
+                }
             }
+            running_pods.sort_unstable();
+            running_pods.dedup();
+            self.running_pods = running_pods.len();
         }
-        running_pods.sort_unstable();
-        running_pods.dedup();
-        self.running_pods = running_pods.len();
-        self.running_containers = c_slots
-            .iter()
-            .filter(|&&s| self.records[s as usize].state == State::Running)
-            .count();
+        if !containers_same {
+            self.running_containers = c_slots
+                .iter()
+                .filter(|&&s| self.records[s as usize].state == State::Running)
+                .count();
+        }
         self.prev_sandboxes = Layout {
+            heads: s_heads,
             spans: s_spans,
             slots: s_slots,
         };
         self.prev_containers = Layout {
+            heads: c_heads,
             spans: c_spans,
             slots: c_slots,
         };
@@ -213,22 +219,48 @@ impl Differ {
         self.diff_with_previous(sandboxes, containers, b"", b"")
     }
 
+    /// Walk a List response once. An item found at the same offset as the
+    /// previous response's item of the same index, with the same bytes (tag and
+    /// length included), is that item unchanged: it is compared in one
+    /// sequential pass and never decoded. Anything else is decoded.
+    #[allow(clippy::type_complexity)]
     fn items<'a>(
         buf: &'a [u8],
-        spans: &[(usize, usize)],
         prev: &[u8],
         layout: &Layout,
         sandbox: bool,
-    ) -> Result<Vec<Item<'a>>, DecodeError> {
-        let mut out = Vec::with_capacity(spans.len());
-        for (i, &(a, b)) in spans.iter().enumerate() {
-            let bytes = &buf[a..b];
-            if let Some(&(pa, pb)) = layout.spans.get(i) {
-                if prev.get(pa..pb) == Some(bytes) {
-                    out.push(Item::Same(layout.slots[i]));
-                    continue;
+    ) -> Result<(Vec<usize>, Vec<(usize, usize)>, Vec<Item<'a>>), DecodeError> {
+        let cap = layout.slots.len();
+        let (mut heads, mut spans, mut out) = (
+            Vec::with_capacity(cap),
+            Vec::with_capacity(cap),
+            Vec::with_capacity(cap),
+        );
+        let mut r = wire::Reader::new(buf);
+        loop {
+            let i = out.len();
+            let head = r.pos();
+            if let (Some(&h), Some(&(a, b))) = (layout.heads.get(i), layout.spans.get(i)) {
+                if h == head {
+                    if let (Some(x), Some(y)) = (prev.get(h..b), buf.get(h..b)) {
+                        if x == y {
+                            heads.push(h);
+                            spans.push((a, b));
+                            out.push(Item::Same(layout.slots[i]));
+                            r.seek(b);
+                            continue;
+                        }
+                    }
                 }
             }
+            let bytes = match r.next_field()? {
+                None => break,
+                Some((1, wire::Value::Bytes(item))) => item,
+                Some(_) => continue, // not an item (unknown field): skipped
+            };
+            let end = r.pos();
+            heads.push(head);
+            spans.push((end - bytes.len(), end));
             let (id, uid, st) = if sandbox {
                 let s = wire::parse_sandbox(bytes)?;
                 (
@@ -246,15 +278,22 @@ impl Differ {
             };
             out.push(Item::New(utf8(id)?, utf8(uid)?, st));
         }
-        Ok(out)
+        Ok((heads, spans, out))
     }
 
-    fn apply(&mut self, item: Item<'_>, generation: u64, events: &mut Vec<Event>) -> u32 {
+    fn apply(
+        &mut self,
+        item: Item<'_>,
+        generation: u64,
+        events: &mut Vec<Event>,
+        seen: &mut usize,
+    ) -> u32 {
         let (id, uid, st) = match item {
             Item::Same(slot) => {
                 let rec = &mut self.records[slot as usize];
                 if rec.live && rec.seen != generation {
                     rec.seen = generation;
+                    *seen += 1;
                     return slot;
                 }
                 // Seen already: a repeated ID, the first occurrence counts. (Slots
@@ -269,6 +308,7 @@ impl Differ {
                 return slot; // a repeated ID: the first occurrence counts
             }
             rec.seen = generation;
+            *seen += 1;
             if rec.uid == uid {
                 for k in transition(rec.state, st) {
                     events.push(Event {
@@ -309,6 +349,7 @@ impl Differ {
             });
         }
         *self.pods.entry(uid.to_owned()).or_insert(0) += 1;
+        *seen += 1;
         let rec = Record {
             id: id.to_owned(),
             uid: uid.to_owned(),

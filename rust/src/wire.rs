@@ -23,6 +23,15 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Continue at `pos` (the caller knows a field ends there).
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos.min(self.buf.len());
+    }
+
     fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut out: u64 = 0;
         for shift in (0..70).step_by(7) {
@@ -105,22 +114,6 @@ pub struct ContainerRef<'a> {
 }
 
 const POD_UID_LABEL: &[u8] = b"io.kubernetes.pod.uid";
-
-/// The byte spans of the top-level items (field 1) of a List response.
-pub fn item_spans(buf: &[u8], out: &mut Vec<(usize, usize)>) -> Result<(), DecodeError> {
-    out.clear();
-    let mut r = Reader::new(buf);
-    loop {
-        match r.next_field()? {
-            None => return Ok(()),
-            Some((1, Value::Bytes(item))) => {
-                let end = r.pos;
-                out.push((end - item.len(), end));
-            }
-            Some(_) => {}
-        }
-    }
-}
 
 /// One sandbox item (a PodSandbox message) as the relist sees it.
 pub fn parse_sandbox(item: &[u8]) -> Result<SandboxRef<'_>, DecodeError> {
