@@ -19,6 +19,7 @@ from typing import Any
 from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
+from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
@@ -26,6 +27,8 @@ from kubelet.container.cache import Cache
 from kubelet.container.runtime import PodStatus
 from kubelet.features import FeatureGate
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.lifecycle.predicate import Admitter, Rejection
+from kubelet.mirror_client import MirrorClient, is_mirror, mirror_matches
 from kubelet.nodestatus.machine import machine_info
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -35,7 +38,18 @@ from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
-from kubelet.types import FILE_SOURCE, HTTP_SOURCE, Pod, name, namespace, uid
+from kubelet.types import (
+    API_SOURCE,
+    FILE_SOURCE,
+    HTTP_SOURCE,
+    Pod,
+    full_name,
+    is_static,
+    name,
+    namespace,
+    uid,
+)
+from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -64,6 +78,8 @@ class Kubelet:
         recorder: Any = None,
         crash_backoff: Any = None,
         image_backoff: Any = None,
+        kube_client: Any = None,
+        allocatable: dict[str, str] | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -78,7 +94,33 @@ class Kubelet:
         self.pod_manager = PodManager()
         self.cache = Cache()
         self.work_queue = WorkQueue()
-        self.status_manager = StatusManager()
+        # Cluster mode: the API server is a pod source, pod statuses are written
+        # there, and static pods get mirror pods. None of it in standalone mode.
+        self.kube_client = kube_client
+        self.api_source: APIServerSource | None = None
+        self.mirror_client: MirrorClient | None = None
+        self.node_uid: Callable[[], str | None] = lambda: None
+        if kube_client is not None:
+            self.api_source = APIServerSource(kube_client, node_name, self.pod_config)
+            self.mirror_client = MirrorClient(kube_client, node_name, lambda: self.node_uid())
+        self.status_manager = StatusManager(
+            kube_client,
+            api_pod=self.api_source.get if self.api_source else None,
+            desired_pod=self.pod_manager.get,
+            mirror_of=self.pod_manager.get_mirror,
+            can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+        )
+        alloc = allocatable or {}
+        self.admitter = Admitter(
+            config.max_pods,
+            cpu_millis(alloc.get("cpu", "1000000")),
+            to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
+        )
+        self.rejected: set[str] = set()
+        self.node_status: Any = None  # NodeStatusManager, cluster mode
+        self.lease: Any = None  # NodeLeaseController, cluster mode
+        self.runtime_version = ""
+        self.runtime_error: str | None = "container runtime status check may not have completed yet"
         self.runtime_manager = RuntimeManager(
             runtime_service,
             image_service,
@@ -105,6 +147,7 @@ class Kubelet:
             self.cache,
             self.work_queue,
             config.sync_frequency,
+            on_terminated=self.status_manager.enqueue,
         )
         # The kubelet's own pod cgroups (kubepods/<qos>/pod<uid>), cgroupfs driver.
         self.pod_cgroups = (
@@ -143,12 +186,21 @@ class Kubelet:
             )
             self._sources.append(HTTP_SOURCE)
             self._tasks.append(asyncio.create_task(http.run(self._stop), name="http-source"))
+        if self.api_source is not None:
+            self._sources.append(API_SOURCE)
+            self._tasks.append(
+                asyncio.create_task(self.api_source.run(self._stop), name="api-source")
+            )
+            self._tasks.append(
+                asyncio.create_task(self.status_manager.run(self._stop), name="status-manager")
+            )
 
     async def _runtime_name(self) -> None:
         for _ in range(600):
             try:
                 v = await self.runtime.version()
                 self.runtime_manager.runtime_name = v.runtime_name or "cri"
+                self.runtime_version = f"{v.runtime_name}://{v.runtime_version}"
                 log.info(
                     "Container runtime %s %s (CRI %s)",
                     v.runtime_name,
@@ -172,6 +224,7 @@ class Kubelet:
         await self._runtime_name()
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+        self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         if self.features.enabled("EventedPLEG"):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(
@@ -187,6 +240,30 @@ class Kubelet:
 
     async def stop(self) -> None:
         self._stop.set()
+
+    async def _runtime_status_loop(self) -> None:
+        """updateRuntimeUp: every 5 s, ask the runtime whether it is ready."""
+        while not self._stop.is_set():
+            try:
+                st = await self.runtime.status()
+                bad = [
+                    f"{c.type}={c.status} ({c.reason}: {c.message})"
+                    for c in st.status.conditions
+                    if c.type in ("RuntimeReady", "NetworkReady") and not c.status
+                ]
+                self.runtime_error = (
+                    "container runtime is not ready: " + ", ".join(bad) if bad else None
+                )
+            except Exception as err:
+                self.runtime_error = f"container runtime is down: {err}"
+            try:
+                await asyncio.wait_for(self._stop.wait(), 5.0)
+            except TimeoutError:
+                pass
+
+    def readiness(self) -> str | None:
+        """Why the node is not Ready, or None (runtime and PLEG health)."""
+        return self.runtime_error or self.pleg.healthy()
 
     # ------------------------------------------------------------- syncLoop
     async def _sync_loop(self) -> None:
@@ -231,20 +308,77 @@ class Kubelet:
             if all(s in self.pod_config.sources_seen for s in self._sources):
                 self.sources_ready.set()
         for pod in u.pods:
+            if is_mirror(pod):
+                self._handle_mirror(u.op, pod)
+                continue
+            pu = uid(pod)
             if u.op is Op.ADD:
-                self._first_seen.setdefault(uid(pod), time.monotonic())
+                self._first_seen.setdefault(pu, time.monotonic())
                 self.pod_manager.add_or_update(pod)
+                rejection = self._admit(pod)
+                if rejection is not None:
+                    self._reject(pod, rejection)
+                    continue
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.CREATE))
             elif u.op in (Op.UPDATE, Op.RECONCILE):
                 self.pod_manager.add_or_update(pod)
-                self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
+                if pu not in self.rejected:
+                    self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
             elif u.op is Op.DELETE:
                 self.pod_manager.add_or_update(pod)
                 grace = pod["metadata"].get("deletionGracePeriodSeconds")
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+                # A pod with nothing running is deleted from the API right away.
+                self.status_manager.enqueue(pu)
             elif u.op is Op.REMOVE:
                 self.pod_manager.remove(pod)
+                self.admitter.release(pu)
+                self.rejected.discard(pu)
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
+
+    def _admit(self, pod: Pod) -> Rejection | None:
+        """canAdmitPod: pods that already finished are not counted nor re-admitted."""
+        st = (pod.get("status") or {}).get("phase")
+        if st in ("Succeeded", "Failed"):
+            return None
+        try:
+            return self.admitter.admit(uid(pod), pod)
+        except ValueError as err:
+            return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
+
+    def _reject(self, pod: Pod, r: Rejection) -> None:
+        u = uid(pod)
+        self.rejected.add(u)
+        log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
+        if self.recorder is not None:
+            ref = {
+                "kind": "Pod",
+                "namespace": namespace(pod),
+                "name": name(pod),
+                "uid": u,
+                "apiVersion": "v1",
+            }
+            self.recorder.event(ref, "Warning", r.reason, r.message)
+        self.status_manager.set_pod_status(
+            u,
+            {
+                "phase": "Failed",
+                "reason": r.reason,
+                "message": f"Pod was rejected: {r.message}",
+                "conditions": [],
+            },
+        )
+
+    def _handle_mirror(self, op: Op, mirror: Pod) -> None:
+        """Mirror pods are never run; their static pod is synced so it can fix them."""
+        if op is Op.REMOVE:
+            self.pod_manager.remove_mirror(mirror)
+        else:
+            self.pod_manager.set_mirror(mirror)
+        static = self.pod_manager.get_by_full_name(full_name(mirror))
+        if static is not None and is_static(static):
+            self.pod_workers.update_pod(PodWork(static, UpdateType.SYNC))
+            self.status_manager.enqueue(uid(static))
 
     def handle_pleg_event(self, ev: PodLifecycleEvent) -> None:
         pod = self.pod_manager.get(ev.pod_uid)
@@ -283,8 +417,40 @@ class Kubelet:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)]
             )
+        if self.mirror_client is not None:
+            for m in self.pod_manager.mirrors():
+                static = self.pod_manager.get_by_full_name(full_name(m))
+                if static is None or not is_static(static):
+                    self._spawn(self._delete_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _delete_mirror(self, mirror: Pod) -> None:
+        assert self.mirror_client is not None
+        try:
+            await self.mirror_client.delete(mirror)
+        except Exception as err:
+            log.warning("Failed deleting mirror pod %s: %s", full_name(mirror), err)
+
+    async def _ensure_mirror(self, pod: Pod) -> None:
+        """Create the static pod's mirror pod, replacing one that is out of date."""
+        assert self.mirror_client is not None
+        mirror = self.pod_manager.get_mirror(pod)
+        if mirror is not None and mirror_matches(pod, mirror):
+            return
+        try:
+            # Outdated, or being deleted by a user (which would wait for a kubelet
+            # that never runs it): delete it now, with grace 0, and make a new one.
+            if mirror is not None:
+                await self.mirror_client.delete(mirror)
+            await self.mirror_client.create(pod)
+        except Exception as err:
+            log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
 
     async def _kill_orphan(self, u: str) -> None:
         try:
@@ -329,6 +495,8 @@ class Kubelet:
             # Before the sandbox: the runtime puts the pod under this cgroup.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
             self._cgroups_made.add(u)
+        if self.mirror_client is not None and is_static(pod):
+            await self._ensure_mirror(pod)
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = generate.generate(pod, status, waiting, self.node_ips, old)
@@ -339,6 +507,7 @@ class Kubelet:
             if seen is not None:
                 metrics.POD_START_DURATION.observe(time.monotonic() - seen)
         if api["phase"] in ("Succeeded", "Failed"):
+            self.admitter.release(u)
             return True
         if not result.ok:
             raise SyncError("; ".join(result.errors), result.retry_after)
@@ -363,6 +532,7 @@ class Kubelet:
         status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
         await self.runtime_manager.kill_pod(pod, status, 0, remove=True)
         self.status_manager.remove(u)
+        self.admitter.release(u)
         self.cache.delete(u)
         self.work_queue.remove(u)
         self._first_seen.pop(u, None)

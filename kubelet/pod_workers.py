@@ -70,6 +70,7 @@ class PodWorkers:
         resync_interval: float,
         backoff_period: float = 10.0,
         max_concurrency: int = 256,
+        on_terminated: Callable[[str], None] | None = None,
     ) -> None:
         self._sync = sync
         self._terminate = terminate
@@ -80,6 +81,9 @@ class PodWorkers:
         self.backoff_period = backoff_period
         self._sem = asyncio.Semaphore(max_concurrency)
         self.states: dict[str, _State] = {}
+        # Told when a pod's containers are all stopped (the status manager may
+        # then finish a graceful deletion).
+        self.on_terminated = on_terminated
 
     def update_pod(self, work: PodWork) -> None:
         u = uid(work.pod)
@@ -103,6 +107,11 @@ class PodWorkers:
             st.pod = work.pod
         st.pending = work
         st.wake.set()
+
+    def could_have_running_containers(self, pod_uid: str) -> bool:
+        """False once the worker has stopped every container (or never ran the pod)."""
+        st = self.states.get(pod_uid)
+        return st is not None and not st.terminated
 
     def is_terminating(self, pod_uid: str) -> bool:
         st = self.states.get(pod_uid)
@@ -130,6 +139,8 @@ class PodWorkers:
                     try:
                         await self._terminate(st.pod, st.grace)
                         st.terminated = True
+                        if self.on_terminated is not None:
+                            self.on_terminated(u)
                     except Exception as err:
                         log.warning("Error killing pod %s, will retry: %s", u, err)
                         self.work_queue.enqueue(u, self.backoff_period)

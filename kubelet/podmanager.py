@@ -1,4 +1,5 @@
-"""The desired pods, by UID and by full name (pkg/kubelet/pod/pod_manager.go)."""
+"""The desired pods, by UID and by full name, and the mirror pods of static pods
+by full name (pkg/kubelet/pod/pod_manager.go)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ class PodManager:
     def __init__(self) -> None:
         self._by_uid: dict[str, Pod] = {}
         self._by_full_name: dict[str, str] = {}
+        self._mirrors: dict[str, Pod] = {}  # full name -> mirror pod
 
     def add_or_update(self, pod: Pod) -> None:
         u = uid(pod)
@@ -39,3 +41,17 @@ class PodManager:
 
     def __len__(self) -> int:
         return len(self._by_uid)
+
+    def set_mirror(self, pod: Pod) -> None:
+        self._mirrors[full_name(pod)] = pod
+
+    def remove_mirror(self, pod: Pod) -> None:
+        cur = self._mirrors.get(full_name(pod))
+        if cur is not None and uid(cur) == uid(pod):
+            del self._mirrors[full_name(pod)]
+
+    def get_mirror(self, static: Pod) -> Pod | None:
+        return self._mirrors.get(full_name(static))
+
+    def mirrors(self) -> list[Pod]:
+        return list(self._mirrors.values())

@@ -29,6 +29,28 @@ def build_cri(s: KubeletServer, deps: Dependencies) -> None:
             deps.image_service = RemoteImageService(endpoint, timeout)
 
 
+def node_inputs(s: KubeletServer, name: str, k: Any) -> Any:
+    """What the node status setters read, wired to the running Kubelet `k`."""
+    import kubelet
+    from kubelet.nodestatus.machine import machine_info
+    from kubelet.nodestatus.setters import NodeInputs, default_node_ip, rootfs_capacity
+
+    ips = [ip.strip() for ip in s.flags.node_ip.split(",") if ip.strip()] or [default_node_ip()]
+    root = s.flags.root_directory
+    return NodeInputs(
+        name=name,
+        config=s.config,
+        machine=machine_info(),
+        kubelet_version=f"v{kubelet.__version__}",
+        node_ips=ips,
+        node_labels=dict(s.flags.node_labels),
+        hostname=(s.flags.hostname_override or "").strip().lower() or name,
+        runtime_version=lambda: k.runtime_version if k is not None else "",
+        readiness_checks=[k.readiness] if k is not None else [],
+        rootfs_capacity=lambda: rootfs_capacity(root),
+    )
+
+
 async def start_node(
     s: KubeletServer,
     deps: Dependencies,
@@ -37,9 +59,14 @@ async def start_node(
     cleanups: list[Callable[[], Any]],
 ) -> Any:
     from kubelet.kubelet import Kubelet
+    from kubelet.nodestatus.setters import allocatable, capacity
 
     build_cri(s, deps)
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
+    # Admission needs allocatable before the Kubelet exists; runtime-derived
+    # inputs are not read by these two.
+    inputs = node_inputs(s, name, None)
+    alloc = allocatable(inputs, capacity(inputs))
     k = Kubelet(
         s.config,
         name,
@@ -48,11 +75,15 @@ async def start_node(
         deps.image_service,
         node_ip=node_ip,
         recorder=deps.recorder,
+        kube_client=deps.kube_client,
+        allocatable=alloc,
     )
     if s.flags.run_once:
         return k
 
-    task = asyncio.create_task(k.run(), name="kubelet")
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
+    if deps.kube_client is not None:
+        tasks += _start_cluster_loops(s, deps, name, k, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:
         # The loops ending on their own is fatal: stop the process rather than
@@ -61,16 +92,55 @@ async def start_node(
             log.error("kubelet loops failed", exc_info=t.exception())
             stop.set()
 
-    task.add_done_callback(on_done)
+    tasks[0].add_done_callback(on_done)
 
     async def shutdown() -> None:
         await k.stop()
         try:
-            await asyncio.wait_for(task, 30)
+            await asyncio.wait_for(tasks[0], 30)
         except (TimeoutError, asyncio.CancelledError):
-            task.cancel()
+            tasks[0].cancel()
         except Exception:
             pass
+        for t in tasks[1:]:
+            t.cancel()
+        await asyncio.gather(*tasks[1:], return_exceptions=True)
+        for c in (deps.kube_client, deps.event_client, deps.heartbeat_client):
+            if c is not None:
+                await c.close()
 
     cleanups.append(shutdown)
     return k
+
+
+def _start_cluster_loops(
+    s: KubeletServer, deps: Dependencies, name: str, k: Any, stop: asyncio.Event
+) -> list[asyncio.Task[Any]]:
+    """Node registration and status, the Lease, and the event sender."""
+    from kubelet.kubelet_node_status import NodeStatusManager
+    from kubelet.nodelease import NodeLeaseController
+
+    node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
+    k.node_status = node_status
+    k.node_uid = lambda: (node_status.node or {}).get("metadata", {}).get("uid")
+    lease = NodeLeaseController(
+        deps.heartbeat_client or deps.kube_client,
+        name,
+        s.config.node_lease_duration_seconds,
+        node_uid=k.node_uid,
+    )
+    k.lease = lease
+    tasks = []
+
+    async def register_then_report() -> None:
+        await node_status.register()
+        if deps.recorder is not None:
+            deps.recorder.event(node_status.node_ref(), "Normal", "Starting", "Starting kubelet.")
+        await node_status.run(stop)
+
+    if s.config.register_node:
+        tasks.append(asyncio.create_task(register_then_report(), name="node-status"))
+    tasks.append(asyncio.create_task(lease.run(stop), name="node-lease"))
+    if deps.recorder is not None and hasattr(deps.recorder, "run"):
+        tasks.append(asyncio.create_task(deps.recorder.run(stop), name="events"))
+    return tasks

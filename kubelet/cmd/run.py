@@ -75,12 +75,12 @@ async def run(
         standalone = not flags.kubeconfig and not flags.bootstrap_kubeconfig
         if standalone:
             log.info("Standalone mode, no API client")
+            if deps.recorder is None:
+                from kubelet.events import EventRecorder
+
+                deps.recorder = EventRecorder(node_name(s))  # events go to the log
         else:
-            _check_kubeconfig(flags.kubeconfig or flags.bootstrap_kubeconfig)
-            raise StartupError(
-                "cluster mode (--kubeconfig) is not implemented yet by this kubelet; "
-                "run without --kubeconfig for standalone mode"
-            )
+            build_clients(s, deps)
 
         if deps.auth is None:
             deps.auth = build_auth(s, has_client=deps.kube_client is not None)
@@ -109,13 +109,37 @@ async def run(
                 log.exception("cleanup failed")
 
 
-def _check_kubeconfig(path: str) -> None:
-    from kubernetes import config as kconfig
+def build_clients(s: KubeletServer, deps: Dependencies) -> None:
+    """The three API clients, as upstream: the main one (kubeAPIQPS/Burst), the event
+    client (eventRecordQPS/eventBurst) and the heartbeat client (no rate limit,
+    nodeStatusUpdateFrequency as its timeout). Injected ones are kept."""
+    from kubelet.client.rest import APIClient, load_kubeconfig
+    from kubelet.events import EventRecorder
 
-    try:
-        kconfig.load_kube_config(config_file=path, persist_config=False)
-    except Exception as err:
-        raise StartupError(f"invalid kubeconfig {path!r}: {err}") from err
+    cfg, flags = s.config, s.flags
+    if flags.bootstrap_kubeconfig and not flags.kubeconfig:
+        raise StartupError(
+            "--bootstrap-kubeconfig (TLS bootstrapping) is not supported by this kubelet; "
+            "give a --kubeconfig with a client certificate or token"
+        )
+    if deps.kube_client is None:
+        try:
+            conn = load_kubeconfig(flags.kubeconfig)
+        except ValueError as err:
+            raise StartupError(str(err)) from err
+        agent = f"kubelet-py/{kubelet.__version__}"
+        deps.kube_client = APIClient(conn, cfg.kube_api_qps, cfg.kube_api_burst, user_agent=agent)
+        if deps.event_client is None:
+            deps.event_client = APIClient(
+                conn, cfg.event_record_qps, cfg.event_burst, user_agent=agent
+            )
+        if deps.heartbeat_client is None:
+            deps.heartbeat_client = APIClient(
+                conn, 0, 1, timeout=cfg.node_status_update_frequency, user_agent=agent
+            )
+    if deps.recorder is None:
+        deps.recorder = EventRecorder(node_name(s), deps.event_client or deps.kube_client)
+    log.info("Cluster mode: API server %s", getattr(deps.kube_client.conn, "host", "?"))
 
 
 def build_auth(s: KubeletServer, has_client: bool) -> ServerAuth:

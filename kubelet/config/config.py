@@ -49,57 +49,93 @@ class PodConfig:
         self.updates: asyncio.Queue[PodUpdate] = asyncio.Queue()
         self._pods: dict[str, dict[str, Pod]] = {}
         self._ident: dict[str, bytes] = {}
+        # source -> full name -> UID. Names are unique within a source only, as
+        # upstream: a static pod and its mirror pod from the API share a name.
+        self._names: dict[str, dict[str, str]] = {}
         self.sources_seen: set[str] = set()
 
     def all_pods(self) -> list[Pod]:
         return [p for pods in self._pods.values() for p in pods.values()]
 
+    def _classify(self, old: Pod | None, pod: Pod) -> Op | None:
+        u = uid(pod)
+        ident = _identity(pod)
+        prev = self._ident.get(u)
+        self._ident[u] = ident
+        if old is None:
+            return Op.ADD
+        if ident != prev:
+            if pod["metadata"].get("deletionTimestamp") and not old["metadata"].get(
+                "deletionTimestamp"
+            ):
+                return Op.DELETE
+            return Op.UPDATE
+        if pod.get("status") != old.get("status"):
+            return Op.RECONCILE
+        return None
+
+    def _name_free(self, pod: Pod, source: str) -> bool:
+        fn, u = full_name(pod), uid(pod)
+        names = self._names.setdefault(source, {})
+        if names.get(fn, u) != u:
+            log.warning("Detected duplicate pod name %s from source %s; ignoring it", fn, source)
+            return False
+        names[fn] = u
+        return True
+
+    def _forget(self, source: str, pod: Pod) -> None:
+        u = uid(pod)
+        self._ident.pop(u, None)
+        names = self._names.get(source, {})
+        if names.get(full_name(pod)) == u:
+            del names[full_name(pod)]
+
     def set_pods(self, source: str, pods: list[Pod]) -> None:
         """A full snapshot from one source."""
         old = self._pods.get(source, {})
-        taken = {
-            full_name(p): uid(p) for s, ps in self._pods.items() if s != source for p in ps.values()
-        }
+        self._names[source] = {}  # rebuilt from the snapshot below
         new: dict[str, Pod] = {}
         for pod in pods:
-            u, fn = uid(pod), full_name(pod)
-            if u in new:
+            if uid(pod) in new or not self._name_free(pod, source):
                 continue
-            if taken.get(fn, u) != u:
-                log.warning(
-                    "Detected duplicate pod name %s from source %s; ignoring it", fn, source
-                )
-                continue
-            taken[fn] = u
-            new[u] = pod
-        adds, updates, removes, deletes, reconciles = [], [], [], [], []
+            new[uid(pod)] = pod
+        by_op: dict[Op, list[Pod]] = {op: [] for op in Op}
         for u, pod in new.items():
-            ident = _identity(pod)
-            if u not in old:
-                adds.append(pod)
-            elif ident != self._ident.get(u):
-                if pod["metadata"].get("deletionTimestamp") and not old[u]["metadata"].get(
-                    "deletionTimestamp"
-                ):
-                    deletes.append(pod)
-                else:
-                    updates.append(pod)
-            elif pod.get("status") != old[u].get("status"):
-                reconciles.append(pod)
-            self._ident[u] = ident
+            op = self._classify(old.get(u), pod)
+            if op is not None:
+                by_op[op].append(pod)
         for u, pod in old.items():
             if u not in new:
-                removes.append(pod)
+                by_op[Op.REMOVE].append(pod)
                 self._ident.pop(u, None)
         self._pods[source] = new
         first = source not in self.sources_seen
         self.sources_seen.add(source)
-        for op, items in (
-            (Op.REMOVE, removes),
-            (Op.ADD, adds),
-            (Op.UPDATE, updates),
-            (Op.DELETE, deletes),
-            (Op.RECONCILE, reconciles),
-        ):
-            if items or (first and op is Op.ADD):
-                self.updates.put_nowait(PodUpdate(op, items, source))
+        for op in (Op.REMOVE, Op.ADD, Op.UPDATE, Op.DELETE, Op.RECONCILE):
+            if by_op[op] or (first and op is Op.ADD):
+                self.updates.put_nowait(PodUpdate(op, by_op[op], source))
+
+    def upsert(self, source: str, pod: Pod) -> None:
+        """One pod added or changed (a watch event): O(1), unlike a snapshot."""
+        pods = self._pods.setdefault(source, {})
+        old = pods.get(uid(pod))
+        if not self._name_free(pod, source):
+            return
+        op = self._classify(old, pod)
+        pods[uid(pod)] = pod
+        self.sources_seen.add(source)
+        if op is not None:
+            self.updates.put_nowait(PodUpdate(op, [pod], source))
+
+    def remove(self, source: str, pod: Pod) -> None:
+        old = self._pods.get(source, {}).pop(uid(pod), None)
+        if old is None:
+            return
+        self._forget(source, old)
+        self.updates.put_nowait(PodUpdate(Op.REMOVE, [old], source))
+
+    def mark_seen(self, source: str) -> None:
+        """The source has said everything it has (an empty first list, say)."""
+        if source not in self.sources_seen:
+            self.sources_seen.add(source)
+            self.updates.put_nowait(PodUpdate(Op.ADD, [], source))

@@ -1,16 +1,37 @@
-"""The status manager: the latest PodStatus per pod, versioned and deduplicated.
+"""The status manager (pkg/kubelet/status/status_manager.go).
 
-In standalone mode it is what /pods serves; in cluster mode it also writes
-changes to the API server (pods/status).
+It keeps the latest status the kubelet computed for each pod; in standalone
+mode that is what /pods serves. With an API client it also writes statuses to
+the API server through the pods/status subresource (NodeRestriction allows a
+node nothing else on pods):
+
+- each change queues the pod's UID in a rate-limited queue (a key is queued
+  once; failures back off per pod); up to `concurrency` patches run at once,
+  so one slow pod never holds back the others;
+- the patch carries only what differs from the API's copy, which comes from
+  the pod watch (no GET before a patch), plus metadata.uid as a precondition;
+- every 10 s a reconcile queues the pods whose API copy differs from ours;
+- static pods report through their mirror pod;
+- a pod being deleted is deleted for good (grace 0, UID precondition) once
+  its containers are stopped and its final status is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet.types import Pod, is_static, name, namespace, uid
+from kubelet.util.workqueue import RateLimitingQueue
+
 log = logging.getLogger(__name__)
+
+RECONCILE_PERIOD = 10.0
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass
@@ -29,11 +50,58 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch of the fields of `ours` that differ from `api`.
+
+    Conditions merge by type (their patch strategy), so only changed ones are
+    sent; other lists are atomic and sent whole when they differ. Fields the
+    kubelet does not set are left to whoever set them.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in ours.items():
+        if key == "conditions":
+            have = {c.get("type"): c for c in api.get("conditions") or []}
+            changed = [
+                c
+                for c in value
+                if {k: v for k, v in have.get(c["type"], {}).items() if k != "lastTransitionTime"}
+                != {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            ]
+            if changed:
+                patch["conditions"] = changed
+        elif api.get(key) != value:
+            patch[key] = value
+    return patch
+
+
 class StatusManager:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        client: Any = None,
+        api_pod: Callable[[str], Pod | None] | None = None,
+        desired_pod: Callable[[str], Pod | None] | None = None,
+        mirror_of: Callable[[Pod], Pod | None] | None = None,
+        can_delete: Callable[[str], bool] | None = None,
+        concurrency: int = 16,
+    ) -> None:
         self._statuses: dict[str, Versioned] = {}
         self.updates = 0
+        self.client = client
+        # The API's copy of a pod by UID (from the watch), the pod the kubelet
+        # runs by UID, the mirror pod of a static pod, and whether a pod's
+        # containers are all stopped.
+        self.api_pod = api_pod or (lambda _u: None)
+        self.desired_pod = desired_pod or (lambda _u: None)
+        self.mirror_of = mirror_of or (lambda _p: None)
+        self.can_delete = can_delete or (lambda _u: True)
+        self.concurrency = concurrency
+        self.queue = RateLimitingQueue(base=0.5, cap=30.0)
+        self._kick = asyncio.Event()
+        self._removed: dict[str, Pod] = {}  # pods gone from the kubelet, still to delete
+        self.patches = 0
+        self.deletes = 0
 
+    # ----------------------------------------------------------- local state
     def get(self, uid: str) -> dict[str, Any] | None:
         v = self._statuses.get(uid)
         return v.status if v else None
@@ -49,6 +117,7 @@ class StatusManager:
             return False
         self._statuses[uid] = Versioned(status, (cur.version if cur else 0) + 1)
         self.updates += 1
+        self.enqueue(uid)
         return True
 
     def terminate(self, uid: str, reason_phase: str | None = None) -> None:
@@ -65,3 +134,141 @@ class StatusManager:
 
     def uids(self) -> list[str]:
         return list(self._statuses)
+
+    # ------------------------------------------------------------ API writes
+    def enqueue(self, uid: str) -> None:
+        if self.client is not None:
+            self.queue.add(uid)
+            self._kick.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self.client is None:
+            return
+        sem = asyncio.Semaphore(self.concurrency)
+        inflight: set[asyncio.Task[None]] = set()
+        next_reconcile = time.monotonic() + RECONCILE_PERIOD
+        try:
+            while not stop.is_set():
+                while True:
+                    key = self.queue.get_nowait()
+                    if key is None:
+                        break
+                    await sem.acquire()
+                    t = asyncio.create_task(self._sync_key(key, sem))
+                    inflight.add(t)
+                    t.add_done_callback(inflight.discard)
+                now = time.monotonic()
+                if now >= next_reconcile:
+                    next_reconcile = now + RECONCILE_PERIOD
+                    self.reconcile()
+                    continue
+                wait = next_reconcile - now
+                ready = self.queue.next_ready()
+                if ready is not None:
+                    wait = min(wait, max(0.0, ready - now))
+                self._kick.clear()
+                kick = asyncio.ensure_future(self._kick.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({kick, stopper}, timeout=wait, return_when="FIRST_COMPLETED")
+                kick.cancel()
+                stopper.cancel()
+        finally:
+            self.queue.shut_down()
+            for t in list(inflight):
+                t.cancel()
+            await asyncio.gather(*inflight, return_exceptions=True)
+
+    def reconcile(self) -> None:
+        """Queue every pod whose API copy no longer matches what the kubelet computed."""
+        for u in list(self._statuses):
+            target = self._target(u)
+            if target is None:
+                continue
+            if status_patch(target.get("status") or {}, self._statuses[u].status):
+                self.queue.add(u)
+            elif target["metadata"].get("deletionTimestamp") and self.can_delete(u):
+                self.queue.add(u)
+        for u in list(self._removed):
+            self.queue.add(u)
+        self._kick.set()
+
+    def pod_removed(self, pod: Pod) -> None:
+        """The kubelet let go of a pod; if the API still has it deleting, finish that."""
+        if self.client is None or is_static(pod):
+            return
+        u = uid(pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            self._removed[u] = pod
+            self.enqueue(u)
+
+    def _target(self, u: str) -> Pod | None:
+        """The API object that carries pod `u`'s status: itself, or a static pod's mirror."""
+        pod = self.desired_pod(u) or self._removed.get(u)
+        if pod is not None and is_static(pod):
+            return self.mirror_of(pod)
+        return self.api_pod(u)
+
+    async def _sync_key(self, u: str, sem: asyncio.Semaphore) -> None:
+        try:
+            await self._sync_pod(u)
+            self.queue.forget(u)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.warning("Failed to update status for pod %s, will retry: %s", u, err)
+            self.queue.add_rate_limited(u)
+            self._kick.set()
+        finally:
+            self.queue.done(u)
+            sem.release()
+
+    async def _sync_pod(self, u: str) -> None:
+        from kubelet.client.rest import APIError
+
+        target = self._target(u)
+        if target is None:
+            self._removed.pop(u, None)
+            return  # not in the API (yet), or a static pod without a mirror pod
+        tu = uid(target)
+        path = f"/api/v1/namespaces/{namespace(target)}/pods/{name(target)}"
+        ours = self._statuses.get(u)
+        if ours is not None:
+            patch = status_patch(target.get("status") or {}, ours.status)
+            if patch:
+                body = {"metadata": {"uid": tu}, "status": patch}
+                try:
+                    updated = await self.client.patch(
+                        path + "/status", body, content_type=STRATEGIC_MERGE_PATCH
+                    )
+                except APIError as err:
+                    if err.not_found or err.conflict:
+                        log.info("Pod %s is gone or replaced; not updating its status", u)
+                        self._removed.pop(u, None)
+                        return
+                    raise
+                self.patches += 1
+                # Later diffs start from what the server now holds, even before
+                # the watch delivers it.
+                target["status"] = updated.get("status", target.get("status"))
+                log.debug("Patched status of pod %s: %s", u, list(patch))
+        if target["metadata"].get("deletionTimestamp") and not is_static(target):
+            if self.can_delete(u):
+                await self._delete(u, path, tu)
+
+    async def _delete(self, u: str, path: str, target_uid: str) -> None:
+        from kubelet.client.rest import APIError
+
+        options = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": target_uid},
+        }
+        try:
+            await self.client.delete(path, options)
+            self.deletes += 1
+            log.info("Pod %s deleted from the API server after termination", u)
+        except APIError as err:
+            if not (err.not_found or err.conflict):
+                raise
+        self._removed.pop(u, None)

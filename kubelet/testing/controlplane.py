@@ -125,30 +125,28 @@ class ControlPlane:
             os.path.join(logs, "etcd.log"),
         )
         self.url = f"https://127.0.0.1:{self.apiserver_port}"
-        self._spawn(
-            [
-                bins["kube-apiserver"],
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.apiserver_port}",
-                f"--tls-cert-file={serving.cert}",
-                f"--tls-private-key-file={serving.key}",
-                f"--client-ca-file={self.pki.ca.cert}",
-                f"--service-account-key-file={sa.cert}",
-                f"--service-account-signing-key-file={sa.key}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--authorization-mode=Node,RBAC",
-                "--enable-admission-plugins=NodeRestriction",
-                "--allow-privileged=true",
-                # Density tests create pods fast; the defaults throttle them.
-                "--max-requests-inflight=2000",
-                "--max-mutating-requests-inflight=1000",
-                f"--cert-dir={os.path.join(self.directory, 'apiserver-certs')}",
-            ],
-            os.path.join(logs, "kube-apiserver.log"),
-        )
+        self._apiserver_argv = [
+            bins["kube-apiserver"],
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={serving.cert}",
+            f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={self.pki.ca.cert}",
+            f"--service-account-key-file={sa.cert}",
+            f"--service-account-signing-key-file={sa.key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            # Density tests create pods fast; the defaults throttle them.
+            "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000",
+            f"--cert-dir={os.path.join(self.directory, 'apiserver-certs')}",
+        ]
+        self._spawn(self._apiserver_argv, os.path.join(logs, "kube-apiserver.log"))
         self.admin_kubeconfig = write_kubeconfig(
             os.path.join(self.directory, "admin.kubeconfig"),
             self.url,
@@ -162,6 +160,24 @@ class ControlPlane:
         # controller would, so pods can be admitted in "default".
         self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
         return self
+
+    def stop_apiserver(self) -> None:
+        """Take the API server away (etcd keeps running), for outage tests."""
+        for p in list(self.procs):
+            if self.names.get(p.pid) == "kube-apiserver" and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                self.procs.remove(p)
+
+    def start_apiserver(self, timeout: float = 90.0) -> None:
+        """Bring the API server back on the same port with the same state."""
+        log_path = os.path.join(self.directory, "logs", "kube-apiserver.log")
+        self._spawn(self._apiserver_argv, log_path)
+        self._wait_ready(timeout)
 
     def node_kubeconfig(self, node: str) -> str:
         pair = self.pki.issue(f"node-{node}", f"system:node:{node}", ["system:nodes"])

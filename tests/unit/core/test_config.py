@@ -60,9 +60,23 @@ def test_pod_config_merges_snapshots_into_updates() -> None:
 
     cfg.set_pods("file", [p("1"), p("2")])
     cfg.set_pods("file", [p("1", "b"), p("3")])
+    dup = {"metadata": {"uid": "8", "name": "7", "namespace": "default"}, "spec": {}}
     cfg.set_pods(
-        "http", [{"metadata": {"uid": "9", "name": "1", "namespace": "default"}, "spec": {}}]
+        "http",
+        [
+            {"metadata": {"uid": "9", "name": "1", "namespace": "default"}, "spec": {}},
+            {"metadata": {"uid": "7", "name": "7", "namespace": "default"}, "spec": {}},
+            dup,
+        ],
     )
+    # Watch-style changes: one pod at a time.
+    cfg.upsert("api", p("20"))
+    cfg.upsert("api", p("20", "c"))
+    cfg.upsert("api", {**p("20", "c"), "status": {"phase": "Running"}})
+    cfg.upsert(
+        "api", p("20", "c") | {"metadata": {"uid": "21", "name": "20", "namespace": "default"}}
+    )
+    cfg.remove("api", p("20"))
     got = []
     while not cfg.updates.empty():
         u = cfg.updates.get_nowait()
@@ -72,8 +86,13 @@ def test_pod_config_merges_snapshots_into_updates() -> None:
         (Op.REMOVE, "file", ["2"]),
         (Op.ADD, "file", ["3"]),
         (Op.UPDATE, "file", ["1"]),
-        # the HTTP pod has the same full name as a file pod: ignored
-        (Op.ADD, "http", []),
+        # Names are unique per source (as upstream: a mirror pod from the API
+        # shares its static pod's name); within one source the first one wins.
+        (Op.ADD, "http", ["9", "7"]),
+        (Op.ADD, "api", ["20"]),
+        (Op.UPDATE, "api", ["20"]),
+        (Op.RECONCILE, "api", ["20"]),
+        (Op.REMOVE, "api", ["20"]),
     ]
 
 

@@ -1,0 +1,65 @@
+"""The API server pod source (pkg/kubelet/config/apiserver.go).
+
+List + watch of the pods bound to this node (fieldSelector spec.nodeName) by a
+Reflector on raw JSON. A list replaces the source's snapshot in PodConfig; each
+watch event changes one pod there, so a busy watch costs O(1) per event
+(upstream hands PodConfig the whole set on every change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kubelet.client.reflector import Reflector
+from kubelet.client.rest import APIClient
+from kubelet.config.config import PodConfig
+from kubelet.types import API_SOURCE, CONFIG_SEEN, CONFIG_SOURCE, Pod
+
+log = logging.getLogger(__name__)
+
+
+def _annotate(pod: Pod) -> Pod:
+    md = pod.setdefault("metadata", {})
+    ann = md.get("annotations") or {}
+    md["annotations"] = ann
+    ann[CONFIG_SOURCE] = API_SOURCE
+    ann.setdefault(CONFIG_SEEN, md.get("creationTimestamp", ""))
+    return pod
+
+
+class APIServerSource:
+    def __init__(self, client: APIClient, node_name: str, config: PodConfig) -> None:
+        self.config = config
+        self.pods: dict[str, Pod] = {}  # the API's current copy of every pod bound here
+        self.reflector = Reflector(
+            client,
+            "/api/v1/pods",
+            {"fieldSelector": f"spec.nodeName={node_name}"},
+            self._on_list,
+            self._on_event,
+        )
+
+    async def _on_list(self, items: list[dict[str, Any]]) -> None:
+        pods = [_annotate(p) for p in items]
+        self.pods = {p["metadata"]["uid"]: p for p in pods}
+        self.config.set_pods(API_SOURCE, pods)
+
+    async def _on_event(self, etype: str, obj: dict[str, Any]) -> None:
+        pod = _annotate(obj)
+        u = pod["metadata"].get("uid")
+        if not u:
+            return
+        if etype == "DELETED":
+            self.pods.pop(u, None)
+            self.config.remove(API_SOURCE, pod)
+        elif etype in ("ADDED", "MODIFIED"):
+            self.pods[u] = pod
+            self.config.upsert(API_SOURCE, pod)
+
+    def get(self, uid: str) -> Pod | None:
+        return self.pods.get(uid)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.reflector.run(stop)

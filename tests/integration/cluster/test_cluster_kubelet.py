@@ -1,0 +1,293 @@
+"""The `kubelet` command in cluster mode against the real control plane, on the
+simulated runtime, checked the way a user would: with the built kubectl."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubelet.testing.controlplane import ControlPlane
+from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
+from tests.integration.core.test_command import free_port
+
+pytestmark = pytest.mark.cluster
+
+NODE = "py-cluster-node"
+
+STATIC_POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: static-web
+  labels: {app: static-web}
+spec:
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: ["sh", "-c", "while true; do sleep 1; done"]
+"""
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as err:  # a test helper: keep trying until the deadline
+            last = err
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+class ClusterKubelet:
+    def __init__(self, cp: ControlPlane, tmp: Path, sim: SimRuntimeProc) -> None:
+        self.cp = cp
+        self.tmp = tmp
+        manifests = tmp / "manifests"
+        manifests.mkdir()
+        (manifests / "static-web.yaml").write_text(STATIC_POD)
+        self.manifests = manifests
+        cfg = tmp / "config.yaml"
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                    "kind": "KubeletConfiguration",
+                    "maxPods": 150,
+                    "address": "127.0.0.1",
+                    "cgroupsPerQOS": False,
+                    "enforceNodeAllocatable": [],
+                    "plegRelistPeriod": "100ms",
+                    "nodeStatusUpdateFrequency": "2s",
+                    "nodeLeaseDurationSeconds": 8,
+                    "authorization": {"mode": "AlwaysAllow"},
+                    "authentication": {"anonymous": {"enabled": True}},
+                }
+            )
+        )
+        self.log = tmp / "kubelet.log"
+        argv = [
+            sys.executable, "-m", "kubelet",
+            "--config", str(cfg),
+            "--kubeconfig", cp.node_kubeconfig(NODE),
+            "--hostname-override", NODE,
+            "--node-ip", "127.0.0.1",
+            "--node-labels", "example.com/pool=py",
+            "--port", str(free_port()),
+            "--read-only-port", "0",
+            "--healthz-port", str(free_port()),
+            "--container-runtime-endpoint", sim.endpoint,
+            "--pod-manifest-path", str(manifests),
+            "--root-dir", str(tmp / "root"),
+            "--cert-dir", str(tmp / "pki"),
+            "--pod-logs-dir", str(tmp / "logs"),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    tmp = tmp_path_factory.mktemp("cluster-kubelet")
+    simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"simc-{os.getpid()}-{time.monotonic_ns()}"
+    simdir.mkdir(parents=True)
+    sim = start_simruntime(simdir)
+    k = ClusterKubelet(control_plane, tmp, sim)
+    try:
+        wait_for("the Node to be Ready", lambda: _ready(k), timeout=60)
+        yield k
+    finally:
+        k.stop()
+        sim.stop()
+        print(f"kubelet log: {k.log}")
+
+
+def _ready(k: ClusterKubelet) -> bool:
+    if k.proc.poll() is not None:
+        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
+    n = k.kubectl_json("get", "node", NODE)
+    conds = {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
+    return conds.get("Ready") == "True"
+
+
+def _pods(k: ClusterKubelet, selector: str) -> list[dict[str, Any]]:
+    return list(k.kubectl_json("get", "pods", "-n", "default", "-l", selector)["items"])
+
+
+def pod_manifest(name: str, labels: dict[str, str], command: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
+            ],
+            **spec,
+        },
+    }
+
+
+def create(k: ClusterKubelet, pods: list[dict[str, Any]]) -> None:
+    path = k.tmp / f"pods-{time.monotonic_ns()}.yaml"
+    path.write_text(yaml.safe_dump_all(pods))
+    k.cp.kubectl("create", "-f", str(path))
+
+
+def test_node_is_ready_with_capacity_labels_and_a_renewing_lease(node: ClusterKubelet) -> None:
+    n = node.kubectl_json("get", "node", NODE)
+    assert n["status"]["capacity"]["pods"] == "150"
+    assert n["status"]["capacity"]["cpu"] == str(os.cpu_count())
+    assert n["metadata"]["labels"]["example.com/pool"] == "py"
+    assert n["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
+    assert n["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("simruntime://")
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in n["status"]["addresses"]
+    lease = node.kubectl_json("get", "lease", NODE, "-n", "kube-node-lease")
+    first = lease["spec"]["renewTime"]
+    assert lease["spec"]["holderIdentity"] == NODE
+    wait_for(
+        "the Lease to be renewed (every 2 s here)",
+        lambda: (
+            node.kubectl_json("get", "lease", NODE, "-n", "kube-node-lease")["spec"]["renewTime"]
+            != first
+        ),
+        timeout=15,
+    )
+    events = node.kubectl_json(
+        "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={NODE}"
+    )["items"]
+    assert {"Starting", "NodeReady"} <= {e["reason"] for e in events}
+
+
+def test_static_pod_has_a_mirror_pod_that_comes_back_when_deleted(node: ClusterKubelet) -> None:
+    name = f"static-web-{NODE}"
+
+    def mirror() -> dict[str, Any] | None:
+        p = node.kubectl_json("get", "pod", name, "-n", "default")
+        ok = p["status"].get("phase") == "Running"
+        return p if ok and "kubernetes.io/config.mirror" in p["metadata"]["annotations"] else None
+
+    first = wait_for("the mirror pod to report Running", mirror, timeout=60)
+    assert first["metadata"]["ownerReferences"][0]["kind"] == "Node"
+    node.cp.kubectl("delete", "pod", name, "-n", "default", "--wait=false")
+    second = wait_for(
+        "the mirror pod to be recreated",
+        lambda: (m := mirror()) and m["metadata"]["uid"] != first["metadata"]["uid"] and m,
+        timeout=60,
+    )
+    # The static pod itself never stopped: the same container is still running.
+    cs = second["status"]["containerStatuses"][0]
+    assert cs["restartCount"] == 0
+    assert cs["containerID"] == first["status"]["containerStatuses"][0]["containerID"]
+
+
+def test_100_pods_run_with_ips_and_deleting_them_removes_everything(
+    node: ClusterKubelet,
+) -> None:
+    pods = [
+        pod_manifest(f"many-{i}", {"app": "many"}, "while true; do sleep 1; done")
+        for i in range(100)
+    ]
+    create(node, pods)
+
+    def all_running() -> bool:
+        items = _pods(node, "app=many")
+        return len(items) == 100 and all(
+            p["status"].get("phase") == "Running" and p["status"].get("podIP") for p in items
+        )
+
+    wait_for("100 pods Running with pod IPs", all_running, timeout=120, every=1)
+    ips = {p["status"]["podIP"] for p in _pods(node, "app=many")}
+    assert len(ips) == 100
+    node.cp.kubectl("delete", "pods", "-n", "default", "-l", "app=many", "--wait=false")
+    wait_for("every pod gone from the API", lambda: not _pods(node, "app=many"), timeout=120)
+    # Their containers are gone from the runtime too.
+    import asyncio
+
+    from kubelet.cri.remote import RemoteRuntimeService
+
+    async def containers() -> list[Any]:
+        rs = RemoteRuntimeService(node_endpoint(node), 10)
+        try:
+            return [
+                c
+                for c in await rs.list_containers()
+                if c.labels.get("io.kubernetes.pod.name", "").startswith("many-")
+            ]
+        finally:
+            await rs.close()
+
+    wait_for(
+        "the runtime to have no container of those pods", lambda: not asyncio.run(containers())
+    )
+
+
+def node_endpoint(node: ClusterKubelet) -> str:
+    argv = node.proc.args
+    assert isinstance(argv, list)
+    return str(argv[argv.index("--container-runtime-endpoint") + 1])
+
+
+def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
+    create(node, [pod_manifest("crasher", {"app": "crasher"}, "echo bye; exit 1")])
+
+    def reasons() -> set[str]:
+        items = node.kubectl_json(
+            "get", "events", "-n", "default", "--field-selector", "involvedObject.name=crasher"
+        )["items"]
+        return {e["reason"] for e in items}
+
+    wait_for(
+        "Created, Started and BackOff events",
+        lambda: {"Created", "Started", "BackOff"} <= reasons(),
+    )
+    p = node.kubectl_json("get", "pod", "crasher", "-n", "default")
+    waiting = p["status"]["containerStatuses"][0]["state"].get("waiting", {})
+    assert (
+        waiting.get("reason") == "CrashLoopBackOff"
+        or p["status"]["containerStatuses"][0]["restartCount"] >= 1
+    )
+    node.cp.kubectl("delete", "pod", "crasher", "-n", "default", "--wait=false")
+
+
+def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: ClusterKubelet) -> None:
+    big = pod_manifest("too-big", {"app": "too-big"}, "sleep 1000")
+    big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
+    create(node, [big])
+
+    def failed() -> dict[str, Any] | None:
+        p = node.kubectl_json("get", "pod", "too-big", "-n", "default")
+        return p if p["status"].get("phase") == "Failed" else None
+
+    p = wait_for("the pod to be rejected", failed, timeout=30)
+    assert p["status"]["reason"] == "OutOfcpu"
+    assert p["status"]["message"].startswith(
+        "Pod was rejected: Node didn't have enough resource: cpu"
+    )
+    node.cp.kubectl("delete", "pod", "too-big", "-n", "default", "--wait=false")
+    wait_for("the rejected pod to be deleted", lambda: not _pods(node, "app=too-big"))
