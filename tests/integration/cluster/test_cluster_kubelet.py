@@ -78,6 +78,7 @@ class ClusterKubelet:
             )
         )
         self.log = tmp / "kubelet.log"
+        self.healthz_port = free_port()
         argv = [
             sys.executable, "-m", "kubelet",
             "--config", str(cfg),
@@ -87,7 +88,7 @@ class ClusterKubelet:
             "--node-labels", "example.com/pool=py",
             "--port", str(free_port()),
             "--read-only-port", "0",
-            "--healthz-port", str(free_port()),
+            "--healthz-port", str(self.healthz_port),
             "--container-runtime-endpoint", sim.endpoint,
             "--pod-manifest-path", str(manifests),
             "--root-dir", str(tmp / "root"),

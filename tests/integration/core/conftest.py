@@ -106,6 +106,7 @@ async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[N
     cfg.sync_frequency = 10.0
     cfg.pod_logs_dir = str(tmp_path / "logs")
     cfg.cgroups_per_qos = False
+    cfg.max_pods = 500  # the 200-pod test is over the default 110
     for k, v in overrides.items():
         setattr(cfg, k, v)
     rt = RemoteRuntimeService(simruntime.endpoint, 10)

@@ -310,3 +310,30 @@ def test_console_script_exit_codes(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1
     assert bad.stderr.count("Error: ") == 3, bad.stderr
+
+
+def test_invalid_kubeconfig_exits_1_with_the_reason(tmp_path: Path) -> None:
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kubelet",
+            "--kubeconfig",
+            str(kc),
+            "--root-dir",
+            str(tmp_path / "root"),
+            "--cert-dir",
+            str(tmp_path / "pki"),
+            "--container-runtime-endpoint",
+            f"unix://{tmp_path}/none.sock",
+            "--healthz-port=0",
+            "--read-only-port=0",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1, bad.stderr
+    assert "invalid kubeconfig" in bad.stderr and str(kc) in bad.stderr
