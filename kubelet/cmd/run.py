@@ -83,7 +83,7 @@ async def run(
             build_clients(s, deps)
 
         if deps.auth is None:
-            deps.auth = build_auth(s, has_client=deps.kube_client is not None)
+            deps.auth = build_auth(s, deps.kube_client, node_name(s))
         adjust_self(deps.oom_adjuster or OOMAdjuster(), cfg.oom_score_adj)
 
         name = node_name(s)
@@ -142,8 +142,9 @@ def build_clients(s: KubeletServer, deps: Dependencies) -> None:
     log.info("Cluster mode: API server %s", getattr(deps.kube_client.conn, "host", "?"))
 
 
-def build_auth(s: KubeletServer, has_client: bool) -> ServerAuth:
+def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
     cfg = s.config
+    has_client = client is not None
     if cfg.authorization.mode == "Webhook" and not has_client:
         raise StartupError(
             "no client provided, cannot use webhook authorization "
@@ -159,6 +160,12 @@ def build_auth(s: KubeletServer, has_client: bool) -> ServerAuth:
         anonymous_enabled=cfg.authentication.anonymous.enabled,
         authorization_mode=cfg.authorization.mode,
         x509_enabled=bool(cfg.authentication.x509.client_ca_file),
+        client=client,
+        node_name=node,
+        webhook_authn=cfg.authentication.webhook.enabled,
+        authn_ttl=cfg.authentication.webhook.cache_ttl,
+        authorized_ttl=cfg.authorization.webhook.cache_authorized_ttl,
+        unauthorized_ttl=cfg.authorization.webhook.cache_unauthorized_ttl,
     )
 
 

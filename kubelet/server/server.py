@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kubelet.server.auth import ServerAuth
+from kubelet.server.auth import ServerAuth, api_verb
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +114,11 @@ def kubelet_app(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-        user = auth.authenticate(ssl_object)
+        user = await auth.authenticate(ssl_object, request.headers.get("Authorization"))
         if user is None:
             return web.Response(status=401, text="Unauthorized")
-        verb = "get" if request.method in ("GET", "HEAD") else request.method.lower()
-        if not auth.authorize(user, verb, request.path):
+        verb = api_verb(request.method)
+        if not await auth.authorize(user, request.method, request.path):
             return web.Response(
                 status=403,
                 text=f"Forbidden (user={user.name}, verb={verb}, path={request.path})",

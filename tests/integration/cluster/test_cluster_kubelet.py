@@ -72,13 +72,20 @@ class ClusterKubelet:
                     "plegRelistPeriod": "100ms",
                     "nodeStatusUpdateFrequency": "2s",
                     "nodeLeaseDurationSeconds": 8,
-                    "authorization": {"mode": "AlwaysAllow"},
-                    "authentication": {"anonymous": {"enabled": True}},
+                    # As a cluster kubelet runs: tokens and authorization checked
+                    # with the API server, client certificates from its CA.
+                    "authorization": {"mode": "Webhook"},
+                    "authentication": {
+                        "anonymous": {"enabled": False},
+                        "webhook": {"enabled": True},
+                        "x509": {"clientCAFile": cp.pki.ca.cert},
+                    },
                 }
             )
         )
         self.log = tmp / "kubelet.log"
         self.healthz_port = free_port()
+        self.port = free_port()
         argv = [
             sys.executable, "-m", "kubelet",
             "--config", str(cfg),
@@ -86,7 +93,7 @@ class ClusterKubelet:
             "--hostname-override", NODE,
             "--node-ip", "127.0.0.1",
             "--node-labels", "example.com/pool=py",
-            "--port", str(free_port()),
+            "--port", str(self.port),
             "--read-only-port", "0",
             "--healthz-port", str(self.healthz_port),
             "--container-runtime-endpoint", sim.endpoint,
@@ -292,3 +299,43 @@ def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: Cluste
     )
     node.cp.kubectl("delete", "pod", "too-big", "-n", "default", "--wait=false")
     wait_for("the rejected pod to be deleted", lambda: not _pods(node, "app=too-big"))
+
+
+def test_kubelet_port_checks_tokens_and_access_with_the_api_server(node: ClusterKubelet) -> None:
+    """TokenReview for bearer tokens, SubjectAccessReview on nodes/<subresource>."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    cp = node.cp
+    cp.kubectl("create", "serviceaccount", "reader", "-n", "default", check=False)
+    cp.kubectl("create", "serviceaccount", "nobody", "-n", "default", check=False)
+    cp.kubectl(
+        "create", "clusterrole", "node-pods-reader",
+        "--verb=get", "--resource=nodes/pods,nodes/proxy", check=False,
+    )  # fmt: skip
+    cp.kubectl(
+        "create", "clusterrolebinding", "reader-node-pods",
+        "--clusterrole=node-pods-reader", "--serviceaccount=default:reader", check=False,
+    )  # fmt: skip
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+
+    def status(path: str, token: str | None) -> int:
+        req = urllib.request.Request(f"https://127.0.0.1:{node.port}{path}")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    reader = cp.kubectl("create", "token", "reader", "-n", "default").stdout.strip()
+    nobody = cp.kubectl("create", "token", "nobody", "-n", "default").stdout.strip()
+    assert status("/pods", None) == 401  # anonymous is off
+    assert status("/pods", "not-a-token") == 401
+    assert status("/pods", nobody) == 403
+    assert wait_for("RBAC to allow the reader", lambda: status("/pods", reader) == 200)
+    assert status("/configz", reader) == 403  # nodes/configz was not granted
