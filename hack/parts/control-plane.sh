@@ -8,4 +8,5 @@ apt_install etcd-server
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
     systemctl stop etcd || true
 fi
-bash "$REPO_ROOT/hack/build-control-plane.sh" kube-apiserver kubectl >/dev/null
+# The upstream kubelet too: the density benchmark runs it side by side with ours.
+bash "$REPO_ROOT/hack/build-control-plane.sh" kube-apiserver kubectl kubelet >/dev/null

@@ -91,6 +91,8 @@ class ControlPlane:
     names: dict[int, str] = field(default_factory=dict)
     admin_kubeconfig: str = ""
     url: str = ""
+    # Extra kube-apiserver flags (the density harness adds audit logging).
+    extra_args: list[str] = field(default_factory=list)
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
         bins = find_binaries()
@@ -145,6 +147,7 @@ class ControlPlane:
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
             f"--cert-dir={os.path.join(self.directory, 'apiserver-certs')}",
+            *self.extra_args,
         ]
         self._spawn(self._apiserver_argv, os.path.join(logs, "kube-apiserver.log"))
         self.admin_kubeconfig = write_kubeconfig(

@@ -1,0 +1,159 @@
+"""Density benchmark: the whole node under load, ours vs the upstream kubelet.
+
+    python -m benches.density [--quick] [--out DIR] [--n 100 1000 5000]
+                              [--relist 1 0.25 0.1] [--no-upstream] [--hold 30]
+
+Starts the real control plane (with audit logging of node requests), then for
+each N: our kubelet at each relist period and the upstream kubelet (built from
+the same k8s.io/kubernetes release, at its default 1 s relist), each on a fresh
+simulated runtime and a fresh Node. Writes DIR/result.json and DIR/*.png.
+--quick runs N=100 with ours at 250 ms and upstream (if built), short holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benches.density.harness import (
+    KUBE_API_BURST,
+    KUBE_API_QPS,
+    Result,
+    Run,
+    Spec,
+    dump,
+    start_control_plane,
+    upstream_kubelet,
+)
+
+
+def table(results: list[Result]) -> str:
+    def f(v: float | None, scale: float = 1.0, digits: int = 2) -> str:
+        return "-" if v is None else f"{v * scale:.{digits}f}"
+
+    head = (
+        "| kubelet | relist | N | running | startup p50 / p90 / p99 (s) | all Running (s) "
+        "| steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
+        "| API requests / pod |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in results:
+        lines.append(
+            f"| {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
+            f"| {f(r.startup_p50_s)} / {f(r.startup_p90_s)} / {f(r.startup_p99_s)} "
+            f"| {f(r.all_running_s, digits=1)} | {f(r.steady_cpu_cores, digits=3)} "
+            f"| {f(r.steady_rss_mib, digits=0)} "
+            f"| {f(r.relist_p50_ms)} / {f(r.relist_p99_ms)} | {f(r.delete_all_s, digits=1)} "
+            f"| {f(r.api_requests_per_pod, digits=1)} |" + (f" error: {r.error}" if r.error else "")
+        )
+    return "\n".join(lines)
+
+
+def plots(results: list[Result], out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots (pip install matplotlib)", file=sys.stderr)
+        return []
+    made = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in results:
+        if not r.startup_latencies_s:
+            continue
+        xs = r.startup_latencies_s
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post",
+                label=f"{r.kubelet} {int(r.relist_period_s * 1000)}ms N={r.n}")  # fmt: skip
+    ax.set_xlabel("pod startup latency: created -> Running seen in a watch (s)")
+    ax.set_ylabel("fraction of pods")
+    ax.set_xscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    p = out / "startup_cdf.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    made.append(p)
+    for metric, label, fname in (
+        ("steady_cpu_cores", "steady-state CPU (cores)", "cpu_vs_n.png"),
+        ("steady_rss_mib", "RSS (MiB)", "rss_vs_n.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        series: dict[str, list[tuple[int, float]]] = {}
+        for r in results:
+            v = getattr(r, metric)
+            if v is None or r.error:
+                continue
+            key = f"{r.kubelet} {int(r.relist_period_s * 1000)}ms"
+            series.setdefault(key, []).append((r.n, v))
+        for key, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=key)
+        ax.set_xlabel("pods (N)")
+        ax.set_ylabel(label)
+        ax.set_xscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        p = out / fname
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(p)
+    return made
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benches.density")
+    ap.add_argument("--quick", action="store_true", help="N=100, ours at 250 ms + upstream")
+    ap.add_argument("--out", default="density-results")
+    ap.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
+    ap.add_argument("--relist", type=float, nargs="+", default=[1.0, 0.25, 0.1])
+    ap.add_argument("--rate", type=float, default=50.0, help="pods created per second")
+    ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
+    ap.add_argument("--no-upstream", action="store_true")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.relist, args.hold = [100], [0.25], 10.0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    have_upstream = upstream_kubelet() is not None and not args.no_upstream
+    if not have_upstream and not args.no_upstream:
+        print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
+              "running ours only", file=sys.stderr)  # fmt: skip
+    specs = []
+    for n in args.n:
+        specs += [Spec("ours", rl, n, args.rate, args.hold) for rl in args.relist]
+        if have_upstream:
+            specs.append(Spec("upstream", 1.0, n, args.rate, args.hold))
+    work = Path(tempfile.mkdtemp(prefix="density-"))
+    print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
+          f"burst={KUBE_API_BURST}; kube-apiserver --max-requests-inflight=2000 "
+          f"--max-mutating-requests-inflight=1000", flush=True)  # fmt: skip
+    cp = start_control_plane(work)
+    results: list[Result] = []
+    try:
+        for i, spec in enumerate(specs):
+            t0 = time.monotonic()
+            r = asyncio.run(Run(cp, spec, work, i).run())
+            results.append(r)
+            print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)
+            dump(results, out / "result.json")
+    finally:
+        cp.stop()
+    print()
+    print(table(results))
+    for p in plots(results, out):
+        print(f"plot: {p}")
+    print(f"results: {out / 'result.json'}")
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,432 @@
+"""One density run: a kubelet (ours or upstream) on the simulated runtime, joined to
+the real control plane; N pods created at a fixed rate; measured through a watch,
+/proc and the kubelet's metrics; then all deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.testing.controlplane import ControlPlane
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+REPO = Path(__file__).resolve().parents[2]
+# The same client limits for both kubelets (upstream defaults are 50/100): at
+# 50 pods/s each pod needs about two status writes, which 50 QPS cannot carry.
+KUBE_API_QPS = 200
+KUBE_API_BURST = 400
+
+
+@dataclass
+class Spec:
+    kubelet: str  # "ours" | "upstream"
+    relist: float  # seconds
+    n: int
+    rate: float = 50.0  # pods created per second
+    hold: float = 30.0  # steady state measured for this long
+
+
+@dataclass
+class Result:
+    kubelet: str
+    relist_period_s: float
+    n: int
+    creation_rate: float
+    running: int = 0
+    startup_p50_s: float | None = None
+    startup_p90_s: float | None = None
+    startup_p99_s: float | None = None
+    all_running_s: float | None = None
+    steady_cpu_cores: float | None = None
+    steady_rss_mib: float | None = None
+    relist_p50_ms: float | None = None
+    relist_p99_ms: float | None = None
+    delete_all_s: float | None = None
+    api_requests: int | None = None
+    api_requests_per_pod: float | None = None
+    error: str | None = None
+    startup_latencies_s: list[float] = field(default_factory=list)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def proc_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        parts = fh.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / CLK_TCK
+
+
+def proc_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def relist_buckets(text: str) -> list[tuple[float, float]]:
+    out = []
+    pat = r'kubelet_pleg_relist_duration_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} ([0-9.e+]+)'
+    for m in re.finditer(pat, text):
+        out.append((float(m.group(1)), float(m.group(2))))
+    return out
+
+
+def hist_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
+    """Prometheus-style quantile from cumulative buckets (linear within a bucket)."""
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    rank = q * buckets[-1][1]
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((rank - prev_c) / max(c - prev_c, 1e-9))
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def audit_policy(path: Path) -> None:
+    """Log one line per request made by a node, nothing else."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "audit.k8s.io/v1",
+                "kind": "Policy",
+                "omitStages": ["RequestReceived", "ResponseStarted"],
+                "rules": [
+                    {"level": "Metadata", "userGroups": ["system:nodes"]},
+                    {"level": "None"},
+                ],
+            }
+        )
+    )
+
+
+def start_control_plane(workdir: Path) -> ControlPlane:
+    policy = workdir / "audit-policy.yaml"
+    audit_policy(policy)
+    cp = ControlPlane(
+        str(workdir / "cp"),
+        extra_args=[
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={workdir / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=batch",
+            "--audit-log-maxsize=0",
+        ],
+    )
+    return cp.start()
+
+
+def count_requests(audit_log: Path, user: str) -> int:
+    n = 0
+    needle = f'"username":"{user}"'
+    with open(audit_log, errors="replace") as fh:
+        for line in fh:
+            if needle in line:
+                n += 1
+    return n
+
+
+def upstream_kubelet() -> str | None:
+    cache = Path(os.environ.get("KUBELET_CACHE", Path.home() / ".cache/kubelet-py"))
+    version = os.environ.get("K8S_VERSION", "v1.34.4")
+    path = cache / f"k8s-{version}" / "bin" / "kubelet"
+    return str(path) if path.exists() else None
+
+
+def kubelet_config(spec: Spec, ro_port: int, healthz_port: int) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "maxPods": spec.n + 20,
+        "address": "127.0.0.1",
+        "readOnlyPort": ro_port,
+        "healthzPort": healthz_port,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": False,
+        "enforceNodeAllocatable": [],
+        "failSwapOn": False,
+        "kubeAPIQPS": KUBE_API_QPS,
+        "kubeAPIBurst": KUBE_API_BURST,
+        "serializeImagePulls": False,
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "evictionHard": {"memory.available": "100Mi"},
+        "resolvConf": "",
+    }
+    if spec.kubelet == "ours":
+        cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
+    return cfg
+
+
+class Run:
+    def __init__(self, cp: ControlPlane, spec: Spec, workdir: Path, index: int) -> None:
+        self.cp = cp
+        self.spec = spec
+        self.dir = workdir / f"run-{index:02d}-{spec.kubelet}-{int(spec.relist * 1000)}ms-{spec.n}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.node = f"density-{index:02d}-{spec.kubelet}"
+        self.ns = f"density-{index:02d}"
+        self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate)
+        self.created: dict[str, float] = {}
+        self.running_at: dict[str, float] = {}
+        self.deleted: set[str] = set()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    # ---------------------------------------------------------------- parts
+    def _start_sim(self) -> str:
+        sock = Path(f"/tmp/dsim-{os.getpid()}-{self.node}.sock")
+        sock.unlink(missing_ok=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
+            stdout=open(self.dir / "simruntime.log", "wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(p)
+        for _ in range(400):
+            if sock.exists():
+                return f"unix://{sock}"
+            time.sleep(0.05)
+        raise RuntimeError("simulated runtime did not start")
+
+    def _start_kubelet(self, endpoint: str) -> subprocess.Popen[bytes]:
+        self.ro = free_port()
+        healthz = free_port()
+        cfg = self.dir / "kubelet-config.yaml"
+        cfg.write_text(yaml.safe_dump(kubelet_config(self.spec, self.ro, healthz)))
+        common = [
+            "--config", str(cfg),
+            "--kubeconfig", self.cp.node_kubeconfig(self.node),
+            "--hostname-override", self.node,
+            "--node-ip", "127.0.0.1",
+            "--container-runtime-endpoint", endpoint,
+            "--root-dir", str(self.dir / "root"),
+            "--cert-dir", str(self.dir / "pki"),
+            "--port", str(free_port()),
+        ]  # fmt: skip
+        if self.spec.kubelet == "ours":
+            argv = [sys.executable, "-m", "kubelet", *common,
+                    "--pod-logs-dir", str(self.dir / "logs")]  # fmt: skip
+        else:
+            binary = upstream_kubelet()
+            if binary is None:
+                raise RuntimeError(
+                    "upstream kubelet not built (hack/build-control-plane.sh kubelet)"
+                )
+            argv = [binary, *common, "--v=1"]
+        p = subprocess.Popen(argv, stdout=open(self.dir / "kubelet.log", "wb"),
+                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.procs.append(p)
+        return p
+
+    def _metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+    # ----------------------------------------------------------------- pods
+    def _pod(self, i: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"p{i:05d}", "namespace": self.ns, "labels": {"app": "density"}},
+            "spec": {
+                "nodeName": self.node,
+                "terminationGracePeriodSeconds": 1,
+                "automountServiceAccountToken": False,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox:1.36",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sleep", "infinity"],
+                    }
+                ],
+            },
+        }
+
+    async def _watch(self, admin: APIClient, rv: str, stop: asyncio.Event) -> None:
+        params = {"fieldSelector": f"spec.nodeName={self.node}", "resourceVersion": rv,
+                  "allowWatchBookmarks": "true"}  # fmt: skip
+        while not stop.is_set():
+            try:
+                async for etype, obj in admin.watch(f"/api/v1/namespaces/{self.ns}/pods", params):
+                    now = time.monotonic()
+                    name = obj.get("metadata", {}).get("name", "")
+                    if obj.get("metadata", {}).get("resourceVersion"):
+                        params["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                    if etype == "DELETED":
+                        self.deleted.add(name)
+                    elif obj.get("status", {}).get("phase") == "Running":
+                        self.running_at.setdefault(name, now)
+                    if stop.is_set():
+                        return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(0.5)
+
+    async def _create_all(self, admin: APIClient) -> None:
+        sem = asyncio.Semaphore(64)
+        t0 = time.monotonic()
+
+        async def one(i: int) -> None:
+            delay = t0 + i / self.spec.rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with sem:
+                name = f"p{i:05d}"
+                self.created[name] = time.monotonic()
+                await admin.create(f"/api/v1/namespaces/{self.ns}/pods", self._pod(i))
+
+        await asyncio.gather(*(one(i) for i in range(self.spec.n)))
+
+    async def _wait(self, cond: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return True
+            if any(p.poll() is not None for p in self.procs):
+                raise RuntimeError(f"a process exited; see {self.dir}")
+            await asyncio.sleep(0.2)
+        return False
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> Result:
+        r = self.result
+        admin = APIClient(load_kubeconfig(self.cp.admin_kubeconfig), qps=0, burst=1)
+        stop = asyncio.Event()
+        watch: asyncio.Task[None] | None = None
+        try:
+            await admin.create("/api/v1/namespaces", {"metadata": {"name": self.ns}})
+            await admin.create(f"/api/v1/namespaces/{self.ns}/serviceaccounts",
+                               {"metadata": {"name": "default"}})  # fmt: skip
+            endpoint = self._start_sim()
+            kubelet = self._start_kubelet(endpoint)
+            k_start = time.monotonic()
+
+            async def ready() -> bool:
+                try:
+                    n = await admin.get(f"/api/v1/nodes/{self.node}")
+                except Exception:
+                    return False
+                conds = {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
+                return conds.get("Ready") == "True"
+
+            deadline = time.monotonic() + 120
+            while not await ready():
+                if time.monotonic() > deadline or kubelet.poll() is not None:
+                    raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
+                await asyncio.sleep(0.5)
+            lst = await admin.get(f"/api/v1/namespaces/{self.ns}/pods")
+            watch = asyncio.create_task(
+                self._watch(admin, lst["metadata"]["resourceVersion"], stop)
+            )
+            t_create = time.monotonic()
+            await self._create_all(admin)
+            timeout = max(120.0, self.spec.n / self.spec.rate * 4)
+            await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
+            r.running = len(self.running_at)
+            lat = [
+                self.running_at[k] - self.created[k] for k in self.running_at if k in self.created
+            ]
+            r.startup_latencies_s = sorted(round(x, 4) for x in lat)
+            r.startup_p50_s, r.startup_p90_s, r.startup_p99_s = (
+                pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))  # fmt: skip
+            if self.running_at:
+                r.all_running_s = max(self.running_at.values()) - t_create
+            await asyncio.sleep(5)  # let start-up work drain
+            before = relist_buckets(self._metrics())
+            c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
+            await asyncio.sleep(self.spec.hold)
+            r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
+            r.steady_rss_mib = proc_rss_mib(kubelet.pid)
+            after = relist_buckets(self._metrics())
+            if before and after and len(before) == len(after):
+                steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+                p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
+                r.relist_p50_ms = None if p50 is None else p50 * 1000
+                r.relist_p99_ms = None if p99 is None else p99 * 1000
+            t_del = time.monotonic()
+            await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods",
+                                params={"fieldSelector": f"spec.nodeName={self.node}"})  # fmt: skip
+            names = set(self.created)
+            if await self._wait(lambda: names <= self.deleted, max(120.0, self.spec.n / 20)):
+                r.delete_all_s = time.monotonic() - t_del
+            _ = k_start
+        except Exception as err:
+            r.error = f"{type(err).__name__}: {err}"
+        finally:
+            stop.set()
+            if watch is not None:
+                watch.cancel()
+                await asyncio.gather(watch, return_exceptions=True)
+            self._stop_all()
+            await asyncio.sleep(2)  # the audit log is written in batches
+            try:
+                r.api_requests = count_requests(
+                    Path(self.cp.directory).parent / "audit.log", f"system:node:{self.node}"
+                )
+                r.api_requests_per_pod = r.api_requests / max(1, self.spec.n)
+            except OSError:
+                pass
+            try:
+                await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}")
+                await admin.request("DELETE", f"/api/v1/nodes/{self.node}")
+            except Exception:
+                pass
+            await admin.close()
+            shutil.rmtree(self.dir / "root", ignore_errors=True)
+        return r
+
+    def _stop_all(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in reversed(self.procs):
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def result_record(r: Result) -> dict[str, Any]:
+    d = asdict(r)
+    for k, v in list(d.items()):
+        if isinstance(v, float):
+            d[k] = round(v, 4)
+    return d
+
+
+def dump(results: list[Result], path: Path) -> None:
+    path.write_text(json.dumps([result_record(r) for r in results], indent=1))

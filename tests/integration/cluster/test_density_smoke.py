@@ -1,0 +1,41 @@
+"""The density harness in its quick mode, as a smoke test: it runs from its one
+command, both kubelets bring 100 pods to Running and delete them. No timing is
+asserted here; the figures are for the benchmark report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benches.density.harness import upstream_kubelet
+
+pytestmark = pytest.mark.cluster
+
+
+def test_density_quick_mode(control_plane, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # control_plane: skips with its reason where a control plane cannot start.
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benches.density", "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    print(proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.returncode == 0
+    records = json.loads((out / "result.json").read_text())
+    kinds = {r["kubelet"] for r in records}
+    assert "ours" in kinds
+    if upstream_kubelet() is not None:
+        assert "upstream" in kinds
+    for r in records:
+        assert r["error"] is None
+        assert r["running"] == 100
+        assert len(r["startup_latencies_s"]) == 100
+        assert r["delete_all_s"] is not None
+        assert r["api_requests"] > 0
+    assert (out / "startup_cdf.png").stat().st_size > 0
