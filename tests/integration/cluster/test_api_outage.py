@@ -5,12 +5,10 @@ Uses its own control plane, because it stops and restarts the API server.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 

@@ -330,7 +330,7 @@ def test_invalid_kubeconfig_exits_1_with_the_reason(tmp_path: Path) -> None:
             f"unix://{tmp_path}/none.sock",
             "--healthz-port=0",
             "--read-only-port=0",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=60,
