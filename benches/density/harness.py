@@ -234,7 +234,7 @@ class Run:
             "--port", str(free_port()),
         ]  # fmt: skip
         if self.spec.kubelet == "ours":
-            argv = [sys.executable, "-m", "kubelet", *common,
+            argv = [sys.executable, "-m", "kubelet", *common, *os.environ.get("DENSITY_OURS_ARGS", "").split(),
                     "--pod-logs-dir", str(self.dir / "logs")]  # fmt: skip
         else:
             binary = upstream_kubelet()

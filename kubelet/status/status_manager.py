@@ -50,27 +50,43 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _cond_view(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in c.items() if k != "lastTransitionTime" and v is not None}
+
+
+# Top-level status fields only the kubelet writes: when it stops setting one,
+# the patch clears it (strategic merge patch: null deletes).
+_KUBELET_OWNED = ("reason", "message", "podIP", "podIPs", "initContainerStatuses")
+
+
 def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
-    """A strategic merge patch of the fields of `ours` that differ from `api`.
+    """A strategic merge patch that turns `api` into `ours`, with only what differs.
 
     Conditions merge by type (their patch strategy), so only changed ones are
-    sent; other lists are atomic and sent whole when they differ. Fields the
-    kubelet does not set are left to whoever set them.
+    sent, with null for the keys the API copy has and ours dropped (a merge
+    would otherwise keep, say, a stale "message"). Other lists are atomic and
+    sent whole. Fields the kubelet does not own are left to whoever set them.
     """
     patch: dict[str, Any] = {}
     for key, value in ours.items():
         if key == "conditions":
             have = {c.get("type"): c for c in api.get("conditions") or []}
-            changed = [
-                c
-                for c in value
-                if {k: v for k, v in have.get(c["type"], {}).items() if k != "lastTransitionTime"}
-                != {k: v for k, v in c.items() if k != "lastTransitionTime"}
-            ]
+            changed = []
+            for c in value:
+                old = have.get(c["type"], {})
+                if _cond_view(old) != _cond_view(c):
+                    out = dict(c)
+                    for k in old:
+                        if k not in c:
+                            out[k] = None
+                    changed.append(out)
             if changed:
                 patch["conditions"] = changed
         elif api.get(key) != value:
             patch[key] = value
+    for key in _KUBELET_OWNED:
+        if key not in ours and api.get(key) is not None:
+            patch[key] = None
     return patch
 
 
@@ -250,7 +266,7 @@ class StatusManager:
                 # Later diffs start from what the server now holds, even before
                 # the watch delivers it.
                 target["status"] = updated.get("status", target.get("status"))
-                log.debug("Patched status of pod %s: %s", u, list(patch))
+                log.debug("Patched status of pod %s: %s", u, patch)
         if target["metadata"].get("deletionTimestamp") and not is_static(target):
             if self.can_delete(u):
                 await self._delete(u, path, tu)

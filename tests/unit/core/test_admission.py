@@ -64,3 +64,25 @@ def test_status_patch_sends_only_changes_and_conditions_by_type() -> None:
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "t1"}],
     }
     assert status_patch(ours, ours) == {}
+
+
+def test_status_patch_clears_keys_a_merge_would_keep() -> None:
+    api = {
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+             "message": "containers with unready status: [c]", "lastProbeTime": None},
+        ],
+        "message": "old",
+    }  # fmt: skip
+    ours = {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
+    patch = status_patch(api, ours)
+    assert patch == {
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastProbeTime": None,
+             "reason": None, "message": None},
+        ],
+        "message": None,
+    }  # fmt: skip
+    # Once the API has applied it (nulls delete), there is nothing left to send.
+    applied = {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
+    assert status_patch(applied, ours) == {}
