@@ -1,0 +1,226 @@
+"""Cython stats parsers == reference, on generated cgroup v1/v2 trees and /proc files:
+valid values, huge numbers, garbage, truncated files, missing files, extra keys."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kubelet
+from kubelet.stats import reference
+
+pytestmark = pytest.mark.skipif(kubelet.__impl__ != "native", reason="needs the native module")
+
+from kubelet.stats import cgstats as native  # noqa: E402
+
+MAX = 2**63 - 1
+numbers = st.one_of(
+    st.integers(0, 10**6),
+    st.integers(0, MAX),
+    st.integers(MAX - 5, 10**19 + 5),  # around and past the limit
+    st.sampled_from([0, 1, 2**62, 2**62 - 1, 9223372036854771712]),
+)
+garbage = st.sampled_from(
+    [b"", b"-1", b"+5", b"1.5", b"12a", b" 7", b"7 ", b"max", b"\xff\xfe", b"0x10", b"1e3",
+     b"00000000000000000007", b"\n", b"\t3"]
+)  # fmt: skip
+value = st.one_of(numbers.map(lambda n: str(n).encode()), garbage)
+
+
+def kv_file(keys: list[str]) -> st.SearchStrategy[bytes]:
+    line = st.tuples(st.sampled_from([*keys, "other", "x"]), value).map(
+        lambda kv: kv[0].encode() + b" " + kv[1]
+    )
+    junk = st.sampled_from([b"", b"nospace", b" leading", b"key  2", b"key\t3"])
+    return st.lists(st.one_of(line, line, junk), max_size=12).map(lambda ls: b"\n".join(ls))
+
+
+def psi_file() -> st.SearchStrategy[bytes]:
+    good = st.tuples(st.integers(0, 10**9 + 1), st.integers(0, 99)).map(
+        lambda t: f"{t[0]}.{t[1]:02d}".encode()
+    )
+    avg = st.one_of(good, good, good, st.sampled_from([b"1.5", b"1.234", b".50", b"1.", b"abc"]))
+    kind = st.sampled_from([b"some", b"full", b"some", b"full", b"half"])
+    line = st.tuples(
+        kind, avg, avg, avg, st.one_of(numbers.map(lambda n: str(n).encode()), value)
+    ).map(lambda t: b"%s avg10=%s avg60=%s avg300=%s total=%s" % t)
+    return st.lists(line, max_size=3).map(lambda ls: b"\n".join(ls))
+
+
+def io_stat_file() -> st.SearchStrategy[bytes]:
+    item = st.tuples(st.sampled_from([b"rbytes", b"wbytes", b"rios", b"wios", b"dbytes"]), value)
+    line = st.tuples(
+        st.sampled_from([b"8:0", b"259:1", b""]),
+        st.lists(item.map(lambda kv: kv[0] + b"=" + kv[1]), max_size=5),
+        st.sampled_from([b" ", b"  "]),
+    ).map(lambda t: t[0] + t[2] + t[2].join(t[1]) if t[1] else t[0])
+    return st.lists(line, max_size=4).map(lambda ls: b"\n".join(ls))
+
+
+def blkio_file() -> st.SearchStrategy[bytes]:
+    line = st.tuples(
+        st.sampled_from([b"8:0", b"Total"]),
+        st.sampled_from([b"Read", b"Write", b"Sync", b"Async"]),
+        value,
+    ).map(lambda t: b"%s %s %s" % t)
+    total = value.map(lambda v: b"Total " + v)
+    return st.lists(st.one_of(line, total), max_size=6).map(lambda ls: b"\n".join(ls))
+
+
+def single_file(allow_max: bool) -> st.SearchStrategy[bytes]:
+    base = value if not allow_max else st.one_of(value, st.just(b"max"))
+    return st.tuples(base, st.sampled_from([b"", b"\n", b"\n\n"])).map(lambda t: t[0] + t[1])
+
+
+def maybe(s: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes | None]:
+    # None: the file is missing. Some files are cut short (truncated mid-write).
+    cut = st.tuples(s, st.integers(0, 40)).map(lambda t: t[0][: t[1]])
+    return st.one_of(st.none(), s, s, cut)
+
+
+V2_FILES = {
+    "cpu.stat": kv_file(["usage_usec", "user_usec", "system_usec", "nr_periods",
+                         "nr_throttled", "throttled_usec"]),
+    "memory.stat": kv_file(["anon", "file", "inactive_file", "pgfault", "pgmajfault"]),
+    "memory.current": single_file(False),
+    "memory.max": single_file(True),
+    "memory.events": kv_file(["oom_kill", "oom", "max"]),
+    "io.stat": io_stat_file(),
+    "pids.current": single_file(False),
+    "pids.max": single_file(True),
+    "cpu.pressure": psi_file(),
+    "memory.pressure": psi_file(),
+    "io.pressure": psi_file(),
+}  # fmt: skip
+V1_FILES = {
+    ("cpuacct", "cpuacct.usage"): single_file(False),
+    ("cpuacct", "cpuacct.stat"): kv_file(["user", "system"]),
+    ("cpu", "cpu.stat"): kv_file(["nr_periods", "nr_throttled", "throttled_time"]),
+    ("memory", "memory.stat"): kv_file(
+        ["total_rss", "total_cache", "total_inactive_file", "total_pgfault",
+         "total_pgmajfault", "rss", "cache", "inactive_file", "pgfault", "pgmajfault"]
+    ),
+    ("memory", "memory.usage_in_bytes"): single_file(False),
+    ("memory", "memory.limit_in_bytes"): single_file(False),
+    ("memory", "memory.oom_control"): kv_file(["oom_kill", "under_oom"]),
+    ("blkio", "blkio.throttle.io_service_bytes"): blkio_file(),
+    ("blkio", "blkio.throttle.io_serviced"): blkio_file(),
+    ("pids", "pids.current"): single_file(False),
+    ("pids", "pids.max"): single_file(True),
+}  # fmt: skip
+
+v2_tree = st.fixed_dictionaries({k: maybe(v) for k, v in V2_FILES.items()})
+v1_tree = st.fixed_dictionaries({k: maybe(v) for k, v in V1_FILES.items()})
+
+
+def _write(path: Path, data: bytes | None) -> None:
+    if data is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(v2_tree, min_size=1, max_size=4))
+def test_cgroup_v2_native_equals_reference(trees: list[dict[str, bytes | None]]) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        paths = []
+        for i, tree in enumerate(trees):
+            rel = f"kubepods/pod{i}"
+            (Path(root) / rel).mkdir(parents=True)
+            for name, data in tree.items():
+                _write(Path(root) / rel / name, data)
+            paths.append(rel)
+        paths.append("does/not/exist")
+        got = native.parse_cgroups(paths, 2, root)
+        want = reference.parse_cgroups(paths, 2, root)
+        assert got == want
+        assert all(v is None for v in got[-1].as_tuple())
+        # A batch big enough to be split across threads gives the same, in order.
+        many = paths * 20
+        assert native.parse_cgroups(many, 2, root, threads=2) == want * 20
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(v1_tree, min_size=1, max_size=4))
+def test_cgroup_v1_native_equals_reference(
+    trees: list[dict[tuple[str, str], bytes | None]],
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        paths = []
+        for i, tree in enumerate(trees):
+            rel = f"kubepods/burstable/pod{i}"
+            for (controller, name), data in tree.items():
+                _write(Path(root) / controller / rel / name, data)
+            paths.append(rel)
+        assert native.parse_cgroups(paths, 1, root) == reference.parse_cgroups(paths, 1, root)
+
+
+proc_stat = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from([b"cpu ", b"cpu  ", b"cpu0 ", b"cpu"]),
+                  st.lists(value, min_size=0, max_size=10)).map(lambda t: t[0] + b" ".join(t[1])),
+        kv_file(["ctxt", "processes", "procs_running", "procs_blocked", "btime"]),
+    ),
+    max_size=6,
+).map(lambda ls: b"\n".join(ls))  # fmt: skip
+meminfo = st.lists(
+    st.tuples(
+        st.sampled_from([b"MemTotal", b"MemFree", b"MemAvailable", b"Buffers", b"Cached",
+                         b"SwapTotal", b"SwapFree", b"Shmem", b""]),
+        st.sampled_from([b":", b": ", b":       ", b""]),
+        value,
+        st.sampled_from([b" kB", b"kB", b"", b" MB"]),
+    ).map(lambda t: b"".join(t)),
+    max_size=10,
+).map(lambda ls: b"\n".join(ls))  # fmt: skip
+loadavg = st.one_of(
+    st.tuples(
+        st.sampled_from([b"0.52", b"12.00", b"1.5", b"x"]),
+        st.sampled_from([b"0.58", b"3.10"]),
+        st.sampled_from([b"0.59", b"0.01"]),
+        value, value, value,
+        st.sampled_from([b"\n", b"", b"\n\n", b" "]),
+    ).map(lambda t: b"%s %s %s %s/%s %s%s" % t),
+    st.binary(max_size=30),
+)  # fmt: skip
+pid_stat = st.tuples(
+    st.integers(1, 99999),
+    st.sampled_from([b"(sh)", b"(a b) c)", b"(x)", b"((nested))", b"noparen"]),
+    st.lists(value, max_size=30),
+    st.sampled_from([b"\n", b"", b" \n"]),
+).map(lambda t: b"%d %s %s%s" % (t[0], t[1], b" ".join(t[2]), t[3]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(proc_stat, meminfo, loadavg, pid_stat)
+def test_proc_parsers_native_equal_reference(
+    stat: bytes, mem: bytes, load: bytes, pstat: bytes
+) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        for name, data in (("stat", stat), ("meminfo", mem), ("loadavg", load)):
+            Path(d, name).write_bytes(data)
+        Path(d, "42").mkdir()
+        Path(d, "42", "stat").write_bytes(pstat)
+        assert native.read_proc_stat(f"{d}/stat") == reference.read_proc_stat(f"{d}/stat")
+        assert native.read_meminfo(f"{d}/meminfo") == reference.read_meminfo(f"{d}/meminfo")
+        assert native.read_loadavg(f"{d}/loadavg") == reference.read_loadavg(f"{d}/loadavg")
+        assert native.read_pid_stat(42, d) == reference.read_pid_stat(42, d)
+        assert native.read_pid_stat(43, d) is None and reference.read_pid_stat(43, d) is None
+
+
+def test_real_proc_and_fs_agree() -> None:
+    assert native.read_meminfo() == reference.read_meminfo()
+    me = os.getpid()
+    n, r = native.read_pid_stat(me), reference.read_pid_stat(me)
+    assert n is not None and r is not None
+    assert n["num_threads"] == r["num_threads"] and n["starttime"] == r["starttime"]
+    assert native.fs_usage("/") is not None
+    assert native.fs_usage("/does/not/exist") is None
+    a, b = native.fs_usage("/"), reference.fs_usage("/")
+    assert a is not None and b is not None and a["capacity"] == b["capacity"]
