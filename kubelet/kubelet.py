@@ -36,6 +36,7 @@ from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
+from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
 from kubelet.types import (
@@ -117,6 +118,9 @@ class Kubelet:
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
+        # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
+        self.stats = StatsProvider(self.pod_manager.pods, root_dir, node_name, config.cgroup_root)
+        self.resource_registry = resource_registry(self.stats)
         self.node_status: Any = None  # NodeStatusManager, cluster mode
         self.lease: Any = None  # NodeLeaseController, cluster mode
         self.runtime_version = ""

@@ -6,6 +6,7 @@ depend on how the Kubelet is put together.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -96,6 +97,25 @@ def _add_common(
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
+    async def summary(_: web.Request) -> web.Response:
+        provider = getattr(node(), "stats", None)
+        if provider is None:
+            raise web.HTTPNotFound(text="no stats provider")
+        # Reading a few thousand cgroup files is blocking work: off the event loop.
+        body = await asyncio.get_running_loop().run_in_executor(None, provider.summary)
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def resource(_: web.Request) -> web.Response:
+        reg = getattr(node(), "resource_registry", None)
+        if reg is None:
+            raise web.HTTPNotFound(text="no stats provider")
+        data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reg)
+        resp = web.Response(body=data)
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    app.router.add_get("/stats/summary", summary)
+    app.router.add_get("/metrics/resource", resource)
     app.router.add_get("/pods", pods)
     app.router.add_get("/pods/", pods)
     app.router.add_get("/metrics", metrics)

@@ -108,6 +108,21 @@ async def test_pod_cgroups_are_made_before_and_removed_after(containerd_qos_node
         assert fh.read().strip() == "256"  # 250m of CPU requested
     # the runtime put the containers inside the pod's cgroup
     assert [d for d in os.listdir(mem) if os.path.isdir(os.path.join(mem, d))]
+    # ...and the kubelet's stats (Cython parsers over the pod cgroups) see it run.
+    k = node.kubelet
+    summary = k.stats.summary()
+    (ps,) = [p for p in summary["pods"] if p["podRef"]["uid"] == uid]
+    with open(f"{mem}/memory.usage_in_bytes") as fh:
+        usage = int(fh.read())
+    assert ps["memory"]["usageBytes"] > 0 and abs(ps["memory"]["usageBytes"] - usage) < 2**24
+    assert ps["cpu"]["usageCoreNanoSeconds"] > 0
+    assert summary["node"]["memory"]["workingSetBytes"] > 0
+    from prometheus_client import generate_latest
+
+    text = generate_latest(k.resource_registry).decode()
+    assert (
+        f'pod_memory_working_set_bytes{{namespace="default",pod="{ps["podRef"]["name"]}"}}' in text
+    )
     path.unlink()
     for _ in range(300):
         if not os.path.exists(mem) and not os.path.exists(cpu):
