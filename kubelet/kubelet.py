@@ -36,6 +36,8 @@ from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
+from kubelet.prober.prober import Prober
+from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
@@ -153,6 +155,11 @@ class Kubelet:
             config.sync_frequency,
             on_terminated=self.status_manager.enqueue,
         )
+        # Probes: readiness decides `ready`, liveness and startup failures restart.
+        self.probes = ProbeManager(
+            Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
+        )
+        self.runtime_manager.must_restart = self.probes.must_restart
         # The kubelet's own pod cgroups (kubepods/<qos>/pod<uid>), cgroupfs driver.
         self.pod_cgroups = (
             PodContainerManager(CgroupManager(config.cgroup_root))
@@ -241,6 +248,7 @@ class Kubelet:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self.pod_workers.stop()
+            await self.probes.stop()
 
     async def stop(self) -> None:
         self._stop.set()
@@ -384,6 +392,11 @@ class Kubelet:
             self.pod_workers.update_pod(PodWork(static, UpdateType.SYNC))
             self.status_manager.enqueue(uid(static))
 
+    def _probe_changed(self, pod_uid: str) -> None:
+        pod = self.pod_manager.get(pod_uid)
+        if pod is not None:
+            self.pod_workers.update_pod(PodWork(pod, UpdateType.SYNC))
+
     def handle_pleg_event(self, ev: PodLifecycleEvent) -> None:
         pod = self.pod_manager.get(ev.pod_uid)
         if pod is not None:
@@ -501,9 +514,10 @@ class Kubelet:
             self._cgroups_made.add(u)
         if self.mirror_client is not None and is_static(pod):
             await self._ensure_mirror(pod)
+        self.probes.add_pod(pod)
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
-        api = generate.generate(pod, status, waiting, self.node_ips, old)
+        api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
         self.status_manager.set_pod_status(u, api)
         if api["phase"] == "Running" and u not in self._started_running:
             self._started_running.add(u)
@@ -519,6 +533,7 @@ class Kubelet:
 
     async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:
         u = uid(pod)
+        self.probes.remove_pod(u)
         status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
         await self.runtime_manager.kill_pod(pod, status, grace, remove=False)
         # Report the final state of every container.

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,9 @@ class RuntimeManager:
         self.crash_backoff = crash_backoff or Backoff(10, 300)
         self.image_backoff = image_backoff or Backoff(10, 300)
         self.recorder = recorder
+        # Container ID -> why it must be restarted (a failed liveness or startup
+        # probe), set by the Kubelet to its prober's answer.
+        self.must_restart: Callable[[str], str | None] = lambda _cid: None
         # pod UID -> container name -> (reason, message) while it is not running
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._pull_locks: dict[str, asyncio.Lock] = {}
@@ -266,6 +270,13 @@ class RuntimeManager:
             prev = status.find(c["name"])
             if prev is None or prev.state != RUNNING:
                 if _should_restart(policy, prev):
+                    a.containers_to_start.append(i)
+                continue
+            why = self.must_restart(prev.id)
+            if why:
+                msg = f"Container {c['name']} {why}, will be restarted"
+                a.containers_to_kill[prev.id] = (prev, msg)
+                if policy != "Never":
                     a.containers_to_start.append(i)
                 continue
             want_hash = L.container_hash(c)

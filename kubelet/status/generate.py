@@ -43,6 +43,7 @@ def container_statuses(
     waiting: dict[str, tuple[str, str]],
     init: bool,
     old: dict[str, dict[str, Any]],
+    probes: Any = None,
 ) -> list[dict[str, Any]]:
     out = []
     for c in specs:
@@ -72,6 +73,9 @@ def container_statuses(
             entry["ready"] = (
                 (cur.state == RUNNING) if not init else (cur.state == EXITED and cur.exit_code == 0)
             )
+            if probes is not None and not init and cur.state == RUNNING:
+                entry["ready"] = probes.is_ready(c, cur.id)
+                entry["started"] = probes.is_started(c, cur.id)
             if prev is not None and prev.state == EXITED:
                 entry["lastState"] = _state(prev)
         reason = waiting.get(cname)
@@ -139,13 +143,14 @@ def generate(
     waiting: dict[str, tuple[str, str]],
     node_ips: list[str],
     old: dict[str, Any] | None,
+    probes: Any = None,
 ) -> dict[str, Any]:
     old = old or {}
     spec = pod["spec"]
     old_c = {c["name"]: c for c in old.get("containerStatuses", [])}
     old_i = {c["name"]: c for c in old.get("initContainerStatuses", [])}
     init_st = container_statuses(spec.get("initContainers") or [], status, waiting, True, old_i)
-    st = container_statuses(spec["containers"], status, waiting, False, old_c)
+    st = container_statuses(spec["containers"], status, waiting, False, old_c, probes)
     if init_st and any(not s["ready"] for s in init_st):
         for s in st:
             if "waiting" in s["state"] and s["state"]["waiting"]["reason"] == "ContainerCreating":

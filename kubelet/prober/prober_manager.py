@@ -1,0 +1,190 @@
+"""Probe workers and their results (pkg/kubelet/prober: prober_manager.go, worker.go,
+results). One asyncio task per (pod, container, probe type):
+
+- readiness starts as failure and decides the container's `ready`;
+- liveness and startup start as success/unknown; a failure that reaches
+  failureThreshold marks the container for a restart (the runtime manager kills
+  it as upstream does) and the worker holds until a new container appears;
+- liveness and readiness wait until the startup probe succeeded;
+- initialDelaySeconds counts from the container's start, results change only
+  after successThreshold / failureThreshold consecutive outcomes, and every
+  failed attempt records an Unhealthy event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from kubelet.prober.prober import Prober, Result
+from kubelet.types import Pod, name, namespace, uid
+
+log = logging.getLogger(__name__)
+
+KINDS = (
+    ("startup", "startupProbe"),
+    ("liveness", "livenessProbe"),
+    ("readiness", "readinessProbe"),
+)
+INITIAL = {"readiness": Result.FAILURE, "liveness": Result.SUCCESS, "startup": Result.UNKNOWN}
+
+
+def _started_at(cs: dict[str, Any]) -> float | None:
+    ts = (cs.get("state") or {}).get("running", {}).get("startedAt")
+    if not ts:
+        return None
+    try:
+        return (
+            datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")
+            .replace(tzinfo=datetime.UTC)
+            .timestamp()
+        )
+    except ValueError:
+        return None
+
+
+class ProbeManager:
+    def __init__(
+        self,
+        prober: Prober,
+        status_of: Callable[[str], dict[str, Any] | None],
+        on_change: Callable[[str], None],
+        recorder: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.prober = prober
+        self.status_of = status_of  # pod UID -> the kubelet's latest API status
+        self.on_change = on_change  # pod UID: a result changed, sync the pod
+        self.recorder = recorder
+        self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
+        self.results: dict[str, dict[str, Result]] = {k: {} for k, _ in KINDS}  # kind -> cid
+        self._workers: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------- queries
+    def is_ready(self, container: dict[str, Any], cid: str) -> bool:
+        if "readinessProbe" not in container:
+            return True
+        return self.results["readiness"].get(cid) is Result.SUCCESS
+
+    def is_started(self, container: dict[str, Any], cid: str) -> bool:
+        if "startupProbe" not in container:
+            return True
+        return self.results["startup"].get(cid) is Result.SUCCESS
+
+    def must_restart(self, cid: str) -> str | None:
+        """Why a running container has to be killed, or None."""
+        if self.results["liveness"].get(cid) is Result.FAILURE:
+            return "failed liveness probe"
+        if self.results["startup"].get(cid) is Result.FAILURE:
+            return "failed startup probe"
+        return None
+
+    # ------------------------------------------------------------ workers
+    def add_pod(self, pod: Pod) -> None:
+        u = uid(pod)
+        for c in pod["spec"].get("containers") or []:
+            for kind, field in KINDS:
+                key = (u, c["name"], kind)
+                if field in c and key not in self._workers:
+                    self._workers[key] = asyncio.create_task(
+                        self._worker(pod, c, kind, c[field]), name=f"probe-{kind}-{u}-{c['name']}"
+                    )
+
+    def remove_pod(self, pod_uid: str) -> None:
+        for key in [k for k in self._workers if k[0] == pod_uid]:
+            self._workers.pop(key).cancel()
+
+    async def stop(self) -> None:
+        tasks = list(self._workers.values())
+        self._workers.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.prober.close()
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    async def _worker(self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any]) -> None:
+        period = max(1, int(spec.get("periodSeconds") or 10))
+        # Spread the first probes of pods created together (upstream: up to one period).
+        await asyncio.sleep(random.random() * min(period, 1))
+        state = {"cid": "", "count": 0, "last": None, "hold": False}
+        while True:
+            try:
+                await self._probe_once(pod, c, kind, spec, state)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s probe of %s/%s failed to run", kind, uid(pod), c["name"])
+            await asyncio.sleep(period)
+
+    async def _probe_once(
+        self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any], state: dict[str, Any]
+    ) -> None:
+        u = uid(pod)
+        st = self.status_of(u) or {}
+        cs = next((x for x in st.get("containerStatuses") or [] if x["name"] == c["name"]), None)
+        cid = (cs or {}).get("containerID", "")
+        cid = cid.split("://", 1)[-1]
+        results = self.results[kind]
+        if cid != state["cid"]:
+            # A new container: start over from the initial result.
+            if state["cid"]:
+                results.pop(state["cid"], None)
+            state.update(cid=cid, count=0, last=None, hold=False)
+            if cid:
+                results[cid] = INITIAL[kind]
+        if not cid or state["hold"]:
+            return
+        if cs is None or "running" not in (cs.get("state") or {}):
+            if kind == "readiness" and results.get(cid) is not Result.FAILURE:
+                results[cid] = Result.FAILURE
+                self.on_change(u)
+            return
+        if kind != "startup" and "startupProbe" in c:
+            if self.results["startup"].get(cid) is not Result.SUCCESS:
+                return  # nothing but the startup probe runs until it succeeds
+        started = _started_at(cs)
+        delay = int(spec.get("initialDelaySeconds") or 0)
+        if started is not None and self.clock() - started < delay:
+            return
+        live_pod = dict(pod, status=st)
+        result, output = await self.prober.probe(live_pod, c, cid, spec)
+        if result is Result.UNKNOWN:
+            return  # an error running the probe changes nothing
+        if result is Result.FAILURE:
+            self._event(pod, c, kind, output)
+        if result is state["last"]:
+            state["count"] += 1
+        else:
+            state["last"], state["count"] = result, 1
+        threshold = int(
+            spec.get("successThreshold" if result is Result.SUCCESS else "failureThreshold")
+            or (1 if result is Result.SUCCESS else 3)
+        )
+        if state["count"] < threshold or results.get(cid) is result:
+            return
+        results[cid] = result
+        log.info("%s probe of %s/%s: %s", kind, name(pod), c["name"], result.value)
+        if kind in ("liveness", "startup") and result is Result.FAILURE:
+            state["hold"] = True  # until the restarted container replaces this one
+        self.on_change(u)
+
+    def _event(self, pod: Pod, c: dict[str, Any], kind: str, output: str) -> None:
+        if self.recorder is None:
+            return
+        ref = {
+            "kind": "Pod",
+            "namespace": namespace(pod),
+            "name": name(pod),
+            "uid": uid(pod),
+            "apiVersion": "v1",
+            "fieldPath": f"spec.containers{{{c['name']}}}",
+        }
+        what = kind.capitalize()
+        self.recorder.event(ref, "Warning", "Unhealthy", f"{what} probe failed: {output}".strip())
