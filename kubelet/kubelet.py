@@ -123,6 +123,7 @@ class Kubelet:
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
         self.stats = StatsProvider(self.pod_manager.pods, root_dir, node_name, config.cgroup_root)
         self.resource_registry = resource_registry(self.stats)
+        self.node_images: list[dict[str, Any]] = []
         self.node_status: Any = None  # NodeStatusManager, cluster mode
         self.lease: Any = None  # NodeLeaseController, cluster mode
         self.runtime_version = ""
@@ -253,9 +254,29 @@ class Kubelet:
     async def stop(self) -> None:
         self._stop.set()
 
+    async def _refresh_images(self) -> None:
+        """The node's image list for the Node status, biggest first (as upstream)."""
+        try:
+            images = await self.images.list_images()
+        except Exception as err:
+            log.debug("listing images failed: %s", err)
+            return
+        sized = []
+        for im in images:
+            names = [*im.repo_digests, *im.repo_tags]
+            if names:
+                sized.append((int(im.size), names))
+        sized.sort(key=lambda x: -x[0])
+        self.node_images = [{"names": n, "sizeBytes": size} for size, n in sized]
+
     async def _runtime_status_loop(self) -> None:
-        """updateRuntimeUp: every 5 s, ask the runtime whether it is ready."""
+        """updateRuntimeUp: every 5 s, ask the runtime whether it is ready; the
+        image list is refreshed every 30 s."""
+        rounds = 0
         while not self._stop.is_set():
+            if rounds % 6 == 0:
+                await self._refresh_images()
+            rounds += 1
             try:
                 st = await self.runtime.status()
                 bad = [

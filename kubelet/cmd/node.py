@@ -47,6 +47,7 @@ def node_inputs(s: KubeletServer, name: str, k: Any) -> Any:
         hostname=(s.flags.hostname_override or "").strip().lower() or name,
         runtime_version=lambda: k.runtime_version if k is not None else "",
         readiness_checks=[k.readiness] if k is not None else [],
+        images=lambda: k.node_images if k is not None else [],
         rootfs_capacity=lambda: rootfs_capacity(root),
     )
 

@@ -175,6 +175,16 @@ def test_node_is_ready_with_capacity_labels_and_a_renewing_lease(node: ClusterKu
     assert n["metadata"]["labels"]["kubernetes.io/hostname"] == NODE
     assert n["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("simruntime://")
     assert {"type": "InternalIP", "address": "127.0.0.1"} in n["status"]["addresses"]
+
+    def images() -> bool:
+        node_now = node.kubectl_json("get", "node", NODE)
+        return any(
+            any("busybox" in name for name in im["names"])
+            for im in node_now["status"].get("images", [])
+        )
+
+    # The image list is refreshed every 30 s and sent with the next status update.
+    wait_for("the node's images to list busybox", images, timeout=90, every=2)
     lease = node.kubectl_json("get", "lease", NODE, "-n", "kube-node-lease")
     first = lease["spec"]["renewTime"]
     assert lease["spec"]["holderIdentity"] == NODE

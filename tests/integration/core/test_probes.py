@@ -113,21 +113,21 @@ async def test_http_and_tcp_probes(node, unused_tcp_port_factory) -> None:  # ty
                         "httpGet": dict(http, port=bad_port, path="/x"),
                         "periodSeconds": 1,
                     },
-                ),  # fmt: skip
+                ),
                 c(
                     "tcp-ok",
                     readinessProbe={
                         "tcpSocket": {"host": "127.0.0.1", "port": ok_port},
                         "periodSeconds": 1,
                     },
-                ),  # fmt: skip
+                ),
                 c(
                     "tcp-closed",
                     readinessProbe={
                         "tcpSocket": {"host": "127.0.0.1", "port": closed},
                         "periodSeconds": 1,
                     },
-                ),  # fmt: skip
+                ),
             ],
         )
         await node.wait(
