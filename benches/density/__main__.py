@@ -118,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="pods created per second")
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy on our kubelet during each steady state (top frames in result.json)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
               "running ours only", file=sys.stderr)  # fmt: skip
     specs = []
     for n in args.n:
-        specs += [Spec("ours", rl, n, args.rate, args.hold) for rl in args.relist]
+        specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile) for rl in args.relist]
         if have_upstream:
             specs.append(Spec("upstream", 1.0, n, args.rate, args.hold))
     work = Path(tempfile.mkdtemp(prefix="density-"))
@@ -149,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         cp.stop()
     print()
     print(table(results))
+    for r in results:
+        if r.profile_top:
+            print(
+                f"\nprofile, ours {int(r.relist_period_s * 1000)} ms, N={r.n} (share of samples):"
+            )
+            for frame, share in r.profile_top:
+                print(f"  {share * 100:5.1f}%  {frame}")
     for p in plots(results, out):
         print(f"plot: {p}")
     print(f"results: {out / 'result.json'}")

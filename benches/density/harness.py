@@ -39,6 +39,7 @@ class Spec:
     n: int
     rate: float = 50.0  # pods created per second
     hold: float = 30.0  # steady state measured for this long
+    profile: bool = False  # py-spy on our kubelet during the steady state
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Result:
     api_requests: int | None = None
     api_requests_per_pod: float | None = None
     error: str | None = None
+    profile_top: list[tuple[str, float]] | None = None  # (frame, share of samples)
     startup_latencies_s: list[float] = field(default_factory=list)
 
 
@@ -248,6 +250,39 @@ class Run:
         self.procs.append(p)
         return p
 
+    def _start_profile(self, pid: int) -> subprocess.Popen[bytes] | None:
+        if not (self.spec.profile and self.spec.kubelet == "ours"):
+            return None
+        spy = shutil.which("py-spy")
+        if spy is None:
+            print("py-spy not installed (pip install py-spy): no profile", file=sys.stderr)
+            return None
+        out = self.dir / "profile.txt"
+        return subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--duration", str(int(self.spec.hold)),
+             "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(out)],
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / "py-spy.log", "wb"),
+        )  # fmt: skip
+
+    def _finish_profile(self, spy: subprocess.Popen[bytes]) -> list[tuple[str, float]]:
+        """Self time per leaf frame from py-spy's collapsed stacks, top 15."""
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+        counts: dict[str, int] = {}
+        total = 0
+        try:
+            for line in open(self.dir / "profile.txt"):
+                stack, _, n = line.rstrip().rpartition(" ")
+                leaf = stack.rsplit(";", 1)[-1]
+                counts[leaf] = counts.get(leaf, 0) + int(n)
+                total += int(n)
+        except (OSError, ValueError):
+            return []
+        top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
+        return [(k, round(v / max(total, 1), 4)) for k, v in top]
+
     def _metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
             return str(r.read().decode())
@@ -366,11 +401,14 @@ class Run:
                 r.all_running_s = max(self.running_at.values()) - t_create
             await asyncio.sleep(5)  # let start-up work drain
             before = relist_buckets(self._metrics())
+            spy = self._start_profile(kubelet.pid)
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
             await asyncio.sleep(self.spec.hold)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
             after = relist_buckets(self._metrics())
+            if spy is not None:
+                r.profile_top = self._finish_profile(spy)
             if before and after and len(before) == len(after):
                 steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
