@@ -251,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=["up"])
     ap.add_argument("--dir", default="/tmp/kubelet-py-controlplane")
     ap.add_argument("--port", type=int, default=6443)
+    ap.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        help="write a kubeconfig for this node (system:node:<name>); repeatable",
+    )
     args = ap.parse_args(argv)
     # Block the stop signals so sigwait() receives them and the cleanup runs.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -261,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"kube-apiserver ready at {cp.url}")
     print(f"admin kubeconfig: {cp.admin_kubeconfig}")
+    for node in args.node:
+        print(f"kubeconfig for node {node}: {cp.node_kubeconfig(node)}")
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})  # blocked above, so this returns
     finally:
