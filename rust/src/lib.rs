@@ -91,9 +91,17 @@ impl PyRelistDiffer {
 }
 
 /// The pod work queue keyed by string, with times supplied by the caller.
-#[pyclass(name = "WorkQueueCore", module = "kubelet_native")]
+/// Thread-safe: the queue sits behind a mutex; get_work pops due keys with the
+/// GIL released.
+#[pyclass(name = "WorkQueueCore", module = "kubelet_native", frozen)]
 struct PyWorkQueue {
-    inner: workqueue::WorkQueue,
+    inner: Mutex<workqueue::WorkQueue>,
+}
+
+impl PyWorkQueue {
+    fn lock(&self) -> MutexGuard<'_, workqueue::WorkQueue> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[pymethods]
@@ -101,24 +109,24 @@ impl PyWorkQueue {
     #[new]
     fn new() -> Self {
         PyWorkQueue {
-            inner: workqueue::WorkQueue::new(),
+            inner: Mutex::new(workqueue::WorkQueue::new()),
         }
     }
 
-    fn enqueue_at(&mut self, key: &str, at: f64) {
-        self.inner.enqueue_at(key, at);
+    fn enqueue_at(&self, key: &str, at: f64) {
+        self.lock().enqueue_at(key, at);
     }
 
-    fn get_work(&mut self, now: f64) -> Vec<String> {
-        self.inner.get_work(now)
+    fn get_work(&self, py: Python<'_>, now: f64) -> Vec<String> {
+        py.allow_threads(|| self.lock().get_work(now))
     }
 
-    fn remove(&mut self, key: &str) {
-        self.inner.remove(key);
+    fn remove(&self, key: &str) {
+        self.lock().remove(key);
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.lock().len()
     }
 }
 

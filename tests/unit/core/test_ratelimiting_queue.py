@@ -103,3 +103,28 @@ def test_shutdown_releases_a_blocked_getter() -> None:
     q.shut_down()
     t.join(5)
     assert not t.is_alive() and got == [None]
+
+
+def test_pod_work_queue_takes_concurrent_enqueues_from_threads() -> None:
+    from kubelet.util.workqueue import WorkQueue
+
+    q = WorkQueue()
+    got: list[str] = []
+
+    def producer(t: int) -> None:
+        for i in range(2000):
+            q.enqueue(f"{t}-{i}", 0.0)
+
+    def consumer() -> None:
+        for _ in range(200):
+            got.extend(q.get_work())
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(4)]
+    threads.append(threading.Thread(target=consumer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got.extend(q.get_work(time.monotonic() + 1))
+    assert sorted(got) == sorted(f"{t}-{i}" for t in range(4) for i in range(2000))
+    assert len(q) == 0
