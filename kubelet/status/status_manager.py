@@ -113,7 +113,9 @@ class StatusManager:
         self.concurrency = concurrency
         self.queue = RateLimitingQueue(base=0.5, cap=30.0)
         self._kick = asyncio.Event()
-        self._removed: dict[str, Pod] = {}  # pods gone from the kubelet, still to delete
+        # uid -> (our status version, the API copy's resourceVersion) last seen to
+        # agree: the reconcile skips those, so its cost is a lookup per pod, not a diff.
+        self._in_sync: dict[str, tuple[int, str]] = {}
         self.patches = 0
         self.deletes = 0
 
@@ -147,6 +149,7 @@ class StatusManager:
 
     def remove(self, uid: str) -> None:
         self._statuses.pop(uid, None)
+        self._in_sync.pop(uid, None)
 
     def uids(self) -> list[str]:
         return list(self._statuses)
@@ -196,30 +199,27 @@ class StatusManager:
 
     def reconcile(self) -> None:
         """Queue every pod whose API copy no longer matches what the kubelet computed."""
-        for u in list(self._statuses):
+        for u, ours in list(self._statuses.items()):
             target = self._target(u)
             if target is None:
                 continue
-            if status_patch(target.get("status") or {}, self._statuses[u].status):
+            md = target["metadata"]
+            if md.get("deletionTimestamp"):
+                if self.can_delete(u):
+                    self.queue.add(u)
+                continue
+            key = (ours.version, str(md.get("resourceVersion", "")))
+            if self._in_sync.get(u) == key:
+                continue
+            if status_patch(target.get("status") or {}, ours.status):
                 self.queue.add(u)
-            elif target["metadata"].get("deletionTimestamp") and self.can_delete(u):
-                self.queue.add(u)
-        for u in list(self._removed):
-            self.queue.add(u)
+            else:
+                self._in_sync[u] = key
         self._kick.set()
-
-    def pod_removed(self, pod: Pod) -> None:
-        """The kubelet let go of a pod; if the API still has it deleting, finish that."""
-        if self.client is None or is_static(pod):
-            return
-        u = uid(pod)
-        if pod["metadata"].get("deletionTimestamp"):
-            self._removed[u] = pod
-            self.enqueue(u)
 
     def _target(self, u: str) -> Pod | None:
         """The API object that carries pod `u`'s status: itself, or a static pod's mirror."""
-        pod = self.desired_pod(u) or self._removed.get(u)
+        pod = self.desired_pod(u)
         if pod is not None and is_static(pod):
             return self.mirror_of(pod)
         return self.api_pod(u)
@@ -243,7 +243,6 @@ class StatusManager:
 
         target = self._target(u)
         if target is None:
-            self._removed.pop(u, None)
             return  # not in the API (yet), or a static pod without a mirror pod
         tu = uid(target)
         path = f"/api/v1/namespaces/{namespace(target)}/pods/{name(target)}"
@@ -259,13 +258,15 @@ class StatusManager:
                 except APIError as err:
                     if err.not_found or err.conflict:
                         log.info("Pod %s is gone or replaced; not updating its status", u)
-                        self._removed.pop(u, None)
                         return
                     raise
                 self.patches += 1
                 # Later diffs start from what the server now holds, even before
                 # the watch delivers it.
                 target["status"] = updated.get("status", target.get("status"))
+                rv = str(updated.get("metadata", {}).get("resourceVersion", ""))
+                target["metadata"]["resourceVersion"] = rv
+                self._in_sync[u] = (ours.version, rv)
                 log.debug("Patched status of pod %s: %s", u, patch)
         if target["metadata"].get("deletionTimestamp") and not is_static(target):
             if self.can_delete(u):
@@ -287,4 +288,3 @@ class StatusManager:
         except APIError as err:
             if not (err.not_found or err.conflict):
                 raise
-        self._removed.pop(u, None)
