@@ -63,13 +63,19 @@ def plots(results: list[Result], out: Path) -> list[Path]:
         print("matplotlib is not installed: no plots (pip install matplotlib)", file=sys.stderr)
         return []
     made = []
+    # Colour: which kubelet at which relist period; line style: N.
+    kinds = sorted({(r.kubelet, r.relist_period_s) for r in results}, key=lambda k: (k[0], -k[1]))
+    colour = {k: f"C{i}" for i, k in enumerate(kinds)}
+    styles = ["-", "--", ":", "-."]
+    style = {n: styles[i % 4] for i, n in enumerate(sorted({r.n for r in results}, reverse=True))}
     fig, ax = plt.subplots(figsize=(8, 5))
     for r in results:
         if not r.startup_latencies_s:
             continue
         xs = r.startup_latencies_s
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.step(xs, ys, where="post",
+        ax.step(xs, ys, where="post", color=colour[(r.kubelet, r.relist_period_s)],
+                linestyle=style[r.n],
                 label=f"{r.kubelet} {int(r.relist_period_s * 1000)}ms N={r.n}")  # fmt: skip
     ax.set_xlabel("pod startup latency: created -> Running seen in a watch (s)")
     ax.set_ylabel("fraction of pods")
@@ -119,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument(
+        "--plot-only",
+        metavar="RESULT_JSON",
+        help="redraw the table and plots of an earlier run into --out",
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="py-spy on our kubelet during each steady state (top frames in result.json)",
@@ -128,6 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.plot_only:
+        import json
+
+        known = set(Result.__dataclass_fields__)
+        loaded = [Result(**{k: v for k, v in d.items() if k in known})
+                  for d in json.loads(Path(args.plot_only).read_text())]  # fmt: skip
+        print(table(loaded))
+        for p in plots(loaded, out):
+            print(f"plot: {p}")
+        return 0
     have_upstream = upstream_kubelet() is not None and not args.no_upstream
     if not have_upstream and not args.no_upstream:
         print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
