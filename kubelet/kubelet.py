@@ -25,6 +25,7 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.runtime import PodStatus
+from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.predicate import Admitter, Rejection
@@ -123,6 +124,12 @@ class Kubelet:
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
         self.stats = StatsProvider(self.pod_manager.pods, root_dir, node_name, config.cgroup_root)
         self.resource_registry = resource_registry(self.stats)
+        # Node-pressure eviction: conditions, one eviction per cycle, admission.
+        self.eviction = EvictionManager(
+            config, self._active_pods, self._evict_pod, self._pod_memory, root_dir,
+            recorder=recorder,
+        )  # fmt: skip
+        self._evicted: dict[str, tuple[str, str]] = {}  # uid -> (reason, message)
         self.node_images: list[dict[str, Any]] = []
         self.node_status: Any = None  # NodeStatusManager, cluster mode
         self.lease: Any = None  # NodeLeaseController, cluster mode
@@ -237,6 +244,7 @@ class Kubelet:
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
+        self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
         if self.features.enabled("EventedPLEG"):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(
@@ -345,7 +353,14 @@ class Kubelet:
                 self._handle_mirror(u.op, pod)
                 continue
             pu = uid(pod)
-            if u.op is Op.ADD:
+            if u.op is Op.ADD and pod["metadata"].get("deletionTimestamp"):
+                # Seen for the first time while already being deleted (say, after a
+                # kubelet restart): stop whatever runs for it, never start it.
+                self.pod_manager.add_or_update(pod)
+                grace = pod["metadata"].get("deletionGracePeriodSeconds")
+                self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+                self.status_manager.enqueue(pu)
+            elif u.op is Op.ADD:
                 self._first_seen.setdefault(pu, time.monotonic())
                 self.pod_manager.add_or_update(pod)
                 rejection = self._admit(pod)
@@ -360,7 +375,8 @@ class Kubelet:
             elif u.op is Op.DELETE:
                 self.pod_manager.add_or_update(pod)
                 grace = pod["metadata"].get("deletionGracePeriodSeconds")
-                self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+                if pu not in self.rejected:  # a refused pod never ran: nothing to kill
+                    self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
                 # A pod with nothing running is deleted from the API right away.
                 self.status_manager.enqueue(pu)
             elif u.op is Op.REMOVE:
@@ -374,6 +390,9 @@ class Kubelet:
         st = (pod.get("status") or {}).get("phase")
         if st in ("Succeeded", "Failed"):
             return None
+        pressure = self.eviction.admit(pod)
+        if pressure is not None:
+            return pressure
         try:
             return self.admitter.admit(uid(pod), pod)
         except ValueError as err:
@@ -412,6 +431,35 @@ class Kubelet:
         if static is not None and is_static(static):
             self.pod_workers.update_pod(PodWork(static, UpdateType.SYNC))
             self.status_manager.enqueue(uid(static))
+
+    def _active_pods(self) -> list[Pod]:
+        """Admitted pods that are not finished or being killed."""
+        out = []
+        for p in self.pod_manager.pods():
+            u = uid(p)
+            if u in self.rejected or u in self._evicted or self.pod_workers.is_terminating(u):
+                continue
+            st = self.status_manager.get(u) or {}
+            if st.get("phase") not in ("Succeeded", "Failed"):
+                out.append(p)
+        return out
+
+    def _pod_memory(self, pod: Pod) -> int | None:
+        for p in self.stats.summary()["pods"]:
+            if p["podRef"]["uid"] == uid(pod):
+                ws = p["memory"]["workingSetBytes"]
+                return int(ws) if ws is not None else None
+        return None
+
+    async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
+        u = uid(pod)
+        self._evicted[u] = (reason, message)
+        self.admitter.release(u)
+        old = self.status_manager.get(u) or {}
+        self.status_manager.set_pod_status(
+            u, {**old, "phase": "Failed", "reason": reason, "message": message}
+        )
+        self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
     def _probe_changed(self, pod_uid: str) -> None:
         pod = self.pod_manager.get(pod_uid)
@@ -561,6 +609,9 @@ class Kubelet:
         final = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
         old = self.status_manager.get(u)
         api = generate.generate(pod, final, {}, self.node_ips, old)
+        if u in self._evicted:
+            api["phase"] = "Failed"
+            api["reason"], api["message"] = self._evicted[u]
         if api["phase"] not in ("Succeeded", "Failed") and (
             pod["metadata"].get("deletionTimestamp") or u not in self.pod_manager.uids()
         ):
@@ -573,6 +624,7 @@ class Kubelet:
         await self.runtime_manager.kill_pod(pod, status, 0, remove=True)
         self.status_manager.remove(u)
         self.admitter.release(u)
+        self._evicted.pop(u, None)
         self.cache.delete(u)
         self.work_queue.remove(u)
         self._first_seen.pop(u, None)

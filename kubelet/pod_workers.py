@@ -89,8 +89,8 @@ class PodWorkers:
         u = uid(work.pod)
         st = self.states.get(u)
         if st is None:
-            if work.type is UpdateType.KILL and not work.removed:
-                return  # nothing runs for it through us
+            # A kill for a pod never synced still runs: after a restart its
+            # containers may be running in the runtime.
             st = _State(work.pod)
             self.states[u] = st
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")

@@ -48,6 +48,9 @@ def node_inputs(s: KubeletServer, name: str, k: Any) -> Any:
         runtime_version=lambda: k.runtime_version if k is not None else "",
         readiness_checks=[k.readiness] if k is not None else [],
         images=lambda: k.node_images if k is not None else [],
+        memory_pressure=lambda: k is not None and k.eviction.under("MemoryPressure"),
+        disk_pressure=lambda: k is not None and k.eviction.under("DiskPressure"),
+        pid_pressure=lambda: k is not None and k.eviction.under("PIDPressure"),
         rootfs_capacity=lambda: rootfs_capacity(root),
     )
 

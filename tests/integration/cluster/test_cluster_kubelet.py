@@ -52,7 +52,14 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float
 
 
 class ClusterKubelet:
-    def __init__(self, cp: ControlPlane, tmp: Path, sim: SimRuntimeProc) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        tmp: Path,
+        sim: SimRuntimeProc,
+        node_name: str = NODE,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         self.cp = cp
         self.tmp = tmp
         manifests = tmp / "manifests"
@@ -80,6 +87,7 @@ class ClusterKubelet:
                         "webhook": {"enabled": True},
                         "x509": {"clientCAFile": cp.pki.ca.cert},
                     },
+                    **(config or {}),
                 }
             )
         )
@@ -89,8 +97,8 @@ class ClusterKubelet:
         argv = [
             sys.executable, "-m", "kubelet",
             "--config", str(cfg),
-            "--kubeconfig", cp.node_kubeconfig(NODE),
-            "--hostname-override", NODE,
+            "--kubeconfig", cp.node_kubeconfig(node_name),
+            "--hostname-override", node_name,
             "--node-ip", "127.0.0.1",
             "--node-labels", "example.com/pool=py",
             "--port", str(self.port),

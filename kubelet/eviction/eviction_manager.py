@@ -1,0 +1,201 @@
+"""Node-pressure eviction (pkg/kubelet/eviction), the parts a node needs to stay up:
+
+- signals every 10 s: memory.available (MemAvailable), nodefs.available and
+  nodefs.inodesFree (statvfs of the root directory; imagefs is the same
+  filesystem here), pid.available (pid_max minus processes), read with the
+  Cython parsers;
+- thresholds from evictionHard (and evictionSoft with its grace periods), as
+  quantities or percentages of capacity;
+- node conditions MemoryPressure / DiskPressure / PIDPressure, held for
+  evictionPressureTransitionPeriod after the signal recovers;
+- at most one pod evicted per cycle while a threshold is met: static pods never;
+  otherwise pods using more than they request first, then lower priority, then
+  larger usage above request, as upstream ranks memory; the pod is killed
+  (grace 0 for hard thresholds, evictionMaxPodGracePeriod for soft), reported
+  Failed with reason Evicted and an Evicted event;
+- admission under memory pressure refuses BestEffort pods (reason Evicted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubelet import stats
+from kubelet.lifecycle.predicate import Rejection, pod_requests
+from kubelet.types import Pod, is_static, name, namespace, qos_class, uid
+from kubelet.util.duration import parse_duration
+from kubelet.util.quantity import parse_quantity
+
+log = logging.getLogger(__name__)
+
+MONITORING_PERIOD = 10.0
+# signal -> the node condition it drives
+CONDITIONS = {
+    "memory.available": "MemoryPressure",
+    "nodefs.available": "DiskPressure",
+    "nodefs.inodesFree": "DiskPressure",
+    "imagefs.available": "DiskPressure",
+    "imagefs.inodesFree": "DiskPressure",
+    "pid.available": "PIDPressure",
+}
+RESOURCE = {"MemoryPressure": "memory", "DiskPressure": "ephemeral-storage", "PIDPressure": "pids"}
+
+
+@dataclass
+class Observation:
+    available: int
+    capacity: int
+
+
+@dataclass
+class Threshold:
+    signal: str
+    value: str  # "100Mi" or "10%"
+    hard: bool
+    grace: float = 0.0
+
+    def limit(self, capacity: int) -> float:
+        if self.value.endswith("%"):
+            return capacity * float(self.value[:-1]) / 100.0
+        return float(parse_quantity(self.value))
+
+
+def thresholds(config: Any) -> list[Threshold]:
+    out = [Threshold(s, v, True) for s, v in (config.eviction_hard or {}).items()]
+    for s, v in (config.eviction_soft or {}).items():
+        grace = (config.eviction_soft_grace_period or {}).get(s, "0s")
+        out.append(Threshold(s, v, False, parse_duration(grace)))
+    return out
+
+
+def observe(root_dir: str) -> dict[str, Observation]:
+    """The node's signals now."""
+    obs: dict[str, Observation] = {}
+    mi = stats.read_meminfo()
+    if mi and mi.get("MemTotal") and mi.get("MemAvailable") is not None:
+        obs["memory.available"] = Observation(
+            int(mi["MemAvailable"] or 0), int(mi["MemTotal"] or 0)
+        )
+    fs = stats.fs_usage(root_dir)
+    if fs:
+        obs["nodefs.available"] = Observation(fs["available"], fs["capacity"])
+        obs["nodefs.inodesFree"] = Observation(fs["inodes_free"], fs["inodes"])
+        obs["imagefs.available"] = obs["nodefs.available"]
+        obs["imagefs.inodesFree"] = obs["nodefs.inodesFree"]
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            pid_max = int(fh.read())
+        procs = sum(1 for e in os.listdir("/proc") if e.isdigit())
+        obs["pid.available"] = Observation(pid_max - procs, pid_max)
+    except (OSError, ValueError):
+        pass
+    return obs
+
+
+class EvictionManager:
+    def __init__(
+        self,
+        config: Any,
+        pods: Callable[[], list[Pod]],
+        evict: Callable[[Pod, int, str, str], Awaitable[None]],
+        usage: Callable[[Pod], int | None],
+        root_dir: str,
+        observe_fn: Callable[[], dict[str, Observation]] | None = None,
+        recorder: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.thresholds = thresholds(config)
+        self.pods = pods  # active (admitted, not terminal) pods
+        self.evict = evict  # (pod, grace, reason, message)
+        self.usage = usage  # pod -> memory working set bytes, None when unknown
+        self.observe = observe_fn or (lambda: observe(root_dir))
+        self.recorder = recorder
+        self.clock = clock
+        self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
+        self._pressure_until: dict[str, float] = {}  # condition -> held until
+        self.evicted: list[str] = []
+
+    # -------------------------------------------------------------- queries
+    def under(self, condition: str) -> bool:
+        return self._pressure_until.get(condition, 0.0) > self.clock()
+
+    def admit(self, pod: Pod) -> Rejection | None:
+        """Under memory pressure only pods with requests get in (BestEffort is refused)."""
+        if self.under("MemoryPressure") and qos_class(pod) == "BestEffort" and not is_static(pod):
+            return Rejection("Evicted", "The node had condition: [MemoryPressure].")
+        return None
+
+    # ---------------------------------------------------------------- loop
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.synchronize()
+            except Exception:
+                log.exception("eviction manager: synchronize failed")
+            try:
+                await asyncio.wait_for(stop.wait(), MONITORING_PERIOD)
+            except TimeoutError:
+                pass
+
+    async def synchronize(self) -> Pod | None:
+        """One pass: update conditions; evict one pod if a threshold is met."""
+        obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
+        now = self.clock()
+        met: list[tuple[Threshold, Observation]] = []
+        for t in self.thresholds:
+            o = obs.get(t.signal)
+            if o is None or o.available >= t.limit(o.capacity):
+                self._met_since.pop(t.signal + str(t.hard), None)
+                continue
+            since = self._met_since.setdefault(t.signal + str(t.hard), now)
+            cond = CONDITIONS.get(t.signal)
+            if cond:
+                self._pressure_until[cond] = now + max(
+                    self.config.eviction_pressure_transition_period, MONITORING_PERIOD
+                )
+            if t.hard or now - since >= t.grace:
+                met.append((t, o))
+        if not met:
+            return None
+        t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
+        victim = self._rank(self.pods())
+        if victim is None:
+            log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
+            return None
+        cond = CONDITIONS.get(t.signal, "")
+        resource = RESOURCE.get(cond, t.signal)
+        message = (
+            f"The node was low on resource: {resource}. Threshold quantity: {t.value}, "
+            f"available: {o.available // 1024}Ki."
+        )
+        grace = 0 if t.hard else int(self.config.eviction_max_pod_grace_period)
+        log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
+        if self.recorder is not None:
+            ref = {"kind": "Pod", "namespace": namespace(victim), "name": name(victim),
+                   "uid": uid(victim), "apiVersion": "v1"}  # fmt: skip
+            self.recorder.event(ref, "Warning", "Evicted", message)
+        self.evicted.append(uid(victim))
+        await self.evict(victim, grace, "Evicted", message)
+        return victim
+
+    def _rank(self, pods: list[Pod]) -> Pod | None:
+        """Pods over their requests first, then lower priority, then more above request."""
+        best: tuple[Any, ...] | None = None
+        victim = None
+        for p in pods:
+            if is_static(p) or uid(p) in self.evicted:
+                continue
+            used = self.usage(p) or 0
+            req = pod_requests(p).memory
+            priority = int((p.get("spec") or {}).get("priority") or 0)
+            key = (not used > req, priority, -(used - req))
+            if best is None or key < best:
+                best, victim = key, p
+        return victim

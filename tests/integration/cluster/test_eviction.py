@@ -1,0 +1,85 @@
+"""Node-pressure eviction end to end: a kubelet whose memory threshold is always met
+(evictionHard memory.available: 100%) reports MemoryPressure, refuses BestEffort
+pods and evicts the pods it runs, which end Failed with reason Evicted."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.testing.controlplane import ControlPlane
+from tests.fixtures.simruntime import start_simruntime
+from tests.integration.cluster.test_cluster_kubelet import (
+    ClusterKubelet,
+    create,
+    pod_manifest,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+
+NODE = "py-pressure-node"
+
+
+@pytest.fixture
+def pressured(control_plane: ControlPlane, tmp_path: Path) -> Iterator[ClusterKubelet]:
+    simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"sime-{os.getpid()}-{time.monotonic_ns()}"
+    simdir.mkdir(parents=True)
+    sim = start_simruntime(simdir)
+    k = ClusterKubelet(
+        control_plane,
+        tmp_path,
+        sim,
+        node_name=NODE,
+        config={"evictionHard": {"memory.available": "100%"},
+                "evictionPressureTransitionPeriod": "30s"},
+    )  # fmt: skip
+    try:
+        yield k
+    finally:
+        k.stop()
+        sim.stop()
+        print(f"kubelet log: {k.log}")
+
+
+def test_memory_pressure_evicts_and_gates_admission(pressured: ClusterKubelet) -> None:
+    k = pressured
+
+    def conditions() -> dict[str, str]:
+        n = k.kubectl_json("get", "node", NODE)
+        return {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
+
+    wait_for("MemoryPressure on the node", lambda: conditions().get("MemoryPressure") == "True")
+    be = pod_manifest("pressure-be", {"app": "pressure"}, "sleep 1000")
+    burst = pod_manifest("pressure-burst", {"app": "pressure"}, "sleep 1000")
+    burst["spec"]["containers"][0]["resources"] = {"requests": {"memory": "16Mi"}}
+    for p in (be, burst):
+        p["spec"]["nodeName"] = NODE
+    create(k, [be, burst])
+
+    def status(name: str) -> dict[str, Any]:
+        return dict(k.kubectl_json("get", "pod", name, "-n", "default")["status"])
+
+    wait_for(
+        "the BestEffort pod to be refused", lambda: status("pressure-be").get("phase") == "Failed"
+    )
+    st = status("pressure-be")
+    assert st["reason"] == "Evicted" and "MemoryPressure" in st["message"]
+    # The Burstable pod is admitted, then evicted by the next pass (every 10 s).
+    wait_for(
+        "the Burstable pod to be evicted",
+        lambda: status("pressure-burst").get("reason") == "Evicted",
+        timeout=60,
+    )
+    st = status("pressure-burst")
+    assert st["phase"] == "Failed"
+    assert st["message"].startswith("The node was low on resource: memory.")
+    events = k.kubectl_json(
+        "get", "events", "-n", "default", "--field-selector", "involvedObject.name=pressure-burst"
+    )["items"]
+    assert "Evicted" in {e["reason"] for e in events}

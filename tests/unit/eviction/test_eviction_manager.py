@@ -1,0 +1,108 @@
+"""Eviction manager with injected signals: thresholds, conditions, ranking, admission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.eviction.eviction_manager import EvictionManager, Observation
+
+GiB = 2**30
+MiB = 2**20
+
+
+def pod(name: str, mem_req: str | None = None, priority: int = 0, static: bool = False) -> dict:
+    res = {"requests": {"memory": mem_req}} if mem_req else {}
+    ann = {"kubernetes.io/config.source": "file"} if static else {}
+    return {
+        "metadata": {"uid": name, "name": name, "namespace": "ns", "annotations": ann},
+        "spec": {"priority": priority, "containers": [{"name": "c", "resources": res}]},
+    }
+
+
+class Harness:
+    def __init__(self, **cfg: Any) -> None:
+        self.config = KubeletConfiguration()
+        for k, v in cfg.items():
+            setattr(self.config, k, v)
+        self.now = 1000.0
+        self.available = 4 * GiB
+        self.pods: list[dict] = []
+        self.usage: dict[str, int] = {}
+        self.evictions: list[tuple[str, int, str, str]] = []
+
+        async def evict(p: dict, grace: int, reason: str, message: str) -> None:
+            self.evictions.append((p["metadata"]["name"], grace, reason, message))
+            self.pods.remove(p)
+
+        self.m = EvictionManager(
+            self.config,
+            lambda: list(self.pods),
+            evict,
+            lambda p: self.usage.get(p["metadata"]["uid"]),
+            "/",
+            observe_fn=lambda: {"memory.available": Observation(self.available, 8 * GiB)},
+            clock=lambda: self.now,
+        )
+
+
+async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
+    h = Harness()  # default evictionHard memory.available: 100Mi
+    h.pods = [
+        pod("static", static=True),
+        pod("important", priority=1000),
+        pod("within-request", mem_req="1Gi"),
+        pod("over-request", mem_req="10Mi"),
+        pod("besteffort"),
+    ]
+    h.usage = {"within-request": 500 * MiB, "over-request": 50 * MiB, "besteffort": 30 * MiB,
+               "important": 10 * MiB}  # fmt: skip
+    assert await h.m.synchronize() is None  # 4 GiB available: nothing to do
+    assert not h.m.under("MemoryPressure")
+    h.available = 50 * MiB
+    await h.m.synchronize()
+    # Over its request by the most (40 MiB more than "besteffort"'s 30 MiB).
+    assert h.evictions[-1][:3] == ("over-request", 0, "Evicted")
+    assert h.evictions[-1][3].startswith("The node was low on resource: memory.")
+    assert h.m.under("MemoryPressure")
+    await h.m.synchronize()
+    await h.m.synchronize()
+    await h.m.synchronize()
+    order = [e[0] for e in h.evictions]
+    # Then the other pod over its request, then by priority; static pods never.
+    assert order == ["over-request", "besteffort", "important", "within-request"][: len(order)]
+    assert "static" not in order
+
+
+async def test_pressure_holds_for_the_transition_period_and_gates_besteffort() -> None:
+    h = Harness(eviction_pressure_transition_period=300.0)
+    h.available = 50 * MiB
+    await h.m.synchronize()
+    assert h.m.under("MemoryPressure")
+    be, burst = pod("be"), pod("b", mem_req="1Mi")
+    r = h.m.admit(be)
+    assert r is not None and r.reason == "Evicted" and "MemoryPressure" in r.message
+    assert h.m.admit(burst) is None
+    h.available = 4 * GiB
+    h.now += 60
+    await h.m.synchronize()
+    assert h.m.under("MemoryPressure")  # recovered, but within the transition period
+    h.now += 300
+    assert not h.m.under("MemoryPressure")
+    assert h.m.admit(be) is None
+
+
+async def test_soft_threshold_waits_for_its_grace_period() -> None:
+    h = Harness(
+        eviction_hard={},
+        eviction_soft={"memory.available": "1Gi"},
+        eviction_soft_grace_period={"memory.available": "30s"},
+        eviction_max_pod_grace_period=7,
+    )
+    h.pods = [pod("a")]
+    h.available = 512 * MiB
+    await h.m.synchronize()
+    assert h.evictions == [] and h.m.under("MemoryPressure")
+    h.now += 31
+    await h.m.synchronize()
+    assert h.evictions[0][:2] == ("a", 7)  # soft: the configured max grace, not 0
