@@ -156,6 +156,14 @@ cdef inline void add(i64* acc, i64 v) noexcept nogil:
         acc[0] += v
 
 
+def _cpath(p):
+    """p as the bytes open() is given, encoded like os.open does (so names that
+    are not UTF-8 read as in the reference), or None when it holds a NUL: the C
+    string would end there and name another file, where os.open refuses it."""
+    b = os.fsencode(p)
+    return None if b"\x00" in b else b
+
+
 cdef inline object opt(i64 v):
     return None if v < 0 else v
 
@@ -570,12 +578,12 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
     if version != 1 and version != 2:
         raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
     cdef Py_ssize_t n = len(paths), i
-    cdef bytes rootb = root.encode()
+    cdef bytes rootb = os.fsencode(root)
     cdef const char* croot = rootb
     if version == 2:
-        keep = [rootb + b"/" + p.encode() for p in paths]
+        keep = [_cpath(rootb + b"/" + os.fsencode(p)) for p in paths]
     else:
-        keep = [p.encode() for p in paths]
+        keep = [None if b"\x00" in rootb else _cpath(p) for p in paths]
     cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
     cdef CG* res = <CG*>malloc(max(n, 1) * sizeof(CG))
     cdef Buf* b
@@ -585,14 +593,14 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
         free(res)
         raise MemoryError()
     for i in range(n):
-        cpaths[i] = <bytes>keep[i]
+        cpaths[i] = NULL if keep[i] is None else <const char*><bytes>keep[i]
     if n < 64:
         nt = 1  # not worth waking threads for
     try:
         with nogil, parallel(num_threads=nt):
             b = buf_new()
             for i in prange(n, schedule="static"):
-                if b == NULL:
+                if b == NULL or cpaths[i] == NULL:
                     clear(&res[i])
                 elif version == 2:
                     parse_v2(b, cpaths[i], &res[i])
@@ -607,16 +615,16 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
 
 def read_proc_stat(path="/proc/stat"):
     """cpu: (user, nice, system, idle, iowait, irq, softirq, steal) ticks; and counters."""
-    cdef Buf* buf = buf_new()
     cdef i64 vals[4]
     cdef i64 cpu[8]
-    cdef Py_ssize_t i = 0, e, a, b, k
-    cdef const char* s
-    cdef bint ok
+    p = _cpath(path)
+    if p is None:
+        return None
+    cdef Buf* buf = buf_new()
     if buf == NULL:
         raise MemoryError()
     try:
-        return _proc_stat(buf, path.encode(), vals, cpu)
+        return _proc_stat(buf, p, vals, cpu)
     finally:
         buf_free(buf)
 
@@ -665,11 +673,14 @@ MEMINFO = ("MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached", "SwapTota
 
 def read_meminfo(path="/proc/meminfo"):
     """The main /proc/meminfo fields in bytes (lines "Key:<spaces>N kB")."""
+    p = _cpath(path)
+    if p is None:
+        return None
     cdef Buf* buf = buf_new()
     if buf == NULL:
         raise MemoryError()
     try:
-        return _meminfo(buf, path.encode())
+        return _meminfo(buf, p)
     finally:
         buf_free(buf)
 
@@ -711,11 +722,14 @@ cdef object _meminfo(Buf* buf, bytes path):
 
 
 def read_loadavg(path="/proc/loadavg"):
+    p = _cpath(path)
+    if p is None:
+        return None
     cdef Buf* buf = buf_new()
     if buf == NULL:
         raise MemoryError()
     try:
-        return _loadavg(buf, path.encode())
+        return _loadavg(buf, p)
     finally:
         buf_free(buf)
 
@@ -763,11 +777,14 @@ PID_FIELDS = (("utime", 11), ("stime", 12), ("num_threads", 17), ("starttime", 1
 
 def read_pid_stat(int pid, proc="/proc"):
     """utime/stime (ticks), num_threads, starttime (ticks), vsize (bytes), rss (pages)."""
+    p = _cpath(f"{proc}/{pid}/stat")
+    if p is None:
+        return None
     cdef Buf* buf = buf_new()
     if buf == NULL:
         raise MemoryError()
     try:
-        return _pid_stat(buf, f"{proc}/{pid}/stat".encode())
+        return _pid_stat(buf, p)
     finally:
         buf_free(buf)
 
@@ -809,8 +826,8 @@ cdef object _pid_stat(Buf* buf, bytes path):
 def fs_usage(path):
     """Capacity, available and used bytes and inodes of the filesystem holding path."""
     cdef statvfs st
-    cdef bytes p = path.encode() if isinstance(path, str) else bytes(path)
-    if c_statvfs(p, &st) != 0:
+    p = _cpath(path)
+    if p is None or c_statvfs(<bytes>p, &st) != 0:
         return None
     return {
         "capacity": st.f_blocks * st.f_frsize,

@@ -41,7 +41,7 @@ def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as fh:
             return fh.read()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
 
 
@@ -346,7 +346,7 @@ def fs_usage(path: str) -> dict[str, int] | None:
     """Capacity, available and used bytes and inodes of the filesystem holding path."""
     try:
         st = os.statvfs(path)
-    except OSError:
+    except (OSError, ValueError):
         return None
     return {
         "capacity": st.f_blocks * st.f_frsize,

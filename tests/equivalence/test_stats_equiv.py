@@ -224,3 +224,31 @@ def test_real_proc_and_fs_agree() -> None:
     assert native.fs_usage("/does/not/exist") is None
     a, b = native.fs_usage("/"), reference.fs_usage("/")
     assert a is not None and b is not None and a["capacity"] == b["capacity"]
+
+
+def test_big_files_and_odd_paths_agree(tmp_path: Path) -> None:
+    """Files past the 64 KiB read buffer (it must grow), a name that is not UTF-8,
+    a NUL in a path (all fields None, never a raise), a file where a dir should be."""
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "memory.stat").write_bytes(
+        b"".join(b"k%d %d\n" % (i, i) for i in range(30000)) + b"inactive_file 77\nanon 5\n"
+    )
+    (big / "memory.current").write_bytes(b"100\n")
+    (big / "io.stat").write_bytes(b"8:0 rbytes=1 wbytes=2 rios=3 wios=4\n" * 5000)
+    odd = os.fsdecode(b"pod\xff")
+    (tmp_path / odd).mkdir()
+    (tmp_path / odd / "pids.current").write_bytes(b"3\n")
+    (tmp_path / "file").write_bytes(b"x")
+    paths = ["big", odd, "big\x00", "file", ""]
+    got = native.parse_cgroups(paths, 2, str(tmp_path))
+    assert got == reference.parse_cgroups(paths, 2, str(tmp_path))
+    assert got[0].memory_inactive_file == 77 and got[0].io_read_ops == 15000
+    assert got[1].pids_current == 3
+    assert all(v is None for v in got[2].as_tuple())
+    assert native.parse_cgroups(["big"], 1, str(tmp_path) + "\x00") == reference.parse_cgroups(
+        ["big"], 1, str(tmp_path) + "\x00"
+    )
+    for fn in ("read_proc_stat", "read_meminfo", "read_loadavg", "fs_usage"):
+        bad = str(tmp_path / "x\x00")
+        assert getattr(native, fn)(bad) is None and getattr(reference, fn)(bad) is None

@@ -156,3 +156,12 @@ def test_real_system_files() -> None:
     assert ps is not None and ps["cpu"] is not None and ps["cpu"][3] > 0
     fs = stats.fs_usage("/")
     assert fs is not None and fs["capacity"] >= fs["used"] > 0
+
+
+def test_fs_usage_on_tmp_dir(tmp_path: Path) -> None:
+    fs = stats.fs_usage(str(tmp_path))
+    assert fs is not None
+    assert fs["capacity"] > 0 and 0 <= fs["available"] <= fs["capacity"]
+    assert 0 <= fs["used"] <= fs["capacity"]
+    assert fs["inodes_used"] == fs["inodes"] - fs["inodes_free"]
+    assert stats.fs_usage(str(tmp_path / "missing")) is None
