@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,60 +20,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from benches.procmetrics import buckets, free_port, hist_quantile, proc_cpu_s, proc_rss_mib
+
+RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
+START_HIST = "kubelet_pod_start_duration_seconds"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def proc_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        parts = fh.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / CLK_TCK
-
-
-def proc_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def quantile(buckets: list[tuple[float, float]], q: float) -> float:
-    total = buckets[-1][1]
-    if total == 0:
-        return float("nan")
-    rank = q * total
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in buckets:
-        if c >= rank:
-            if le == float("inf"):
-                return prev_le
-            return prev_le + (le - prev_le) * ((rank - prev_c) / max(c - prev_c, 1e-9))
-        prev_le, prev_c = le, c
-    return prev_le
-
-
-def relist_buckets(metrics: str) -> list[tuple[float, float]]:
-    out = []
-    for m in re.finditer(
-        r'kubelet_pleg_relist_duration_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics
-    ):
-        out.append((float(m.group(1)), float(m.group(2))))
-    return out
-
-
-def start_buckets(metrics: str) -> list[tuple[float, float]]:
-    out = []
-    for m in re.finditer(
-        r'kubelet_pod_start_duration_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)', metrics
-    ):
-        out.append((float(m.group(1)), float(m.group(2))))
-    return out
+def rounded(v: float | None, scale: float = 1.0, digits: int = 3) -> float | None:
+    return None if v is None else round(v * scale, digits)
 
 
 def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> dict[str, object]:
@@ -139,27 +91,27 @@ def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> 
         all_running = time.monotonic() - t0
         time.sleep(5)  # let start-up work settle
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
-            before = relist_buckets(r.read().decode())
-        c0, w0 = proc_cpu(k.pid), time.monotonic()
+            before = buckets(r.read().decode(), RELIST_HIST)
+        c0, w0 = proc_cpu_s(k.pid), time.monotonic()
         time.sleep(hold)
-        cpu = (proc_cpu(k.pid) - c0) / (time.monotonic() - w0)
+        cpu = (proc_cpu_s(k.pid) - c0) / (time.monotonic() - w0)
         rss = proc_rss_mib(k.pid)
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
-            after = relist_buckets(r.read().decode())
+            after = buckets(r.read().decode(), RELIST_HIST)
         steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
-            starts = start_buckets(r.read().decode())
+            starts = buckets(r.read().decode(), START_HIST)
         return {
             "pods": n,
             "impl": impl,
             "runtime": runtime,
-            "pod_start_p50_s": round(quantile(starts, 0.5), 2),
-            "pod_start_p99_s": round(quantile(starts, 0.99), 2),
+            "pod_start_p50_s": rounded(hist_quantile(starts, 0.5), digits=2),
+            "pod_start_p99_s": rounded(hist_quantile(starts, 0.99), digits=2),
             "relist_period_s": relist,
             "running": running,
             "all_running_s": round(all_running, 2),
-            "relist_p50_ms": round(quantile(steady, 0.5) * 1000, 3),
-            "relist_p99_ms": round(quantile(steady, 0.99) * 1000, 3),
+            "relist_p50_ms": rounded(hist_quantile(steady, 0.5), 1000),
+            "relist_p99_ms": rounded(hist_quantile(steady, 0.99), 1000),
             "relists": steady[-1][1] if steady else 0,
             "cpu_cores": round(cpu, 3),
             "rss_mib": round(rss, 1),

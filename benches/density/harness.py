@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,10 +19,11 @@ from typing import Any
 
 import yaml
 
+from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
 REPO = Path(__file__).resolve().parents[2]
 # The same client limits for both kubelets (upstream defaults are 50/100): at
 # 50 pods/s each pod needs about two status writes, which 50 QPS cannot carry.
@@ -63,56 +62,6 @@ class Result:
     error: str | None = None
     profile_top: list[tuple[str, float]] | None = None  # (frame, share of samples)
     startup_latencies_s: list[float] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        parts = fh.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / CLK_TCK
-
-
-def proc_rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
-
-
-def relist_buckets(text: str) -> list[tuple[float, float]]:
-    out = []
-    pat = r'kubelet_pleg_relist_duration_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} ([0-9.e+]+)'
-    for m in re.finditer(pat, text):
-        out.append((float(m.group(1)), float(m.group(2))))
-    return out
-
-
-def hist_quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
-    """Prometheus-style quantile from cumulative buckets (linear within a bucket)."""
-    if not buckets or buckets[-1][1] == 0:
-        return None
-    rank = q * buckets[-1][1]
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in buckets:
-        if c >= rank:
-            if le == float("inf"):
-                return prev_le
-            return prev_le + (le - prev_le) * ((rank - prev_c) / max(c - prev_c, 1e-9))
-        prev_le, prev_c = le, c
-    return prev_le
 
 
 def audit_policy(path: Path) -> None:
@@ -400,13 +349,13 @@ class Run:
             if self.running_at:
                 r.all_running_s = max(self.running_at.values()) - t_create
             await asyncio.sleep(5)  # let start-up work drain
-            before = relist_buckets(self._metrics())
+            before = buckets(self._metrics(), RELIST_HIST)
             spy = self._start_profile(kubelet.pid)
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
             await asyncio.sleep(self.spec.hold)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
-            after = relist_buckets(self._metrics())
+            after = buckets(self._metrics(), RELIST_HIST)
             if spy is not None:
                 r.profile_top = self._finish_profile(spy)
             if before and after and len(before) == len(after):
