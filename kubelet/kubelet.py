@@ -51,6 +51,7 @@ from kubelet.types import (
     is_static,
     name,
     namespace,
+    object_ref,
     uid,
 )
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -235,7 +236,9 @@ class Kubelet:
                 except TimeoutError:
                     pass
 
-    async def run(self) -> None:
+    async def _start_core(self) -> None:
+        """What both run() and run_once() need: the pod dirs, the QoS cgroups,
+        the runtime's name, the pod sources and the PLEG."""
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
@@ -243,6 +246,15 @@ class Kubelet:
         await self._runtime_name()
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+
+    async def _stop_tasks(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.pod_workers.stop()
+
+    async def run(self) -> None:
+        await self._start_core()
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
         if self.features.enabled("EventedPLEG"):
@@ -253,10 +265,7 @@ class Kubelet:
         try:
             await self._sync_loop()
         finally:
-            for t in self._tasks:
-                t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self.pod_workers.stop()
+            await self._stop_tasks()
             await self.probes.stop()
 
     async def stop(self) -> None:
@@ -403,14 +412,7 @@ class Kubelet:
         self.rejected.add(u)
         log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
         if self.recorder is not None:
-            ref = {
-                "kind": "Pod",
-                "namespace": namespace(pod),
-                "name": name(pod),
-                "uid": u,
-                "apiVersion": "v1",
-            }
-            self.recorder.event(ref, "Warning", r.reason, r.message)
+            self.recorder.event(object_ref(pod), "Warning", r.reason, r.message)
         self.status_manager.set_pod_status(
             u,
             {
@@ -661,12 +663,7 @@ class Kubelet:
     # -------------------------------------------------------------- runonce
     async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:
         """--runonce: start the static pods, wait until each runs or ends, report."""
-        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
-        if self.pod_cgroups is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
-        await self._runtime_name()
-        self._start_sources()
-        self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
+        await self._start_core()
         loop_task = asyncio.create_task(self._sync_loop())
         try:
             deadline = time.monotonic() + timeout
@@ -682,7 +679,4 @@ class Kubelet:
         finally:
             self._stop.set()
             await asyncio.gather(loop_task, return_exceptions=True)
-            for t in self._tasks:
-                t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self.pod_workers.stop()
+            await self._stop_tasks()

@@ -30,6 +30,22 @@ def namespace(pod: Pod) -> str:
     return str(pod["metadata"].get("namespace") or "default")
 
 
+def object_ref(pod: Pod, field_path: str | None = None) -> dict[str, str]:
+    """The ObjectReference an event about this pod points at."""
+    ref = {"kind": "Pod", "namespace": namespace(pod), "name": name(pod), "uid": uid(pod),
+           "apiVersion": "v1"}  # fmt: skip
+    if field_path:
+        ref["fieldPath"] = field_path
+    return ref
+
+
+def container_field_path(pod: Pod, cname: str) -> str:
+    """spec.containers{c} or spec.initContainers{c}: where events about a container point."""
+    inits = pod["spec"].get("initContainers") or []
+    kind = "initContainers" if any(c.get("name") == cname for c in inits) else "containers"
+    return f"spec.{kind}{{{cname}}}"
+
+
 def full_name(pod: Pod) -> str:
     """name_namespace, the kubelet's key for a pod across UIDs."""
     return f"{name(pod)}_{namespace(pod)}"

@@ -28,7 +28,7 @@ from typing import Any
 
 from kubelet import stats
 from kubelet.lifecycle.predicate import Rejection, pod_requests
-from kubelet.types import Pod, is_static, name, namespace, qos_class, uid
+from kubelet.types import Pod, is_static, name, namespace, object_ref, qos_class, uid
 from kubelet.util.duration import parse_duration
 from kubelet.util.quantity import parse_quantity
 
@@ -178,9 +178,7 @@ class EvictionManager:
         grace = 0 if t.hard else int(self.config.eviction_max_pod_grace_period)
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
         if self.recorder is not None:
-            ref = {"kind": "Pod", "namespace": namespace(victim), "name": name(victim),
-                   "uid": uid(victim), "apiVersion": "v1"}  # fmt: skip
-            self.recorder.event(ref, "Warning", "Evicted", message)
+            self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
         self.evicted.append(uid(victim))
         await self.evict(victim, grace, "Evicted", message)
         return victim

@@ -31,10 +31,12 @@ from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.types import (
     Pod,
+    container_field_path,
     grace_period,
     host_network,
     name,
     namespace,
+    object_ref,
     qos_class,
     restart_policy,
     uid,
@@ -394,9 +396,8 @@ class RuntimeManager:
                     f"container={cname} pod={format_pod(pod)}"
                 )
                 if waiting.get(cname, ("",))[0] != "CrashLoopBackOff":
-                    self._event(
-                        pod, "Warning", "BackOff", "Back-off restarting failed container " + cname
-                    )
+                    msg0 = "Back-off restarting failed container " + cname
+                    self._event(pod, "Warning", "BackOff", msg0, cname)
                 waiting[cname] = ("CrashLoopBackOff", msg)
                 return msg
             self.crash_backoff.next(key, finished)
@@ -410,17 +411,17 @@ class RuntimeManager:
         except errors.CRIError as e:
             msg = e.message
             waiting[cname] = ("CreateContainerError", msg)
-            self._event(pod, "Warning", "Failed", f"Error: {msg}")
+            self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
-        self._event(pod, "Normal", "Created", f"Created container: {cname}")
+        self._event(pod, "Normal", "Created", f"Created container: {cname}", cname)
         try:
             await self.runtime.start_container(cid)
         except errors.CRIError as e:
             msg = e.message
             waiting[cname] = ("RunContainerError", msg)
-            self._event(pod, "Warning", "Failed", f"Error: {msg}")
+            self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
-        self._event(pod, "Normal", "Started", f"Started container {cname}")
+        self._event(pod, "Normal", "Started", f"Started container {cname}", cname)
         waiting.pop(cname, None)
         await self._prune_dead(status, cname)
         return None
@@ -453,7 +454,7 @@ class RuntimeManager:
             if present is None:
                 msg = f'Container image "{image}" is not present with pull policy of Never'
                 waiting[cname] = ("ErrImageNeverPull", msg)
-                self._event(pod, "Warning", "ErrImageNeverPull", msg)
+                self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
                 return "", msg
             return str(present.id), None
         if policy == "IfNotPresent" and present is not None:
@@ -463,9 +464,9 @@ class RuntimeManager:
             self._retry_after = min(self._retry_after, self.image_backoff.remaining(key))
             msg = f'Back-off pulling image "{image}"'
             waiting[cname] = ("ImagePullBackOff", msg)
-            self._event(pod, "Normal", "BackOff", msg)
+            self._event(pod, "Normal", "BackOff", msg, cname)
             return "", msg
-        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+        self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
         try:
@@ -475,13 +476,14 @@ class RuntimeManager:
             self.image_backoff.next(key, time.time())
             msg = f'Failed to pull image "{image}": {err.message}'
             waiting[cname] = ("ErrImagePull", msg)
-            self._event(pod, "Warning", "Failed", msg)
+            self._event(pod, "Warning", "Failed", msg, cname)
             return "", msg
         self._event(
             pod,
             "Normal",
             "Pulled",
             f'Successfully pulled image "{image}" in {time.monotonic() - t:.3f}s',
+            cname,
         )
         return ref, None
 
@@ -500,6 +502,7 @@ class RuntimeManager:
                 "Normal",
                 "Killing",
                 f"Stopping container {cs.name}" + (f": {message}" if message else ""),
+                cs.name,
             )
         try:
             await self.runtime.stop_container(cs.id, grace)
@@ -664,16 +667,13 @@ class RuntimeManager:
             out.oom_score_adj = int(min(max(adj, 2), 999))
         return out
 
-    def _event(self, pod: Pod, etype: str, reason: str, msg: str) -> None:
+    def _event(
+        self, pod: Pod, etype: str, reason: str, msg: str, container: str | None = None
+    ) -> None:
+        # Container events point at the container, as upstream's container refs do.
         if self.recorder is not None:
-            ref = {
-                "kind": "Pod",
-                "namespace": namespace(pod),
-                "name": name(pod),
-                "uid": uid(pod),
-                "apiVersion": "v1",
-            }
-            self.recorder.event(ref, etype, reason, msg)
+            path = container_field_path(pod, container) if container else None
+            self.recorder.event(object_ref(pod, path), etype, reason, msg)
 
 
 def _should_restart(policy: str, prev: ContainerStatus | None) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubelet.prober.prober import Prober, Result
-from kubelet.types import Pod, name, namespace, uid
+from kubelet.types import Pod, name, object_ref, uid
 
 log = logging.getLogger(__name__)
 
@@ -178,13 +178,6 @@ class ProbeManager:
     def _event(self, pod: Pod, c: dict[str, Any], kind: str, output: str) -> None:
         if self.recorder is None:
             return
-        ref = {
-            "kind": "Pod",
-            "namespace": namespace(pod),
-            "name": name(pod),
-            "uid": uid(pod),
-            "apiVersion": "v1",
-            "fieldPath": f"spec.containers{{{c['name']}}}",
-        }
+        ref = object_ref(pod, f"spec.containers{{{c['name']}}}")
         what = kind.capitalize()
         self.recorder.event(ref, "Warning", "Unhealthy", f"{what} probe failed: {output}".strip())

@@ -282,16 +282,18 @@ def node_endpoint(node: ClusterKubelet) -> str:
 def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
     create(node, [pod_manifest("crasher", {"app": "crasher"}, "echo bye; exit 1")])
 
-    def reasons() -> set[str]:
+    def events() -> dict[str, str]:
         items = node.kubectl_json(
             "get", "events", "-n", "default", "--field-selector", "involvedObject.name=crasher"
         )["items"]
-        return {e["reason"] for e in items}
+        return {e["reason"]: e["involvedObject"].get("fieldPath", "") for e in items}
 
     wait_for(
         "Created, Started and BackOff events",
-        lambda: {"Created", "Started", "BackOff"} <= reasons(),
+        lambda: {"Created", "Started", "BackOff"} <= events().keys(),
     )
+    # Container events point at the container, as upstream's do.
+    assert {events()[r] for r in ("Created", "Started", "BackOff")} == {"spec.containers{main}"}
     p = node.kubectl_json("get", "pod", "crasher", "-n", "default")
     waiting = p["status"]["containerStatuses"][0]["state"].get("waiting", {})
     assert (

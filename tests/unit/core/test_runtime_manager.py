@@ -134,3 +134,29 @@ async def test_sandbox_failure_is_reported_not_raised(rm) -> None:  # type: igno
     res = await m.sync_pod(p, await status(m, p))
     assert not res.ok and "runtime down" in res.errors[0]
     assert (await m.sync_pod(p, await status(m, p))).ok  # the next try works
+
+
+class RecordingRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[dict[str, str], str, str, str]] = []
+
+    def event(self, ref: dict[str, str], etype: str, reason: str, msg: str) -> None:
+        self.events.append((ref, etype, reason, msg))
+
+
+async def test_container_events_point_at_their_container(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    rec = RecordingRecorder()
+    m = RuntimeManager(rt, img, str(tmp_path), recorder=rec)
+    p = pod([c("app")], initContainers=[c("setup", image="busybox:other")])
+    await m.sync_pod(p, await status(m, p))  # pulls and starts the init container
+    paths = {(reason, ref.get("fieldPath")) for ref, _, reason, _ in rec.events}
+    assert ("Pulling", "spec.initContainers{setup}") in paths
+    assert ("Started", "spec.initContainers{setup}") in paths
+    rt.set_exited((await status(m, p)).find("setup").id, 0)  # type: ignore[union-attr]
+    await m.sync_pod(p, await status(m, p))
+    paths = {(reason, ref.get("fieldPath")) for ref, _, reason, _ in rec.events}
+    assert ("Started", "spec.containers{app}") in paths
+    assert all(
+        ref["kind"] == "Pod" and ref["uid"] == p["metadata"]["uid"] for ref, *_ in rec.events
+    )
