@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubelet import metrics
@@ -25,9 +25,12 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.runtime import PodStatus
+from kubelet.cri import errors as cri_errors
+from kubelet.cri.api import api_pb2 as pb
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_id, read_logs
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.mirror_client import MirrorClient, is_mirror, mirror_matches
 from kubelet.nodestatus.machine import machine_info
@@ -659,6 +662,45 @@ class Kubelet:
             return None
 
         return {"syncloop": syncloop, "pleg": self.pleg.healthy}
+
+    async def container_logs(
+        self,
+        namespace_: str,
+        pod_name: str,
+        container: str,
+        opts: LogOptions,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        """Stream a container's log (GetKubeletContainerLogs upstream). Raises
+        LogTargetError, before writing anything, when there is no log to read."""
+        pod = self.pod_manager.get_by_full_name(f"{pod_name}_{namespace_}")
+        if pod is None:
+            raise LogTargetError(f'pod "{pod_name}" does not exist', 404)
+        spec = pod["spec"]
+        kinds = ("containers", "initContainers", "ephemeralContainers")
+        if not any(c.get("name") == container for k in kinds for c in spec.get(k) or []):
+            raise LogTargetError(f'container "{container}" not found in pod "{pod_name}"', 404)
+        cid = log_container_id(
+            self.status_manager.get(uid(pod)), pod_name, container, opts.previous
+        )
+        try:
+            path = (await self.runtime.container_status(cid)).status.log_path
+        except cri_errors.CRIError as err:
+            raise LogTargetError(f"failed to get the status of container {cid}: {err}") from err
+        if not path:
+            raise LogTargetError(f'container "{container}" in pod "{pod_name}" has no log path')
+
+        async def running() -> bool:
+            try:
+                st = (await self.runtime.container_status(cid)).status
+            except cri_errors.CRIError:
+                return False
+            return bool(st.state == pb.CONTAINER_RUNNING)
+
+        try:
+            await read_logs(path, opts, write, running)
+        except FileNotFoundError as err:
+            raise LogTargetError(f'failed to open log file "{path}": {err.strerror}') from err
 
     # -------------------------------------------------------------- runonce
     async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kubelet.kuberuntime.logs import LogOptionsError, LogTargetError, parse_options
 from kubelet.server.auth import ServerAuth, api_verb
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,48 @@ def kubelet_app(
         )
 
     app.router.add_get("/configz", configz_handler)
+
+    async def logs_handler(request: web.Request) -> web.StreamResponse:
+        return await container_logs(request, node())
+
+    # Debugging handlers: on the authenticated port only, as upstream.
+    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs_handler)
     return app
+
+
+async def container_logs(request: web.Request, node: NodeView) -> web.StreamResponse:
+    """GET /containerLogs/{namespace}/{pod}/{container}: what `kubectl logs` reaches
+    through the API server. Errors before the first byte are 4xx with the reason;
+    the log itself streams as chunked text/plain."""
+    stream = getattr(node, "container_logs", None)
+    if stream is None:
+        raise web.HTTPNotFound(text="no container logs here")
+    try:
+        opts = parse_options(request.query)
+    except LogOptionsError as err:
+        return web.Response(status=422, text=str(err))
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
+    resp.enable_chunked_encoding()
+
+    async def write(data: bytes) -> None:
+        if not resp.prepared:
+            await resp.prepare(request)
+        await resp.write(data)
+
+    m = request.match_info
+    try:
+        await stream(m["namespace"], m["pod"], m["container"], opts, write)
+    except LogTargetError as err:
+        if resp.prepared:  # the status line is gone: end the stream
+            log.warning("container logs %s: %s", request.path, err)
+            return resp
+        return web.Response(status=err.status, text=str(err))
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise  # the client went away
+    if not resp.prepared:
+        await resp.prepare(request)  # an empty log is an empty 200
+    await resp.write_eof()
+    return resp
 
 
 def read_only_app(

@@ -120,6 +120,7 @@ class Container:
     reason: str = ""
     message: str = ""
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    printed: int = 0  # output lines of this run written so far
     _framed: bytes | None = None
 
     def framed(self) -> bytes:
@@ -372,9 +373,10 @@ class Runtime:
         c._framed = None
         c.started_at = now_ns()
         b = c.behavior
-        for step in b.output:
-            if step.at < b.exit_after:
-                c.timers.append(self.loop.call_later(step.at, self._log, c, step.line))
+        c.printed = 0
+        self._print_until(c, 0.0)
+        for at in sorted({s.at for s in b.output if 0 < s.at <= b.exit_after}):
+            c.timers.append(self.loop.call_later(at, self._print_until, c, at))
         if b.repeat_every > 0:
             c.timers.append(self.loop.call_later(0, self._repeat, c))
         if b.exit_after != FOREVER:
@@ -397,8 +399,17 @@ class Runtime:
         self._log(c, c.behavior.repeat_line)
         c.timers.append(self.loop.call_later(c.behavior.repeat_every, self._repeat, c))
 
+    def _print_until(self, c: Container, t: float) -> None:
+        """Write, in order, the output lines due t seconds after the start. Lines
+        due when the script exits are written first, as a shell would."""
+        steps = c.behavior.output
+        while c.printed < len(steps) and steps[c.printed].at <= t:
+            self._log(c, steps[c.printed].line)
+            c.printed += 1
+
     def _natural_exit(self, c: Container) -> None:
         if c.state == RUNNING:
+            self._print_until(c, c.behavior.exit_after)
             code = c.behavior.exit_code
             self._exit(c, code, "Completed" if code == 0 else "Error", "")
 

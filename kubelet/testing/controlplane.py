@@ -107,6 +107,11 @@ class ControlPlane:
             client=False,
         )
         admin = self.pki.issue("admin", "kubernetes-admin", ["system:masters"])
+        # What the API server shows kubelets when it proxies logs (kubectl logs):
+        # a client certificate the kubelets' client CA trusts, allowed by RBAC.
+        kubelet_client = self.pki.issue(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"]
+        )
         sa = self.pki.service_account_keys()
         self.etcd_port = self.etcd_port or free_port()
         self.apiserver_port = self.apiserver_port or free_port()
@@ -141,6 +146,10 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=Node,RBAC",
+            f"--kubelet-client-certificate={kubelet_client.cert}",
+            f"--kubelet-client-key={kubelet_client.key}",
+            # Node names are not resolvable here: reach kubelets at their InternalIP.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
             # Density tests create pods fast; the defaults throttle them.

@@ -300,6 +300,11 @@ def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
         waiting.get("reason") == "CrashLoopBackOff"
         or p["status"]["containerStatuses"][0]["restartCount"] >= 1
     )
+    # kubectl logs goes through the API server to this kubelet's /containerLogs.
+    logs = node.cp.kubectl("logs", "crasher", "-n", "default", check=False)
+    assert (logs.returncode, logs.stdout) == (0, "bye\n"), logs.stderr
+    prev = node.cp.kubectl("logs", "crasher", "-n", "default", "--previous", check=False)
+    assert (prev.returncode, prev.stdout) == (0, "bye\n"), prev.stderr
     node.cp.kubectl("delete", "pod", "crasher", "-n", "default", "--wait=false")
 
 

@@ -231,3 +231,51 @@ def test_lock_contention_hands_over_to_the_new_kubelet(simruntime, tmp_path: Pat
             second.stop()
     finally:
         first.stop()
+
+
+TALKER = """
+apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: ["sh", "-c", "echo hello; echo world; sleep 1; exit 3"]
+"""
+
+
+def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    (manifests / "talker.yaml").write_text(TALKER)
+    k = KubeletProc(tmp_path, simruntime, manifests)
+    base = f"https://127.0.0.1:{k.port}/containerLogs/default/talker-node-b"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            st = k.pods().get("talker-node-b", {}).get("status", {})
+            if any(c.get("restartCount", 0) >= 1 for c in st.get("containerStatuses") or []):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the container never restarted")
+        # Whichever run is current, each printed the same two lines.
+        code, body = get(f"{base}/c")
+        assert (code, body) == (200, b"hello\nworld\n")
+        assert get(f"{base}/c?previous=true") == (200, b"hello\nworld\n")
+        assert get(f"{base}/c?tailLines=1&previous=true") == (200, b"world\n")
+        code, body = get(f"{base}/c?timestamps=true&previous=true")
+        stamp, _, text = body.split(b"\n")[0].partition(b" ")
+        assert (
+            code == 200
+            and text == b"hello"
+            and len(stamp) == len(b"2026-01-02T03:04:05.123456789Z")
+        )
+        assert get(f"{base}/nope")[0] == 404
+        assert get(f"https://127.0.0.1:{k.port}/containerLogs/default/ghost/c")[0] == 404
+        assert get(f"{base}/c?limitBytes=0")[0] == 422
+        # Not on the read-only port, as upstream.
+        assert get(f"http://127.0.0.1:{k.ro}/containerLogs/default/talker-node-b/c")[0] == 404
+    finally:
+        assert k.stop() == 0
