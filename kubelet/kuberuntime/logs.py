@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -89,39 +91,33 @@ def parse_options(query: Mapping[str, str], now: float | None = None) -> LogOpti
     )
 
 
+_TIME = rb"(\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)"
+_TIME_RE = re.compile(_TIME + rb"$")
+_LINE_RE = re.compile(_TIME + rb" (stdout|stderr) ([^ ]*)(?: (.*))?$", re.S)
+
+
 def parse_timestamp(raw: bytes) -> tuple[int, bytes] | None:
     """(nanoseconds since the epoch, the time in RFC3339 with 9 fractional digits)."""
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
+    m = _TIME_RE.match(raw)
+    return None if m is None else _time(m.group(1), m.group(2), m.group(3))
+
+
+def _time(head: bytes, frac: bytes | None, zone: bytes) -> tuple[int, bytes] | None:
+    seconds = _epoch_seconds(head, zone)
+    if seconds is None:
         return None
-    head, dot, rest = text.partition(".")
-    frac = ""
-    zone = rest
-    if dot:
-        i = 0
-        while i < len(rest) and rest[i].isdigit():
-            i += 1
-        frac, zone = rest[:i], rest[i:]
-        if not frac or len(frac) > 9:
-            return None
-    else:
-        # No fraction: the zone starts after the seconds (…T15:04:05Z / +07:00).
-        for i in range(len(head) - 1, 9, -1):
-            if head[i] in "Z+-":
-                head, zone = head[:i], head[i:]
-                break
-    if len(head) != 19 or head[10] not in "Tt" or not zone:
-        return None
+    nanos = (frac or b"").ljust(9, b"0")
+    return seconds * 1_000_000_000 + int(nanos), head + b"." + nanos + zone
+
+
+@functools.lru_cache(maxsize=256)
+def _epoch_seconds(head: bytes, zone: bytes) -> int | None:
+    # Neighbouring log lines share their second: the calendar maths runs once for them.
+    z = b"+00:00" if zone in (b"Z", b"z") else zone
     try:
-        dt = datetime.datetime.fromisoformat(head + ("+00:00" if zone in ("Z", "z") else zone))
+        return int(datetime.datetime.fromisoformat((head + z).decode()).timestamp())
     except ValueError:
         return None
-    if dt.tzinfo is None:
-        return None
-    nanos = frac.ljust(9, "0")
-    ns = int(dt.timestamp()) * 1_000_000_000 + int(nanos)
-    return ns, f"{head}.{nanos}{zone}".encode()
 
 
 @dataclass
@@ -135,15 +131,14 @@ class Record:
 
 def parse_line(line: bytes) -> Record | None:
     """One CRI log line (without its newline), or None when it is not one."""
-    parts = line.split(b" ", 3)
-    if len(parts) < 3:
+    m = _LINE_RE.match(line)
+    if m is None:
         return None
-    ts = parse_timestamp(parts[0])
-    if ts is None or parts[1] not in (b"stdout", b"stderr"):
+    t = _time(m.group(1), m.group(2), m.group(3))
+    if t is None:
         return None
-    tags = parts[2].split(b":")
-    content = parts[3] if len(parts) == 4 else b""
-    return Record(ts[0], ts[1], parts[1], b"P" in tags, content)
+    partial = b"P" in m.group(5).split(b":")
+    return Record(t[0], t[1], m.group(4), partial, m.group(6) or b"")
 
 
 def tail_offset(f: BinaryIO, lines: int, block: int = READ_CHUNK) -> int:
@@ -171,34 +166,37 @@ def tail_offset(f: BinaryIO, lines: int, block: int = READ_CHUNK) -> int:
     return 0
 
 
-class _Writer:
-    """Applies since, timestamps and limitBytes to records, in order."""
+class _Filter:
+    """Turns file lines into output: since, timestamps and limitBytes, in order."""
 
-    def __init__(self, opts: LogOptions, write: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(self, opts: LogOptions) -> None:
         self.opts = opts
-        self.write = write
         self.remaining = opts.limit_bytes
         # Per stream: is the next record the start of a line (partials continue one)?
         self.line_start = {b"stdout": True, b"stderr": True}
 
-    async def line(self, raw: bytes) -> bool:
-        """Write one file line; False once limitBytes is used up."""
-        rec = parse_line(raw)
-        if rec is None:
-            log.debug("skipping a log line that is not in the CRI format: %r", raw[:80])
-            return True
-        if self.opts.since_ns is not None and rec.ns < self.opts.since_ns:
-            return True
-        out = rec.content if rec.partial else rec.content + b"\n"
-        if self.opts.timestamps and self.line_start[rec.stream]:
-            out = rec.timestamp + b" " + out
-        self.line_start[rec.stream] = not rec.partial
-        if self.remaining is not None:
-            out = out[: self.remaining]
-            self.remaining -= len(out)
-        if out:
-            await self.write(out)
-        return self.remaining != 0
+    def lines(self, raws: list[bytes], out: list[bytes]) -> bool:
+        """Append the output of these file lines; False once limitBytes is used up."""
+        since = self.opts.since_ns
+        for raw in raws:
+            rec = parse_line(raw)
+            if rec is None:
+                log.debug("skipping a log line that is not in the CRI format: %r", raw[:80])
+                continue
+            if since is not None and rec.ns < since:
+                continue
+            data = rec.content if rec.partial else rec.content + b"\n"
+            if self.opts.timestamps and self.line_start[rec.stream]:
+                data = rec.timestamp + b" " + data
+            self.line_start[rec.stream] = not rec.partial
+            if self.remaining is not None:
+                data = data[: self.remaining]
+                self.remaining -= len(data)
+                if self.remaining == 0:
+                    out.append(data)
+                    return False
+            out.append(data)
+        return True
 
 
 async def read_logs(
@@ -207,14 +205,15 @@ async def read_logs(
     write: Callable[[bytes], Awaitable[None]],
     running: Callable[[], Awaitable[bool]],
 ) -> None:
-    """Write the container's log from `path` to `write`. With follow, keep going
-    while `running()` says the container runs, then drain what is left."""
+    """Write the container's log from `path` to `write`, one write per chunk read.
+    With follow, keep going while `running()` says the container runs, then
+    drain what is left."""
     loop = asyncio.get_running_loop()
     f = await loop.run_in_executor(None, open, path, "rb")
     try:
         if opts.tail_lines is not None:
             f.seek(await loop.run_in_executor(None, tail_offset, f, opts.tail_lines))
-        w = _Writer(opts, write)
+        filt = _Filter(opts)
         pending = b""
         stopping = False
         while True:
@@ -222,9 +221,12 @@ async def read_logs(
             if chunk:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    if not await w.line(raw):
-                        return
+                out: list[bytes] = []
+                more = filt.lines(lines, out)
+                if out:
+                    await write(b"".join(out))
+                if not more:
+                    return
                 continue
             if not opts.follow or stopping:
                 # A last line without its newline is still being written: skip it.
