@@ -191,8 +191,6 @@ async def container_logs(request: web.Request, node: NodeView) -> web.StreamResp
             log.warning("container logs %s: %s", request.path, err)
             return resp
         return web.Response(status=err.status, text=str(err))
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise  # the client went away
     if not resp.prepared:
         await resp.prepare(request)  # an empty log is an empty 200
     await resp.write_eof()
