@@ -50,6 +50,7 @@ from kubelet.types import (
     FILE_SOURCE,
     HTTP_SOURCE,
     Pod,
+    container_list,
     full_name,
     is_static,
     name,
@@ -676,9 +677,7 @@ class Kubelet:
         pod = self.pod_manager.get_by_full_name(f"{pod_name}_{namespace_}")
         if pod is None:
             raise LogTargetError(f'pod "{pod_name}" does not exist', 404)
-        spec = pod["spec"]
-        kinds = ("containers", "initContainers", "ephemeralContainers")
-        if not any(c.get("name") == container for k in kinds for c in spec.get(k) or []):
+        if container_list(pod, container) is None:
             raise LogTargetError(f'container "{container}" not found in pod "{pod_name}"', 404)
         cid = log_container_id(
             self.status_manager.get(uid(pod)), pod_name, container, opts.previous

@@ -39,11 +39,18 @@ def object_ref(pod: Pod, field_path: str | None = None) -> dict[str, str]:
     return ref
 
 
+def container_list(pod: Pod, cname: str) -> str | None:
+    """Which list of the pod's spec holds the container named cname, if any
+    (GetContainerSpec upstream)."""
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        if any(c.get("name") == cname for c in pod["spec"].get(kind) or []):
+            return kind
+    return None
+
+
 def container_field_path(pod: Pod, cname: str) -> str:
-    """spec.containers{c} or spec.initContainers{c}: where events about a container point."""
-    inits = pod["spec"].get("initContainers") or []
-    kind = "initContainers" if any(c.get("name") == cname for c in inits) else "containers"
-    return f"spec.{kind}{{{cname}}}"
+    """spec.containers{c}, spec.initContainers{c}, ...: where events about a container point."""
+    return f"spec.{container_list(pod, cname) or 'containers'}{{{cname}}}"
 
 
 def full_name(pod: Pod) -> str:

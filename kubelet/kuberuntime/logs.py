@@ -25,7 +25,8 @@ from typing import BinaryIO
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
-FOLLOW_POLL_S = 0.1
+FOLLOW_POLL_S = 0.1  # how often a quiet log file is looked at again
+FOLLOW_STATE_S = 1.0  # how often, while it stays quiet, the runtime is asked if it runs
 
 
 @dataclass
@@ -216,6 +217,7 @@ async def read_logs(
         filt = _Filter(opts)
         pending = b""
         stopping = False
+        next_state_check = 0.0
         while True:
             chunk = await loop.run_in_executor(None, f.read, READ_CHUNK)
             if chunk:
@@ -231,9 +233,12 @@ async def read_logs(
             if not opts.follow or stopping:
                 # A last line without its newline is still being written: skip it.
                 return
-            if not await running():
-                stopping = True  # one more read picks up the last lines
-                continue
+            if loop.time() >= next_state_check:
+                # One CRI status call per quiet second per follower, not per poll.
+                next_state_check = loop.time() + FOLLOW_STATE_S
+                if not await running():
+                    stopping = True  # one more read picks up the last lines
+                    continue
             try:
                 rotated = os.stat(path).st_ino != os.fstat(f.fileno()).st_ino
             except FileNotFoundError:
