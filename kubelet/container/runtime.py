@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 CREATED, RUNNING, EXITED, UNKNOWN = "created", "running", "exited", "unknown"
 
@@ -66,3 +67,65 @@ class PodStatus:
 
 def empty_status(uid: str) -> PodStatus:
     return PodStatus(id=uid)
+
+
+# --------------------------------------------------------------------------
+# The seam between the runtime manager and the rest of the kubelet
+# (kubecontainer.RuntimeHelper upstream): what a container needs from the
+# pod's world (environment, mounts, DNS, hostname) is asked for here, so the
+# runtime manager never reaches into volumes, config maps or services itself.
+
+
+class ContainerConfigError(Exception):
+    """A container cannot be configured yet (a missing configMap key, a volume
+    not mounted, ...): the container waits with CreateContainerConfigError and
+    this message, and the pod is retried."""
+
+    reason = "CreateContainerConfigError"
+
+
+@dataclass
+class Mount:
+    """One bind mount into a container (CRI Mount)."""
+
+    container_path: str
+    host_path: str
+    read_only: bool = False
+    selinux_relabel: bool = False
+    # "" (private), "HostToContainer" or "Bidirectional"
+    propagation: str = ""
+
+
+@dataclass
+class RunContainerOptions:
+    """GenerateRunContainerOptions' answer for one container."""
+
+    envs: list[tuple[str, str]] = field(default_factory=list)
+    mounts: list[Mount] = field(default_factory=list)
+    # Host file the runtime mounts at terminationMessagePath ("" for none).
+    termination_message_host_path: str = ""
+    hostname: str = ""
+
+
+class RuntimeHelper(Protocol):
+    """What kuberuntime asks the kubelet for while it builds sandbox and
+    container configs. Implemented in kubelet/kubelet_pods.py."""
+
+    async def generate_run_container_options(
+        self, pod: dict[str, Any], container: dict[str, Any], pod_ips: list[str]
+    ) -> RunContainerOptions:
+        """Raises ContainerConfigError when the container cannot start yet."""
+        ...
+
+    def get_pod_dns(self, pod: dict[str, Any]) -> DNSSettings: ...
+
+    def generate_pod_hostname_and_domain(self, pod: dict[str, Any]) -> tuple[str, str]: ...
+
+    def get_pod_dir(self, pod_uid: str) -> str: ...
+
+
+@dataclass
+class DNSSettings:
+    servers: list[str] = field(default_factory=list)
+    searches: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
