@@ -6,28 +6,30 @@ fakes in its place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kubelet.client.rest import APIClient
+    from kubelet.cri.types import ImageService, RuntimeService
+    from kubelet.events import EventRecorder
+    from kubelet.server.auth import ServerAuth
+    from kubelet.server.tls import TLSOptions
+    from kubelet.util.oom import OOMAdjuster
 
 
 @dataclass
 class Dependencies:
     # API clients (cluster mode): the main client, the event client and the
     # heartbeat client, as upstream. None in standalone mode.
-    kube_client: Any = None
-    event_client: Any = None
-    heartbeat_client: Any = None
-    # CRI services (kubelet.cri.types.RuntimeService / ImageService).
-    runtime_service: Any = None
-    image_service: Any = None
-    # Node-level collaborators.
-    stats_provider: Any = None
-    container_manager: Any = None
-    oom_adjuster: Any = None
-    mounter: Any = None
-    volume_plugins: list[Any] = field(default_factory=list)
-    # Kubelet server security: authenticator/authorizer and TLS options
-    # (kubelet.server.auth.ServerAuth, kubelet.server.tls.TLSOptions).
-    auth: Any = None
-    tls_options: Any = None
-    recorder: Any = None
+    kube_client: APIClient | None = None
+    event_client: APIClient | None = None
+    heartbeat_client: APIClient | None = None
+    # CRI services.
+    runtime_service: RuntimeService | None = None
+    image_service: ImageService | None = None
+    oom_adjuster: OOMAdjuster | None = None
+    # Kubelet server security: authenticator/authorizer and TLS options.
+    auth: ServerAuth | None = None
+    tls_options: TLSOptions | None = None
+    recorder: EventRecorder | None = None

@@ -16,7 +16,7 @@ import datetime
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kubelet.client.rest import APIClient, APIError
 
@@ -30,6 +30,12 @@ AGGREGATE_WINDOW = 600.0
 SPAM_BURST = 25
 SPAM_REFILL = 300.0  # seconds per token
 QUEUE_SIZE = 1000
+
+
+class Recorder(Protocol):
+    """What components emit events through (record.EventRecorder)."""
+
+    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None: ...
 
 
 def _now() -> str:

@@ -12,38 +12,40 @@ import asyncio
 import logging
 import os
 import shutil
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
-from kubelet.container.runtime import PodStatus
 from kubelet.cri import errors as cri_errors
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
+from kubelet.kubelet_pods import PodRuntimeHelper
+from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_id, read_logs
 from kubelet.lifecycle.predicate import Admitter, Rejection
-from kubelet.mirror_client import MirrorClient, is_mirror, mirror_matches
+from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.nodestatus.machine import machine_info
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import PodLifecycleEvent
+from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.provider import StatsProvider, resource_registry
-from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
 from kubelet.types import (
     API_SOURCE,
@@ -58,16 +60,11 @@ from kubelet.types import (
     object_ref,
     uid,
 )
+from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-
-
-class SyncError(Exception):
-    def __init__(self, message: str, retry_after: float | None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 SYNC_TICK = 1.0
@@ -76,19 +73,25 @@ SYNC_LOOP_THRESHOLD = 180.0
 
 
 class Kubelet:
+    """Composition root and loops: builds the components, feeds the syncLoop
+    from the pod sources, the PLEG and the timers, and hands each pod's work
+    to its pod worker. What is done to a pod lives in pod_sync.py."""
+
     def __init__(
         self,
         config: KubeletConfiguration,
         node_name: str,
         root_dir: str,
-        runtime_service: Any,
-        image_service: Any,
+        runtime_service: RuntimeService,
+        image_service: ImageService,
         node_ip: str | None = None,
-        recorder: Any = None,
-        crash_backoff: Any = None,
-        image_backoff: Any = None,
-        kube_client: Any = None,
+        recorder: Recorder | None = None,
+        crash_backoff: Backoff | None = None,
+        image_backoff: Backoff | None = None,
+        kube_client: APIClient | None = None,
         allocatable: dict[str, str] | None = None,
+        node_uid: Callable[[], str | None] = lambda: None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -97,6 +100,7 @@ class Kubelet:
         self.images = image_service
         self.node_ips = [node_ip] if node_ip else ["127.0.0.1"]
         self.recorder = recorder
+        self.clock = clock
         self.features = FeatureGate(config.feature_gates)
         self.evented: EventedPLEG | None = None
         self.pod_config = PodConfig()
@@ -107,11 +111,10 @@ class Kubelet:
         # there, and static pods get mirror pods. None of it in standalone mode.
         self.kube_client = kube_client
         self.api_source: APIServerSource | None = None
-        self.mirror_client: MirrorClient | None = None
-        self.node_uid: Callable[[], str | None] = lambda: None
+        mirror_client: MirrorClient | None = None
         if kube_client is not None:
             self.api_source = APIServerSource(kube_client, node_name, self.pod_config)
-            self.mirror_client = MirrorClient(kube_client, node_name, lambda: self.node_uid())
+            mirror_client = MirrorClient(kube_client, node_name, node_uid)
         self.status_manager = StatusManager(
             kube_client,
             api_pod=self.api_source.get if self.api_source else None,
@@ -131,63 +134,72 @@ class Kubelet:
         self.resource_registry = resource_registry(self.stats)
         # Node-pressure eviction: conditions, one eviction per cycle, admission.
         self.eviction = EvictionManager(
-            config, self._active_pods, self._evict_pod, self._pod_memory, root_dir,
+            config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
             recorder=recorder,
         )  # fmt: skip
-        self._evicted: dict[str, tuple[str, str]] = {}  # uid -> (reason, message)
         self.node_images: list[dict[str, Any]] = []
-        self.node_status: Any = None  # NodeStatusManager, cluster mode
-        self.lease: Any = None  # NodeLeaseController, cluster mode
         self.runtime_version = ""
         self.runtime_error: str | None = "container runtime status check may not have completed yet"
+        # Probes: readiness decides `ready`, liveness and startup failures restart.
+        self.probes = ProbeManager(
+            Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
+        )
+        self.runtime_helper = PodRuntimeHelper(root_dir, config.resolv_conf)
         self.runtime_manager = RuntimeManager(
             runtime_service,
             image_service,
+            self.runtime_helper,
             config.pod_logs_dir,
             node_memory=machine_info().memory_capacity,
             cgroups_per_qos=config.cgroups_per_qos,
             cgroup_root=config.cgroup_root,
-            resolv_conf=config.resolv_conf,
             crash_backoff=crash_backoff,
             image_backoff=image_backoff,
             recorder=recorder,
+            must_restart=self.probes.must_restart,
         )
         self.pleg = GenericPLEG(
             runtime_service,
             RelistDiffer(),
             self.cache,
-            self._pod_status,
+            self.runtime_manager.get_pod_status,
             config.pleg_relist_period,
+            clock=clock,
         )
-        self.pod_workers = PodWorkers(
-            self._sync_pod,
-            self._terminate_pod,
-            self._cleanup_pod,
-            self.cache,
-            self.work_queue,
-            config.sync_frequency,
-            on_terminated=self.status_manager.enqueue,
-        )
-        # Probes: readiness decides `ready`, liveness and startup failures restart.
-        self.probes = ProbeManager(
-            Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
-        )
-        self.runtime_manager.must_restart = self.probes.must_restart
         # The kubelet's own pod cgroups (kubepods/<qos>/pod<uid>), cgroupfs driver.
         self.pod_cgroups = (
             PodContainerManager(CgroupManager(config.cgroup_root))
             if config.cgroups_per_qos
             else None
         )
-        self._cgroups_made: set[str] = set()
+        self.pod_syncer = KubeletPodSyncer(
+            root_dir,
+            self.node_ips,
+            self.runtime_manager,
+            self.status_manager,
+            self.probes,
+            self.pod_manager,
+            self.cache,
+            self.work_queue,
+            self.admitter,
+            pod_cgroups=self.pod_cgroups,
+            mirror_client=mirror_client,
+            recorder=recorder,
+            clock=clock,
+        )
+        self.pod_workers = PodWorkers(
+            self.pod_syncer,
+            self.cache,
+            self.work_queue,
+            config.sync_frequency,
+            on_terminated=self.status_manager.enqueue,
+            clock=clock,
+        )
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
-        self._first_seen: dict[str, float] = {}
-        self._started_running: set[str] = set()
         self._orphans_killing: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self._pod_dirs: set[str] = set()
         self.last_loop = 0.0
         self.sources_ready = asyncio.Event()
 
@@ -324,11 +336,12 @@ class Kubelet:
         updates = asyncio.ensure_future(self.pod_config.updates.get())
         events = asyncio.ensure_future(self.pleg.events.get())
         stopper = asyncio.ensure_future(self._stop.wait())
-        next_sync = time.monotonic() + SYNC_TICK
-        next_house = time.monotonic() + HOUSEKEEPING_PERIOD
+        clock = self.clock
+        next_sync = clock.monotonic() + SYNC_TICK
+        next_house = clock.monotonic() + HOUSEKEEPING_PERIOD
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
+                now = clock.monotonic()
                 self.last_loop = now
                 timeout = max(0.0, min(next_sync, next_house) - now)
                 done, _ = await asyncio.wait(
@@ -346,7 +359,7 @@ class Kubelet:
                     while not self.pleg.events.empty():
                         self.handle_pleg_event(self.pleg.events.get_nowait())
                     events = asyncio.ensure_future(self.pleg.events.get())
-                now = time.monotonic()
+                now = clock.monotonic()
                 if now >= next_sync:
                     next_sync = now + SYNC_TICK
                     self.handle_sync_tick()
@@ -374,7 +387,7 @@ class Kubelet:
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
                 self.status_manager.enqueue(pu)
             elif u.op is Op.ADD:
-                self._first_seen.setdefault(pu, time.monotonic())
+                self.pod_syncer.pod_seen(pu)
                 self.pod_manager.add_or_update(pod)
                 rejection = self._admit(pod)
                 if rejection is not None:
@@ -443,23 +456,29 @@ class Kubelet:
         out = []
         for p in self.pod_manager.pods():
             u = uid(p)
-            if u in self.rejected or u in self._evicted or self.pod_workers.is_terminating(u):
+            if (
+                u in self.rejected
+                or self.pod_syncer.is_evicted(u)
+                or self.pod_workers.is_terminating(u)
+            ):
                 continue
             st = self.status_manager.get(u) or {}
             if st.get("phase") not in ("Succeeded", "Failed"):
                 out.append(p)
         return out
 
-    def _pod_memory(self, pod: Pod) -> int | None:
+    def _pods_memory(self) -> dict[str, int]:
+        """Working set per pod UID from one stats pass (for eviction ranking)."""
+        out = {}
         for p in self.stats.summary()["pods"]:
-            if p["podRef"]["uid"] == uid(pod):
-                ws = p["memory"]["workingSetBytes"]
-                return int(ws) if ws is not None else None
-        return None
+            ws = p["memory"]["workingSetBytes"]
+            if ws is not None:
+                out[p["podRef"]["uid"]] = int(ws)
+        return out
 
     async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
         u = uid(pod)
-        self._evicted[u] = (reason, message)
+        self.pod_syncer.mark_evicted(u, reason, message)
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
         self.status_manager.set_pod_status(
@@ -509,11 +528,10 @@ class Kubelet:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)]
             )
-        if self.mirror_client is not None:
-            for m in self.pod_manager.mirrors():
-                static = self.pod_manager.get_by_full_name(full_name(m))
-                if static is None or not is_static(static):
-                    self._spawn(self._delete_mirror(m))
+        for m in self.pod_manager.mirrors():
+            static = self.pod_manager.get_by_full_name(full_name(m))
+            if static is None or not is_static(static):
+                self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
 
@@ -521,28 +539,6 @@ class Kubelet:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _delete_mirror(self, mirror: Pod) -> None:
-        assert self.mirror_client is not None
-        try:
-            await self.mirror_client.delete(mirror)
-        except Exception as err:
-            log.warning("Failed deleting mirror pod %s: %s", full_name(mirror), err)
-
-    async def _ensure_mirror(self, pod: Pod) -> None:
-        """Create the static pod's mirror pod, replacing one that is out of date."""
-        assert self.mirror_client is not None
-        mirror = self.pod_manager.get_mirror(pod)
-        if mirror is not None and mirror_matches(pod, mirror):
-            return
-        try:
-            # Outdated, or being deleted by a user (which would wait for a kubelet
-            # that never runs it): delete it now, with grace 0, and make a new one.
-            if mirror is not None:
-                await self.mirror_client.delete(mirror)
-            await self.mirror_client.create(pod)
-        except Exception as err:
-            log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
 
     async def _kill_orphan(self, u: str) -> None:
         try:
@@ -565,83 +561,6 @@ class Kubelet:
             if e not in keep:
                 shutil.rmtree(os.path.join(base, e), ignore_errors=True)
 
-    # -------------------------------------------------------- pod lifecycle
-    async def _pod_status(self, u: str) -> PodStatus:
-        pod = self.pod_manager.get(u)
-        if pod is not None:
-            return await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
-        return await self.runtime_manager.get_pod_status(u)
-
-    async def _sync_pod(self, pod: Pod, status: Any) -> bool:
-        u = uid(pod)
-        if u not in self._pod_dirs:
-            # Once per pod: a couple of mkdirs, not worth a thread hop.
-            pod_dir = os.path.join(self.root_dir, "pods", u)
-            os.makedirs(os.path.join(pod_dir, "volumes"), exist_ok=True)
-            os.makedirs(os.path.join(pod_dir, "plugins"), exist_ok=True)
-            self._pod_dirs.add(u)
-        old = self.status_manager.get(u)
-        if old is not None and old.get("phase") in ("Succeeded", "Failed"):
-            return True
-        if self.pod_cgroups is not None and u not in self._cgroups_made:
-            # Before the sandbox: the runtime puts the pod under this cgroup.
-            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
-            self._cgroups_made.add(u)
-        if self.mirror_client is not None and is_static(pod):
-            await self._ensure_mirror(pod)
-        self.probes.add_pod(pod)
-        result = await self.runtime_manager.sync_pod(pod, status)
-        waiting = self.runtime_manager.waiting.get(u, {})
-        api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
-        self.status_manager.set_pod_status(u, api)
-        if api["phase"] == "Running" and u not in self._started_running:
-            self._started_running.add(u)
-            seen = self._first_seen.get(u)
-            if seen is not None:
-                metrics.POD_START_DURATION.observe(time.monotonic() - seen)
-        if api["phase"] in ("Succeeded", "Failed"):
-            self.admitter.release(u)
-            return True
-        if not result.ok:
-            raise SyncError("; ".join(result.errors), result.retry_after)
-        return False
-
-    async def _terminate_pod(self, pod: Pod, grace: int | None) -> None:
-        u = uid(pod)
-        self.probes.remove_pod(u)
-        status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
-        await self.runtime_manager.kill_pod(pod, status, grace, remove=False)
-        # Report the final state of every container.
-        final = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
-        old = self.status_manager.get(u)
-        api = generate.generate(pod, final, {}, self.node_ips, old)
-        if u in self._evicted:
-            api["phase"] = "Failed"
-            api["reason"], api["message"] = self._evicted[u]
-        if api["phase"] not in ("Succeeded", "Failed") and (
-            pod["metadata"].get("deletionTimestamp") or u not in self.pod_manager.uids()
-        ):
-            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
-        self.status_manager.set_pod_status(u, api)
-
-    async def _cleanup_pod(self, pod: Pod) -> None:
-        u = uid(pod)
-        status = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
-        await self.runtime_manager.kill_pod(pod, status, 0, remove=True)
-        self.status_manager.remove(u)
-        self.admitter.release(u)
-        self._evicted.pop(u, None)
-        self.cache.delete(u)
-        self.work_queue.remove(u)
-        self._first_seen.pop(u, None)
-        self._started_running.discard(u)
-        self._pod_dirs.discard(u)
-        if self.pod_cgroups is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.destroy, pod)
-            self._cgroups_made.discard(u)
-        pod_dir = os.path.join(self.root_dir, "pods", u)
-        await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, pod_dir, True)
-
     # --------------------------------------------------------- for servers
     def get_pods(self) -> list[dict[str, Any]]:
         out = []
@@ -657,7 +576,7 @@ class Kubelet:
         def syncloop() -> str | None:
             if not self.last_loop:
                 return None
-            ago = time.monotonic() - self.last_loop
+            ago = self.clock.monotonic() - self.last_loop
             if ago > SYNC_LOOP_THRESHOLD:
                 return f"sync loop last ran {ago:.0f}s ago"
             return None
@@ -707,8 +626,8 @@ class Kubelet:
         await self._start_core()
         loop_task = asyncio.create_task(self._sync_loop())
         try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
+            deadline = self.clock.monotonic() + timeout
+            while self.clock.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 if not self.sources_ready.is_set() and self._sources:
                     continue

@@ -114,6 +114,10 @@ class NodeStatusManager:
             )
         self._last_ready = state
 
+    def uid(self) -> str | None:
+        """The Node's UID once it is registered."""
+        return (self.node or {}).get("metadata", {}).get("uid")
+
     def node_ref(self) -> dict[str, Any]:
         uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)
         return {"kind": "Node", "name": self.inp.name, "uid": uid, "apiVersion": "v1"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
@@ -30,7 +31,7 @@ class NodeLeaseController:
         client: APIClient,
         node_name: str,
         lease_duration_seconds: int,
-        node_uid: Any = None,
+        node_uid: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.client = client
         self.node_name = node_name
@@ -51,7 +52,7 @@ class NodeLeaseController:
         }
 
     def _owner(self) -> list[dict[str, Any]]:
-        uid = self.node_uid() if callable(self.node_uid) else None
+        uid = self.node_uid()
         if not uid:
             return []
         return [{"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": uid}]

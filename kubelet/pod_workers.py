@@ -14,13 +14,16 @@ import asyncio
 import enum
 import logging
 import random
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from kubelet import metrics
+from kubelet.container.cache import PodCache
+from kubelet.container.runtime import PodStatus
 from kubelet.types import Pod, uid
+from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.workqueue import PodWorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,33 @@ class PodWork:
     removed: bool = False  # the pod is gone from every source: forget it after the kill
 
 
+@dataclass(frozen=True)
+class PodSyncResult:
+    """What one sync of a pod tells its worker."""
+
+    # The pod reached Succeeded or Failed: tear it down, never sync it again.
+    terminal: bool = False
+    # Why the sync did not bring the pod to its spec (it is retried with back-off).
+    error: str | None = None
+    # Seconds until a back-off that blocked this sync (CrashLoopBackOff,
+    # ImagePullBackOff) runs out: the worker looks again right then.
+    retry_after: float | None = None
+
+
+class PodSyncer(Protocol):
+    """The pod lifecycle behind the workers (podSyncer in pod_workers.go)."""
+
+    async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult: ...
+
+    async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None:
+        """Stop every container of the pod within the grace period."""
+        ...
+
+    async def sync_terminated_pod(self, pod: Pod) -> None:
+        """The pod is gone from every source and stopped: release what it held."""
+        ...
+
+
 @dataclass
 class _State:
     pod: Pod
@@ -54,31 +84,24 @@ class _State:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-SyncFn = Callable[[Pod, Any], Awaitable[bool]]  # returns True when the pod is terminal
-TerminateFn = Callable[[Pod, int | None], Awaitable[None]]
-CleanupFn = Callable[[Pod], Awaitable[None]]
-
-
 class PodWorkers:
     def __init__(
         self,
-        sync: SyncFn,
-        terminate: TerminateFn,
-        cleanup: CleanupFn,
-        cache: Any,
-        work_queue: Any,
+        syncer: PodSyncer,
+        cache: PodCache,
+        work_queue: PodWorkQueue,
         resync_interval: float,
         backoff_period: float = 10.0,
         max_concurrency: int = 256,
         on_terminated: Callable[[str], None] | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
-        self._sync = sync
-        self._terminate = terminate
-        self._cleanup = cleanup
+        self.syncer = syncer
         self.cache = cache
         self.work_queue = work_queue
         self.resync_interval = resync_interval
         self.backoff_period = backoff_period
+        self.clock = clock
         self._sem = asyncio.Semaphore(max_concurrency)
         self.states: dict[str, _State] = {}
         # Told when a pod's containers are all stopped (the status manager may
@@ -127,17 +150,17 @@ class PodWorkers:
             work, st.pending = st.pending, None
             if work is None:
                 continue
-            status: Any = None
+            status: PodStatus | None = None
             if not st.terminating:
                 # Wait for fresh runtime state before taking a concurrency slot, so
                 # pods waiting on the PLEG do not hold back pods that are ready.
                 status, _err = await self.cache.get_newer_than(u, st.last_sync)
             async with self._sem:
-                if not st.terminating:
+                if not st.terminating and status is not None:
                     await self._run_sync(u, st, work, status)
                 if st.terminating and not st.terminated:
                     try:
-                        await self._terminate(st.pod, st.grace)
+                        await self.syncer.sync_terminating_pod(st.pod, st.grace)
                         st.terminated = True
                         if self.on_terminated is not None:
                             self.on_terminated(u)
@@ -147,33 +170,35 @@ class PodWorkers:
                         continue
                 if st.terminated and st.removed:
                     try:
-                        await self._cleanup(st.pod)
+                        await self.syncer.sync_terminated_pod(st.pod)
                     except Exception:
                         log.exception("cleanup of pod %s failed", u)
                     self.states.pop(u, None)
                     st.done.set()
                     return
 
-    async def _run_sync(self, u: str, st: _State, work: PodWork, status: Any) -> None:
-        start = time.perf_counter()
+    async def _run_sync(self, u: str, st: _State, work: PodWork, status: PodStatus) -> None:
+        start = self.clock.monotonic()
         op = work.type.value if work.type is not UpdateType.KILL else "sync"
         try:
-            terminal = await self._sync(st.pod, status)
+            result = await self.syncer.sync_pod(work.type, st.pod, status)
         except Exception as err:
+            result = PodSyncResult(error=str(err) or repr(err))
+        finally:
+            metrics.POD_WORKER_DURATION.labels(op).observe(self.clock.monotonic() - start)
+        st.last_sync = self.clock.time()
+        if result.terminal:
+            st.terminating = True  # finished pods are torn down (their sandbox stopped)
+            return
+        if result.error is not None:
             # A back-off that ends sooner than the worker's own (CrashLoopBackOff,
             # ImagePullBackOff) says when to look again: restart right on time
             # instead of on the next 10s retry as upstream does.
-            delay = getattr(err, "retry_after", None)
-            delay = self.backoff_period if delay is None else min(delay, self.backoff_period)
-            log.info("Error syncing pod %s, retrying in %.2fs: %s", u, delay, err)
-            st.last_sync = time.time()
+            delay = self.backoff_period
+            if result.retry_after is not None:
+                delay = min(result.retry_after, delay)
+            log.info("Error syncing pod %s, retrying in %.2fs: %s", u, delay, result.error)
             self.work_queue.enqueue(u, delay)
-            return
-        finally:
-            metrics.POD_WORKER_DURATION.labels(op).observe(time.perf_counter() - start)
-        st.last_sync = time.time()
-        if terminal:
-            st.terminating = True  # finished pods are torn down (their sandbox stopped)
             return
         # Resync later, with jitter so pods spread out (upstream: up to +50%).
         self.work_queue.enqueue(u, self.resync_interval * (1 + random.random() * 0.5))

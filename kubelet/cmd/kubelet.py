@@ -8,7 +8,6 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import orjson
 
@@ -16,21 +15,11 @@ import kubelet
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.apis.config.v1beta1 import ConfigError, load_file
 from kubelet.apis.config.validation import validate_kubelet_configuration
-from kubelet.cmd.options import KubeletFlags, apply_flags, parse_args, usage
+from kubelet.cmd.options import KubeletFlags, KubeletServer, apply_flags, parse_args, usage
 from kubelet.features import merge_gates
+from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
-
-# The Kubernetes release whose kubelet behaviour and config API this one follows.
-KUBERNETES_VERSION = "v1.34.0"
-
-
-@dataclass
-class KubeletServer:
-    """Everything needed to run a kubelet: instance flags and shared configuration."""
-
-    flags: KubeletFlags
-    config: KubeletConfiguration
 
 
 class UsageError(Exception):

@@ -9,13 +9,18 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kubelet.cmd.kubelet import KubeletServer
+from kubelet.cmd.options import KubeletServer
+from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.dependencies import Dependencies
+from kubelet.kubelet import Kubelet
+from kubelet.kubelet_node_status import NodeStatusManager
+from kubelet.nodestatus.setters import NodeInputs
+from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
 
 
-def build_cri(s: KubeletServer, deps: Dependencies) -> None:
+def build_cri(s: KubeletServer, deps: Dependencies) -> tuple[RuntimeService, ImageService]:
     """Fill in the runtime and image services that the caller did not inject."""
     cfg = s.config
     if deps.runtime_service is None or deps.image_service is None:
@@ -27,13 +32,13 @@ def build_cri(s: KubeletServer, deps: Dependencies) -> None:
         if deps.image_service is None:
             endpoint = cfg.image_service_endpoint or cfg.container_runtime_endpoint
             deps.image_service = RemoteImageService(endpoint, timeout)
+    return deps.runtime_service, deps.image_service
 
 
-def node_inputs(s: KubeletServer, name: str, k: Any) -> Any:
+def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
     """What the node status setters read, wired to the running Kubelet `k`."""
-    import kubelet
     from kubelet.nodestatus.machine import machine_info
-    from kubelet.nodestatus.setters import NodeInputs, default_node_ip, rootfs_capacity
+    from kubelet.nodestatus.setters import default_node_ip, rootfs_capacity
 
     ips = [ip.strip() for ip in s.flags.node_ip.split(",") if ip.strip()] or [default_node_ip()]
     root = s.flags.root_directory
@@ -41,7 +46,7 @@ def node_inputs(s: KubeletServer, name: str, k: Any) -> Any:
         name=name,
         config=s.config,
         machine=machine_info(),
-        kubelet_version=f"v{kubelet.__version__}",
+        kubelet_version=KUBERNETES_VERSION,
         node_ips=ips,
         node_labels=dict(s.flags.node_labels),
         hostname=(s.flags.hostname_override or "").strip().lower() or name,
@@ -61,33 +66,37 @@ async def start_node(
     name: str,
     stop: asyncio.Event,
     cleanups: list[Callable[[], Any]],
-) -> Any:
-    from kubelet.kubelet import Kubelet
+) -> Kubelet:
     from kubelet.nodestatus.setters import allocatable, capacity
 
-    build_cri(s, deps)
+    runtime_service, image_service = build_cri(s, deps)
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
     # Admission needs allocatable before the Kubelet exists; runtime-derived
     # inputs are not read by these two.
     inputs = node_inputs(s, name, None)
     alloc = allocatable(inputs, capacity(inputs))
+    # The Node's UID, for the owner references of mirror pods, is known once the
+    # node status manager (built below, it reads the Kubelet) has registered.
+    node_status: NodeStatusManager | None = None
     k = Kubelet(
         s.config,
         name,
         s.flags.root_directory,
-        deps.runtime_service,
-        deps.image_service,
+        runtime_service,
+        image_service,
         node_ip=node_ip,
         recorder=deps.recorder,
         kube_client=deps.kube_client,
         allocatable=alloc,
+        node_uid=lambda: node_status.uid() if node_status is not None else None,
     )
     if s.flags.run_once:
         return k
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
     if deps.kube_client is not None:
-        tasks += _start_cluster_loops(s, deps, name, k, stop)
+        node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
+        tasks += _start_cluster_loops(s, deps, name, node_status, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:
         # The loops ending on their own is fatal: stop the process rather than
@@ -118,22 +127,23 @@ async def start_node(
 
 
 def _start_cluster_loops(
-    s: KubeletServer, deps: Dependencies, name: str, k: Any, stop: asyncio.Event
+    s: KubeletServer,
+    deps: Dependencies,
+    name: str,
+    node_status: NodeStatusManager,
+    stop: asyncio.Event,
 ) -> list[asyncio.Task[Any]]:
     """Node registration and status, the Lease, and the event sender."""
-    from kubelet.kubelet_node_status import NodeStatusManager
     from kubelet.nodelease import NodeLeaseController
 
-    node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
-    k.node_status = node_status
-    k.node_uid = lambda: (node_status.node or {}).get("metadata", {}).get("uid")
+    client = deps.heartbeat_client or deps.kube_client
+    assert client is not None  # cluster mode
     lease = NodeLeaseController(
-        deps.heartbeat_client or deps.kube_client,
+        client,
         name,
         s.config.node_lease_duration_seconds,
-        node_uid=k.node_uid,
+        node_uid=node_status.uid,
     )
-    k.lease = lease
     tasks = []
 
     async def register_then_report() -> None:

@@ -583,9 +583,21 @@ def usage() -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_field_paths() -> dict[str, str]:
-    """Map of flag name -> config attribute path, for tests and docs."""
-    return {f.name: f.target[1] for f in FLAGS if f.target[0] == "config"}
+@dataclass
+class KubeletServer:
+    """Everything needed to run a kubelet: instance flags and shared configuration
+    (options.KubeletServer upstream)."""
+
+    flags: KubeletFlags
+    config: KubeletConfiguration
 
 
-__all__ = ["FLAGS", "KubeletFlags", "ParsedArgs", "apply_flags", "parse_args", "usage"]
+__all__ = [
+    "FLAGS",
+    "KubeletFlags",
+    "KubeletServer",
+    "ParsedArgs",
+    "apply_flags",
+    "parse_args",
+    "usage",
+]

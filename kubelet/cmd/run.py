@@ -14,14 +14,16 @@ from typing import Any
 
 import kubelet
 from kubelet.apis.config.v1beta1 import encode
-from kubelet.cmd.kubelet import KubeletServer
 from kubelet.cmd.node import start_node
+from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
+from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
 from kubelet.server.tls import TLSOptions, ensure_self_signed, server_context
 from kubelet.util import flock, sdnotify
 from kubelet.util.oom import OOMAdjuster, adjust_self
+from kubelet.version import user_agent
 
 log = logging.getLogger("kubelet")
 
@@ -127,7 +129,7 @@ def build_clients(s: KubeletServer, deps: Dependencies) -> None:
             conn = load_kubeconfig(flags.kubeconfig)
         except ValueError as err:
             raise StartupError(str(err)) from err
-        agent = f"kubelet-py/{kubelet.__version__}"
+        agent = user_agent()
         deps.kube_client = APIClient(conn, cfg.kube_api_qps, cfg.kube_api_burst, user_agent=agent)
         if deps.event_client is None:
             deps.event_client = APIClient(
@@ -169,7 +171,7 @@ def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
     )
 
 
-async def _run_once(node: Any) -> int:
+async def _run_once(node: Kubelet) -> int:
     results = await node.run_once()
     failed = 0
     for pod in results:
@@ -184,7 +186,7 @@ async def _start_servers(
     s: KubeletServer,
     deps: Dependencies,
     name: str,
-    node: Any,
+    node: Kubelet,
     cleanups: list[Callable[[], Any]],
 ) -> None:
     cfg, flags = s.config, s.flags
@@ -193,7 +195,7 @@ async def _start_servers(
     registries = [REGISTRY]
 
     def view() -> httpserver.NodeView:
-        return node if node is not None else httpserver.NoPods()
+        return node
 
     if cfg.healthz_port > 0:
         r = await httpserver.serve(
@@ -209,6 +211,7 @@ async def _start_servers(
                 cert, key = ensure_self_signed(flags.cert_directory, name, ips)
             tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file)
             deps.tls_options = tls
+        assert deps.auth is not None  # built by run() before the servers start
         app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth)
         r = await httpserver.serve(app, cfg.address, cfg.port, server_context(tls))
         cleanups.append(r.cleanup)

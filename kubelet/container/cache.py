@@ -18,10 +18,28 @@ import asyncio
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import kubelet
-from kubelet.container.runtime import empty_status
+from kubelet.container.runtime import PodStatus, empty_status
+
+
+class PodCache(Protocol):
+    """What the PLEG writes and pod workers read (Cache upstream)."""
+
+    def get(self, uid: str) -> tuple[PodStatus, BaseException | None]: ...
+
+    async def get_newer_than(
+        self, uid: str, min_time: float
+    ) -> tuple[PodStatus, BaseException | None]: ...
+
+    def set(
+        self, uid: str, status: PodStatus, error: BaseException | None, timestamp: float
+    ) -> None: ...
+
+    def delete(self, uid: str) -> None: ...
+
+    def update_time(self, timestamp: float) -> None: ...
 
 
 @dataclass

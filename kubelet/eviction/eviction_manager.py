@@ -22,7 +22,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +104,7 @@ class EvictionManager:
         config: Any,
         pods: Callable[[], list[Pod]],
         evict: Callable[[Pod, int, str, str], Awaitable[None]],
-        usage: Callable[[Pod], int | None],
+        usage: Callable[[], Mapping[str, int]],
         root_dir: str,
         observe_fn: Callable[[], dict[str, Observation]] | None = None,
         recorder: Any = None,
@@ -114,7 +114,9 @@ class EvictionManager:
         self.thresholds = thresholds(config)
         self.pods = pods  # active (admitted, not terminal) pods
         self.evict = evict  # (pod, grace, reason, message)
-        self.usage = usage  # pod -> memory working set bytes, None when unknown
+        # pod UID -> memory working set bytes (pods without figures are absent),
+        # from one stats pass: ranking never reads stats once per pod.
+        self.usage = usage
         self.observe = observe_fn or (lambda: observe(root_dir))
         self.recorder = recorder
         self.clock = clock
@@ -165,7 +167,8 @@ class EvictionManager:
         if not met:
             return None
         t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
-        victim = self._rank(self.pods())
+        usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
+        victim = self._rank(self.pods(), usage)
         if victim is None:
             log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
             return None
@@ -183,14 +186,14 @@ class EvictionManager:
         await self.evict(victim, grace, "Evicted", message)
         return victim
 
-    def _rank(self, pods: list[Pod]) -> Pod | None:
+    def _rank(self, pods: list[Pod], usage: Mapping[str, int]) -> Pod | None:
         """Pods over their requests first, then lower priority, then more above request."""
         best: tuple[Any, ...] | None = None
         victim = None
         for p in pods:
             if is_static(p) or uid(p) in self.evicted:
                 continue
-            used = self.usage(p) or 0
+            used = usage.get(uid(p), 0)
             req = pod_requests(p).memory
             priority = int((p.get("spec") or {}).get("priority") or 0)
             key = (not used > req, priority, -(used - req))

@@ -39,11 +39,25 @@ class Backoff:
             e.backoff = min(e.backoff * 2, self.maximum)
             e.last_update = event_time
 
+    def now(self) -> float:
+        return self.clock()
+
     def in_backoff_since(self, key: str, event_time: float) -> bool:
+        """Is less than the back-off gone by since event_time (a container's finish)?"""
         e = self._entries.get(key)
-        if e is None or self._expired(self.clock(), e.last_update):
+        if e is None or self._expired(event_time, e.last_update):
             return False
         return self.clock() - event_time < e.backoff
+
+    def in_backoff_since_update(self, key: str) -> bool:
+        """Is less than the back-off gone by since the last recorded failure?"""
+        e = self._entries.get(key)
+        if e is None:
+            return False
+        now = self.clock()
+        if self._expired(now, e.last_update):
+            return False
+        return now - e.last_update < e.backoff
 
     def remaining(self, key: str) -> float:
         """Seconds until the back-off for key runs out, counted from its last failure."""

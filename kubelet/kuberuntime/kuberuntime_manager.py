@@ -21,12 +21,17 @@ from kubelet.container.runtime import (
     EXITED,
     RUNNING,
     UNKNOWN,
+    ContainerConfigError,
     ContainerStatus,
     PodStatus,
+    RunContainerOptions,
+    RuntimeHelper,
     SandboxStatus,
 )
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.types import (
@@ -41,11 +46,18 @@ from kubelet.types import (
     restart_policy,
     uid,
 )
+from kubelet.util.duration import format_duration
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
 
 MIN_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
+_PROPAGATION = {
+    "": pb.PROPAGATION_PRIVATE,
+    "None": pb.PROPAGATION_PRIVATE,
+    "HostToContainer": pb.PROPAGATION_HOST_TO_CONTAINER,
+    "Bidirectional": pb.PROPAGATION_BIDIRECTIONAL,
+}
 _STATE = {
     pb.CONTAINER_CREATED: CREATED,
     pb.CONTAINER_RUNNING: RUNNING,
@@ -56,12 +68,6 @@ _STATE = {
 
 def format_pod(pod: Pod) -> str:
     return f"{name(pod)}_{namespace(pod)}({uid(pod)})"
-
-
-def format_duration(seconds: float) -> str:
-    from kubelet.util.duration import format_duration as fd
-
-    return fd(seconds)
 
 
 @dataclass
@@ -91,43 +97,39 @@ class SyncResult:
         return not self.errors
 
 
-class SyncError(Exception):
-    """A sync that should be retried with backoff (the reasons are in the status)."""
-
-
 class RuntimeManager:
     def __init__(
         self,
-        runtime: Any,
-        images: Any,
+        runtime: RuntimeService,
+        images: ImageService,
+        helper: RuntimeHelper,
         pod_logs_dir: str,
         runtime_name: str = "cri",
         node_memory: int = 0,
         cgroups_per_qos: bool = False,
         cgroup_root: str = "",
-        resolv_conf: str = "/etc/resolv.conf",
         crash_backoff: Backoff | None = None,
         image_backoff: Backoff | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
+        must_restart: Callable[[str], str | None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
+        self.helper = helper
         self.pod_logs_dir = pod_logs_dir
         self.runtime_name = runtime_name
         self.node_memory = node_memory
         self.cgroups_per_qos = cgroups_per_qos
         self.cgroup_root = cgroup_root
-        self.resolv_conf = resolv_conf
         self.crash_backoff = crash_backoff or Backoff(10, 300)
         self.image_backoff = image_backoff or Backoff(10, 300)
         self.recorder = recorder
         # Container ID -> why it must be restarted (a failed liveness or startup
-        # probe), set by the Kubelet to its prober's answer.
-        self.must_restart: Callable[[str], str | None] = lambda _cid: None
+        # probe): the prober's answer.
+        self.must_restart: Callable[[str], str | None] = must_restart or (lambda _cid: None)
         # pod UID -> container name -> (reason, message) while it is not running
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._pull_locks: dict[str, asyncio.Lock] = {}
-        self._retry_after = float("inf")
 
     # ---------------------------------------------------------------- status
     async def get_pod_status(self, pod_uid: str, pod_name: str = "", ns: str = "") -> PodStatus:
@@ -311,13 +313,8 @@ class RuntimeManager:
 
     # ------------------------------------------------------------------ act
     async def sync_pod(self, pod: Pod, status: PodStatus) -> SyncResult:
-        self._retry_after = float("inf")
-        res = await self._sync_pod(pod, status)
-        if self._retry_after != float("inf"):
-            res.backoff_until(self._retry_after)
-        return res
-
-    async def _sync_pod(self, pod: Pod, status: PodStatus) -> SyncResult:
+        # Everything this sync learns (errors, back-off deadlines) goes into its
+        # own result: up to 256 pods sync concurrently through this object.
         res = SyncResult()
         a = self.compute_pod_actions(pod, status)
         waiting = self.waiting.setdefault(uid(pod), {})
@@ -346,14 +343,16 @@ class RuntimeManager:
             res.sandbox_created = True
         if a.next_init_container is not None:
             problem = await self.start_container(
-                pod, sid, sandbox_cfg, a.next_init_container, status
+                pod, sid, sandbox_cfg, a.next_init_container, status, res
             )
             if problem:
                 res.errors.append(problem)
             return res
         results = await asyncio.gather(
             *(
-                self.start_container(pod, sid, sandbox_cfg, pod["spec"]["containers"][i], status)
+                self.start_container(
+                    pod, sid, sandbox_cfg, pod["spec"]["containers"][i], status, res
+                )
                 for i in a.containers_to_start
             )
         )
@@ -377,8 +376,10 @@ class RuntimeManager:
         sandbox_cfg: pb.PodSandboxConfig,
         c: dict[str, Any],
         status: PodStatus,
+        res: SyncResult,
     ) -> str | None:
-        """Start one container; returns an error message (also kept as its waiting reason)."""
+        """Start one container; returns an error message (also kept as its waiting
+        reason). A back-off that blocks it is recorded in `res`."""
         waiting = self.waiting.setdefault(uid(pod), {})
         cname = c["name"]
         chash = L.container_hash(c)
@@ -387,9 +388,9 @@ class RuntimeManager:
         if prev is not None and prev.state == EXITED and prev.finished_at:
             finished = prev.finished_at / 1e9
             if self.crash_backoff.in_backoff_since(key, finished):
-                self._retry_after = min(
-                    self._retry_after,
-                    max(0.05, finished + self.crash_backoff.get(key) - time.time()),
+                # Counted from when the container finished, as upstream.
+                res.backoff_until(
+                    max(0.05, finished + self.crash_backoff.get(key) - self.crash_backoff.now())
                 )
                 msg = (
                     f"back-off {format_duration(self.crash_backoff.get(key))} restarting failed "
@@ -401,11 +402,18 @@ class RuntimeManager:
                 waiting[cname] = ("CrashLoopBackOff", msg)
                 return msg
             self.crash_backoff.next(key, finished)
-        image_ref, err = await self.ensure_image(pod, c, sandbox_cfg)
+        image_ref, err = await self.ensure_image(pod, c, sandbox_cfg, res)
         if err:
             return err
         restart = prev.restart_count + 1 if prev is not None else 0
-        cfg = self.container_config(pod, c, restart, image_ref or c["image"], chash)
+        try:
+            opts = await self.helper.generate_run_container_options(pod, c, status.ips)
+        except ContainerConfigError as e:
+            msg = str(e)
+            waiting[cname] = (ContainerConfigError.reason, msg)
+            self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
+            return msg
+        cfg = self.container_config(pod, c, restart, image_ref or c["image"], chash, opts)
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
         except errors.CRIError as e:
@@ -436,7 +444,7 @@ class RuntimeManager:
                 log.debug("removing dead container %s: %s", c.id, err)
 
     async def ensure_image(
-        self, pod: Pod, c: dict[str, Any], sandbox_cfg: pb.PodSandboxConfig
+        self, pod: Pod, c: dict[str, Any], sandbox_cfg: pb.PodSandboxConfig, res: SyncResult
     ) -> tuple[str, str | None]:
         """EnsureImageExists with pull policies and ImagePullBackOff. Returns (ref, error)."""
         image = c["image"]
@@ -460,8 +468,10 @@ class RuntimeManager:
         if policy == "IfNotPresent" and present is not None:
             return str(present.id), None
         key = f"{uid(pod)}_{image}"
-        if self.image_backoff.in_backoff_since(key, time.time()):
-            self._retry_after = min(self._retry_after, self.image_backoff.remaining(key))
+        # "Is the time since the last failed pull shorter than the back-off?"
+        # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.
+        if self.image_backoff.in_backoff_since_update(key):
+            res.backoff_until(self.image_backoff.remaining(key))
             msg = f'Back-off pulling image "{image}"'
             waiting[cname] = ("ImagePullBackOff", msg)
             self._event(pod, "Normal", "BackOff", msg, cname)
@@ -473,7 +483,7 @@ class RuntimeManager:
             async with lock:  # one pull per image at a time (serializeImagePulls per image)
                 ref = await self.images.pull_image(spec, None, sandbox_cfg)
         except errors.CRIError as err:
-            self.image_backoff.next(key, time.time())
+            self.image_backoff.next(key, self.image_backoff.now())
             msg = f'Failed to pull image "{image}": {err.message}'
             waiting[cname] = ("ErrImagePull", msg)
             self._event(pod, "Warning", "Failed", msg, cname)
@@ -538,9 +548,7 @@ class RuntimeManager:
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
         spec = pod["spec"]
         hostnet = host_network(pod)
-        # Host-network sandboxes get an empty hostname: the runtime then uses the
-        # node's, which is what they share anyway.
-        hostname = "" if hostnet else (spec.get("hostname") or name(pod))[:63]
+        hostname, _domain = self.helper.generate_pod_hostname_and_domain(pod)
         ports = []
         for c in spec["containers"]:
             for p in c.get("ports") or []:
@@ -587,38 +595,28 @@ class RuntimeManager:
         return f"{root}/{qos.lower()}/pod{uid(pod)}"
 
     def _dns(self, pod: Pod) -> pb.DNSConfig:
-        cfg = pod["spec"].get("dnsConfig") or {}
-        servers, searches, options = [], [], []
-        if pod["spec"].get("dnsPolicy", "ClusterFirst") != "None":
-            try:
-                with open(self.resolv_conf) as fh:
-                    for line in fh:
-                        parts = line.split()
-                        if not parts or parts[0].startswith("#"):
-                            continue
-                        if parts[0] == "nameserver" and len(parts) > 1:
-                            servers.append(parts[1])
-                        elif parts[0] == "search":
-                            searches = parts[1:]
-                        elif parts[0] == "options":
-                            options = parts[1:]
-            except OSError:
-                pass
-        servers += cfg.get("nameservers") or []
-        searches += cfg.get("searches") or []
-        options += [
-            o["name"] + (f":{o['value']}" if o.get("value") else "")
-            for o in cfg.get("options") or []
-        ]
-        return pb.DNSConfig(servers=servers, searches=searches, options=options)
+        d = self.helper.get_pod_dns(pod)
+        return pb.DNSConfig(servers=d.servers, searches=d.searches, options=d.options)
 
     def container_config(
-        self, pod: Pod, c: dict[str, Any], restart: int, image_ref: str, chash: str
+        self,
+        pod: Pod,
+        c: dict[str, Any],
+        restart: int,
+        image_ref: str,
+        chash: str,
+        opts: RunContainerOptions,
     ) -> pb.ContainerConfig:
-        envs = [
-            pb.KeyValue(key=e["name"], value=str(e.get("value", "")))
-            for e in c.get("env") or []
-            if "valueFrom" not in e
+        envs = [pb.KeyValue(key=k, value=v) for k, v in opts.envs]
+        mounts = [
+            pb.Mount(
+                container_path=m.container_path,
+                host_path=m.host_path,
+                readonly=m.read_only,
+                selinux_relabel=m.selinux_relabel,
+                propagation=_PROPAGATION[m.propagation],
+            )
+            for m in opts.mounts
         ]
         sc = c.get("securityContext") or {}
         lsc = pb.LinuxContainerSecurityContext(
@@ -635,6 +633,7 @@ class RuntimeManager:
             args=c.get("args") or [],
             working_dir=c.get("workingDir", ""),
             envs=envs,
+            mounts=mounts,
             labels=L.container_labels(pod, c),
             annotations=L.container_annotations(pod, c, restart, chash),
             log_path=f"{c['name']}/{restart}.log",

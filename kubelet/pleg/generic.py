@@ -9,12 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from kubelet import metrics
+from kubelet.container.cache import PodCache
+from kubelet.container.runtime import PodStatus
 from kubelet.pleg.pleg import CONTAINER_CHANGED, CONTAINER_REMOVED, PodLifecycleEvent
+from kubelet.util.clock import REAL_CLOCK, Clock
+
+
+class RelistSource(Protocol):
+    """The two raw List calls a relist makes (the CRI runtime service)."""
+
+    async def list_pod_sandbox_raw(self) -> bytes: ...
+
+    async def list_containers_raw(self) -> bytes: ...
+
+
+class Differ(Protocol):
+    """The relist differ (Rust, or its reference): raw List bytes in, events and
+    the UIDs of pods that changed out; it keeps the previous snapshot itself."""
+
+    @property
+    def running_pods(self) -> int: ...
+
+    @property
+    def running_containers(self) -> int: ...
+
+    def diff(
+        self, sandboxes: bytes, containers: bytes
+    ) -> tuple[Sequence[PodLifecycleEvent], Sequence[str]]: ...
+
+    def pod_ids(self) -> Sequence[str]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +54,13 @@ STATUS_CONCURRENCY = 64
 class GenericPLEG:
     def __init__(
         self,
-        runtime: Any,
-        differ: Any,
-        cache: Any,
-        get_status: Callable[[str], Awaitable[Any]],
+        runtime: RelistSource,
+        differ: Differ,
+        cache: PodCache,
+        get_status: Callable[[str], Awaitable[PodStatus]],
         period: float,
         threshold: float = RELIST_THRESHOLD,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.runtime = runtime
         self.differ = differ
@@ -39,6 +68,7 @@ class GenericPLEG:
         self.get_status = get_status
         self.period = period
         self.threshold = threshold
+        self.clock = clock
         self.events: asyncio.Queue[PodLifecycleEvent] = asyncio.Queue(EVENT_CHANNEL_CAPACITY)
         self.last_relist = 0.0  # monotonic time of the last relist start
         self._last_start = 0.0
@@ -47,8 +77,8 @@ class GenericPLEG:
         self.dropped = 0
 
     async def relist(self) -> None:
-        start_mono = time.monotonic()
-        start = time.time()
+        start_mono = self.clock.monotonic()
+        start = self.clock.time()
         if self._last_start:
             metrics.PLEG_RELIST_INTERVAL.observe(start_mono - self._last_start)
         self._last_start = start_mono
@@ -95,7 +125,7 @@ class GenericPLEG:
         self.relists += 1
         metrics.RUNNING_PODS.set(self.differ.running_pods)
         metrics.RUNNING_CONTAINERS.labels("running").set(self.differ.running_containers)
-        metrics.PLEG_RELIST_DURATION.observe(time.monotonic() - start_mono)
+        metrics.PLEG_RELIST_DURATION.observe(self.clock.monotonic() - start_mono)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -111,7 +141,7 @@ class GenericPLEG:
     def healthy(self) -> str | None:
         if not self.last_relist:
             return None  # not started yet: the syncloop check covers a stuck start
-        ago = time.monotonic() - self.last_relist
+        ago = self.clock.monotonic() - self.last_relist
         if ago > self.threshold:
             return f"pleg was last seen active {ago:.0f}s ago; threshold is {self.threshold:.0f}s"
         return None

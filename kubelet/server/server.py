@@ -17,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kubelet.kuberuntime.logs import LogOptionsError, LogTargetError, parse_options
+from kubelet.kuberuntime.logs import LogOptions, LogOptionsError, LogTargetError, parse_options
 from kubelet.server.auth import ServerAuth, api_verb
 
 log = logging.getLogger(__name__)
@@ -25,20 +25,58 @@ log = logging.getLogger(__name__)
 HealthCheck = Callable[[], str | None]
 
 
+class SummaryProvider(Protocol):
+    def summary(self) -> dict[str, Any]:
+        """/stats/summary; blocking (reads cgroup files): called off the event loop."""
+        ...
+
+
 class NodeView(Protocol):
+    """What the servers read of the node (the HostInterface upstream)."""
+
+    @property
+    def stats(self) -> SummaryProvider | None: ...
+
+    @property
+    def resource_registry(self) -> CollectorRegistry | None: ...
+
     def get_pods(self) -> list[dict[str, Any]]: ...
 
     def healthz_checks(self) -> dict[str, HealthCheck]: ...
 
+    async def container_logs(
+        self,
+        namespace_: str,
+        pod_name: str,
+        container: str,
+        opts: LogOptions,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        """Stream a container's log; raises LogTargetError before the first byte."""
+        ...
+
 
 class NoPods:
     """What the servers see before the pod machinery exists (and in tests)."""
+
+    stats: SummaryProvider | None = None
+    resource_registry: CollectorRegistry | None = None
 
     def get_pods(self) -> list[dict[str, Any]]:
         return []
 
     def healthz_checks(self) -> dict[str, HealthCheck]:
         return {}
+
+    async def container_logs(
+        self,
+        namespace_: str,
+        pod_name: str,
+        container: str,
+        opts: LogOptions,
+        write: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        raise LogTargetError(f'pod "{pod_name}" does not exist', 404)
 
 
 def _run_checks(checks: dict[str, HealthCheck]) -> tuple[bool, list[str]]:
@@ -99,7 +137,7 @@ def _add_common(
         return resp
 
     async def summary(_: web.Request) -> web.Response:
-        provider = getattr(node(), "stats", None)
+        provider = node().stats
         if provider is None:
             raise web.HTTPNotFound(text="no stats provider")
         # Reading a few thousand cgroup files is blocking work: off the event loop.
@@ -107,7 +145,7 @@ def _add_common(
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def resource(_: web.Request) -> web.Response:
-        reg = getattr(node(), "resource_registry", None)
+        reg = node().resource_registry
         if reg is None:
             raise web.HTTPNotFound(text="no stats provider")
         data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reg)
@@ -168,9 +206,6 @@ async def container_logs(request: web.Request, node: NodeView) -> web.StreamResp
     """GET /containerLogs/{namespace}/{pod}/{container}: what `kubectl logs` reaches
     through the API server. Errors before the first byte are 4xx with the reason;
     the log itself streams as chunked text/plain."""
-    stream = getattr(node, "container_logs", None)
-    if stream is None:
-        raise web.HTTPNotFound(text="no container logs here")
     try:
         opts = parse_options(request.query)
     except LogOptionsError as err:
@@ -185,7 +220,7 @@ async def container_logs(request: web.Request, node: NodeView) -> web.StreamResp
 
     m = request.match_info
     try:
-        await stream(m["namespace"], m["pod"], m["container"], opts, write)
+        await node.container_logs(m["namespace"], m["pod"], m["container"], opts, write)
     except LogTargetError as err:
         if resp.prepared:  # the status line is gone: end the stream
             log.warning("container logs %s: %s", request.path, err)

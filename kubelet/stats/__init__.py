@@ -16,13 +16,14 @@ from kubelet.stats.types import CgroupStats
 native: ModuleType | None
 if kubelet.__impl__ == "native":
     try:
-        from kubelet.stats import cgstats as native
+        from kubelet.stats import cgstats
     except ImportError as err:  # never fall back to the slow path silently
         raise ImportError(
             "the Cython stats module kubelet.stats.cgstats is missing; rebuild with "
             "`pip install -e .` (or set KUBELET_IMPL=reference in tests)"
         ) from err
-    impl: ModuleType = reference if native is None else native
+    native = cgstats
+    impl: ModuleType = cgstats
 else:
     try:
         from kubelet.stats import cgstats as native

@@ -138,21 +138,9 @@ class StatusManager:
         self.enqueue(uid)
         return True
 
-    def terminate(self, uid: str, reason_phase: str | None = None) -> None:
-        cur = self._statuses.get(uid)
-        if cur is None:
-            return
-        st = dict(cur.status)
-        if reason_phase and st.get("phase") not in ("Succeeded", "Failed"):
-            st["phase"] = reason_phase
-        self.set_pod_status(uid, st)
-
     def remove(self, uid: str) -> None:
         self._statuses.pop(uid, None)
         self._in_sync.pop(uid, None)
-
-    def uids(self) -> list[str]:
-        return list(self._statuses)
 
     # ------------------------------------------------------------ API writes
     def enqueue(self, uid: str) -> None:

@@ -19,8 +19,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 import kubelet
+
+
+class PodWorkQueue(Protocol):
+    """The pod work queue as the pod workers and the syncLoop use it."""
+
+    def enqueue(self, key: str, delay: float) -> None: ...
+
+    def get_work(self, now: float | None = None) -> list[str]: ...
+
+    def remove(self, key: str) -> None: ...
 
 
 class ReferenceWorkQueue:

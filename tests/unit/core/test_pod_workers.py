@@ -6,8 +6,10 @@ import asyncio
 from typing import Any
 
 from kubelet.container.cache import Cache
-from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
-from kubelet.util.workqueue import WorkQueue
+from kubelet.container.runtime import PodStatus, empty_status
+from kubelet.pod_workers import PodSyncResult, PodWork, PodWorkers, UpdateType
+from kubelet.util.clock import FakeClock
+from kubelet.util.workqueue import ReferenceWorkQueue, WorkQueue
 
 
 def pod(uid: str, gen: int = 0) -> dict[str, Any]:
@@ -27,23 +29,27 @@ class Recorder:
         self.active = 0
         self.max_active = 0
 
-    async def sync(self, p: dict[str, Any], status: Any) -> bool:
+        self.result = PodSyncResult()
+
+    async def sync_pod(
+        self, update: UpdateType, p: dict[str, Any], status: PodStatus
+    ) -> PodSyncResult:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         await self.gate.wait()
         self.syncs.append((p["metadata"]["uid"], p["metadata"]["generation"]))
         self.active -= 1
-        return False
+        return self.result
 
-    async def terminate(self, p: dict[str, Any], grace: int | None) -> None:
+    async def sync_terminating_pod(self, p: dict[str, Any], grace: int | None) -> None:
         self.kills.append((p["metadata"]["uid"], grace))
 
-    async def cleanup(self, p: dict[str, Any]) -> None:
+    async def sync_terminated_pod(self, p: dict[str, Any]) -> None:
         self.cleanups.append(p["metadata"]["uid"])
 
 
 def workers(r: Recorder, cache: Cache) -> PodWorkers:
-    return PodWorkers(r.sync, r.terminate, r.cleanup, cache, WorkQueue(), resync_interval=60)
+    return PodWorkers(r, cache, WorkQueue(), resync_interval=60)
 
 
 async def settle() -> None:
@@ -94,6 +100,45 @@ async def test_worker_waits_for_a_newer_cache_status() -> None:
     w.update_pod(PodWork(pod("a"), UpdateType.CREATE))
     await settle()
     assert r.syncs == []  # no relist has happened yet
-    cache.set("a", object(), None, 5.0)
+    cache.set("a", empty_status("a"), None, 5.0)
     await settle()
     assert r.syncs == [("a", 0)]
+
+
+async def test_result_decides_when_the_pod_is_looked_at_again() -> None:
+    """A back-off deadline in the result brings the retry forward; an error
+    without one waits the worker's back-off; success waits the resync period."""
+    r, cache, clock = Recorder(), Cache(), FakeClock()
+    cache.update_time(1e18)
+    q = ReferenceWorkQueue(clock=clock.monotonic)
+    w = PodWorkers(r, cache, q, resync_interval=60, backoff_period=10, clock=clock)
+
+    async def due_after(seconds: float) -> list[str]:
+        clock.step(seconds)
+        return q.get_work()
+
+    r.result = PodSyncResult(error="CrashLoopBackOff", retry_after=2.5)
+    w.update_pod(PodWork(pod("a"), UpdateType.CREATE))
+    await settle()
+    assert await due_after(2.4) == [] and await due_after(0.2) == ["a"]
+
+    r.result = PodSyncResult(error="runtime down")
+    w.update_pod(PodWork(pod("a"), UpdateType.SYNC))
+    await settle()
+    assert await due_after(9.9) == [] and await due_after(0.2) == ["a"]
+
+    r.result = PodSyncResult(error="long back-off", retry_after=300)
+    w.update_pod(PodWork(pod("a"), UpdateType.SYNC))
+    await settle()
+    assert await due_after(10.1) == ["a"]  # never later than the worker's own back-off
+
+    r.result = PodSyncResult()
+    w.update_pod(PodWork(pod("a"), UpdateType.SYNC))
+    await settle()
+    assert await due_after(59) == [] and await due_after(31) == ["a"]  # 60 s + up to 50 %
+
+    r.result = PodSyncResult(terminal=True)
+    w.update_pod(PodWork(pod("a"), UpdateType.SYNC))
+    await settle()
+    assert r.kills == [("a", None)]  # a finished pod is torn down at once
+    assert await due_after(1000) == []

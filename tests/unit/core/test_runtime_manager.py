@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,8 +10,10 @@ import pytest
 from kubelet.config.common import apply_defaults
 from kubelet.cri import errors
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
+from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.util.clock import FakeClock
 
 
 def pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
@@ -30,7 +33,12 @@ def c(name: str, image: str = "busybox:1.36", **kw: Any) -> dict[str, Any]:
 @pytest.fixture
 def rm(tmp_path) -> tuple[RuntimeManager, FakeRuntimeService, FakeImageService]:  # type: ignore[no-untyped-def]
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
-    return RuntimeManager(rt, img, str(tmp_path), crash_backoff=Backoff(10, 300)), rt, img
+    return manager(tmp_path, rt, img, crash_backoff=Backoff(10, 300)), rt, img
+
+
+def manager(tmp_path, rt, img, **kw: Any) -> RuntimeManager:  # type: ignore[no-untyped-def]
+    helper = PodRuntimeHelper(str(tmp_path), "/etc/resolv.conf")
+    return RuntimeManager(rt, img, helper, str(tmp_path), **kw)
 
 
 async def status(m: RuntimeManager, p: dict[str, Any]):  # type: ignore[no-untyped-def]
@@ -147,7 +155,7 @@ class RecordingRecorder:
 async def test_container_events_point_at_their_container(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
     rec = RecordingRecorder()
-    m = RuntimeManager(rt, img, str(tmp_path), recorder=rec)
+    m = manager(tmp_path, rt, img, recorder=rec)
     p = pod([c("app")], initContainers=[c("setup", image="busybox:other")])
     await m.sync_pod(p, await status(m, p))  # pulls and starts the init container
     paths = {(reason, ref.get("fieldPath")) for ref, _, reason, _ in rec.events}
@@ -160,3 +168,62 @@ async def test_container_events_point_at_their_container(tmp_path) -> None:  # t
     assert all(
         ref["kind"] == "Pod" and ref["uid"] == p["metadata"]["uid"] for ref, *_ in rec.events
     )
+
+
+async def crash_twice(m: RuntimeManager, rt: FakeRuntimeService, p: dict[str, Any], ago: float):  # type: ignore[no-untyped-def]
+    """Run p's container, let it fail, restart it, and let it fail again `ago`
+    seconds before now: it is then in its first 10 s CrashLoopBackOff."""
+    await m.sync_pod(p, await status(m, p))
+    rt.set_exited((await status(m, p)).containers[0].id, 1)
+    assert (await m.sync_pod(p, await status(m, p))).ok  # first restart is immediate
+    cid = (await status(m, p)).containers[0].id
+    rt.set_exited(cid, 1)
+    rt.containers[cid].finished_at -= int(ago * 1e9)
+    return await status(m, p)
+
+
+async def test_concurrent_syncs_keep_their_own_backoff_deadlines(rm) -> None:  # type: ignore[no-untyped-def]
+    """Many pods sync at once through one RuntimeManager: each result must carry
+    its own pod's back-off. (A deadline kept on the manager itself gave the
+    fresh crash the other pod's 2 s, and could hand a healthy pod a deadline.)"""
+    m, rt, _ = rm
+    fresh = pod([c("x")])
+    fresh["metadata"]["uid"] = "fresh"
+    older = pod([c("x")])
+    older["metadata"]["uid"] = "older"
+    healthy = pod([c("x")])
+    healthy["metadata"]["uid"] = "healthy"
+    st_fresh = await crash_twice(m, rt, fresh, ago=0)
+    st_older = await crash_twice(m, rt, older, ago=8)
+    await m.sync_pod(healthy, await status(m, healthy))
+    r_fresh, r_older, r_healthy = await asyncio.gather(
+        m.sync_pod(fresh, st_fresh),
+        m.sync_pod(older, st_older),
+        m.sync_pod(healthy, await status(m, healthy)),
+    )
+    assert r_fresh.retry_after is not None and 9 < r_fresh.retry_after <= 10
+    assert r_older.retry_after is not None and 1 < r_older.retry_after <= 2.1
+    assert r_healthy.ok and r_healthy.retry_after is None
+
+
+async def test_image_pull_backoff_doubles_from_each_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ImagePullBackOff: after each failed pull, wait 10 s, 20 s, 40 s ... counted
+    from that failure; between pulls the sync says how long is left."""
+    clock = FakeClock()
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    m = manager(tmp_path, rt, img, image_backoff=Backoff(10, 300, clock=clock.time))
+    p = pod([c("y", "example.com/app:missing")])
+    u = p["metadata"]["uid"]
+
+    async def sync() -> tuple[str, float | None, int]:
+        res = await m.sync_pod(p, await status(m, p))
+        return m.waiting[u]["y"][0], res.retry_after, len(img.called("pull_image"))
+
+    assert await sync() == ("ErrImagePull", None, 1)
+    for wait, pulls in ((10, 2), (20, 3), (40, 4)):
+        clock.step(wait - 1)
+        reason, retry, n = await sync()
+        assert (reason, n) == ("ImagePullBackOff", pulls - 1)
+        assert retry is not None and abs(retry - 1) < 1e-6  # 1 s left of this back-off
+        clock.step(1.01)
+        assert (await sync())[::2] == ("ErrImagePull", pulls)

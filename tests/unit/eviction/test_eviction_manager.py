@@ -39,7 +39,7 @@ class Harness:
             self.config,
             lambda: list(self.pods),
             evict,
-            lambda p: self.usage.get(p["metadata"]["uid"]),
+            lambda: self.usage,
             "/",
             observe_fn=lambda: {"memory.available": Observation(self.available, 8 * GiB)},
             clock=lambda: self.now,

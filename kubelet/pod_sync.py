@@ -1,0 +1,211 @@
+"""The pod lifecycle behind the pod workers (Kubelet.SyncPod, SyncTerminatingPod
+and SyncTerminatedPod in kubelet.go): everything done to one pod, in one place.
+
+A sync makes the pod's directories and cgroup, keeps its mirror pod, asks the
+runtime manager to bring the containers to the spec, and turns what the
+runtime reports into the pod's API status. Terminating stops the containers
+within the grace period and reports their final state; terminated releases
+what the pod held (runtime objects, cgroup, directories, admission).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+
+from kubelet import metrics
+from kubelet.cm.cgroup_manager import PodContainerManager
+from kubelet.container.cache import PodCache
+from kubelet.container.runtime import PodStatus
+from kubelet.events import Recorder
+from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.lifecycle.predicate import Admitter
+from kubelet.mirror_client import MirrorClient, mirror_matches
+from kubelet.pod_workers import PodSyncResult, UpdateType
+from kubelet.podmanager import PodManager
+from kubelet.prober.prober_manager import ProbeManager
+from kubelet.status import generate
+from kubelet.status.status_manager import StatusManager
+from kubelet.types import Pod, full_name, is_static, name, namespace, object_ref, uid
+from kubelet.unsupported import unsupported_fields
+from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.workqueue import PodWorkQueue
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+class KubeletPodSyncer:
+    """Implements pod_workers.PodSyncer for the Kubelet. Per-pod state lives in
+    dicts keyed by UID and is touched only by that pod's worker (or by the
+    syncLoop, which never awaits between reading and writing it)."""
+
+    def __init__(
+        self,
+        root_dir: str,
+        node_ips: list[str],
+        runtime_manager: RuntimeManager,
+        status_manager: StatusManager,
+        probes: ProbeManager,
+        pod_manager: PodManager,
+        cache: PodCache,
+        work_queue: PodWorkQueue,
+        admitter: Admitter,
+        pod_cgroups: PodContainerManager | None = None,
+        mirror_client: MirrorClient | None = None,
+        recorder: Recorder | None = None,
+        clock: Clock = REAL_CLOCK,
+    ) -> None:
+        self.root_dir = root_dir
+        self.node_ips = node_ips
+        self.runtime_manager = runtime_manager
+        self.status_manager = status_manager
+        self.probes = probes
+        self.pod_manager = pod_manager
+        self.cache = cache
+        self.work_queue = work_queue
+        self.admitter = admitter
+        self.pod_cgroups = pod_cgroups
+        self.mirror_client = mirror_client
+        self.recorder = recorder
+        self.clock = clock
+        self._pod_dirs: set[str] = set()
+        self._cgroups_made: set[str] = set()
+        self._warned: set[str] = set()  # pods told which of their fields are not implemented
+        self._evicted: dict[str, tuple[str, str]] = {}  # uid -> (reason, message)
+        self._first_seen: dict[str, float] = {}
+        self._started_running: set[str] = set()
+
+    # ------------------------------------------------------- from the loop
+    def pod_seen(self, pod_uid: str) -> None:
+        """The pod was first seen by a source: start of its startup latency."""
+        self._first_seen.setdefault(pod_uid, self.clock.monotonic())
+
+    def mark_evicted(self, pod_uid: str, reason: str, message: str) -> None:
+        """The pod is being evicted: its final status says so."""
+        self._evicted[pod_uid] = (reason, message)
+
+    def is_evicted(self, pod_uid: str) -> bool:
+        return pod_uid in self._evicted
+
+    def pod_dir(self, pod_uid: str) -> str:
+        return os.path.join(self.root_dir, "pods", pod_uid)
+
+    # ---------------------------------------------------------------- sync
+    async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
+        u = uid(pod)
+        if u not in self._pod_dirs:
+            # Once per pod: a couple of mkdirs, not worth a thread hop.
+            pod_dir = self.pod_dir(u)
+            os.makedirs(os.path.join(pod_dir, "volumes"), exist_ok=True)
+            os.makedirs(os.path.join(pod_dir, "plugins"), exist_ok=True)
+            self._pod_dirs.add(u)
+        if u not in self._warned:
+            self._warned.add(u)
+            self._warn_unsupported(pod)
+        old = self.status_manager.get(u)
+        if old is not None and old.get("phase") in TERMINAL:
+            return PodSyncResult(terminal=True)
+        if self.pod_cgroups is not None and u not in self._cgroups_made:
+            # Before the sandbox: the runtime puts the pod under this cgroup.
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            self._cgroups_made.add(u)
+        if self.mirror_client is not None and is_static(pod):
+            await self._ensure_mirror(pod)
+        self.probes.add_pod(pod)
+        result = await self.runtime_manager.sync_pod(pod, status)
+        waiting = self.runtime_manager.waiting.get(u, {})
+        api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
+        self.status_manager.set_pod_status(u, api)
+        if api["phase"] == "Running" and u not in self._started_running:
+            self._started_running.add(u)
+            seen = self._first_seen.get(u)
+            if seen is not None:
+                metrics.POD_START_DURATION.observe(self.clock.monotonic() - seen)
+        if api["phase"] in TERMINAL:
+            self.admitter.release(u)
+            return PodSyncResult(terminal=True)
+        if not result.ok:
+            return PodSyncResult(error="; ".join(result.errors), retry_after=result.retry_after)
+        return PodSyncResult()
+
+    def _warn_unsupported(self, pod: Pod) -> None:
+        """Nothing silently ignored: name every field this kubelet does not
+        implement yet, once per pod, as a Warning event and a log line."""
+        fields = unsupported_fields(pod)
+        if not fields:
+            return
+        msg = "Fields not implemented by this kubelet, ignored: " + ", ".join(fields)
+        log.warning("Pod %s: %s", full_name(pod), msg)
+        if self.recorder is not None:
+            self.recorder.event(object_ref(pod), "Warning", "UnsupportedPodFields", msg)
+
+    async def _ensure_mirror(self, pod: Pod) -> None:
+        """Create the static pod's mirror pod, replacing one that is out of date."""
+        assert self.mirror_client is not None
+        mirror = self.pod_manager.get_mirror(pod)
+        if mirror is not None and mirror_matches(pod, mirror):
+            return
+        try:
+            # Outdated, or being deleted by a user (which would wait for a kubelet
+            # that never runs it): delete it now, with grace 0, and make a new one.
+            if mirror is not None:
+                await self.mirror_client.delete(mirror)
+            await self.mirror_client.create(pod)
+        except Exception as err:
+            log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
+
+    async def delete_orphaned_mirror(self, mirror: Pod) -> None:
+        """A mirror pod whose static pod is gone."""
+        if self.mirror_client is None:
+            return
+        try:
+            await self.mirror_client.delete(mirror)
+        except Exception as err:
+            log.warning("Failed deleting mirror pod %s: %s", full_name(mirror), err)
+
+    # ---------------------------------------------------------- terminating
+    async def sync_terminating_pod(self, pod: Pod, grace: int | None) -> None:
+        u = uid(pod)
+        self.probes.remove_pod(u)
+        rm = self.runtime_manager
+        status = await rm.get_pod_status(u, name(pod), namespace(pod))
+        await rm.kill_pod(pod, status, grace, remove=False)
+        # Report the final state of every container.
+        final = await rm.get_pod_status(u, name(pod), namespace(pod))
+        old = self.status_manager.get(u)
+        api = generate.generate(pod, final, {}, self.node_ips, old)
+        evicted = self._evicted.get(u)
+        if evicted is not None:
+            api["phase"] = "Failed"
+            api["reason"], api["message"] = evicted
+        if api["phase"] not in TERMINAL and (
+            pod["metadata"].get("deletionTimestamp") or self.pod_manager.get(u) is None
+        ):
+            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
+        self.status_manager.set_pod_status(u, api)
+
+    # ----------------------------------------------------------- terminated
+    async def sync_terminated_pod(self, pod: Pod) -> None:
+        u = uid(pod)
+        rm = self.runtime_manager
+        status = await rm.get_pod_status(u, name(pod), namespace(pod))
+        await rm.kill_pod(pod, status, 0, remove=True)
+        self.status_manager.remove(u)
+        self.admitter.release(u)
+        self.cache.delete(u)
+        self.work_queue.remove(u)
+        self.forget(u)
+        loop = asyncio.get_running_loop()
+        if self.pod_cgroups is not None:
+            await loop.run_in_executor(None, self.pod_cgroups.destroy, pod)
+        await loop.run_in_executor(None, shutil.rmtree, self.pod_dir(u), True)
+
+    def forget(self, pod_uid: str) -> None:
+        for s in (self._pod_dirs, self._cgroups_made, self._warned, self._started_running):
+            s.discard(pod_uid)
+        self._evicted.pop(pod_uid, None)
+        self._first_seen.pop(pod_uid, None)
