@@ -1,0 +1,1 @@
+"""Image garbage collection (pkg/kubelet/images upstream)."""
