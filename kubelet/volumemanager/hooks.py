@@ -1,0 +1,36 @@
+"""Optional plugin methods the volume manager looks for beyond VolumePlugin.
+
+VolumePlugin's set_up fills the directory the manager hands it, which is
+where the container's bind mount then comes from. Two kinds of plugin need
+more, and implement these methods next to set_up (checked with getattr, so
+plugins that do not need them, like configMap, stay plain VolumePlugins).
+A plugin may also set a class attribute `selinux_relabel = True` (upstream's
+Attributes.SELinuxRelabel) for volumes the runtime should relabel.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from kubelet.volume import Pod, VolumeSpec
+from kubelet.volumemanager import MountedVolume
+
+
+@runtime_checkable
+class ExternalPathPlugin(Protocol):
+    """The volume lives elsewhere on the host (hostPath, a PVC's hostPath or
+    local PV): set_up_volume checks or prepares it and says where it is and
+    whether it must be mounted read-only. The manager calls this instead of
+    set_up."""
+
+    async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume: ...
+
+
+@runtime_checkable
+class AdoptingPlugin(Protocol):
+    """After a kubelet restart the manager finds `dir` on disk. Return False
+    when it is not usable as it is (a Memory emptyDir whose tmpfs is gone after
+    a reboot): the manager then sets the volume up again. Plugins without this
+    method have every directory found adopted."""
+
+    def can_adopt(self, spec: VolumeSpec, dir: str, mounted_fstype: str | None) -> bool: ...
