@@ -1,0 +1,1 @@
+"""Container log rotation (pkg/kubelet/logs upstream)."""
