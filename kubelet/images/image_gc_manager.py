@@ -28,10 +28,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
+
+if TYPE_CHECKING:
+    from kubelet.apis.config import KubeletConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,24 @@ class ImageGCManager:
         self.began = clock()  # beganGC: max_age waits for this much uptime first
         self.records: dict[str, _Record] = {}
         self._lock = asyncio.Lock()  # one pass at a time over the records
+
+    @classmethod
+    def from_config(
+        cls,
+        config: KubeletConfiguration,
+        images: ImageService,
+        runtime: RuntimeService,
+        **kw: Any,
+    ) -> ImageGCManager:
+        """imageGCHighThresholdPercent, imageGCLowThresholdPercent, imageMinimumGCAge and
+        imageMaximumGCAge; `kw` as for the constructor."""
+        policy = ImageGCPolicy(
+            high_threshold_percent=config.image_gc_high_threshold_percent,
+            low_threshold_percent=config.image_gc_low_threshold_percent,
+            min_age=config.image_minimum_gc_age,
+            max_age=config.image_maximum_gc_age,
+        )
+        return cls(images, runtime, policy, **kw)
 
     async def run(self, stop: asyncio.Event) -> None:
         """A pass now, then every period until `stop` is set. As upstream, only a

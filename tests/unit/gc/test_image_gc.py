@@ -242,3 +242,12 @@ async def test_delete_unused_images_frees_everything_eligible() -> None:
     await n.use("sha256:e")
     res = await n.gc.delete_unused_images()
     assert n.present() == {"e"} and res.freed == 400 * MiB
+
+
+def test_from_config_reads_the_kubelet_configuration() -> None:
+    from kubelet.apis.config import KubeletConfiguration
+
+    cfg = KubeletConfiguration()
+    cfg.image_maximum_gc_age = 3600.0
+    m = ImageGCManager.from_config(cfg, DiskImages(Disk(1, 0)), FakeRuntimeService())
+    assert m.policy == ImageGCPolicy(85, 80, 120.0, 3600.0)
