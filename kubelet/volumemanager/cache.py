@@ -1,0 +1,93 @@
+"""Desired and actual state of world (volumemanager/cache upstream).
+
+Both are plain maps keyed by pod UID, touched only on the event loop. A volume
+is identified inside its pod by (plugin name, volume name): the same pair names
+its directory `<root>/pods/<uid>/volumes/<plugin~escaped>/<name>`, which is
+what a restart finds on disk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kubelet.volume import Pod, VolumePlugin, VolumeSpec
+from kubelet.volumemanager import MountedVolume
+
+VolumeKey = tuple[str, str]  # (plugin name, volume name)
+
+
+@dataclass
+class VolumeToMount:
+    """One wanted volume of one pod."""
+
+    name: str
+    spec: VolumeSpec
+    plugin: VolumePlugin | None
+    plugin_name: str
+    dir: str
+    # Why no plugin can serve it; such a volume is never set up.
+    unsupported: str = ""
+    remount_requested: bool = False
+
+    @property
+    def key(self) -> VolumeKey:
+        return (self.plugin_name, self.name)
+
+
+@dataclass
+class PodToMount:
+    uid: str
+    pod: Pod
+    volumes: dict[str, VolumeToMount]
+    # All volumes were mounted when last looked at; on_pod_ready fires on the
+    # transition to True only.
+    ready: bool = False
+
+
+class DesiredStateOfWorld:
+    def __init__(self) -> None:
+        self.pods: dict[str, PodToMount] = {}
+
+
+class State(Enum):
+    MOUNTED = "mounted"
+    # Found on disk after a restart, not claimed by a wanted volume yet.
+    FOUND = "found"
+    # A set-up failed and may have left something behind: torn down when no
+    # longer wanted, never adopted.
+    UNCERTAIN = "uncertain"
+
+
+@dataclass
+class MountedEntry:
+    plugin_name: str
+    name: str
+    dir: str
+    state: State
+    volume: MountedVolume | None = None  # set in MOUNTED
+    fstype: str | None = None  # what was mounted at dir when found on disk
+    remount_at: float = math.inf
+
+    @property
+    def key(self) -> VolumeKey:
+        return (self.plugin_name, self.name)
+
+
+@dataclass
+class PodMounts:
+    entries: dict[VolumeKey, MountedEntry] = field(default_factory=dict)
+    # The pod is gone (remove_pod, or housekeeping found it orphaned): tear
+    # down everything, including volumes found on disk and never claimed.
+    release: bool = False
+
+
+class ActualStateOfWorld:
+    def __init__(self) -> None:
+        self.pods: dict[str, PodMounts] = {}
+
+    def mounted(self, uid: str, key: VolumeKey) -> MountedVolume | None:
+        pm = self.pods.get(uid)
+        entry = pm.entries.get(key) if pm else None
+        return entry.volume if entry is not None and entry.state is State.MOUNTED else None

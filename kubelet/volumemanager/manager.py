@@ -1,0 +1,560 @@
+"""The volume manager (volumemanager.go, populator, reconciler upstream).
+
+add_pod/remove_pod fill the desired state; the reconciler brings the actual
+state to it. Unlike upstream's reconciler, which walks every volume of every
+pod each 100 ms, this one is driven by a set of dirty pod UIDs and a timer
+heap (back-off expiries, periodic remounts), so a node with 5,000 quiet pods
+costs nothing between changes. Each set-up or tear-down runs as its own task,
+one per volume at a time, with upstream's exponential back-off per failing
+volume, so a slow or failing volume never holds up another.
+
+After a restart, `reconstruct()` (run() does it first) records the volume
+dirs found on disk; a pod added later claims them without setting them up
+again, and housekeeping's `cleanup_orphaned_pods(keep)` tears down those of
+pods that no longer exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import random
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from kubelet.types import object_ref
+from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.volume import Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
+from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.volumemanager.cache import (
+    ActualStateOfWorld,
+    DesiredStateOfWorld,
+    MountedEntry,
+    PodMounts,
+    PodToMount,
+    State,
+    VolumeToMount,
+)
+from kubelet.volumemanager.hooks import AdoptingPlugin, ExternalPathPlugin
+from kubelet.volumemanager.operations import MOUNT, UNMOUNT, OpKey, PendingOperations
+from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
+
+log = logging.getLogger(__name__)
+
+# (involved object ref, type, reason, message): EventRecorder.event's signature.
+Recorder = Callable[[dict[str, str], str, str, str], None]
+
+FAILED_MOUNT = "FailedMount"
+REMOUNT_PERIOD = 60.0
+REMOUNT_JITTER = 0.2  # up to +20 %, so pods added together do not remount together
+
+# Volume sources no plugin here will ever serve, with the reason.
+_NOT_SUPPORTED = {
+    "ephemeral": "ephemeral volumes are not supported by this kubelet",
+    "image": "image volumes are not supported by this kubelet",
+}
+
+
+def _uid(pod: Pod) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+def _volume_type(spec: VolumeSpec) -> str:
+    return next((k for k in spec if k != "name"), "")
+
+
+class VolumeManagerImpl:
+    """Implements kubelet.volumemanager.VolumeManager."""
+
+    def __init__(
+        self,
+        host: VolumeHost,
+        plugins: list[VolumePlugin],
+        on_pod_ready: Callable[[str], None] = lambda uid: None,
+        recorder: Recorder | None = None,
+        clock: Clock = REAL_CLOCK,
+        remount_period: float = REMOUNT_PERIOD,
+        mountinfo: str = mountutil.MOUNTINFO,
+    ) -> None:
+        self.host = host
+        self.plugins = list(plugins)
+        self._by_name = {p.name: p for p in self.plugins}
+        self.on_pod_ready = on_pod_ready
+        self.recorder = recorder
+        self.clock = clock
+        self.remount_period = remount_period
+        self.mountinfo = mountinfo
+        self.dsw = DesiredStateOfWorld()
+        self.asw = ActualStateOfWorld()
+        self.ops = PendingOperations(clock)
+        self._dirty: set[str] = set()
+        self._timers: list[tuple[float, int, str]] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._unmount_waiters: dict[str, asyncio.Event] = {}
+        self._reconstructed = False
+
+    # ------------------------------------------------------------------ API
+
+    def add_pod(self, pod: Pod) -> None:
+        uid = _uid(pod)
+        have = self.asw.pods.get(uid)
+        if have is not None:
+            have.release = False
+        known = self.dsw.pods.get(uid)
+        if known is not None:
+            # Volumes are immutable; new labels or annotations reach
+            # downwardAPI files through a remount (upstream remounts on every
+            # pod sync; this is the part of that which can change content).
+            old_meta, new_meta = known.pod.get("metadata", {}), pod.get("metadata", {})
+            known.pod = pod
+            if old_meta.get("labels") != new_meta.get("labels") or old_meta.get(
+                "annotations"
+            ) != new_meta.get("annotations"):
+                self.remount(uid)
+            return
+        volumes: dict[str, VolumeToMount] = {}
+        for spec in pod["spec"].get("volumes") or []:
+            vol = self._volume_to_mount(uid, spec)
+            volumes[vol.name] = vol
+        entry = PodToMount(uid=uid, pod=pod, volumes=volumes)
+        self.dsw.pods[uid] = entry
+        for vol in volumes.values():
+            if vol.unsupported:
+                self._event(pod, vol.name, vol.unsupported)
+            else:
+                self._claim_found(entry, vol)
+        entry.ready = not self._unmounted_names(entry)
+        if not entry.ready or have is not None:
+            self._mark_dirty(uid)
+
+    def remove_pod(self, pod_uid: str) -> None:
+        want = self.dsw.pods.pop(pod_uid, None)
+        if want is not None:
+            for vol in want.volumes.values():
+                self.ops.succeeded((pod_uid, vol.plugin_name, vol.name), MOUNT)
+        have = self.asw.pods.get(pod_uid)
+        if have is not None:
+            have.release = True
+            self._mark_dirty(pod_uid)
+        self._notify_unmounted(pod_uid)
+
+    def unmounted_volumes(self, pod: Pod) -> list[str]:
+        want = self.dsw.pods.get(_uid(pod))
+        if want is None:
+            return [v["name"] for v in pod["spec"].get("volumes") or []]
+        return self._unmounted_names(want)
+
+    def get_mounted_volumes(self, pod_uid: str) -> Mapping[str, MountedVolume]:
+        have = self.asw.pods.get(pod_uid)
+        if have is None:
+            return {}
+        return {
+            e.name: e.volume
+            for e in have.entries.values()
+            if e.state is State.MOUNTED and e.volume is not None
+        }
+
+    async def wait_for_unmount(self, pod_uid: str, timeout: float) -> bool:
+        if self._is_unmounted(pod_uid):
+            return True
+        ev = self._unmount_waiters.setdefault(pod_uid, asyncio.Event())
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            return self._is_unmounted(pod_uid)
+        return True
+
+    def remount(self, pod_uid: str) -> None:
+        """Set up again the pod's volumes whose content follows API objects
+        (requires_remount), e.g. on the pod's resync."""
+        want = self.dsw.pods.get(pod_uid)
+        if want is None:
+            return
+        for vol in want.volumes.values():
+            if vol.plugin is not None and vol.plugin.requires_remount:
+                vol.remount_requested = True
+        self._mark_dirty(pod_uid)
+
+    async def reconstruct(self) -> None:
+        """Record the volume dirs found on disk (all pods) in the actual state."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, scan, self.host.root_dir, None, self.mountinfo)
+        self._reconstructed = True
+        n = 0
+        for vols in found.values():
+            for fv in vols or []:
+                n += self._add_found(fv)
+        log.info("volume manager: %d volume dirs found on disk in %d pods", n, len(found))
+
+    async def cleanup_orphaned_pods(self, keep: Collection[str]) -> list[str]:
+        """Housekeeping: tear down the volumes of every pod, on disk or mounted
+        by this kubelet, that is neither in `keep` nor added. Returns the UIDs of
+        pod dirs on disk that have no volumes left (their dirs may be removed)."""
+        keep_set = set(keep)
+        for uid, have in self.asw.pods.items():
+            if uid not in keep_set and uid not in self.dsw.pods and not have.release:
+                have.release = True
+                self._mark_dirty(uid)
+        loop = asyncio.get_running_loop()
+        on_disk = await loop.run_in_executor(None, list_pod_uids, self.host.root_dir)
+        unknown = [
+            u
+            for u in on_disk
+            if u not in keep_set and u not in self.dsw.pods and u not in self.asw.pods
+        ]
+        if not unknown:
+            return []
+        found = await loop.run_in_executor(None, scan, self.host.root_dir, unknown, self.mountinfo)
+        clean: list[str] = []
+        for uid, vols in found.items():
+            # Re-check: the pod may have been added while the disk was read.
+            if uid in keep_set or uid in self.dsw.pods:
+                continue
+            for fv in vols or []:
+                self._add_found(fv)
+            orphan = self.asw.pods.get(uid)
+            if orphan is None:
+                if not vols:
+                    clean.append(uid)
+                continue
+            orphan.release = True
+            self._mark_dirty(uid)
+        return clean
+
+    # ---------------------------------------------------------- reconciler
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if not self._reconstructed:
+            try:
+                await self.reconstruct()
+            except Exception:
+                log.exception("volume manager: reading volume dirs on disk failed")
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                self.reconcile()
+                timeout = None
+                if self._timers:
+                    timeout = max(0.0, self._timers[0][0] - self.clock.monotonic())
+                waker = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait(
+                    {waker, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                waker.cancel()
+        finally:
+            stopper.cancel()
+            await self.ops.cancel_all()
+
+    def poke(self) -> None:
+        """Wake the reconciler (tests: after stepping a fake clock)."""
+        self._wake.set()
+
+    def reconcile(self) -> None:
+        """One pass over the pods that changed or whose timers are due."""
+        now = self.clock.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            self._dirty.add(heapq.heappop(self._timers)[2])
+        dirty, self._dirty = self._dirty, set()
+        for uid in dirty:
+            self._reconcile_pod(uid, now)
+
+    def _reconcile_pod(self, uid: str, now: float) -> None:
+        want = self.dsw.pods.get(uid)
+        have = self.asw.pods.get(uid)
+        wanted_keys = set()
+        if want is not None:
+            for vol in want.volumes.values():
+                if vol.unsupported:
+                    continue
+                wanted_keys.add(vol.key)
+                entry = have.entries.get(vol.key) if have is not None else None
+                if entry is not None and entry.state is State.FOUND:
+                    self._claim_found(want, vol)
+                if entry is not None and entry.state is State.MOUNTED:
+                    assert vol.plugin is not None
+                    if vol.plugin.requires_remount and (
+                        vol.remount_requested or entry.remount_at <= now
+                    ):
+                        self._start_set_up(want, vol, now, remount=True)
+                    continue
+                self._start_set_up(want, vol, now, remount=False)
+            self._check_ready(want)
+        if have is None:
+            return
+        for key, entry in list(have.entries.items()):
+            if key in wanted_keys:
+                continue
+            if want is None and not have.release:
+                continue  # found on disk; the pod may yet be added
+            self._start_tear_down(uid, entry, now)
+        if not have.entries:
+            del self.asw.pods[uid]
+            self._notify_unmounted(uid)
+
+    # ------------------------------------------------------------- set-up
+
+    def _start_set_up(
+        self, want: PodToMount, vol: VolumeToMount, now: float, remount: bool
+    ) -> None:
+        key: OpKey = (want.uid, vol.plugin_name, vol.name)
+        if self.ops.busy(key):
+            return  # its completion marks the pod dirty again
+        at = self.ops.retry_at(key, MOUNT)
+        if at > now:
+            self._schedule(want.uid, at)
+            return
+        vol.remount_requested = False
+        self.ops.start(key, self._set_up(key, want, vol, remount))
+
+    async def _set_up(
+        self, key: OpKey, want: PodToMount, vol: VolumeToMount, remount: bool
+    ) -> None:
+        plugin = vol.plugin
+        assert plugin is not None
+        mounted: MountedVolume | None = None
+        error = ""
+        try:
+            if isinstance(plugin, ExternalPathPlugin):
+                mounted = await plugin.set_up_volume(want.pod, vol.spec, vol.dir)
+            else:
+                await plugin.set_up(want.pod, vol.spec, vol.dir)
+                mounted = MountedVolume(
+                    name=vol.name,
+                    host_path=vol.dir,
+                    selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
+                )
+        except asyncio.CancelledError:
+            self.ops.finish(key)
+            raise
+        except VolumeError as err:
+            error = str(err)
+        except Exception as err:  # a plugin bug must not kill the reconciler
+            log.exception("volume %s of pod %s: set-up raised", vol.name, want.uid)
+            error = str(err) or type(err).__name__
+        self.ops.finish(key)
+        self._set_up_done(key, want, vol, mounted if not error else None, error, remount)
+
+    def _set_up_done(
+        self,
+        key: OpKey,
+        want: PodToMount,
+        vol: VolumeToMount,
+        mounted: MountedVolume | None,
+        error: str,
+        remount: bool,
+    ) -> None:
+        uid = want.uid
+        still_wanted = self.dsw.pods.get(uid) is want
+        have = self.asw.pods.setdefault(uid, PodMounts(release=not still_wanted))
+        entry = have.entries.get(vol.key)
+        if mounted is not None:
+            self.ops.succeeded(key, MOUNT)
+            if entry is None:
+                entry = MountedEntry(vol.plugin_name, vol.name, vol.dir, State.MOUNTED)
+                have.entries[vol.key] = entry
+            entry.state, entry.volume, entry.dir = State.MOUNTED, mounted, vol.dir
+            assert vol.plugin is not None
+            if vol.plugin.requires_remount:
+                entry.remount_at = self.clock.monotonic() + self.remount_period * (
+                    1 + random.random() * REMOUNT_JITTER
+                )
+                self._schedule(uid, entry.remount_at)
+            if still_wanted:
+                self._check_ready(want)
+        else:
+            if entry is None and not isinstance(vol.plugin, ExternalPathPlugin):
+                # It may have left a dir or a mount: tear that down when unwanted.
+                entry = MountedEntry(vol.plugin_name, vol.name, vol.dir, State.UNCERTAIN)
+                have.entries[vol.key] = entry
+            if still_wanted:
+                b = self.ops.failed(key, MOUNT, error)
+                log.warning(
+                    "MountVolume.SetUp failed for volume %r of pod %s (retry in %.1fs): %s",
+                    vol.name, uid, b.duration, error,
+                )  # fmt: skip
+                self._event(want.pod, vol.name, error)
+                if entry is not None and entry.state is State.MOUNTED:
+                    entry.remount_at = b.until  # a failed remount is retried
+                self._schedule(uid, b.until)
+            else:
+                self.ops.succeeded(key, MOUNT)
+        self._mark_dirty(uid)
+
+    # ----------------------------------------------------------- tear-down
+
+    def _start_tear_down(self, uid: str, entry: MountedEntry, now: float) -> None:
+        key: OpKey = (uid, entry.plugin_name, entry.name)
+        if self.ops.busy(key):
+            return
+        at = self.ops.retry_at(key, UNMOUNT)
+        if at > now:
+            self._schedule(uid, at)
+            return
+        self.ops.start(key, self._tear_down(key, uid, entry))
+
+    async def _tear_down(self, key: OpKey, uid: str, entry: MountedEntry) -> None:
+        plugin = self._by_name.get(entry.plugin_name)
+        error = ""
+        try:
+            if plugin is not None:
+                await plugin.tear_down(uid, entry.name, entry.dir)
+            # Whatever the plugin left (or all of it, for a plugin this kubelet
+            # does not have), then the empty volumes/<plugin> dirs above it.
+            pod_dir = os.path.join(self.host.root_dir, "pods", uid)
+            await asyncio.get_running_loop().run_in_executor(
+                None, _clean_volume_dir, entry.dir, pod_dir, self.mountinfo
+            )
+        except asyncio.CancelledError:
+            self.ops.finish(key)
+            raise
+        except VolumeError as err:
+            error = str(err)
+        except Exception as err:
+            log.exception("volume %s of pod %s: tear-down raised", entry.name, uid)
+            error = str(err) or type(err).__name__
+        self.ops.finish(key)
+        have = self.asw.pods.get(uid)
+        if error:
+            b = self.ops.failed(key, UNMOUNT, error)
+            log.warning(
+                "UnmountVolume.TearDown failed for volume %r of pod %s (retry in %.1fs): %s",
+                entry.name, uid, b.duration, error,
+            )  # fmt: skip
+            self._schedule(uid, b.until)
+        else:
+            self.ops.forget(key)
+            if have is not None and have.entries.get(entry.key) is entry:
+                del have.entries[entry.key]
+        self._mark_dirty(uid)
+        self._notify_unmounted(uid)
+
+    # ------------------------------------------------------------- helpers
+
+    def _volume_to_mount(self, uid: str, spec: VolumeSpec) -> VolumeToMount:
+        name = str(spec.get("name", ""))
+        vtype = _volume_type(spec)
+        plugin = None
+        if vtype not in _NOT_SUPPORTED:
+            plugin = next((p for p in self.plugins if p.can_support(spec)), None)
+        if plugin is None:
+            reason = _NOT_SUPPORTED.get(
+                vtype, f'volume type "{vtype}" is not supported by this kubelet'
+            )
+            return VolumeToMount(name, spec, None, "", "", unsupported=reason)
+        return VolumeToMount(
+            name, spec, plugin, plugin.name, self.host.pod_volume_dir(uid, plugin.name, name)
+        )
+
+    def _add_found(self, fv: FoundVolume) -> int:
+        have = self.asw.pods.setdefault(fv.pod_uid, PodMounts())
+        key = (fv.plugin_name, fv.name)
+        if key in have.entries:
+            return 0
+        have.entries[key] = MountedEntry(
+            fv.plugin_name, fv.name, fv.dir, State.FOUND, fstype=fv.fstype
+        )
+        want = self.dsw.pods.get(fv.pod_uid)
+        if want is not None:
+            self._mark_dirty(fv.pod_uid)
+        return 1
+
+    def _claim_found(self, want: PodToMount, vol: VolumeToMount) -> None:
+        have = self.asw.pods.get(want.uid)
+        entry = have.entries.get(vol.key) if have is not None else None
+        if entry is None or entry.state is not State.FOUND or vol.plugin is None:
+            return
+        plugin = vol.plugin
+        if isinstance(plugin, ExternalPathPlugin):
+            # Its content is elsewhere: a dir of its own on disk is stale.
+            entry.state = State.UNCERTAIN
+            return
+        if isinstance(plugin, AdoptingPlugin) and not plugin.can_adopt(
+            vol.spec, entry.dir, entry.fstype
+        ):
+            entry.state = State.UNCERTAIN  # set up again over it
+            return
+        entry.state = State.MOUNTED
+        entry.volume = MountedVolume(
+            name=vol.name,
+            host_path=entry.dir,
+            selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
+        )
+        if plugin.requires_remount:
+            # Its objects may have changed while the kubelet was down.
+            vol.remount_requested = True
+            self._mark_dirty(want.uid)
+        log.info("volume %s of pod %s adopted from disk", vol.name, want.uid)
+
+    def _unmounted_names(self, want: PodToMount) -> list[str]:
+        return [
+            vol.name
+            for vol in want.volumes.values()
+            if vol.unsupported or self.asw.mounted(want.uid, vol.key) is None
+        ]
+
+    def _check_ready(self, want: PodToMount) -> None:
+        if want.ready or self._unmounted_names(want):
+            return
+        want.ready = True
+        try:
+            self.on_pod_ready(want.uid)
+        except Exception:
+            log.exception("on_pod_ready(%s) raised", want.uid)
+
+    def _is_unmounted(self, uid: str) -> bool:
+        return uid not in self.asw.pods and not self.ops.pod_busy(uid) and uid not in self.dsw.pods
+
+    def _notify_unmounted(self, uid: str) -> None:
+        if self._is_unmounted(uid):
+            ev = self._unmount_waiters.pop(uid, None)
+            if ev is not None:
+                ev.set()
+
+    def _event(self, pod: Pod, volume: str, error: str) -> None:
+        if self.recorder is None:
+            return
+        msg = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
+        try:
+            self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
+        except Exception:
+            log.exception("recording FailedMount for pod %s", pod["metadata"].get("name"))
+
+    def _mark_dirty(self, uid: str) -> None:
+        self._dirty.add(uid)
+        self._wake.set()
+
+    def _schedule(self, uid: str, at: float) -> None:
+        self._seq += 1
+        heapq.heappush(self._timers, (at, self._seq, uid))
+        self._wake.set()
+
+    def debug_state(self) -> dict[str, Any]:
+        """For tests and /debug: counts of both worlds."""
+        return {
+            "desired_pods": len(self.dsw.pods),
+            "actual_pods": len(self.asw.pods),
+            "timers": len(self._timers),
+        }
+
+
+def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
+    if not dir:
+        return
+    if os.path.lexists(dir):
+        table = mountutil.mount_table(mountinfo)
+        if mountutil.mount_fstype(dir, table) is not None:
+            try:
+                mountutil.umount(dir)
+            except OSError as err:
+                raise VolumeError(
+                    f"unmount failed: {mountutil.lowercase_strerror(err)}\nUnmounting arguments: {dir}"
+                ) from err
+        try:
+            mountutil.remove_all_one_filesystem(dir)
+        except OSError as err:
+            raise VolumeError(mountutil.go_path_error("remove", err)) from err
+    mountutil.remove_empty_parents(dir, pod_dir)

@@ -1,0 +1,453 @@
+"""The volume manager's reconciler on a fake clock with fake plugins."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.util.clock import FakeClock
+from kubelet.volume import VolumeError, VolumeHost
+from kubelet.volume.emptydir import EmptyDirPlugin
+from kubelet.volumemanager import mountutil
+from kubelet.volumemanager.manager import VolumeManagerImpl
+from kubelet.volumemanager.operations import MAX_BACKOFF
+
+
+class FakePlugin:
+    """Serves volumes whose spec has `key`; makes its dir and a file in it."""
+
+    def __init__(self, name: str = "test/fake", key: str = "fake", requires_remount: bool = False):
+        self.name = name
+        self.key = key
+        self.requires_remount = requires_remount
+        self.set_ups: list[tuple[str, str]] = []
+        self.tear_downs: list[tuple[str, str]] = []
+        self.fail: dict[str, str] = {}  # volume name -> error
+        self.gates: dict[str, asyncio.Event] = {}  # volume name -> wait for it
+
+    def can_support(self, spec: dict[str, Any]) -> bool:
+        return self.key in spec
+
+    async def set_up(self, pod: dict[str, Any], spec: dict[str, Any], dir: str) -> None:
+        self.set_ups.append((pod["metadata"]["uid"], spec["name"]))
+        gate = self.gates.get(spec["name"])
+        if gate is not None:
+            await gate.wait()
+        if spec["name"] in self.fail:
+            raise VolumeError(self.fail[spec["name"]])
+        os.makedirs(dir, exist_ok=True)
+        with open(os.path.join(dir, "data"), "w") as f:
+            f.write(spec["name"])
+
+    async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
+        self.tear_downs.append((pod_uid, spec_name))
+        if spec_name in self.fail:
+            raise VolumeError(self.fail[spec_name])
+        shutil.rmtree(dir, ignore_errors=True)
+
+
+def mkpod(uid: str, *volumes: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "name": name or f"pod-{uid}", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c"}], "volumes": list(volumes)},
+    }
+
+
+def fake(name: str) -> dict[str, Any]:
+    return {"name": name, "fake": {}}
+
+
+class Env:
+    def __init__(self, root: Path, *plugins: Any) -> None:
+        self.root = root
+        self.clock = FakeClock()
+        self.ready: list[str] = []
+        self.events: list[tuple[dict[str, str], str, str, str]] = []
+        self.plugins = list(plugins) or [FakePlugin()]
+        self.mgr = VolumeManagerImpl(
+            VolumeHost(str(root), "node1"),
+            self.plugins,
+            on_pod_ready=self.ready.append,
+            recorder=lambda *a: self.events.append(a),
+            clock=self.clock,
+        )
+
+    @property
+    def plugin(self) -> FakePlugin:
+        return self.plugins[0]
+
+    async def settle(self) -> None:
+        """Reconcile until no operation is left running."""
+        for _ in range(200):
+            self.mgr.reconcile()
+            await asyncio.sleep(0)
+            if not self.mgr.ops._running and not self.mgr._dirty:
+                # executor work (teardown cleanup) needs real time
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("operations did not settle")
+
+    async def step(self, seconds: float) -> None:
+        self.clock.step(seconds)
+        await self.settle()
+
+    def messages(self) -> list[str]:
+        return [e[3] for e in self.events]
+
+
+def voldir(root: Path, uid: str, name: str, plugin: str = "test~fake") -> Path:
+    return root / "pods" / uid / "volumes" / plugin / name
+
+
+async def test_volumes_set_up_then_pod_ready(tmp_path: Path):
+    env = Env(tmp_path)
+    pod = mkpod("a", fake("v1"), fake("v2"))
+    env.mgr.add_pod(pod)
+    assert sorted(env.mgr.unmounted_volumes(pod)) == ["v1", "v2"]
+    await env.settle()
+    assert env.mgr.unmounted_volumes(pod) == []
+    assert env.ready == ["a"]
+    mounted = env.mgr.get_mounted_volumes("a")
+    assert mounted["v1"].host_path == str(voldir(tmp_path, "a", "v1"))
+    assert (voldir(tmp_path, "a", "v2") / "data").read_text() == "v2"
+    await env.settle()
+    assert env.ready == ["a"] and len(env.plugin.set_ups) == 2  # nothing redone
+
+
+async def test_pod_without_volumes_is_ready_at_once(tmp_path: Path):
+    env = Env(tmp_path)
+    pod = mkpod("a")
+    env.mgr.add_pod(pod)
+    assert env.mgr.unmounted_volumes(pod) == []
+    await env.settle()
+    assert env.ready == []  # never waited: no callback needed
+    # A pod the manager was never told about waits for all its volumes.
+    assert env.mgr.unmounted_volumes(mkpod("b", fake("x"))) == ["x"]
+
+
+async def test_slow_volume_does_not_hold_up_other_pods(tmp_path: Path):
+    env = Env(tmp_path)
+    env.plugin.gates["slow"] = asyncio.Event()
+    slow, quick = mkpod("a", fake("slow"), fake("ok")), mkpod("b", fake("v"))
+    env.mgr.add_pod(slow)
+    env.mgr.add_pod(quick)
+    for _ in range(5):
+        env.mgr.reconcile()
+        await asyncio.sleep(0)
+    assert env.ready == ["b"]
+    assert env.mgr.unmounted_volumes(slow) == ["slow"]
+    # Reconciling again starts no second operation on the busy volume.
+    env.mgr._mark_dirty("a")
+    env.mgr.reconcile()
+    assert env.plugin.set_ups.count(("a", "slow")) == 1
+    env.plugin.gates["slow"].set()
+    await env.settle()
+    assert env.ready == ["b", "a"]
+
+
+async def test_failing_volume_backs_off_and_reports_failed_mount(tmp_path: Path):
+    env = Env(tmp_path)
+    env.plugin.fail["bad"] = 'configmap "cm" not found'
+    bad, good = mkpod("a", fake("bad"), name="web"), mkpod("b", fake("v"))
+    env.mgr.add_pod(bad)
+    env.mgr.add_pod(good)
+    await env.settle()
+    assert env.ready == ["b"]
+    ref, etype, reason, msg = env.events[0]
+    assert (etype, reason) == ("Warning", "FailedMount")
+    assert msg == 'MountVolume.SetUp failed for volume "bad" : configmap "cm" not found'
+    assert ref["kind"] == "Pod" and ref["name"] == "web" and ref["uid"] == "a"
+    attempts = lambda: env.plugin.set_ups.count(("a", "bad"))  # noqa: E731
+    assert attempts() == 1
+    await env.step(0.4)
+    assert attempts() == 1  # still backing off
+    await env.step(0.1)
+    assert attempts() == 2
+    await env.step(0.9)
+    assert attempts() == 2
+    await env.step(0.1)  # 1 s after the second failure
+    assert attempts() == 3
+    for _ in range(12):
+        await env.step(MAX_BACKOFF)
+    n = attempts()
+    await env.step(MAX_BACKOFF - 1)
+    assert attempts() == n  # capped at ~2 min, not shorter
+    await env.step(1)
+    assert attempts() == n + 1
+    assert len(env.events) == attempts()  # one event per failed attempt, as upstream
+    # The cause is fixed: the next retry mounts it and the pod becomes ready.
+    del env.plugin.fail["bad"]
+    await env.step(MAX_BACKOFF)
+    assert env.mgr.unmounted_volumes(bad) == []
+    assert env.ready == ["b", "a"]
+
+
+async def test_unsupported_volume_types(tmp_path: Path):
+    env = Env(tmp_path)
+    pod = mkpod(
+        "a",
+        fake("ok"),
+        {"name": "eph", "ephemeral": {"volumeClaimTemplate": {}}},
+        {"name": "img", "image": {"reference": "busybox"}},
+        {"name": "share", "nfs": {"server": "s", "path": "/"}},
+    )
+    env.mgr.add_pod(pod)
+    await env.settle()
+    assert sorted(env.mgr.unmounted_volumes(pod)) == ["eph", "img", "share"]
+    assert env.messages() == [
+        'MountVolume.SetUp failed for volume "eph" : ephemeral volumes are not supported by this kubelet',
+        'MountVolume.SetUp failed for volume "img" : image volumes are not supported by this kubelet',
+        'MountVolume.SetUp failed for volume "share" : volume type "nfs" is not supported by this kubelet',
+    ]
+    assert env.ready == []
+    await env.step(600)
+    assert len(env.events) == 3  # the spec cannot change: said once
+
+
+async def test_remount_periodic_and_explicit(tmp_path: Path):
+    env = Env(tmp_path, FakePlugin(requires_remount=True))
+    env.mgr.add_pod(mkpod("a", fake("cm")))
+    await env.settle()
+    assert env.plugin.set_ups == [("a", "cm")]
+    await env.step(59)
+    assert len(env.plugin.set_ups) == 1
+    await env.step(13)  # period 60 s + up to 20 % jitter
+    assert len(env.plugin.set_ups) == 2
+    env.mgr.remount("a")
+    await env.settle()
+    assert len(env.plugin.set_ups) == 3
+    # New labels reach downwardAPI files: add_pod with changed metadata remounts.
+    pod2 = mkpod("a", fake("cm"))
+    pod2["metadata"]["labels"] = {"x": "y"}
+    env.mgr.add_pod(pod2)
+    await env.settle()
+    assert len(env.plugin.set_ups) == 4
+    env.mgr.add_pod(pod2)  # unchanged: nothing
+    await env.settle()
+    assert len(env.plugin.set_ups) == 4
+    # A failing remount keeps the volume mounted and is retried with back-off.
+    env.plugin.fail["cm"] = "boom"
+    env.mgr.remount("a")
+    await env.settle()
+    assert env.mgr.unmounted_volumes(pod2) == [] and env.messages()[-1].endswith(": boom")
+    del env.plugin.fail["cm"]
+    await env.step(0.5)
+    assert len(env.plugin.set_ups) == 6
+
+
+async def test_plain_plugins_are_not_remounted(tmp_path: Path):
+    env = Env(tmp_path)
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    await env.settle()
+    env.mgr.remount("a")
+    await env.step(300)
+    assert len(env.plugin.set_ups) == 1
+
+
+async def test_teardown_after_remove_pod(tmp_path: Path):
+    env = Env(tmp_path)
+    pod = mkpod("a", fake("v1"), fake("v2"))
+    env.mgr.add_pod(pod)
+    await env.settle()
+    (tmp_path / "pods" / "a" / "etc-hosts").write_text("")
+    env.mgr.remove_pod("a")
+    waiter = asyncio.ensure_future(env.mgr.wait_for_unmount("a", 5))
+    await env.settle()
+    await asyncio.sleep(0.05)
+    await env.settle()
+    assert await waiter is True
+    assert sorted(env.plugin.tear_downs) == [("a", "v1"), ("a", "v2")]
+    assert not (tmp_path / "pods" / "a" / "volumes").exists()
+    assert (tmp_path / "pods" / "a" / "etc-hosts").exists()  # the pod dir is not ours
+    assert env.mgr.get_mounted_volumes("a") == {}
+    assert env.mgr.asw.pods == {} and env.mgr.ops._backoff == {}
+
+
+async def test_wait_for_unmount_times_out_while_mounted(tmp_path: Path):
+    env = Env(tmp_path)
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    await env.settle()
+    assert await env.mgr.wait_for_unmount("a", 0.01) is False
+    assert await env.mgr.wait_for_unmount("never-seen", 0.01) is True
+
+
+async def test_failing_teardown_is_retried(tmp_path: Path):
+    env = Env(tmp_path)
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    await env.settle()
+    env.plugin.fail["v"] = "device busy"
+    env.mgr.remove_pod("a")
+    await env.settle()
+    assert env.plugin.tear_downs == [("a", "v")]
+    assert "a" in env.mgr.asw.pods
+    await env.step(0.5)
+    assert len(env.plugin.tear_downs) == 2
+    del env.plugin.fail["v"]
+    await env.step(1.0)
+    await asyncio.sleep(0.05)
+    await env.settle()
+    assert env.mgr.asw.pods == {}
+    assert env.events == []  # no FailedMount for a tear-down
+
+
+async def test_remove_while_setting_up(tmp_path: Path):
+    env = Env(tmp_path)
+    env.plugin.gates["v"] = asyncio.Event()
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    env.mgr.reconcile()
+    await asyncio.sleep(0)
+    env.mgr.remove_pod("a")
+    env.plugin.gates["v"].set()
+    await env.settle()
+    await asyncio.sleep(0.05)
+    await env.settle()
+    assert env.plugin.tear_downs == [("a", "v")]
+    assert not voldir(tmp_path, "a", "v").exists()
+    assert env.ready == []
+
+
+async def test_adoption_after_restart(tmp_path: Path):
+    first = Env(tmp_path, FakePlugin(), FakePlugin("test/cm", "cm", requires_remount=True))
+    pod = mkpod("a", fake("v"), {"name": "c", "cm": {}})
+    first.mgr.add_pod(pod)
+    await first.settle()
+    (voldir(tmp_path, "a", "v") / "mine").write_text("kept")
+    # kill -9: the new kubelet starts from the disk alone.
+    second = Env(tmp_path, FakePlugin(), FakePlugin("test/cm", "cm", requires_remount=True))
+    await second.mgr.reconstruct()
+    second.mgr.add_pod(pod)
+    assert second.mgr.unmounted_volumes(pod) == []  # ready without any set-up
+    assert second.mgr.get_mounted_volumes("a")["v"].host_path == str(voldir(tmp_path, "a", "v"))
+    await second.settle()
+    assert second.plugins[0].set_ups == []
+    # configMap-like content is refreshed once, in place.
+    assert second.plugins[1].set_ups == [("a", "c")]
+    assert (voldir(tmp_path, "a", "v") / "mine").read_text() == "kept"
+    assert second.ready == []
+
+
+async def test_found_dirs_wait_for_housekeeping(tmp_path: Path):
+    d = voldir(tmp_path, "gone", "v")
+    d.mkdir(parents=True)
+    (voldir(tmp_path, "kept", "v")).mkdir(parents=True)
+    env = Env(tmp_path)
+    await env.mgr.reconstruct()
+    await env.step(10)
+    assert d.exists()  # sources may not have delivered the pod yet
+    clean = await env.mgr.cleanup_orphaned_pods({"kept"})
+    assert clean == []
+    await env.settle()
+    await asyncio.sleep(0.05)
+    await env.settle()
+    assert env.plugin.tear_downs == [("gone", "v")]
+    assert not (tmp_path / "pods" / "gone" / "volumes").exists()
+    assert voldir(tmp_path, "kept", "v").exists()
+    # Now its dir has no volumes: housekeeping may remove it.
+    assert await env.mgr.cleanup_orphaned_pods({"kept"}) == ["gone"]
+
+
+async def test_orphan_cleanup_of_unknown_plugin_and_tmpfs(tmp_path: Path):
+    # Dirs from a plugin this kubelet does not have are removed generically;
+    # a Memory emptyDir's tmpfs is unmounted first.
+    other = voldir(tmp_path, "x", "v", plugin="kubernetes.io~csi")
+    other.mkdir(parents=True)
+    (other / "f").write_text("x")
+    mem = voldir(tmp_path, "x", "mem", plugin="kubernetes.io~empty-dir")
+    mem.mkdir(parents=True)
+    mounted = True
+    try:
+        mountutil.mount("tmpfs", str(mem), "tmpfs", "size=65536")
+    except OSError:
+        mounted = False
+    try:
+        env = Env(tmp_path, EmptyDirPlugin())
+        await env.mgr.reconstruct()
+        found = env.mgr.asw.pods["x"].entries[("kubernetes.io/empty-dir", "mem")]
+        assert found.fstype == ("tmpfs" if mounted else None)
+        await env.mgr.cleanup_orphaned_pods(set())
+        for _ in range(3):
+            await env.settle()
+            await asyncio.sleep(0.05)
+        assert not other.exists() and not mem.exists()
+        assert mountutil.mount_fstype(str(mem)) is None
+    finally:
+        if mountutil.mount_fstype(str(mem)) is not None:
+            mountutil.umount(str(mem))
+
+
+async def test_memory_emptydir_adopted_only_while_mounted(tmp_path: Path):
+    mem = voldir(tmp_path, "a", "mem", plugin="kubernetes.io~empty-dir")
+    mem.mkdir(parents=True)
+    env = Env(tmp_path, EmptyDirPlugin())
+    await env.mgr.reconstruct()
+    pod = mkpod("a", {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    env.mgr.add_pod(pod)
+    # Not a tmpfs any more (a reboot): set up again, not adopted.
+    assert env.mgr.unmounted_volumes(pod) == ["mem"]
+    try:
+        await env.settle()
+        for _ in range(20):
+            if env.ready or env.events:
+                break
+            await asyncio.sleep(0.02)
+            await env.settle()
+        if env.events:
+            assert "tmpfs" in env.events[0][3]
+        else:
+            assert env.ready == ["a"] and mountutil.mount_fstype(str(mem)) == "tmpfs"
+    finally:
+        if mountutil.mount_fstype(str(mem)) is not None:
+            mountutil.umount(str(mem))
+
+
+async def test_run_loop(tmp_path: Path):
+    env = Env(tmp_path)
+    ready = asyncio.Event()
+    env.mgr.on_pod_ready = lambda uid: ready.set()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(env.mgr.run(stop))
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    await asyncio.wait_for(ready.wait(), 5)
+    env.mgr.remove_pod("a")
+    assert await env.mgr.wait_for_unmount("a", 5)
+    env.plugin.fail["v"] = "nope"
+    env.mgr.add_pod(mkpod("b", fake("v")))
+    for _ in range(50):
+        if env.events:
+            break
+        await asyncio.sleep(0.01)
+    env.clock.step(0.5)
+    env.mgr.poke()
+    for _ in range(50):
+        if len(env.plugin.set_ups) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert len(env.plugin.set_ups) == 3
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+@pytest.mark.parametrize("n", [300])
+async def test_many_pods_reconcile_only_what_changed(tmp_path: Path, n: int):
+    env = Env(tmp_path)
+    for i in range(n):
+        env.mgr.add_pod(mkpod(f"p{i}", fake("v")))
+    await env.settle()
+    assert len(env.ready) == n
+    calls = 0
+    orig = env.mgr._reconcile_pod
+
+    def counting(uid: str, now: float) -> None:
+        nonlocal calls
+        calls += 1
+        orig(uid, now)
+
+    env.mgr._reconcile_pod = counting  # type: ignore[method-assign]
+    env.mgr.remount("p7")
+    env.mgr.reconcile()
+    assert calls == 1
