@@ -1,0 +1,137 @@
+"""persistentVolumeClaim volumes: the claim is looked up through the API, must
+be Bound to a PV that points back at it, and that PV must be a `hostPath` or
+a `local` volume (the only PV types a kubelet without CSI can serve; anything
+else is a FailedMount saying so). The PV's path is bind-mounted as it is, as
+the hostPath plugin does; `readOnly` on the claim source makes every mount of
+it read-only. Upstream resolves claims in the desired-state populator and
+hands the PV to the hostpath/local plugins; here it is one plugin so that a
+claim that becomes Bound later is picked up by the manager's retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubelet.client.rest import APIError
+from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.volume.hostpath import check_type, validate_no_backsteps
+from kubelet.volumemanager import MountedVolume, mountutil
+
+PLUGIN_NAME = "kubernetes.io/persistent-claim"
+
+# An API GET by path (APIClient.get): returns the decoded object, raises on errors.
+APIGetter = Callable[[str], Awaitable[Any]]
+
+
+def _reason(err: Exception) -> str:
+    return err.message if isinstance(err, APIError) else str(err)
+
+
+class PVCPlugin:
+    name = PLUGIN_NAME
+    requires_remount = False
+    selinux_relabel = False
+
+    def __init__(self, get: APIGetter | None) -> None:
+        # None in standalone mode: there is no API server to resolve claims.
+        self._get = get
+
+    def can_support(self, spec: VolumeSpec) -> bool:
+        return "persistentVolumeClaim" in spec
+
+    async def set_up(self, pod: Pod, spec: VolumeSpec, dir: str) -> None:
+        await self.set_up_volume(pod, spec, dir)
+
+    async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume:
+        src = spec.get("persistentVolumeClaim") or {}
+        claim = str(src.get("claimName") or "")
+        ns = pod["metadata"].get("namespace") or "default"
+        read_only = bool(src.get("readOnly"))
+        prefix = f"error processing PVC {ns}/{claim}"
+        if self._get is None:
+            raise VolumeError(
+                f"{prefix}: persistentVolumeClaim volumes need an API server "
+                "and this kubelet runs in standalone mode"
+            )
+        try:
+            pvc = await self._get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+        except Exception as err:
+            raise VolumeError(
+                f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
+            ) from err
+        if (pvc.get("metadata") or {}).get("deletionTimestamp"):
+            raise VolumeError(
+                f"{prefix}: can't start pod because PVC {ns}/{claim} is being deleted"
+            )
+        phase = (pvc.get("status") or {}).get("phase") or ""
+        pv_name = (pvc.get("spec") or {}).get("volumeName") or ""
+        if phase != "Bound" or not pv_name:
+            raise VolumeError(
+                f'{prefix}: PVC {ns}/{claim} has non-bound phase ("{phase}") '
+                f'or empty pvc.Spec.VolumeName ("{pv_name}")'
+            )
+        try:
+            pv = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
+        except Exception as err:
+            raise VolumeError(
+                f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
+            ) from err
+        pv_spec = pv.get("spec") or {}
+        claim_ref = pv_spec.get("claimRef") or {}
+        if not claim_ref:
+            raise VolumeError(
+                f"{prefix}: found PV object {pv_name} but it has a nil or empty ClaimRef"
+            )
+        pvc_uid = (pvc.get("metadata") or {}).get("uid") or ""
+        if claim_ref.get("uid") != pvc_uid:
+            raise VolumeError(
+                f"{prefix}: found PV object {pv_name} but its ClaimRef.UID "
+                f"{claim_ref.get('uid')} does not point to claimed PVC.UID {pvc_uid}"
+            )
+        mode = pv_spec.get("volumeMode") or "Filesystem"
+        if mode != "Filesystem":
+            raise VolumeError(
+                f'{prefix}: volume "{spec["name"]}" has volumeMode "{mode}": '
+                "block volumes are not supported by this kubelet"
+            )
+        loop = asyncio.get_running_loop()
+        if "hostPath" in pv_spec:
+            hp = pv_spec["hostPath"] or {}
+            path = str(hp.get("path") or "")
+            validate_no_backsteps(path)
+            await loop.run_in_executor(None, check_type, path, str(hp.get("type") or ""))
+        elif "local" in pv_spec:
+            path = str((pv_spec["local"] or {}).get("path") or "")
+            if not path:
+                raise VolumeError(f'LocalVolume volume "{pv_name}" path is empty')
+            if ".." in path.split("/"):
+                raise VolumeError(f"invalid path: {path} must not contain '..'")
+            await loop.run_in_executor(None, _must_exist, path)
+        else:
+            kind = next((k for k in pv_spec if k not in _PV_FIELDS), "unknown")
+            raise VolumeError(
+                f"PersistentVolume {pv_name} (claim {ns}/{claim}) is a {kind} volume: "
+                "only hostPath and local persistent volumes are supported by this kubelet"
+            )
+        return MountedVolume(name=spec["name"], host_path=path, read_only=read_only)
+
+    async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
+        return None  # the PV's path is used in place: nothing was made for the pod
+
+
+# PersistentVolumeSpec fields that are not the volume source.
+_PV_FIELDS = {
+    "accessModes", "capacity", "claimRef", "mountOptions", "nodeAffinity",
+    "persistentVolumeReclaimPolicy", "storageClassName", "volumeMode",
+    "volumeAttributesClassName",
+}  # fmt: skip
+
+
+def _must_exist(path: str) -> None:
+    try:
+        os.stat(path)
+    except OSError as err:
+        raise VolumeError(mountutil.go_path_error("stat", err)) from err

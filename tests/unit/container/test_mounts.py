@@ -1,0 +1,168 @@
+"""make_mounts: volumeMounts -> CRI bind mounts, subPath safety, propagation."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.container.mounts import has_subpath, make_mounts
+from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.volumemanager import MountedVolume
+
+POD = {"metadata": {"uid": "u1", "name": "p", "namespace": "ns"}, "spec": {}}
+
+
+def ctr(*mounts: dict[str, Any], privileged: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "app", "volumeMounts": list(mounts)}
+    if privileged:
+        c["securityContext"] = {"privileged": True}
+    return c
+
+
+def no_expand(s: str) -> str:
+    raise AssertionError("not called without subPathExpr")
+
+
+def mounts(c: dict[str, Any], vols: dict[str, MountedVolume], expand=no_expand) -> list[Mount]:
+    return make_mounts(POD, c, vols, expand)
+
+
+def error(c: dict[str, Any], vols: dict[str, MountedVolume], expand=no_expand) -> str:
+    with pytest.raises(ContainerConfigError) as err:
+        mounts(c, vols, expand)
+    return str(err.value)
+
+
+@pytest.fixture
+def vol(tmp_path: Path) -> MountedVolume:
+    d = tmp_path / "vol"
+    d.mkdir()
+    d.chmod(0o777)
+    return MountedVolume("data", str(d), selinux_relabel=True)
+
+
+def test_plain_mounts(vol: MountedVolume):
+    ro = MountedVolume("ro", "/srv/ro", read_only=True)
+    out = mounts(
+        ctr({"name": "data", "mountPath": "/data"},
+            {"name": "data", "mountPath": "cache/", "readOnly": True},
+            {"name": "ro", "mountPath": "/ro"}),
+        {"data": vol, "ro": ro},
+    )  # fmt: skip
+    assert out == [
+        Mount("/data", vol.host_path, read_only=False, selinux_relabel=True),
+        Mount("/cache", vol.host_path, read_only=True, selinux_relabel=True),
+        Mount("/ro", "/srv/ro", read_only=True),  # the volume itself is read-only
+    ]
+    assert mounts({"name": "app"}, {}) == []
+
+
+def test_volume_not_mounted(vol: MountedVolume):
+    assert error(ctr({"name": "other", "mountPath": "/x"}), {"data": vol}) == (
+        'cannot find volume "other" to mount into container "app"'
+    )
+
+
+def test_propagation(vol: MountedVolume):
+    def prop(mode: Any, privileged: bool = False) -> str:
+        m = {"name": "data", "mountPath": "/d", "mountPropagation": mode}
+        return mounts(ctr(m, privileged=privileged), {"data": vol})[0].propagation
+
+    assert prop(None) == "" and prop("None") == ""
+    assert prop("HostToContainer") == "HostToContainer"
+    assert prop("Bidirectional", privileged=True) == "Bidirectional"
+    bidi = ctr({"name": "data", "mountPath": "/d", "mountPropagation": "Bidirectional"})
+    assert "Bidirectional mount propagation is available only to privileged containers" in error(
+        bidi, {"data": vol}
+    )
+    bad = ctr({"name": "data", "mountPath": "/d", "mountPropagation": "Sideways"})
+    assert error(bad, {"data": vol}) == 'invalid MountPropagation mode: "Sideways"'
+
+
+def test_subpath_existing_and_created(vol: MountedVolume):
+    base = Path(vol.host_path)
+    (base / "conf").mkdir()
+    (base / "conf" / "app.ini").write_text("x")
+    out = mounts(
+        ctr({"name": "data", "mountPath": "/etc/app.ini", "subPath": "conf/app.ini"},
+            {"name": "data", "mountPath": "/logs", "subPath": "logs/app"}),
+        {"data": vol},
+    )  # fmt: skip
+    assert out[0].host_path == str(base / "conf" / "app.ini")
+    assert out[1].host_path == str(base / "logs" / "app")
+    old = os.umask(0o077)
+    try:
+        mounts(ctr({"name": "data", "mountPath": "/x", "subPath": "made/here"}), {"data": vol})
+    finally:
+        os.umask(old)
+    # Created with the volume's mode, whatever the umask.
+    assert stat.S_IMODE((base / "made" / "here").stat().st_mode) == 0o777
+    assert stat.S_IMODE((base / "made").stat().st_mode) == 0o777
+
+
+def test_subpath_expr(vol: MountedVolume):
+    c = ctr({"name": "data", "mountPath": "/out", "subPathExpr": "$(POD_NAME)/logs"})
+    out = mounts(c, {"data": vol}, lambda s: s.replace("$(POD_NAME)", "web-0"))
+    assert out[0].host_path == os.path.join(vol.host_path, "web-0", "logs")
+    assert os.path.isdir(out[0].host_path)
+    # The expanded value gets the same checks.
+    assert error(c, {"data": vol}, lambda s: "../x") == (
+        "unable to provision SubPath `../x`: must not contain '..'"
+    )
+    assert has_subpath(c) and not has_subpath(ctr({"name": "data", "mountPath": "/d"}))
+
+
+def test_subpath_absolute_and_backsteps_refused(vol: MountedVolume):
+    assert error(ctr({"name": "data", "mountPath": "/x", "subPath": "/etc"}), {"data": vol}) == (
+        "error SubPath `/etc` must not be an absolute path"
+    )
+    assert error(
+        ctr({"name": "data", "mountPath": "/x", "subPath": "a/../../etc"}), {"data": vol}
+    ) == ("unable to provision SubPath `a/../../etc`: must not contain '..'")
+
+
+def test_subpath_symlink_escapes_refused(vol: MountedVolume, tmp_path: Path):
+    base = Path(vol.host_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("s3cret")
+    (base / "abs").symlink_to(secret)
+    (base / "rel").symlink_to("../secret")
+    (base / "file").symlink_to(secret / "key")
+    prepare = 'failed to prepare subPath for volumeMount "data" of container "app"'
+    for sub in ("abs", "rel", "file", "abs/key"):
+        assert (
+            error(ctr({"name": "data", "mountPath": "/x", "subPath": sub}), {"data": vol})
+            == prepare
+        )
+    # A missing dir under a link that leads out is not created out there.
+    msg = error(ctr({"name": "data", "mountPath": "/x", "subPath": "abs/newdir"}), {"data": vol})
+    assert msg == 'failed to create subPath directory for volumeMount "data" of container "app"'
+    assert not (secret / "newdir").exists()
+
+
+def test_subpath_symlink_inside_volume_allowed(vol: MountedVolume):
+    # configMap/secret volumes are made of symlinks into ..data: those stay inside.
+    base = Path(vol.host_path)
+    (base / "..2026_01_01").mkdir()
+    (base / "..2026_01_01" / "key").write_text("v")
+    (base / "..data").symlink_to("..2026_01_01")
+    (base / "key").symlink_to("..data/key")
+    out = mounts(ctr({"name": "data", "mountPath": "/k", "subPath": "key"}), {"data": vol})
+    assert out[0].host_path == str(base / "..2026_01_01" / "key")
+
+
+def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    out = mounts(
+        ctr({"name": "v", "mountPath": "/x", "subPath": "sub"}),
+        {"v": MountedVolume("v", str(link))},
+    )
+    assert out[0].host_path == str(real / "sub")

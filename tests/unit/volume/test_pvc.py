@@ -1,0 +1,178 @@
+"""persistentVolumeClaim volumes resolved through a fake API getter."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.client.rest import APIError
+from kubelet.util.clock import FakeClock
+from kubelet.volume import VolumeError, VolumeHost
+from kubelet.volume.pvc import PVCPlugin
+from kubelet.volumemanager.manager import VolumeManagerImpl
+
+POD = {"metadata": {"uid": "u1", "name": "p", "namespace": "ns"}, "spec": {}}
+PVC_PATH = "/api/v1/namespaces/ns/persistentvolumeclaims/claim"
+PV_PATH = "/api/v1/persistentvolumes/pv1"
+
+
+def claim(phase: str = "Bound", volume: str = "pv1", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "claim", "namespace": "ns", "uid": "pvc-uid", **meta},
+        "spec": {"volumeName": volume},
+        "status": {"phase": phase},
+    }
+
+
+def pv(source: dict[str, Any], claim_uid: str = "pvc-uid", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "pv1"},
+        "spec": {"claimRef": {"name": "claim", "namespace": "ns", "uid": claim_uid},
+                 "capacity": {"storage": "1Gi"}, **source, **spec},
+    }  # fmt: skip
+
+
+class API:
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+        self.calls: list[str] = []
+
+    async def get(self, path: str) -> Any:
+        self.calls.append(path)
+        obj = self.objects.get(path)
+        if obj is None:
+            name = path.rsplit("/", 1)[1]
+            kind = path.rsplit("/", 2)[1]
+            raise APIError(404, "NotFound", f'{kind} "{name}" not found')
+        return obj
+
+
+def vol(read_only: bool = False) -> dict[str, Any]:
+    return {"name": "data", "persistentVolumeClaim": {"claimName": "claim", "readOnly": read_only}}
+
+
+async def set_up(objects: dict[str, Any], read_only: bool = False):
+    return await PVCPlugin(API(objects).get).set_up_volume(POD, vol(read_only), "/unused")
+
+
+async def fails(objects: dict[str, Any]) -> str:
+    with pytest.raises(VolumeError) as err:
+        await set_up(objects)
+    return str(err.value)
+
+
+async def test_host_path_pv(tmp_path: Path):
+    objects = {
+        PVC_PATH: claim(),
+        PV_PATH: pv({"hostPath": {"path": str(tmp_path), "type": "Directory"}}),
+    }
+    mv = await set_up(objects)
+    assert mv.name == "data" and mv.host_path == str(tmp_path) and not mv.read_only
+    assert (await set_up(objects, read_only=True)).read_only
+    objects[PV_PATH] = pv(
+        {"hostPath": {"path": str(tmp_path / "new"), "type": "DirectoryOrCreate"}}
+    )
+    await set_up(objects)
+    assert (tmp_path / "new").is_dir()
+    f = tmp_path / "f"
+    f.write_text("")
+    objects[PV_PATH] = pv({"hostPath": {"path": str(f), "type": "Directory"}})
+    assert (
+        await fails(objects) == f"hostPath type check failed: {f} is not a directory, it's a File"
+    )
+
+
+async def test_local_pv(tmp_path: Path):
+    objects = {PVC_PATH: claim(), PV_PATH: pv({"local": {"path": str(tmp_path)}})}
+    assert (await set_up(objects)).host_path == str(tmp_path)
+    objects[PV_PATH] = pv({"local": {"path": str(tmp_path / "gone")}})
+    assert await fails(objects) == f"stat {tmp_path / 'gone'}: no such file or directory"
+
+
+async def test_unsupported_pv_types():
+    objects = {
+        PVC_PATH: claim(),
+        PV_PATH: pv({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "h"}}),
+    }
+    msg = await fails(objects)
+    assert msg == (
+        "PersistentVolume pv1 (claim ns/claim) is a csi volume: only hostPath and local "
+        "persistent volumes are supported by this kubelet"
+    )
+    objects[PV_PATH] = pv({"local": {"path": "/tmp"}}, volumeMode="Block")
+    assert "block volumes are not supported by this kubelet" in await fails(objects)
+
+
+async def test_claim_problems():
+    prefix = "error processing PVC ns/claim"
+    assert await fails({}) == (
+        f'{prefix}: failed to fetch PVC from API server: persistentvolumeclaims "claim" not found'
+    )
+    assert await fails({PVC_PATH: claim("Pending", "")}) == (
+        f'{prefix}: PVC ns/claim has non-bound phase ("Pending") or empty pvc.Spec.VolumeName ("")'
+    )
+    deleting = claim(deletionTimestamp="2026-01-01T00:00:00Z")
+    assert await fails({PVC_PATH: deleting}) == (
+        f"{prefix}: can't start pod because PVC ns/claim is being deleted"
+    )
+    assert await fails({PVC_PATH: claim()}) == (
+        f'{prefix}: failed to fetch PV pv1 from API server: persistentvolumes "pv1" not found'
+    )
+    other = pv({"hostPath": {"path": "/tmp"}}, claim_uid="someone-else")
+    assert await fails({PVC_PATH: claim(), PV_PATH: other}) == (
+        f"{prefix}: found PV object pv1 but its ClaimRef.UID someone-else "
+        "does not point to claimed PVC.UID pvc-uid"
+    )
+    no_ref = pv({"hostPath": {"path": "/tmp"}})
+    del no_ref["spec"]["claimRef"]
+    assert await fails({PVC_PATH: claim(), PV_PATH: no_ref}) == (
+        f"{prefix}: found PV object pv1 but it has a nil or empty ClaimRef"
+    )
+
+
+async def test_standalone_has_no_api():
+    with pytest.raises(VolumeError, match="standalone mode"):
+        await PVCPlugin(None).set_up_volume(POD, vol(), "/unused")
+
+
+async def test_through_the_manager(tmp_path: Path):
+    """A claim that is Pending gives FailedMount events; once Bound the retry
+    mounts it, read-only as the claim source says."""
+    api = API({PVC_PATH: claim("Pending", "")})
+    events: list[str] = []
+    ready: list[str] = []
+    clock = FakeClock()
+    mgr = VolumeManagerImpl(
+        VolumeHost(str(tmp_path), "n"),
+        [PVCPlugin(api.get)],
+        on_pod_ready=ready.append,
+        recorder=lambda ref, t, r, m: events.append(f"{r} {m}"),
+        clock=clock,
+    )
+    pod = {**POD, "spec": {"volumes": [vol(read_only=True)]}}
+    mgr.add_pod(pod)
+    for _ in range(5):
+        mgr.reconcile()
+        await asyncio.sleep(0)
+    assert events == [
+        'FailedMount MountVolume.SetUp failed for volume "data" : error processing PVC ns/claim: '
+        'PVC ns/claim has non-bound phase ("Pending") or empty pvc.Spec.VolumeName ("")'
+    ]
+    api.objects[PVC_PATH] = claim()
+    api.objects[PV_PATH] = pv({"hostPath": {"path": str(tmp_path)}})
+    clock.step(0.5)
+    for _ in range(5):
+        mgr.reconcile()
+        await asyncio.sleep(0)
+    assert ready == ["u1"]
+    mv = mgr.get_mounted_volumes("u1")["data"]
+    assert mv.host_path == str(tmp_path) and mv.read_only
+    mgr.remove_pod("u1")
+    for _ in range(10):
+        mgr.reconcile()
+        await asyncio.sleep(0.01)
+    assert await mgr.wait_for_unmount("u1", 1)
+    assert tmp_path.is_dir()  # the PV's path is never removed
