@@ -109,8 +109,15 @@ class TokenManager:
     ) -> ServiceAccountToken:
         """A valid token for the service account `name`; raises an Exception
         whose message is fit for a FailedMount event."""
-        self._maybe_gc()
         key: _Key = (namespace, name, spec)
+        try:
+            return await self._get(key)
+        finally:
+            # After the lookup: an expired token of this key says so in the error.
+            self._maybe_gc()
+
+    async def _get(self, key: _Key) -> ServiceAccountToken:
+        namespace, name, spec = key
         cached = self._cache.get(key)
         if cached is not None and not self.requires_refresh(cached):
             return cached

@@ -1,0 +1,187 @@
+"""The service-account token manager on a fake clock and a fake TokenRequest API."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+import pytest
+
+from kubelet.client.rest import APIError
+from kubelet.token import BoundObjectRef, TokenManager, TokenRequestSpec
+from kubelet.util.clock import FakeClock
+
+
+def stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeTokenAPI:
+    def __init__(self, clock: FakeClock, grant: int | None = None) -> None:
+        self.clock = clock
+        self.grant = grant  # the server's choice of lifetime; None: as asked
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.fail: Exception | None = None
+        self.delay = 0.0
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append((path, body))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail is not None:
+            raise self.fail
+        exp = self.grant or body["spec"].get("expirationSeconds", 3600)
+        return {
+            "kind": "TokenRequest",
+            "spec": {**body["spec"], "expirationSeconds": exp},
+            "status": {
+                "token": f"token-{len(self.requests)}",
+                "expirationTimestamp": stamp(self.clock.time() + exp),
+            },
+        }
+
+
+def spec(uid: str = "uid-1", exp: int = 3600, aud: tuple[str, ...] = ()) -> TokenRequestSpec:
+    return TokenRequestSpec(
+        audiences=aud, expiration_seconds=exp, bound_object_ref=BoundObjectRef("pod-1", uid)
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(start=1_800_000_000.0)
+
+
+def make(clock: FakeClock, api: FakeTokenAPI | None, jitter: float = 0.0) -> TokenManager:
+    return TokenManager(api, clock=clock, jitter=lambda: jitter)  # type: ignore[arg-type]
+
+
+async def test_request_is_bound_to_the_pod(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    tok = await m.get_service_account_token("ns", "sa", spec(aud=("vault",), exp=7200))
+    assert tok.token == "token-1"
+    path, body = api.requests[0]
+    assert path == "/api/v1/namespaces/ns/serviceaccounts/sa/token"
+    assert body == {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": ["vault"],
+            "expirationSeconds": 7200,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "pod-1", "uid": "uid-1"},
+        },
+    }
+    assert tok.expiration == clock.time() + 7200
+
+
+async def test_cached_until_80_percent_then_refreshed(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    first = await m.get_service_account_token("ns", "sa", spec())
+    clock.step(0.8 * 3600 - 1)
+    assert await m.get_service_account_token("ns", "sa", spec()) is first
+    assert len(api.requests) == 1
+    clock.step(2)
+    second = await m.get_service_account_token("ns", "sa", spec())
+    assert second.token == "token-2" and len(api.requests) == 2
+    assert await m.get_service_account_token("ns", "sa", spec()) is second
+
+
+async def test_jitter_brings_refresh_forward(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api, jitter=9)
+    await m.get_service_account_token("ns", "sa", spec())
+    clock.step(0.8 * 3600 - 8)
+    await m.get_service_account_token("ns", "sa", spec())
+    assert len(api.requests) == 2
+
+
+async def test_refresh_after_24h_for_long_tokens(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    year = 365 * 24 * 3600
+    await m.get_service_account_token("ns", "sa", spec(exp=year))
+    clock.step(24 * 3600 - 1)
+    await m.get_service_account_token("ns", "sa", spec(exp=year))
+    assert len(api.requests) == 1
+    clock.step(2)
+    await m.get_service_account_token("ns", "sa", spec(exp=year))
+    assert len(api.requests) == 2
+
+
+async def test_granted_lifetime_decides(clock: FakeClock) -> None:
+    # Asked for 3600 s, granted 600 s: refreshed at 480 s.
+    api = FakeTokenAPI(clock, grant=600)
+    m = make(clock, api)
+    await m.get_service_account_token("ns", "sa", spec())
+    clock.step(481)
+    await m.get_service_account_token("ns", "sa", spec())
+    assert len(api.requests) == 2
+
+
+async def test_keys_separate_audience_expiration_and_pod(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    for s in (spec(), spec(aud=("a",)), spec(exp=7200), spec(uid="uid-2")):
+        await m.get_service_account_token("ns", "sa", s)
+    await m.get_service_account_token("ns", "other-sa", spec())
+    await m.get_service_account_token("ns2", "sa", spec())
+    assert len(api.requests) == 6 and len(m) == 6
+    await m.get_service_account_token("ns", "sa", spec(aud=("a",)))
+    assert len(api.requests) == 6
+
+
+async def test_failed_refresh_keeps_valid_token_then_errors(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    first = await m.get_service_account_token("ns", "sa", spec())
+    api.fail = APIError(500, "InternalError", "etcd is down")
+    clock.step(3000)
+    assert await m.get_service_account_token("ns", "sa", spec()) is first
+    clock.step(700)  # past expiration
+    with pytest.raises(RuntimeError, match=r"expired and refresh failed: 500 InternalError"):
+        await m.get_service_account_token("ns", "sa", spec())
+
+
+async def test_first_fetch_failure(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    api.fail = APIError(403, "Forbidden", "no relationship found between node and this pod")
+    m = make(clock, api)
+    with pytest.raises(
+        RuntimeError, match=r"^failed to fetch token: 403 Forbidden: no relationship"
+    ):
+        await m.get_service_account_token("ns", "sa", spec())
+
+
+async def test_standalone(clock: FakeClock) -> None:
+    m = make(clock, None)
+    with pytest.raises(
+        RuntimeError, match=r"cannot use TokenManager when kubelet is in standalone"
+    ):
+        await m.get_service_account_token("ns", "sa", spec())
+
+
+async def test_deleted_pod_tokens_dropped_and_expired_collected(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    m = make(clock, api)
+    await m.get_service_account_token("ns", "sa", spec(uid="a"))
+    await m.get_service_account_token("ns", "sa", spec(uid="a", aud=("x",)))
+    await m.get_service_account_token("ns", "sa", spec(uid="b", exp=600))
+    await m.get_service_account_token("ns", "sa", spec(uid="c", exp=7200))
+    m.delete_service_account_token("a")
+    assert len(m) == 2
+    clock.step(601)  # b expired; the next call's GC drops it
+    m.cleanup()
+    assert len(m) == 1
+
+
+async def test_concurrent_requests_share_one_call(clock: FakeClock) -> None:
+    api = FakeTokenAPI(clock)
+    api.delay = 0.02
+    m = make(clock, api)
+    toks = await asyncio.gather(
+        *(m.get_service_account_token("ns", "sa", spec()) for _ in range(20))
+    )
+    assert len(api.requests) == 1 and {t.token for t in toks} == {"token-1"}
