@@ -236,7 +236,10 @@ class VolumeManagerImpl:
         try:
             while not stop.is_set():
                 self._wake.clear()
-                self.reconcile()
+                try:
+                    self.reconcile()
+                except Exception:  # a bug here must not stop all volume work
+                    log.exception("volume manager: reconcile failed")
                 timeout = None
                 if self._timers:
                     timeout = max(0.0, self._timers[0][0] - self.clock.monotonic())

@@ -451,3 +451,14 @@ async def test_many_pods_reconcile_only_what_changed(tmp_path: Path, n: int):
     env.mgr.remount("p7")
     env.mgr.reconcile()
     assert calls == 1
+
+
+def test_implementations_satisfy_the_protocols(tmp_path: Path):
+    from kubelet.volume import VolumePlugin
+    from kubelet.volume.hostpath import HostPathPlugin
+    from kubelet.volume.pvc import PVCPlugin
+    from kubelet.volumemanager import VolumeManager
+
+    plugins: list[VolumePlugin] = [EmptyDirPlugin(), HostPathPlugin(), PVCPlugin(None)]
+    vm: VolumeManager = VolumeManagerImpl(VolumeHost(str(tmp_path), "n"), plugins)
+    assert vm.unmounted_volumes(mkpod("a")) == []
