@@ -1,0 +1,179 @@
+"""Termination messages (kuberuntime_container.go makeMounts / getTerminationMessage /
+readLastStringFromContainerLogs and status_manager.go normalizeStatus upstream).
+
+Before a container with a terminationMessagePath is created, an empty file
+`<pod dir>/containers/<name>/<8 hex digits>` is made (a new one per instance)
+and bind-mounted at that path. After the container exits its message is the
+last 4 KiB of that file; with FallbackToLogsOnError and a failure, an empty or
+missing file gives the last 80 log lines instead, at most their last 2 KiB.
+What goes into the pod status is then cut to 12 KiB shared evenly by all the
+pod's containers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from kubelet.kuberuntime.logs import LogOptions, read_logs
+
+log = logging.getLogger(__name__)
+
+CONTAINERS_DIR = "containers"
+CONTAINER_DIR_MODE = 0o750
+TERMINATION_LOG_MODE = 0o666  # the container may run as any user
+
+MAX_POD_TERMINATION_MESSAGE_LENGTH = 12 * 1024
+MAX_CONTAINER_TERMINATION_MESSAGE_LENGTH = 4 * 1024
+MAX_CONTAINER_TERMINATION_MESSAGE_LOG_LENGTH = 2 * 1024
+MAX_CONTAINER_TERMINATION_MESSAGE_LOG_LINES = 80
+
+FALLBACK_TO_LOGS_ON_ERROR = "FallbackToLogsOnError"
+
+# Reads the tail of the container's log: the last `lines` lines, their output
+# cut to its last `max_bytes`.
+LogTailReader = Callable[[int, int], Awaitable[str]]
+
+
+def pod_container_dir(pod_dir: str, container_name: str) -> str:
+    return os.path.join(pod_dir, CONTAINERS_DIR, container_name)
+
+
+def create_termination_log_file(pod_dir: str, container_name: str) -> str:
+    """A new empty termination-log file for one instance of the container, its
+    mode 0666 whatever the umask. Returns "" when it cannot be made: upstream
+    then starts the container without the mount and only logs the error."""
+    directory = pod_container_dir(pod_dir, container_name)
+    try:
+        os.makedirs(directory, CONTAINER_DIR_MODE, exist_ok=True)
+        path = os.path.join(directory, f"{secrets.randbits(32):08x}")
+        with open(path, "wb"):
+            pass
+    except OSError as err:
+        log.error("error on creating termination-log file in %s: %s", directory, err)
+        return ""
+    try:
+        os.chmod(path, TERMINATION_LOG_MODE)
+    except OSError as err:
+        log.error("unable to set termination-log file permissions %s: %s", path, err)
+    return path
+
+
+def termination_message_host_path(
+    mounts: Iterable[Mapping[str, Any]], termination_message_path: str
+) -> str:
+    """The host file mounted at terminationMessagePath, from the CRI container
+    status's mounts (containerPath/hostPath), or ""."""
+    if not termination_message_path:
+        return ""
+    for m in mounts:
+        if m.get("containerPath") == termination_message_path:
+            return str(m.get("hostPath") or "")
+    return ""
+
+
+def _go_open_error(path: str, err: OSError) -> str:
+    # Go's *PathError text, e.g. "open /x: permission denied"
+    return f"open {path}: {(err.strerror or str(err)).lower()}"
+
+
+def _read_tail(path: str, limit: int) -> bytes:
+    """The last `limit` bytes of the file (tail.ReadAtMost)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            f.seek(size - limit)
+        return f.read(limit)
+
+
+def _from_file(host_path: str, fallback: bool) -> tuple[str, bool]:
+    """The file's message and whether to read the logs instead (getTerminationMessage)."""
+    if not host_path:
+        return "", fallback
+    try:
+        data = _read_tail(host_path, MAX_CONTAINER_TERMINATION_MESSAGE_LENGTH)
+    except FileNotFoundError:
+        return "", fallback
+    except OSError as err:
+        return (
+            f"Error on reading termination log {host_path}: {_go_open_error(host_path, err)}",
+            False,
+        )
+    return data.decode("utf-8", "replace"), fallback and not data
+
+
+async def read_termination_message(
+    host_path: str,
+    policy: str,
+    exit_code: int,
+    reason: str,
+    log_tail_reader: LogTailReader,
+) -> str:
+    """The message of an exited container.
+
+    host_path: termination_message_host_path of its status ("" when it had none);
+    policy: terminationMessagePolicy; exit_code and reason from the CRI status
+    (a container that could not run has no logs to fall back to).
+    """
+    fallback = (
+        policy == FALLBACK_TO_LOGS_ON_ERROR and exit_code != 0 and reason != "ContainerCannotRun"
+    )
+    message, check_logs = _from_file(host_path, fallback)
+    if check_logs:
+        message = await log_tail_reader(
+            MAX_CONTAINER_TERMINATION_MESSAGE_LOG_LINES,
+            MAX_CONTAINER_TERMINATION_MESSAGE_LOG_LENGTH,
+        )
+    return message
+
+
+def container_status_message(runtime_message: str, termination_message: str) -> str:
+    """The CRI status message with the termination message appended after ': '."""
+    if not termination_message:
+        return runtime_message
+    return f"{runtime_message}: {termination_message}" if runtime_message else termination_message
+
+
+def cri_log_tail_reader(log_path: str) -> LogTailReader:
+    """A LogTailReader over a CRI log file (ReadLogs into a circular buffer)."""
+
+    async def read(lines: int, max_bytes: int) -> str:
+        buf = bytearray()
+
+        async def write(chunk: bytes) -> None:
+            buf.extend(chunk)
+            if len(buf) > max_bytes:
+                del buf[: len(buf) - max_bytes]
+
+        async def running() -> bool:
+            return False
+
+        try:
+            await read_logs(log_path, LogOptions(tail_lines=lines), write, running)
+        except OSError as err:
+            return (
+                f"Error on reading termination message from logs: {_go_open_error(log_path, err)}"
+            )
+        return bytes(buf).decode("utf-8", "replace")
+
+    return read
+
+
+def pod_message_budget(pod: Mapping[str, Any]) -> int:
+    """Bytes of termination message each container status may keep: 12 KiB shared
+    by all containers, init and ephemeral ones included."""
+    spec = pod.get("spec") or {}
+    n = sum(len(spec.get(k) or []) for k in ("containers", "initContainers", "ephemeralContainers"))
+    return MAX_POD_TERMINATION_MESSAGE_LENGTH // n if n else MAX_POD_TERMINATION_MESSAGE_LENGTH
+
+
+def truncate_message(message: str, budget: int) -> str:
+    """The message cut to `budget` bytes of UTF-8, as the status manager does
+    before it sends a status (a split character becomes U+FFFD, as in the API)."""
+    raw = message.encode("utf-8", "surrogateescape")
+    if len(raw) <= budget:
+        return message
+    return raw[:budget].decode("utf-8", "replace")
