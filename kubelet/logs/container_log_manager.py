@@ -13,7 +13,8 @@ log at or over ``max_size``, ``max_workers`` at a time:
    runtime is asked to ReopenContainerLog; if that fails the file is renamed
    back, to be rotated on a later round.
 
-So the newest rotated file stays plain (the runtime may still be finishing a
+A log rotated already within the current second waits for the next round, so
+two rotations never share a name. So the newest rotated file stays plain (the runtime may still be finishing a
 write to it, and a follower may still be reading it) and the rest are gzipped.
 A log that has vanished is reopened first, as upstream does.
 
@@ -207,13 +208,18 @@ class ContainerLogManager:
                 return False
         if size < self.policy.max_size:
             return False
+        stamp = time.strftime(TIMESTAMP_FORMAT, time.localtime(self.clock()))
+        rotated = f"{path}.{stamp}"
         try:
-            await loop.run_in_executor(None, _prepare, path, self.policy.max_files)
+            if not await loop.run_in_executor(None, _prepare, path, self.policy.max_files, rotated):
+                # Rotated already within this second: the same name again would make
+                # the next round drop this file as a finished compression. Upstream
+                # never gets here (its interval is at least 3 s); wait a round.
+                log.debug("Log %s was rotated this second already; next round", path)
+                return False
         except OSError as err:
             log.error("Failed to rotate log %s of container %s: %s", path, cid, err)
             return False
-        stamp = time.strftime(TIMESTAMP_FORMAT, time.localtime(self.clock()))
-        rotated = f"{path}.{stamp}"
         try:
             await loop.run_in_executor(None, os.rename, path, rotated)
         except OSError as err:
@@ -261,8 +267,11 @@ def _in_use(name: str, names: set[str]) -> bool:
     return name + COMPRESS_SUFFIX not in names  # compressed, but not yet removed
 
 
-def _prepare(path: str, max_files: int) -> None:
-    """Steps 1-3: clean up, trim to max_files - 2 rotated files, gzip them."""
+def _prepare(path: str, max_files: int, target: str) -> bool:
+    """Steps 1-3: clean up, trim to max_files - 2 rotated files, gzip them. False,
+    touching nothing, when `target` (the name the live log is about to get) is taken."""
+    if os.path.lexists(target) or os.path.lexists(target + COMPRESS_SUFFIX):
+        return False
     rotated = glob.glob(glob.escape(path) + ".*")
     names = set(rotated)
     keep = []
@@ -278,6 +287,7 @@ def _prepare(path: str, max_files: int) -> None:
     for r in keep[max(0, excess) :]:
         if not r.endswith(COMPRESS_SUFFIX):
             _compress(r)
+    return True
 
 
 def _compress(path: str) -> None:

@@ -266,3 +266,17 @@ def test_from_config_reads_the_kubelet_configuration() -> None:
         4,
         5.0,
     )
+
+
+async def test_a_second_rotation_within_the_same_second_waits(tmp_path: Path) -> None:
+    n = Node(tmp_path)
+    cid = await n.container()
+    assert await n.write_and_rotate(b"a" * 100) == [cid]
+    with open(n.log(), "ab") as fh:
+        fh.write(b"b" * 100)
+    assert await n.m.rotate_logs() == []  # the clock has not moved: same stamp
+    assert n.files() == ["0.log", f"0.log.{stamp(T0 + 1)}"]
+    n.clock.now += 1
+    assert await n.m.rotate_logs() == [cid]
+    d = tmp_path / "c"
+    assert gzip.decompress((d / f"0.log.{stamp(T0 + 1)}.gz").read_bytes()) == b"a" * 100
