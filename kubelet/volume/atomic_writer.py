@@ -335,15 +335,21 @@ class VolumeWriter:
         fs_group: int | None = None,
     ) -> bool:
         """Publish `payload` in `dir` (created if missing); False when nothing changed."""
-        digest = _digest(payload, fs_group)
         md = pod.get("metadata") or {}
         context = f"pod {md.get('namespace', '')}/{md.get('name', '')} volume {volume_name}"
         loop = asyncio.get_running_loop()
         lock = self._lock(dir)
         async with lock:
-            known = self._written.get(dir) == digest
-            changed = await loop.run_in_executor(
-                None, _set_up_dir, pod, volume_name, dir, payload, fs_group, context, known
+            changed, digest = await loop.run_in_executor(
+                None,
+                _set_up_dir,
+                pod,
+                volume_name,
+                dir,
+                payload,
+                fs_group,
+                context,
+                self._written.get(dir),
             )
             self._written[dir] = digest
         return changed
@@ -362,10 +368,12 @@ def _set_up_dir(
     payload: Mapping[str, FileProjection],
     fs_group: int | None,
     context: str,
-    known: bool,
-) -> bool:
-    if known and os.path.isdir(os.path.join(dir, DATA_DIR)):
-        return False
+    last_digest: bytes | None,
+) -> tuple[bool, bytes]:
+    # Hashing a large payload is CPU work too: done here, off the loop.
+    digest = _digest(payload, fs_group)
+    if digest == last_digest and os.path.isdir(os.path.join(dir, DATA_DIR)):
+        return False, digest
     clean_payload(payload)  # bad paths fail before anything is created
     try:
         os.mkdir(dir, ROOT_DIR_MODE)
@@ -377,7 +385,7 @@ def _set_up_dir(
         os.mkdir(dir, ROOT_DIR_MODE)
         os.chmod(dir, ROOT_DIR_MODE)
     make_nested_mountpoints(pod, volume_name, dir)
-    return AtomicWriter(dir, context).write(payload, fs_group)
+    return AtomicWriter(dir, context).write(payload, fs_group), digest
 
 
 def _remove_dir(dir: str) -> None:
