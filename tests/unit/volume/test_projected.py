@@ -239,3 +239,22 @@ async def test_tear_down_drops_the_pods_tokens(tmp_path: Any, env: Env) -> None:
     assert len(env.tokens) == 1
     await env.plugin.tear_down("uid-1", "kube-api-access-x1", d)
     assert len(env.tokens) == 0 and not os.path.exists(d)
+
+
+def test_plugins_satisfy_the_protocols() -> None:
+    """Checked by mypy: the plugins are VolumePlugins, the manager a PodObjectManager."""
+    from kubelet.objectcache import CONFIGMAP, PodObjectManager, WatchingObjectManager
+    from kubelet.volume import VolumePlugin
+    from kubelet.volume.configmap import ConfigMapPlugin
+    from kubelet.volume.downwardapi import DownwardAPIPlugin
+    from kubelet.volume.secret import SecretPlugin
+
+    objects: PodObjectManager = WatchingObjectManager(CONFIGMAP, None)
+    plugins: list[VolumePlugin] = [
+        ConfigMapPlugin(objects),
+        SecretPlugin(objects),
+        DownwardAPIPlugin(),
+        ProjectedPlugin(objects, objects, None),
+    ]
+    assert len({p.name for p in plugins}) == 4
+    assert all(p.requires_remount for p in plugins)
