@@ -5,9 +5,11 @@ subPath and subPathExpr get upstream's checks: no absolute path, no `..`, and
 no symlink that leads out of the volume. The subPath is resolved inside the
 volume's real path and then opened component by component without following
 symlinks, so a link swapped in between the two steps is caught; a missing
-subPath directory is created the same way, with the volume's mode. Upstream
-then bind-mounts the opened descriptor so the runtime cannot be raced either;
-here the resolved path goes to the runtime.
+subPath directory is created the same way, with the volume's mode. Given the
+pod dir, the opened descriptor is then bind-mounted under
+`<pod dir>/volume-subpaths/` as upstream does (see volumemanager/subpath.py),
+so the runtime cannot be raced either; without it, or where this kubelet may
+not mount, the resolved path goes to the runtime.
 
 Blocking file I/O happens only for mounts with a subPath: callers on the event
 loop run make_mounts in an executor when `has_subpath(container)`.
@@ -16,6 +18,7 @@ loop run make_mounts in an executor when `has_subpath(container)`.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -23,6 +26,9 @@ from typing import Any
 
 from kubelet.container.runtime import ContainerConfigError, Mount
 from kubelet.volumemanager import MountedVolume
+from kubelet.volumemanager.subpath import bind_subpath
+
+log = logging.getLogger(__name__)
 
 Pod = dict[str, Any]
 
@@ -46,12 +52,14 @@ def make_mounts(
     container: dict[str, Any],
     volumes: Mapping[str, MountedVolume],
     expand: Callable[[str], str],
+    pod_dir: str | None = None,
 ) -> list[Mount]:
-    """Raises ContainerConfigError with upstream's messages."""
+    """Raises ContainerConfigError with upstream's messages. With `pod_dir`
+    (`<root>/pods/<uid>`), subPaths are bind-mounted under it."""
     cname = container.get("name", "")
     privileged = bool((container.get("securityContext") or {}).get("privileged"))
     out: list[Mount] = []
-    for vm in container.get("volumeMounts") or []:
+    for index, vm in enumerate(container.get("volumeMounts") or []):
         name = vm.get("name", "")
         vol = volumes.get(name)
         if vol is None:
@@ -69,7 +77,7 @@ def make_mounts(
                 raise ContainerConfigError(
                     f"unable to provision SubPath `{sub}`: must not contain '..'"
                 )
-            host_path = _prepare_subpath(vol.host_path, sub, name, cname)
+            host_path = _prepare_subpath(vol.host_path, sub, name, cname, pod_dir, index)
         mode = vm.get("mountPropagation")
         if mode not in _PROPAGATION:
             raise ContainerConfigError(f'invalid MountPropagation mode: "{mode}"')
@@ -99,7 +107,9 @@ def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip("/") + "/")
 
 
-def _prepare_subpath(volume_path: str, sub: str, name: str, cname: str) -> str:
+def _prepare_subpath(
+    volume_path: str, sub: str, name: str, cname: str, pod_dir: str | None, index: int
+) -> str:
     full = os.path.join(volume_path, sub)
     if not os.path.exists(full):
         try:
@@ -116,7 +126,16 @@ def _prepare_subpath(volume_path: str, sub: str, name: str, cname: str) -> str:
         resolved = os.path.realpath(full, strict=True)
         if not _within(resolved, base):
             raise OSError(errno.EXDEV, f"subpath {resolved!r} not within volume path {base!r}")
-        os.close(_safe_open(resolved, base))
+        fd = _safe_open(resolved, base)
+        try:
+            if pod_dir is not None:
+                return bind_subpath(fd, pod_dir, name, cname, index)
+        except OSError as err:
+            if err.errno not in (errno.EPERM, errno.EACCES):
+                raise
+            log.warning("subPath %s: bind mount not permitted here, using its path: %s", full, err)
+        finally:
+            os.close(fd)
     except OSError as err:
         raise ContainerConfigError(
             f'failed to prepare subPath for volumeMount "{name}" of container "{cname}"'

@@ -40,6 +40,7 @@ from kubelet.volumemanager.cache import (
 from kubelet.volumemanager.hooks import AdoptingPlugin, ExternalPathPlugin
 from kubelet.volumemanager.operations import MOUNT, UNMOUNT, OpKey, PendingOperations
 from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
+from kubelet.volumemanager.subpath import clean_subpaths
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +292,8 @@ class VolumeManagerImpl:
         for key, entry in list(have.entries.items()):
             if key in wanted_keys:
                 continue
+            if not entry.plugin_name and want is not None and entry.name in want.volumes:
+                continue  # subPath mounts of a wanted volume, found on disk
             if want is None and not have.release:
                 continue  # found on disk; the pod may yet be added
             self._start_tear_down(uid, entry, now)
@@ -360,6 +363,8 @@ class VolumeManagerImpl:
                 entry = MountedEntry(vol.plugin_name, vol.name, vol.dir, State.MOUNTED)
                 have.entries[vol.key] = entry
             entry.state, entry.volume, entry.dir = State.MOUNTED, mounted, vol.dir
+            # Its tear-down now cleans any subPath mounts found on disk for it.
+            have.entries.pop(("", vol.name), None)
             assert vol.plugin is not None
             if vol.plugin.requires_remount:
                 entry.remount_at = self.clock.monotonic() + self.remount_period * (
@@ -402,15 +407,19 @@ class VolumeManagerImpl:
     async def _tear_down(self, key: OpKey, uid: str, entry: MountedEntry) -> None:
         plugin = self._by_name.get(entry.plugin_name)
         error = ""
+        pod_dir = os.path.join(self.host.root_dir, "pods", uid)
+        loop = asyncio.get_running_loop()
         try:
+            # subPath mounts first: they hold the volume's content.
+            try:
+                await loop.run_in_executor(None, clean_subpaths, pod_dir, entry.name)
+            except OSError as err:
+                raise VolumeError(f"error cleaning subPath mounts: {err}") from err
             if plugin is not None:
                 await plugin.tear_down(uid, entry.name, entry.dir)
             # Whatever the plugin left (or all of it, for a plugin this kubelet
             # does not have), then the empty volumes/<plugin> dirs above it.
-            pod_dir = os.path.join(self.host.root_dir, "pods", uid)
-            await asyncio.get_running_loop().run_in_executor(
-                None, _clean_volume_dir, entry.dir, pod_dir, self.mountinfo
-            )
+            await loop.run_in_executor(None, _clean_volume_dir, entry.dir, pod_dir, self.mountinfo)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise
@@ -480,7 +489,9 @@ class VolumeManagerImpl:
         ):
             entry.state = State.UNCERTAIN  # set up again over it
             return
+        assert have is not None
         entry.state = State.MOUNTED
+        have.entries.pop(("", vol.name), None)
         entry.volume = MountedVolume(
             name=vol.name,
             host_path=entry.dir,

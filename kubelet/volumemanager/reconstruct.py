@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 from kubelet.volumemanager import mountutil
+from kubelet.volumemanager.subpath import subpath_volumes
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,18 @@ def list_pod_uids(root_dir: str) -> list[str]:
 
 
 def scan_pod(root_dir: str, uid: str, table: dict[str, str]) -> list[FoundVolume] | None:
-    """The volume dirs of one pod; None when the pod has no volumes dir."""
-    vdir = os.path.join(pods_dir(root_dir), uid, "volumes")
+    """The volume dirs of one pod, and the volumes that only have subPath
+    mounts left (hostPath volumes make no dir; plugin_name "", dir ""). None
+    when the pod has neither."""
+    pod_dir = os.path.join(pods_dir(root_dir), uid)
+    vdir = os.path.join(pod_dir, "volumes")
+    subpaths = subpath_volumes(pod_dir)
     try:
         plugins = [e for e in os.scandir(vdir) if e.is_dir(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        if not subpaths:
+            return None
+        plugins = []
     out = []
     for p in plugins:
         plugin_name = p.name.replace("~", "/")
@@ -48,6 +55,8 @@ def scan_pod(root_dir: str, uid: str, table: dict[str, str]) -> list[FoundVolume
         for name in names:
             path = os.path.join(p.path, name)
             out.append(FoundVolume(uid, plugin_name, name, path, table.get(os.path.realpath(path))))
+    with_dirs = {fv.name for fv in out}
+    out.extend(FoundVolume(uid, "", name, "", None) for name in subpaths if name not in with_dirs)
     return out
 
 

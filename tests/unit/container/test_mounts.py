@@ -166,3 +166,55 @@ def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
         {"v": MountedVolume("v", str(link))},
     )
     assert out[0].host_path == str(real / "sub")
+
+
+def _can_mount(tmp: Path) -> bool:
+    from kubelet.volumemanager import mountutil
+
+    d = tmp / "probe"
+    d.mkdir()
+    try:
+        mountutil.mount("tmpfs", str(d), "tmpfs", "size=4096")
+    except OSError:
+        return False
+    mountutil.umount(str(d))
+    d.rmdir()
+    return True
+
+
+def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Path):
+    from kubelet.volumemanager import mountutil
+    from kubelet.volumemanager.subpath import clean_subpaths
+
+    base = Path(vol.host_path)
+    (base / "conf").mkdir()
+    (base / "conf" / "app.ini").write_text("one")
+    pod_dir = tmp_path / "pods" / "u1"
+    pod_dir.mkdir(parents=True)
+    c = ctr({"name": "data", "mountPath": "/d"},
+            {"name": "data", "mountPath": "/etc/app.ini", "subPath": "conf/app.ini"},
+            {"name": "data", "mountPath": "/conf", "subPath": "conf"})  # fmt: skip
+    if not _can_mount(tmp_path):
+        out = make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
+        assert out[1].host_path == str(base / "conf" / "app.ini")  # falls back to the path
+        return
+    try:
+        out = make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
+        target = pod_dir / "volume-subpaths" / "data" / "app" / "1"
+        assert out[0].host_path == vol.host_path
+        assert out[1].host_path == str(target)
+        assert out[2].host_path == str(pod_dir / "volume-subpaths" / "data" / "app" / "2")
+        assert mountutil.mount_fstype(str(target)) is not None
+        assert target.read_text() == "one"
+        # A restart of the container reuses the mount.
+        again = make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
+        assert again[1].host_path == str(target)
+        assert sum(1 for line in open("/proc/self/mountinfo") if f" {target} " in line) == 1
+        # Swapping the subPath for a symlink afterwards does not redirect the target.
+        (base / "conf" / "app.ini").rename(base / "conf" / "old.ini")
+        (base / "conf" / "app.ini").symlink_to("/etc/hostname")
+        assert target.read_text() == "one"
+    finally:
+        clean_subpaths(str(pod_dir), "data")
+    assert not (pod_dir / "volume-subpaths").exists()
+    assert (base / "conf" / "old.ini").read_text() == "one"

@@ -462,3 +462,70 @@ def test_implementations_satisfy_the_protocols(tmp_path: Path):
     plugins: list[VolumePlugin] = [EmptyDirPlugin(), HostPathPlugin(), PVCPlugin(None)]
     vm: VolumeManager = VolumeManagerImpl(VolumeHost(str(tmp_path), "n"), plugins)
     assert vm.unmounted_volumes(mkpod("a")) == []
+
+
+async def test_subpath_mounts_cleaned_at_teardown_and_for_orphans(tmp_path: Path):
+    from kubelet.volumemanager.subpath import clean_subpaths
+
+    host = tmp_path / "host"
+    (host / "sub").mkdir(parents=True)
+    (host / "sub" / "precious").write_text("x")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    try:
+        mountutil.mount("tmpfs", str(probe), "tmpfs", "size=4096")
+        mountutil.umount(str(probe))
+    except OSError:
+        pytest.skip("mounting is not permitted here")
+    root = tmp_path / "root"
+    hp = {"name": "h", "hostPath": {"path": str(host)}}
+    pod = mkpod("a", hp, fake("v"))
+    c = {"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/h", "subPath": "sub"},
+                                       {"name": "v", "mountPath": "/v", "subPath": "x"}]}  # fmt: skip
+    try:
+        await _subpath_cleanup_scenario(root, host, pod, hp, c)
+    finally:  # never leave a bind mount behind a failed assertion
+        for uid in ("a", "b"):
+            clean_subpaths(str(root / "pods" / uid), "h")
+            clean_subpaths(str(root / "pods" / uid), "v")
+
+
+async def _subpath_cleanup_scenario(
+    root: Path, host: Path, pod: dict[str, Any], hp: dict[str, Any], c: dict[str, Any]
+) -> None:
+    from kubelet.container.mounts import make_mounts
+    from kubelet.volume.hostpath import HostPathPlugin
+
+    env = Env(root, FakePlugin(), HostPathPlugin())
+    env.mgr.add_pod(pod)
+    await env.settle()
+    pod_dir = root / "pods" / "a"
+    out = make_mounts(pod, c, env.mgr.get_mounted_volumes("a"), str, str(pod_dir))
+    assert out[0].host_path.startswith(str(pod_dir / "volume-subpaths" / "h"))
+    # Restart: the hostPath volume made no dir, only its subPath mount is left.
+    second = Env(root, FakePlugin(), HostPathPlugin())
+    await second.mgr.reconstruct()
+    second.mgr.add_pod(pod)
+    await second.settle()
+    assert ("", "h") not in second.mgr.asw.pods["a"].entries  # handed to the real volume
+    second.mgr.remove_pod("a")
+    for _ in range(5):
+        await second.settle()
+        await asyncio.sleep(0.02)
+    assert not (pod_dir / "volume-subpaths").exists()
+    assert (host / "sub" / "precious").read_text() == "x"
+    # An orphan with only a subPath mount left is cleaned before it is reported clean.
+    pod_b = mkpod("b", hp)
+    env.mgr.add_pod(pod_b)
+    await env.settle()
+    make_mounts(pod_b, c | {"volumeMounts": c["volumeMounts"][:1]},
+                env.mgr.get_mounted_volumes("b"), str, str(root / "pods" / "b"))  # fmt: skip
+    third = Env(root, FakePlugin(), HostPathPlugin())
+    await third.mgr.reconstruct()
+    assert await third.mgr.cleanup_orphaned_pods(set()) == ["a"]  # b: not yet
+    for _ in range(5):
+        await third.settle()
+        await asyncio.sleep(0.02)
+    assert not (root / "pods" / "b" / "volume-subpaths").exists()
+    assert sorted(await third.mgr.cleanup_orphaned_pods(set())) == ["a", "b"]
+    assert (host / "sub" / "precious").read_text() == "x"
