@@ -146,7 +146,10 @@ class VolumeManagerImpl:
         want = self.dsw.pods.get(_uid(pod))
         if want is None:
             return [v["name"] for v in pod["spec"].get("volumes") or []]
-        return self._unmounted_names(want)
+        names = self._unmounted_names(want)
+        if names:
+            want.ready = False  # the caller waits: tell it when that ends
+        return names
 
     def get_mounted_volumes(self, pod_uid: str) -> Mapping[str, MountedVolume]:
         have = self.asw.pods.get(pod_uid)

@@ -529,3 +529,36 @@ async def _subpath_cleanup_scenario(
     assert not (root / "pods" / "b" / "volume-subpaths").exists()
     assert sorted(await third.mgr.cleanup_orphaned_pods(set())) == ["a", "b"]
     assert (host / "sub" / "precious").read_text() == "x"
+
+
+async def test_pod_re_added_before_teardown_keeps_its_volumes(tmp_path: Path):
+    env = Env(tmp_path)
+    pod = mkpod("a", fake("v"))
+    env.mgr.add_pod(pod)
+    await env.settle()
+    env.mgr.remove_pod("a")
+    env.mgr.add_pod(pod)  # same UID back before the reconciler ran
+    await env.settle()
+    assert env.plugin.tear_downs == [] and env.plugin.set_ups == [("a", "v")]
+    assert env.mgr.unmounted_volumes(pod) == []
+
+
+async def test_on_pod_ready_after_a_caller_saw_unmounted(tmp_path: Path):
+    env = Env(tmp_path)
+    env.plugin.gates["v"] = asyncio.Event()
+    env.mgr.add_pod(mkpod("a", fake("v")))
+    env.mgr.reconcile()
+    await asyncio.sleep(0)
+    env.mgr.remove_pod("a")
+    env.plugin.gates["v"].set()
+    for _ in range(5):
+        await env.settle()
+        await asyncio.sleep(0.02)
+    assert env.mgr.asw.pods == {}
+    # Back again: set up from scratch, and the waiting syncer hears of it.
+    del env.plugin.gates["v"]
+    pod = mkpod("a", fake("v"))
+    env.mgr.add_pod(pod)
+    assert env.mgr.unmounted_volumes(pod) == ["v"]
+    await env.settle()
+    assert env.ready == ["a"]
