@@ -223,5 +223,8 @@ async def make_environment_variables(
         env[name] = value
 
     result = list(env.items())
-    result += [(k, v) for k, v in service_env.items() if k not in env]
+    if env.keys().isdisjoint(service_env.keys()):
+        result += service_env.items()  # the usual case: a copy in C, no per-item test
+    else:
+        result += [(k, v) for k, v in service_env.items() if k not in env]
     return result
