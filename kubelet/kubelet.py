@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,9 +22,11 @@ from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
+from kubelet.container.env import EnvContext
 from kubelet.cri import errors as cri_errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
@@ -35,7 +36,9 @@ from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_id, read_logs
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.mirror_client import MirrorClient, is_mirror
+from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
+from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
@@ -47,6 +50,7 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status.status_manager import StatusManager
+from kubelet.token.manager import TokenManager
 from kubelet.types import (
     API_SOURCE,
     FILE_SOURCE,
@@ -63,6 +67,16 @@ from kubelet.types import (
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
+from kubelet.volume import VolumeHost
+from kubelet.volume.configmap import ConfigMapPlugin
+from kubelet.volume.downwardapi import DownwardAPIPlugin
+from kubelet.volume.emptydir import EmptyDirPlugin
+from kubelet.volume.hostpath import HostPathPlugin
+from kubelet.volume.projected import ProjectedPlugin
+from kubelet.volume.pvc import PVCPlugin
+from kubelet.volume.secret import SecretPlugin
+from kubelet.volumemanager.manager import VolumeManagerImpl
+from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +118,11 @@ class Kubelet:
         self.features = FeatureGate(config.feature_gates)
         self.evented: EventedPLEG | None = None
         self.pod_config = PodConfig()
-        self.pod_manager = PodManager()
+        # configMaps and secrets of the node's pods: one watch per referenced object.
+        self.configmaps = WatchingObjectManager(CONFIGMAP, kube_client, config.sync_frequency)
+        self.secrets = WatchingObjectManager(SECRET, kube_client, config.sync_frequency)
+        self.pod_manager = PodManager([self.configmaps, self.secrets])
+        self.services = ServiceInformer(kube_client) if kube_client is not None else None
         self.cache = Cache()
         self.work_queue = WorkQueue()
         # Cluster mode: the API server is a pod source, pod statuses are written
@@ -144,7 +162,46 @@ class Kubelet:
         self.probes = ProbeManager(
             Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
         )
-        self.runtime_helper = PodRuntimeHelper(root_dir, config.resolv_conf)
+        node_ref = {"kind": "Node", "name": node_name, "uid": node_name, "namespace": ""}
+        node_alloc: dict[str, str] = dict(alloc)
+        tokens = TokenManager(kube_client) if kube_client is not None else None
+        self.tokens = tokens
+        self.volume_manager = VolumeManagerImpl(
+            VolumeHost(root_dir, node_name),
+            [
+                ConfigMapPlugin(self.configmaps),
+                SecretPlugin(self.secrets),
+                DownwardAPIPlugin(lambda: node_alloc),
+                ProjectedPlugin(self.configmaps, self.secrets, tokens, lambda: node_alloc),
+                EmptyDirPlugin(lambda: to_bytes(node_alloc.get("memory", "0"))),
+                HostPathPlugin(),
+                PVCPlugin(kube_client.get if kube_client is not None else None),
+            ],
+            on_pod_ready=self._volumes_ready,
+            recorder=recorder.event if recorder is not None else None,
+            clock=clock,
+        )
+        self.runtime_helper = PodRuntimeHelper(
+            root_dir,
+            DNSConfigurer(
+                config.cluster_dns,
+                config.cluster_domain,
+                config.resolv_conf,
+                node_ips=self.node_ips,
+                recorder=recorder,
+                node_ref=node_ref,
+            ),
+            config.cluster_domain,
+            EnvContext(
+                host_ips=tuple(self.node_ips),
+                node_ips=tuple(self.node_ips),
+                node_allocatable=node_alloc,
+                configmaps=self.configmaps if kube_client is not None else None,
+                secrets=self.secrets if kube_client is not None else None,
+                services=self.services,
+            ),
+            self.volume_manager,
+        )
         self.runtime_manager = RuntimeManager(
             runtime_service,
             image_service,
@@ -182,6 +239,7 @@ class Kubelet:
             self.cache,
             self.work_queue,
             self.admitter,
+            self.volume_manager,
             pod_cgroups=self.pod_cgroups,
             mirror_client=mirror_client,
             recorder=recorder,
@@ -260,6 +318,14 @@ class Kubelet:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
         await self._runtime_name()
+        # Volumes already on disk (a restart, kill -9 included) are adopted
+        # before any pod is synced, so they are not set up again.
+        await self.volume_manager.reconstruct()
+        self._tasks.append(
+            asyncio.create_task(self.volume_manager.run(self._stop), name="volume-manager")
+        )
+        if self.services is not None:
+            self._tasks.append(asyncio.create_task(self.services.run(self._stop), name="services"))
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
 
@@ -268,6 +334,8 @@ class Kubelet:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.pod_workers.stop()
+        await self.configmaps.close()
+        await self.secrets.close()
 
     async def run(self) -> None:
         await self._start_core()
@@ -486,6 +554,12 @@ class Kubelet:
         )
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
+    def _volumes_ready(self, pod_uid: str) -> None:
+        """Every volume of the pod is set up: sync it now, not on its next retry."""
+        pod = self.pod_manager.get(pod_uid)
+        if pod is not None:
+            self.pod_workers.update_pod(PodWork(pod, UpdateType.SYNC))
+
     def _probe_changed(self, pod_uid: str) -> None:
         pod = self.pod_manager.get(pod_uid)
         if pod is not None:
@@ -518,9 +592,11 @@ class Kubelet:
                 task = asyncio.create_task(self._kill_orphan(u))
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
-        await asyncio.get_running_loop().run_in_executor(
-            None, self._remove_orphan_dirs, desired | workers
-        )
+        # Pod dirs of pods that are gone, once the volume manager has torn their
+        # volumes down (it answers with the dirs that hold no volume any more).
+        removable = await self.volume_manager.cleanup_orphaned_pods(desired | workers)
+        if removable:
+            await asyncio.get_running_loop().run_in_executor(None, self._remove_pod_dirs, removable)
         if self.pod_cgroups is not None:
             # Cgroups of pods that are gone, including what runtimes leave behind.
             pc = self.pod_cgroups
@@ -551,15 +627,13 @@ class Kubelet:
         finally:
             self._orphans_killing.discard(u)
 
-    def _remove_orphan_dirs(self, keep: set[str]) -> None:
-        base = os.path.join(self.root_dir, "pods")
-        try:
-            entries = os.listdir(base)
-        except OSError:
-            return
-        for e in entries:
-            if e not in keep:
-                shutil.rmtree(os.path.join(base, e), ignore_errors=True)
+    def _remove_pod_dirs(self, uids: list[str]) -> None:
+        for u in uids:
+            # Never through a mount point: one left under a pod dir may be a hostPath.
+            try:
+                remove_all_one_filesystem(os.path.join(self.root_dir, "pods", u))
+            except OSError as err:
+                log.warning("Failed removing the directory of pod %s: %s", u, err)
 
     # --------------------------------------------------------- for servers
     def get_pods(self) -> list[dict[str, Any]]:

@@ -6,20 +6,49 @@ container configs.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
-from kubelet.container.runtime import DNSSettings, RunContainerOptions
-from kubelet.types import Pod, host_network, name
+from kubelet.container.env import EnvContext, make_environment_variables
+from kubelet.container.expansion import expand_subpath_expr
+from kubelet.container.hosts import make_hosts_mount
+from kubelet.container.mounts import has_subpath, make_mounts
+from kubelet.container.runtime import (
+    ContainerConfigError,
+    DNSSettings,
+    Mount,
+    RunContainerOptions,
+)
+from kubelet.kuberuntime.termination import create_termination_log_file
+from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
+from kubelet.types import Pod, uid
+from kubelet.volumemanager import MountedVolume, VolumeManager
 
 log = logging.getLogger(__name__)
 
 
 class PodRuntimeHelper:
-    def __init__(self, root_dir: str, resolv_conf: str) -> None:
+    """Implements container.runtime.RuntimeHelper. Holds no per-call state: up
+    to 256 pod workers call it at once."""
+
+    def __init__(
+        self,
+        root_dir: str,
+        dns: DNSConfigurer,
+        cluster_domain: str,
+        env: EnvContext,
+        volumes: VolumeManager,
+    ) -> None:
         self.root_dir = root_dir
-        self.resolv_conf = resolv_conf
+        self.dns = dns
+        self.cluster_domain = cluster_domain
+        # Node-wide inputs of every environment; the pod's IPs are added per call.
+        self.env = env
+        self.volumes = volumes
 
     def get_pod_dir(self, pod_uid: str) -> str:
         return os.path.join(self.root_dir, "pods", pod_uid)
@@ -27,43 +56,57 @@ class PodRuntimeHelper:
     async def generate_run_container_options(
         self, pod: Pod, container: dict[str, Any], pod_ips: list[str]
     ) -> RunContainerOptions:
-        envs = [
-            (e["name"], str(e.get("value", "")))
-            for e in container.get("env") or []
-            if "valueFrom" not in e  # named by the pod's UnsupportedPodFields event
-        ]
-        hostname, _ = self.generate_pod_hostname_and_domain(pod)
-        return RunContainerOptions(envs=envs, hostname=hostname)
+        try:
+            hostname, domain = self.generate_pod_hostname_and_domain(pod)
+        except ValueError as err:
+            raise ContainerConfigError(str(err)) from err
+        envs = await make_environment_variables(
+            pod, container, dataclasses.replace(self.env, pod_ips=tuple(pod_ips))
+        )
+        volumes = self.volumes.get_mounted_volumes(uid(pod))
+        # Sub-path preparation, the hosts file and the termination-log file all
+        # touch the disk: one hop off the event loop for the lot.
+        mounts = await asyncio.get_running_loop().run_in_executor(
+            None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain
+        )
+        return RunContainerOptions(envs=envs, mounts=mounts, hostname=hostname)
+
+    def _mounts(
+        self,
+        pod: Pod,
+        container: dict[str, Any],
+        volumes: Mapping[str, MountedVolume],
+        envs: list[tuple[str, str]],
+        pod_ips: list[str],
+        hostname: str,
+        domain: str,
+    ) -> list[Mount]:
+        pod_dir = self.get_pod_dir(uid(pod))
+
+        def expand(expr: str) -> str:
+            try:
+                return expand_subpath_expr(expr, envs)
+            except ValueError as err:
+                raise ContainerConfigError(str(err)) from err
+
+        mounts = make_mounts(
+            pod, container, volumes, expand, pod_dir if has_subpath(container) else None
+        )
+        try:
+            hosts = make_hosts_mount(pod, container, pod_dir, pod_ips, hostname, domain)
+        except OSError as err:
+            raise ContainerConfigError(f"failed to write the pod's hosts file: {err}") from err
+        if hosts is not None:
+            mounts.append(hosts)
+        path = container.get("terminationMessagePath")
+        if path and not any(m.container_path == path for m in mounts):
+            host = create_termination_log_file(pod_dir, container["name"])
+            if host:
+                mounts.append(Mount(container_path=path, host_path=host, selinux_relabel=True))
+        return mounts
 
     def generate_pod_hostname_and_domain(self, pod: Pod) -> tuple[str, str]:
-        # Host-network sandboxes get an empty hostname: the runtime then uses the
-        # node's, which is what they share anyway.
-        if host_network(pod):
-            return "", ""
-        return (pod["spec"].get("hostname") or name(pod))[:63], ""
+        return generate_pod_hostname_and_domain(pod, self.cluster_domain)
 
     def get_pod_dns(self, pod: Pod) -> DNSSettings:
-        cfg = pod["spec"].get("dnsConfig") or {}
-        out = DNSSettings()
-        if pod["spec"].get("dnsPolicy", "ClusterFirst") != "None":
-            try:
-                with open(self.resolv_conf) as fh:
-                    for line in fh:
-                        parts = line.split()
-                        if not parts or parts[0].startswith("#"):
-                            continue
-                        if parts[0] == "nameserver" and len(parts) > 1:
-                            out.servers.append(parts[1])
-                        elif parts[0] == "search":
-                            out.searches = parts[1:]
-                        elif parts[0] == "options":
-                            out.options = parts[1:]
-            except OSError:
-                pass
-        out.servers += cfg.get("nameservers") or []
-        out.searches += cfg.get("searches") or []
-        out.options += [
-            o["name"] + (f":{o['value']}" if o.get("value") else "")
-            for o in cfg.get("options") or []
-        ]
-        return out
+        return self.dns.get_pod_dns(pod)

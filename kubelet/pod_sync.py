@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 
 from kubelet import metrics
 from kubelet.cm.cgroup_manager import PodContainerManager
@@ -32,10 +31,13 @@ from kubelet.types import Pod, full_name, is_static, name, namespace, object_ref
 from kubelet.unsupported import unsupported_fields
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.workqueue import PodWorkQueue
+from kubelet.volumemanager import VolumeManager
+from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
+UNMOUNT_WAIT = 30.0
 
 
 class KubeletPodSyncer:
@@ -54,6 +56,7 @@ class KubeletPodSyncer:
         cache: PodCache,
         work_queue: PodWorkQueue,
         admitter: Admitter,
+        volumes: VolumeManager,
         pod_cgroups: PodContainerManager | None = None,
         mirror_client: MirrorClient | None = None,
         recorder: Recorder | None = None,
@@ -68,6 +71,7 @@ class KubeletPodSyncer:
         self.cache = cache
         self.work_queue = work_queue
         self.admitter = admitter
+        self.volumes = volumes
         self.pod_cgroups = pod_cgroups
         self.mirror_client = mirror_client
         self.recorder = recorder
@@ -116,6 +120,18 @@ class KubeletPodSyncer:
         if self.mirror_client is not None and is_static(pod):
             await self._ensure_mirror(pod)
         self.probes.add_pod(pod)
+        # Volumes first: no sandbox or container before every volume is set up
+        # (WaitForAttachAndMount). The check never blocks: the volume manager
+        # calls back to sync the pod again once its volumes are ready.
+        self.volumes.add_pod(pod)
+        unmounted = self.volumes.unmounted_volumes(pod)
+        if unmounted:
+            waiting = self.runtime_manager.waiting.get(u, {})
+            api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
+            self.status_manager.set_pod_status(u, api)
+            return PodSyncResult(
+                error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: waiting for them"
+            )
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
@@ -202,7 +218,18 @@ class KubeletPodSyncer:
         loop = asyncio.get_running_loop()
         if self.pod_cgroups is not None:
             await loop.run_in_executor(None, self.pod_cgroups.destroy, pod)
-        await loop.run_in_executor(None, shutil.rmtree, self.pod_dir(u), True)
+        # The pod's directory goes only once its volumes are torn down (a tmpfs
+        # still mounted there must never be deleted through); housekeeping
+        # removes it later otherwise.
+        self.volumes.remove_pod(u)
+        if await self.volumes.wait_for_unmount(u, UNMOUNT_WAIT):
+            try:
+                # Never through a mount point: one left there may be a hostPath.
+                await loop.run_in_executor(None, remove_all_one_filesystem, self.pod_dir(u))
+            except OSError as err:
+                log.warning("Failed removing the directory of pod %s: %s", u, err)
+        else:
+            log.warning("Pod %s: volumes not torn down yet; its directory stays for now", u)
 
     def forget(self, pod_uid: str) -> None:
         for s in (self._pod_dirs, self._cgroups_made, self._warned, self._started_running):

@@ -3,11 +3,17 @@ by full name (pkg/kubelet/pod/pod_manager.go)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from kubelet.objectcache import PodObjectManager
 from kubelet.types import Pod, full_name, uid
 
 
 class PodManager:
-    def __init__(self) -> None:
+    def __init__(self, object_managers: Sequence[PodObjectManager] = ()) -> None:
+        # The configMap and secret managers learn here which objects the node's
+        # pods reference, as upstream's pod manager tells them.
+        self._object_managers = list(object_managers)
         self._by_uid: dict[str, Pod] = {}
         self._by_full_name: dict[str, str] = {}
         self._mirrors: dict[str, Pod] = {}  # full name -> mirror pod
@@ -19,12 +25,17 @@ class PodManager:
             self._by_full_name.pop(full_name(old), None)
         self._by_uid[u] = pod
         self._by_full_name[full_name(pod)] = u
+        for m in self._object_managers:
+            m.register_pod(pod)
 
     def remove(self, pod: Pod) -> None:
         u = uid(pod)
         old = self._by_uid.pop(u, None)
         if old is not None and self._by_full_name.get(full_name(old)) == u:
             del self._by_full_name[full_name(old)]
+        if old is not None:
+            for m in self._object_managers:
+                m.unregister_pod(old)
 
     def get(self, pod_uid: str) -> Pod | None:
         return self._by_uid.get(pod_uid)

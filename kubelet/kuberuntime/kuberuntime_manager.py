@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import (
     CREATED,
     EXITED,
@@ -34,6 +35,13 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.termination import (
+    container_status_message,
+    cri_log_tail_reader,
+    read_termination_message,
+    termination_message_host_path,
+)
+from kubelet.network.dns import kernel_hostname
 from kubelet.types import (
     Pod,
     container_field_path,
@@ -160,7 +168,7 @@ class RuntimeManager:
             pod_name, ns = md.name, md.namespace
         return PodStatus(pod_uid, pod_name, ns, ips, sbs, cs, time.time())
 
-    def status_from_event(self, ev: pb.ContainerEventResponse) -> PodStatus:
+    async def status_from_event(self, ev: pb.ContainerEventResponse) -> PodStatus:
         """A PodStatus from a container event, which carries the sandbox and all its
         containers (GeneratePodStatus upstream)."""
         sb = ev.pod_sandbox_status
@@ -173,7 +181,7 @@ class RuntimeManager:
             sb.network.ip,
             hostnet,
         )
-        cs = [self.convert_container_status(c) for c in ev.containers_statuses]
+        cs = [await self.convert_container_status(c) for c in ev.containers_statuses]
         cs.sort(key=lambda c: c.created_at, reverse=True)
         ips = [sb.network.ip] if sandbox.ready and sb.network.ip else []
         return PodStatus(
@@ -200,13 +208,31 @@ class RuntimeManager:
 
     async def _container_status(self, c: pb.Container) -> ContainerStatus:
         st = (await self.runtime.container_status(c.id)).status
-        return self.convert_container_status(st, c.annotations, c.labels.get(L.CONTAINER_NAME, ""))
+        return await self.convert_container_status(
+            st, c.annotations, c.labels.get(L.CONTAINER_NAME, "")
+        )
 
-    def convert_container_status(
+    async def convert_container_status(
         self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
     ) -> ContainerStatus:
         ann = st.annotations or annotations or {}
         c_name = st.metadata.name or cname
+        message = st.message
+        if st.state == pb.CONTAINER_EXITED:
+            # The termination message: the file mounted at terminationMessagePath,
+            # or with FallbackToLogsOnError the tail of a failed container's log.
+            host = termination_message_host_path(
+                ({"containerPath": m.container_path, "hostPath": m.host_path} for m in st.mounts),
+                ann.get(L.CONTAINER_TERMINATION_MESSAGE_PATH, ""),
+            )
+            text = await read_termination_message(
+                host,
+                ann.get(L.CONTAINER_TERMINATION_MESSAGE_POLICY, "File"),
+                st.exit_code,
+                st.reason,
+                cri_log_tail_reader(st.log_path),
+            )
+            message = container_status_message(st.message, text)
         return ContainerStatus(
             id=st.id,
             name=c_name,
@@ -221,7 +247,7 @@ class RuntimeManager:
             hash=ann.get(L.CONTAINER_HASH, ""),
             restart_count=int(ann.get(L.CONTAINER_RESTART_COUNT, "0") or 0),
             reason=st.reason,
-            message=st.message,
+            message=message,
             runtime=self.runtime_name,
         )
 
@@ -329,7 +355,13 @@ class RuntimeManager:
                     for cs, msg in a.containers_to_kill.values()
                 )
             )
-        sandbox_cfg = self.sandbox_config(pod, a.attempt)
+        try:
+            sandbox_cfg = self.sandbox_config(pod, a.attempt)
+        except ValueError as err:  # resolv.conf unreadable, an invalid hostname
+            msg = f"Failed to create pod sandbox: GeneratePodSandboxConfig for pod {format_pod(pod)} failed: {err}"
+            self._event(pod, "Warning", "FailedCreatePodSandBox", msg)
+            res.errors.append(msg)
+            return res
         sid = a.sandbox_id
         if a.create_sandbox:
             os.makedirs(sandbox_cfg.log_directory, exist_ok=True)
@@ -548,7 +580,12 @@ class RuntimeManager:
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
         spec = pod["spec"]
         hostnet = host_network(pod)
-        hostname, _domain = self.helper.generate_pod_hostname_and_domain(pod)
+        # Host-network sandboxes get an empty hostname: the runtime then uses the
+        # node's, which is what they share anyway. ValueError: a bad hostname.
+        hostname = ""
+        if not hostnet:
+            host, domain = self.helper.generate_pod_hostname_and_domain(pod)
+            hostname = kernel_hostname(host, domain, bool(spec.get("setHostnameAsFQDN")))
         ports = []
         for c in spec["containers"]:
             for p in c.get("ports") or []:
@@ -608,6 +645,7 @@ class RuntimeManager:
         opts: RunContainerOptions,
     ) -> pb.ContainerConfig:
         envs = [pb.KeyValue(key=k, value=v) for k, v in opts.envs]
+        command, args = expand_command_and_args(c, opts.envs)
         mounts = [
             pb.Mount(
                 container_path=m.container_path,
@@ -629,8 +667,8 @@ class RuntimeManager:
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=c["name"], attempt=restart),
             image=pb.ImageSpec(image=image_ref, user_specified_image=c["image"]),
-            command=c.get("command") or [],
-            args=c.get("args") or [],
+            command=command,
+            args=args,
             working_dir=c.get("workingDir", ""),
             envs=envs,
             mounts=mounts,

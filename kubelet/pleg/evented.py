@@ -56,7 +56,7 @@ class EventedPLEG:
                 # The last container is gone: ask the runtime for what is left.
                 status = await self.generic.get_status(uid)
             else:
-                status = self.runtime_manager.status_from_event(ev)
+                status = await self.runtime_manager.status_from_event(ev)
             self.cache.set(uid, status, None, time.time())
             kind = _TYPES.get(ev.container_event_type)
             if kind is not None:

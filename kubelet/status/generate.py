@@ -7,6 +7,11 @@ import datetime
 from typing import Any
 
 from kubelet.container.runtime import CREATED, EXITED, RUNNING, ContainerStatus, PodStatus
+from kubelet.kuberuntime.termination import (
+    MAX_POD_TERMINATION_MESSAGE_LENGTH,
+    pod_message_budget,
+    truncate_message,
+)
 from kubelet.types import Pod, host_network, qos_class, restart_policy
 
 
@@ -20,7 +25,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _state(cs: ContainerStatus) -> dict[str, Any]:
+def _state(cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH) -> dict[str, Any]:
     if cs.state == RUNNING:
         return {"running": {"startedAt": ts(cs.started_at)}}
     if cs.state == EXITED:
@@ -32,7 +37,7 @@ def _state(cs: ContainerStatus) -> dict[str, Any]:
             "containerID": cs.container_id,
         }
         if cs.message:
-            t["message"] = cs.message
+            t["message"] = truncate_message(cs.message, budget)
         return {"terminated": t}
     return {"waiting": {"reason": "ContainerCreating"}}
 
@@ -44,7 +49,9 @@ def container_statuses(
     init: bool,
     old: dict[str, dict[str, Any]],
     probes: Any = None,
+    budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH,
 ) -> list[dict[str, Any]]:
+    """budget: bytes of termination message each container's status may keep."""
     out = []
     for c in specs:
         cname = c["name"]
@@ -65,7 +72,7 @@ def container_statuses(
             entry["containerID"] = cur.container_id
             entry["imageID"] = cur.image_id
             entry["restartCount"] = cur.restart_count
-            entry["state"] = _state(cur)
+            entry["state"] = _state(cur, budget)
             if cur.state == CREATED:
                 entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
             entry["started"] = cur.state == RUNNING
@@ -77,12 +84,12 @@ def container_statuses(
                 entry["ready"] = probes.is_ready(c, cur.id)
                 entry["started"] = probes.is_started(c, cur.id)
             if prev is not None and prev.state == EXITED:
-                entry["lastState"] = _state(prev)
+                entry["lastState"] = _state(prev, budget)
         reason = waiting.get(cname)
         if reason and (cur is None or cur.state != RUNNING):
             # A container waiting to restart shows why, and the run before it.
             if cur is not None and cur.state == EXITED:
-                entry["lastState"] = _state(cur)
+                entry["lastState"] = _state(cur, budget)
             w: dict[str, Any] = {"reason": reason[0]}
             if reason[1]:
                 w["message"] = reason[1]
@@ -149,8 +156,11 @@ def generate(
     spec = pod["spec"]
     old_c = {c["name"]: c for c in old.get("containerStatuses", [])}
     old_i = {c["name"]: c for c in old.get("initContainerStatuses", [])}
-    init_st = container_statuses(spec.get("initContainers") or [], status, waiting, True, old_i)
-    st = container_statuses(spec["containers"], status, waiting, False, old_c, probes)
+    budget = pod_message_budget(pod)
+    init_st = container_statuses(
+        spec.get("initContainers") or [], status, waiting, True, old_i, budget=budget
+    )
+    st = container_statuses(spec["containers"], status, waiting, False, old_c, probes, budget)
     if init_st and any(not s["ready"] for s in init_st):
         for s in st:
             if "waiting" in s["state"] and s["state"]["waiting"]["reason"] == "ContainerCreating":

@@ -14,7 +14,7 @@ from kubelet.container.runtime import PodStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
-from kubelet.kubelet_pods import PodRuntimeHelper
+from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.pleg.differ import NativeRelistDiffer, ReferenceRelistDiffer
@@ -285,7 +285,7 @@ async def test_status_of_a_gone_pod_from_the_runtime_manager(
     """get_status is RuntimeManager.get_pod_status: the cache follows the runtime."""
     rt = FakeRuntimeService()
     rm = RuntimeManager(
-        rt, FakeImageService(), PodRuntimeHelper(str(tmp_path), "/etc/resolv.conf"), str(tmp_path)
+        rt, FakeImageService(), standalone_runtime_helper(str(tmp_path)), str(tmp_path)
     )
     clock = FakeClock()
     clock.step(1)
@@ -323,7 +323,7 @@ async def test_failed_inspection_keeps_the_old_status_with_the_error_and_retries
 ) -> None:
     rt = FakeRuntimeService()
     rm = RuntimeManager(
-        rt, FakeImageService(), PodRuntimeHelper(str(tmp_path), "/etc/resolv.conf"), str(tmp_path)
+        rt, FakeImageService(), standalone_runtime_helper(str(tmp_path)), str(tmp_path)
     )
     clock = FakeClock()
     clock.step(1)

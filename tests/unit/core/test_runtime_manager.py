@@ -10,9 +10,9 @@ import pytest
 from kubelet.config.common import apply_defaults
 from kubelet.cri import errors
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
-from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.util.clock import FakeClock
 
 
@@ -37,7 +37,7 @@ def rm(tmp_path) -> tuple[RuntimeManager, FakeRuntimeService, FakeImageService]:
 
 
 def manager(tmp_path, rt, img, **kw: Any) -> RuntimeManager:  # type: ignore[no-untyped-def]
-    helper = PodRuntimeHelper(str(tmp_path), "/etc/resolv.conf")
+    helper = standalone_runtime_helper(str(tmp_path))
     return RuntimeManager(rt, img, helper, str(tmp_path), **kw)
 
 
