@@ -50,6 +50,7 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status.status_manager import StatusManager
+from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
 from kubelet.types import (
     API_SOURCE,
@@ -147,6 +148,8 @@ class Kubelet:
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
+        # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
+        self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
         self.stats = StatsProvider(self.pod_manager.pods, root_dir, node_name, config.cgroup_root)
         self.resource_registry = resource_registry(self.stats)
@@ -487,6 +490,9 @@ class Kubelet:
         pressure = self.eviction.admit(pod)
         if pressure is not None:
             return pressure
+        forbidden = self.sysctls.admit(pod)
+        if forbidden is not None:
+            return forbidden
         try:
             return self.admitter.admit(uid(pod), pod)
         except ValueError as err:

@@ -342,6 +342,12 @@ FLAGS: list[Flag] = [
         "Comma-separated list of DNS server IP address.",
     ),
     _F(
+        "allowed-unsafe-sysctls",
+        _list,
+        ("config", "allowed_unsafe_sysctls"),
+        "Comma-separated list of unsafe sysctls or unsafe sysctl patterns (ending in *). Use these at your own risk.",
+    ),
+    _F(
         "node-status-update-frequency",
         parse_duration,
         ("config", "node_status_update_frequency"),

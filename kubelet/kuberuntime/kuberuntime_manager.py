@@ -42,6 +42,7 @@ from kubelet.kuberuntime.termination import (
     termination_message_host_path,
 )
 from kubelet.network.dns import kernel_hostname
+from kubelet.sysctl import sandbox_sysctls
 from kubelet.types import (
     Pod,
     container_field_path,
@@ -606,6 +607,7 @@ class RuntimeManager:
         linux = pb.LinuxPodSandboxConfig(
             cgroup_parent=self.pod_cgroup_parent(pod),
             security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns_opts),
+            sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(

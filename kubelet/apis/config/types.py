@@ -113,6 +113,7 @@ class KubeletConfiguration:
     oom_score_adj: int = f("oomScoreAdj", -999)
     cluster_domain: str = f("clusterDomain", "")
     cluster_dns: list[str] = f("clusterDNS", factory=list)
+    allowed_unsafe_sysctls: list[str] = f("allowedUnsafeSysctls", factory=list)
     streaming_connection_idle_timeout: float = f(
         "streamingConnectionIdleTimeout", 4 * 3600.0, kind="duration"
     )

@@ -35,7 +35,6 @@ UPSTREAM_ONLY_FIELDS = frozenset(
         "memorySwap",
         "reservedSystemCPUs",
         "showHiddenMetricsForVersion",
-        "allowedUnsafeSysctls",
         "volumePluginDir",
         "kernelMemcgNotification",
         "enableSystemLogHandler",

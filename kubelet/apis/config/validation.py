@@ -10,6 +10,7 @@ import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.features import FeatureGate
+from kubelet.sysctl import SysctlAllowlist
 from kubelet.util.quantity import parse_quantity
 
 # The project's floor for the relist period; below it the relist cost dominates.
@@ -36,6 +37,11 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
 
     def bad(path: str, value: object, why: str) -> None:
         errs.append(f"invalid configuration: {path} ({value!r}): {why}")
+
+    try:
+        SysctlAllowlist(c.allowed_unsafe_sysctls)
+    except ValueError as err:
+        bad("allowedUnsafeSysctls", c.allowed_unsafe_sysctls, str(err))
 
     for path, value in (
         ("port", c.port),
