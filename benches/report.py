@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         summary[group] = {"native_s": n, "reference_s": r, "ratio": ratio}
         fmt = lambda v: f"{v * 1e3:.3f} ms" if v is not None else "-"  # noqa: E731
         print(f"{group:<26}{fmt(n):>14}{fmt(r):>14}{(f'{ratio:.1f}x' if ratio else '-'):>9}")
+    gc_groups = sorted(g for g in others if g.startswith("gc_"))
+    if gc_groups:
+        print(f"\n{'GC pass (bench_gc.py)':<26}{'ours':>14}{'+ decode':>14}")
+        for group in gc_groups:
+            ours, dec = others[group].get("gc"), others[group].get("decode")
+            summary[group] = {"gc_s": ours, "with_decode_s": dec}
+            fmt = lambda v: f"{v * 1e3:.3f} ms" if v is not None else "-"  # noqa: E731
+            print(f"{group:<26}{fmt(ours):>14}{fmt(dec):>14}")
     print(
         f"\nmachine: {os.cpu_count()} cores; {data['machine_info'].get('cpu', {}).get('brand_raw', '')}"
     )

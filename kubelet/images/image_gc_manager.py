@@ -228,13 +228,10 @@ class ImageGCManager:
         eviction order (imagesInEvictionOrder)."""
         images = await self.images.list_images()
         containers = await self.runtime.list_containers()
-        # Runtimes fill image_id (CRI 1.30+) or image_ref with the image ID; some
-        # put a digest or the tag there: every name an image has is matched.
-        in_use: set[str] = set()
-        for c in containers:
-            in_use.add(c.image_id or c.image_ref)
-            if c.image_ref:
-                in_use.add(c.image_ref)
+        # image_ref is the image ID on containerd, a digest elsewhere, the tag on
+        # some fakes: it is matched against every name an image has. image_id
+        # (CRI 1.30+) only when image_ref is empty: one string read per container.
+        in_use = {c.image_ref or c.image_id for c in containers}
         in_use.discard("")
         records = self.records
         present: set[str] = set()

@@ -236,3 +236,31 @@ async def test_list_failures_raise_after_the_other_steps_and_run_records_an_even
     assert events == [
         ("Warning", "ContainerGCFailed", "failed to list pod sandboxes: ListPodSandbox: down")
     ]
+
+
+async def test_label_reads_are_cached_and_the_log_dir_listing_reused(tmp_path: Path) -> None:
+    rt = FakeRuntimeService()
+    sid = await add_sandbox(rt, "u1", NOW - 1000)
+    old = await add_container(rt, sid, "app", NOW - 900)
+    base = tmp_path / "pods"
+    (base / "ns_a_gone").mkdir(parents=True)
+    past = 1_600_000_000
+    os.utime(base, (past, past))
+    gone: set[str] = set()
+    g = gc(rt, tmp_path, gone=gone)
+    await g.garbage_collect()
+    assert list(g._keys) == [old] and g._log_dirs is not None
+    new = await add_container(rt, sid, "app", NOW - 800)
+    gone.add("gone")
+    res = await g.garbage_collect()
+    assert res.containers == [old] and list(g._keys) == [new]
+    assert res.log_dirs == [str(base / "ns_a_gone")]  # from the cached listing
+    assert (await g.garbage_collect()).log_dirs == []  # relisted: the removal moved mtime
+
+
+async def test_a_sandbox_holding_only_a_young_dead_container_stays(tmp_path: Path) -> None:
+    rt = FakeRuntimeService()
+    sid = await add_sandbox(rt, "gone", NOW - 1000, ready=False)
+    await add_container(rt, sid, "app", NOW - 10)
+    res = await gc(rt, tmp_path, gone={"gone"}, policy=GCPolicy(min_age=60)).garbage_collect()
+    assert (res.containers, res.sandboxes) == ([], [])
