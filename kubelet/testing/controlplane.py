@@ -1,11 +1,12 @@
-"""A real control plane for tests: etcd + kube-apiserver on 127.0.0.1.
+"""A real control plane for tests: etcd + kube-apiserver on 127.0.0.1, and on
+request kube-controller-manager and kube-scheduler.
 
-kube-apiserver (and kubectl) come from hack/build-control-plane.sh (built with
-Go from k8s.io/kubernetes into ~/.cache/kubelet-py); etcd is Debian's
+The Kubernetes binaries come from hack/build-control-plane.sh (built with Go
+from k8s.io/kubernetes into ~/.cache/kubelet-py); etcd is Debian's
 etcd-server. Authorization is Node,RBAC with the NodeRestriction admission
 plugin, as on a real cluster, so a kubelet gets exactly a node's rights.
 
-    python -m kubelet.testing.controlplane up --dir /tmp/cp   # Ctrl-C stops it
+    python -m kubelet.testing.controlplane up --dir /tmp/cp [--controllers]   # Ctrl-C stops it
 """
 
 from __future__ import annotations
@@ -37,12 +38,37 @@ def cache_bin() -> str:
     return os.path.join(base, f"k8s-{K8S_VERSION}", "bin")
 
 
-def find_binaries() -> dict[str, str]:
+# What a one-node e2e cluster needs from kube-controller-manager: service
+# accounts and their tokens, the kube-root-ca.crt ConfigMap every projected
+# token volume reads, namespace deletion, garbage collection, CSRs, and
+# endpoints for the tests that create services, and node lifecycle (a kubelet
+# registers tainted not-ready; this controller lifts the taint once it is Ready).
+CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "pod-garbage-collector-controller",
+    "certificatesigningrequest-signing-controller",
+    "certificatesigningrequest-approving-controller",
+    "certificatesigningrequest-cleaner-controller",
+    "clusterrole-aggregation-controller",
+    "endpoints-controller",
+    "endpointslice-controller",
+    "node-lifecycle-controller",
+)
+
+
+def find_binaries(controllers: bool = False) -> dict[str, str]:
     found = {}
-    for name in ("kube-apiserver", "kubectl"):
+    names = ["kube-apiserver", "kubectl"]
+    if controllers:
+        names += ["kube-controller-manager", "kube-scheduler"]
+    for name in names:
         path = os.path.join(cache_bin(), name)
         if not os.access(path, os.X_OK):
-            raise Unavailable(f"{path} missing: run hack/build-control-plane.sh")
+            raise Unavailable(f"{path} missing: run hack/build-control-plane.sh {name}")
         found[name] = path
     etcd = shutil.which("etcd")
     if not etcd:
@@ -93,9 +119,11 @@ class ControlPlane:
     url: str = ""
     # Extra kube-apiserver flags (the density harness adds audit logging).
     extra_args: list[str] = field(default_factory=list)
+    # Also run kube-controller-manager (CONTROLLERS) and kube-scheduler.
+    controllers: bool = False
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
-        bins = find_binaries()
+        bins = find_binaries(self.controllers)
         os.makedirs(self.directory, exist_ok=True)
         self.pki = PKI(os.path.join(self.directory, "pki"))
         serving = self.pki.issue(
@@ -168,10 +196,71 @@ class ControlPlane:
         )
         self._admin = admin
         self._wait_ready(timeout)
-        # No controller-manager runs here: create what its service-account
-        # controller would, so pods can be admitted in "default".
-        self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
+        if self.controllers:
+            self._start_controllers(bins, sa.key, logs)
+        else:
+            # No controller-manager runs here: create what its service-account
+            # controller would, so pods can be admitted in "default".
+            self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
         return self
+
+    def _start_controllers(self, bins: dict[str, str], sa_key: str, logs: str) -> None:
+        # Both run with the admin identity: this is a test cluster, and it
+        # spares one certificate and RBAC binding per controller.
+        kubeconfig = self.admin_kubeconfig
+        self._spawn(
+            [
+                bins["kube-controller-manager"],
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={sa_key}",
+                f"--root-ca-file={self.pki.ca.cert}",
+                f"--cluster-signing-cert-file={self.pki.ca.cert}",
+                f"--cluster-signing-key-file={self.pki.ca.key}",
+                "--use-service-account-credentials=false",
+            ],
+            os.path.join(logs, "kube-controller-manager.log"),
+        )
+        self._spawn(
+            [
+                bins["kube-scheduler"],
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+            os.path.join(logs, "kube-scheduler.log"),
+        )
+        # Ready when the service-account controller has made "default" in
+        # "default" (its token controller and the scheduler start alongside).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if (
+                self.kubectl(
+                    "get", "serviceaccount", "default", "-n", "default", check=False
+                ).returncode
+                == 0
+            ):
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise Unavailable(
+            f"kube-controller-manager made no default service account in 60s; logs in {logs}"
+        )
+
+    def check_alive(self) -> None:
+        """Raise Unavailable naming the first process of ours that exited."""
+        for p in self.procs:
+            if p.poll() is not None:
+                name = self.names.get(p.pid, "a control-plane process")
+                self.stop()
+                raise Unavailable(
+                    f"{name} exited with {p.returncode}; logs in {self.directory}/logs"
+                )
 
     def stop_apiserver(self) -> None:
         """Take the API server away (etcd keeps running), for outage tests."""
@@ -203,7 +292,7 @@ class ControlPlane:
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [find_binaries()["kubectl"], f"--kubeconfig={self.admin_kubeconfig}", *args],
+            [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={self.admin_kubeconfig}", *args],
             capture_output=True,
             text=True,
             check=check,
@@ -261,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="/tmp/kubelet-py-controlplane")
     ap.add_argument("--port", type=int, default=6443)
     ap.add_argument(
+        "--controllers",
+        action="store_true",
+        help="also run kube-controller-manager and kube-scheduler",
+    )
+    ap.add_argument(
         "--node",
         action="append",
         default=[],
@@ -270,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     # Block the stop signals so sigwait() receives them and the cleanup runs.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        cp = ControlPlane(args.dir, apiserver_port=args.port).start()
+        cp = ControlPlane(args.dir, apiserver_port=args.port, controllers=args.controllers).start()
     except Unavailable as err:
         print(f"control plane unavailable: {err}", file=sys.stderr)
         return 1

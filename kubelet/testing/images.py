@@ -1,11 +1,18 @@
 """Container images made locally (no registry): OCI image tarballs from Debian's
 busybox-static, and a tiny static pause binary built with the C compiler.
 
-    python -m kubelet.testing.images DIR   # writes busybox.tar and pause.tar
+The upstream e2e tests name their images in test/utils/image/manifest.go; the
+ones the node conformance tests run are made here under exactly those names:
+busybox and pause (the same layers as above), agnhost and nonewprivs (busybox
+plus a static Go binary from hack/build-control-plane.sh), nonroot (busybox
+with USER 1234).
+
+    python -m kubelet.testing.images DIR [--e2e BINDIR]   # writes the .tar files
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
@@ -18,6 +25,21 @@ import tempfile
 
 BUSYBOX_REF = "docker.io/library/busybox:1.36"
 PAUSE_REF = "registry.k8s.io/pause:3.10"
+
+# Names and tags as test/utils/image/manifest.go of k8s.io/kubernetes v1.34.4.
+E2E_REGISTRY = "registry.k8s.io/e2e-test-images"
+E2E_BUSYBOX_REF = f"{E2E_REGISTRY}/busybox:1.37.0-1"
+E2E_PAUSE_REF = "registry.k8s.io/pause:3.10.1"
+AGNHOST_REF = f"{E2E_REGISTRY}/agnhost:2.56"
+NONEWPRIVS_REF = f"{E2E_REGISTRY}/nonewprivs:1.3"
+NONROOT_REF = f"{E2E_REGISTRY}/nonroot:1.4"
+# Named by the tests but not made here (their servers come from other
+# distributions' images); a test that needs them to run reports it.
+E2E_UNAVAILABLE = (
+    f"{E2E_REGISTRY}/nginx:1.14-4",
+    f"{E2E_REGISTRY}/httpd:2.4.38-4",
+)
+ALPINE_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 PAUSE_C = r"""
 /* The sandbox's placeholder process: sleep until told to stop. */
@@ -50,13 +72,20 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, mode: in
         tar.addfile(info, io.BytesIO(data))
 
 
-def _layer(files: dict[str, bytes], links: dict[str, str], dirs: list[str]) -> bytes:
+def _layer(
+    files: dict[str, bytes],
+    links: dict[str, str],
+    dirs: list[str],
+    modes: dict[str, int] | None = None,
+) -> bytes:
+    modes = modes or {}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for d in dirs:
             _add(tar, d, directory=True)
         for name, data in files.items():
-            _add(tar, name, data, mode=0o755 if name.startswith(("bin/", "pause")) else 0o644)
+            default = 0o755 if name.startswith(("bin/", "pause")) else 0o644
+            _add(tar, name, data, mode=modes.get(name, default))
         for name, target in links.items():
             _add(tar, name, link=target)
     return buf.getvalue()
@@ -68,19 +97,39 @@ def _blob(blobs: dict[str, bytes], data: bytes) -> dict[str, object]:
     return {"digest": digest, "size": len(data)}
 
 
-def write_oci_tar(path: str, ref: str, layer: bytes, entrypoint: list[str], cmd: list[str]) -> str:
-    """An OCI image layout in a tar that `ctr images import` takes; returns path."""
+def write_oci_tar(
+    path: str,
+    ref: str | list[str],
+    layer: bytes | list[bytes],
+    entrypoint: list[str],
+    cmd: list[str],
+    *,
+    env: list[str] | None = None,
+    user: str = "",
+) -> str:
+    """An OCI image layout in a tar that `ctr images import` takes; returns path.
+
+    Several references name the same image; layers go bottom first.
+    """
+    refs = [ref] if isinstance(ref, str) else ref
+    layers = [layer] if isinstance(layer, bytes) else layer
     blobs: dict[str, bytes] = {}
-    layer_desc = {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(blobs, layer)}
+    layer_descs = [
+        {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(blobs, data)}
+        for data in layers
+    ]
+    image_config: dict[str, object] = {
+        "Entrypoint": entrypoint or None,
+        "Cmd": cmd or None,
+        "Env": env or ["PATH=/bin:/usr/bin"],
+    }
+    if user:
+        image_config["User"] = user
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {
-            "Entrypoint": entrypoint or None,
-            "Cmd": cmd or None,
-            "Env": ["PATH=/bin:/usr/bin"],
-        },
-        "rootfs": {"type": "layers", "diff_ids": [layer_desc["digest"]]},
+        "config": image_config,
+        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in layer_descs]},
     }
     config_desc = {
         "mediaType": "application/vnd.oci.image.config.v1+json",
@@ -90,17 +139,23 @@ def write_oci_tar(path: str, ref: str, layer: bytes, entrypoint: list[str], cmd:
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": config_desc,
-        "layers": [layer_desc],
+        "layers": layer_descs,
     }
-    manifest_desc = {
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        **_blob(blobs, json.dumps(manifest, sort_keys=True).encode()),
-        "annotations": {
-            "io.containerd.image.name": ref,
-            "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1],
-        },
+    manifest_blob = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
+    index = {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                **manifest_blob,
+                "annotations": {
+                    "io.containerd.image.name": r,
+                    "org.opencontainers.image.ref.name": r.rsplit(":", 1)[1],
+                },
+            }
+            for r in refs
+        ],
     }
-    index = {"schemaVersion": 2, "manifests": [manifest_desc]}
     with tarfile.open(path, "w") as tar:
         _add(tar, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode(), mode=0o644)
         _add(tar, "index.json", json.dumps(index).encode(), mode=0o644)
@@ -123,7 +178,8 @@ def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
         "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
         "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
     }
-    return _layer(files, links, ["bin", "etc", "tmp", "root", "proc", "sys", "dev"])
+    dirs = ["bin", "etc", "tmp", "root", "proc", "sys", "dev", "home", "usr", "usr/bin", "var"]
+    return _layer(files, links, dirs)
 
 
 def pause_layer() -> bytes:
@@ -141,6 +197,80 @@ def pause_layer() -> bytes:
             return _layer({"pause": fh.read()}, {}, ["dev", "proc", "sys"])
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def agnhost_layer(agnhost: str, porter_dir: str) -> bytes:
+    """What upstream's agnhost Dockerfile adds on top of its base: the binary,
+    its agnhost-2 alias, the porter's TLS pair, /uploads, and the users and
+    groups some tests look up."""
+    files = {
+        "agnhost": _read(agnhost),
+        "localhost.crt": _read(os.path.join(porter_dir, "localhost.crt")),
+        "localhost.key": _read(os.path.join(porter_dir, "localhost.key")),
+        "etc/passwd": (
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+            b"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"
+        ),
+        "etc/group": (
+            b"root:x:0:\nnogroup:x:65534:\nuser-defined-in-image:x:1000:\n"
+            b"group-defined-in-image:x:50000:user-defined-in-image\n"
+        ),
+    }
+    modes = {"agnhost": 0o755}
+    return _layer(files, {"agnhost-2": "agnhost"}, ["uploads", "home/user-defined-in-image"], modes)
+
+
+def nonewprivs_layer(nnp: str) -> bytes:
+    # setuid root: the test checks that allowPrivilegeEscalation=false defeats it.
+    files = {"usr/local/bin/nnp": _read(nnp)}
+    return _layer(files, {}, ["usr/local", "usr/local/bin"], {"usr/local/bin/nnp": 0o4755})
+
+
+def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
+    """The e2e test images; bindir holds agnhost and nnp, k8s_src is the
+    k8s.io/kubernetes module source (for agnhost's porter certificates)."""
+    os.makedirs(directory, exist_ok=True)
+    busybox = busybox_layer()
+    porter = os.path.join(k8s_src, "test", "images", "agnhost", "porter")
+    out = {
+        E2E_BUSYBOX_REF: write_oci_tar(
+            os.path.join(directory, "e2e-busybox.tar"), E2E_BUSYBOX_REF, busybox, [], ["sh"]
+        ),
+        E2E_PAUSE_REF: write_oci_tar(
+            os.path.join(directory, "e2e-pause.tar"), E2E_PAUSE_REF, pause_layer(), ["/pause"], []
+        ),
+        AGNHOST_REF: write_oci_tar(
+            os.path.join(directory, "agnhost.tar"),
+            AGNHOST_REF,
+            [busybox, agnhost_layer(os.path.join(bindir, "agnhost"), porter)],
+            ["/agnhost"],
+            ["pause"],
+            env=[ALPINE_PATH],
+        ),
+        NONEWPRIVS_REF: write_oci_tar(
+            os.path.join(directory, "nonewprivs.tar"),
+            NONEWPRIVS_REF,
+            [busybox, nonewprivs_layer(os.path.join(bindir, "nnp"))],
+            [],
+            ["nnp"],
+            env=[ALPINE_PATH],
+        ),
+        NONROOT_REF: write_oci_tar(
+            os.path.join(directory, "nonroot.tar"),
+            NONROOT_REF,
+            busybox,
+            [],
+            ["sh"],
+            env=[ALPINE_PATH],
+            user="1234",
+        ),
+    }
+    return out
+
+
 def build_all(directory: str) -> dict[str, str]:
     os.makedirs(directory, exist_ok=True)
     return {
@@ -153,6 +283,19 @@ def build_all(directory: str) -> dict[str, str]:
     }
 
 
-if __name__ == "__main__":
-    for ref, path in build_all(sys.argv[1] if len(sys.argv) > 1 else ".").items():
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kubelet.testing.images")
+    ap.add_argument("dir", nargs="?", default=".")
+    ap.add_argument("--e2e", metavar="BINDIR", help="also the e2e images (agnhost, nnp in BINDIR)")
+    ap.add_argument("--k8s-src", default="", help="k8s.io/kubernetes module source")
+    args = ap.parse_args(argv)
+    built = build_all(args.dir)
+    if args.e2e:
+        built.update(build_e2e(args.dir, args.e2e, args.k8s_src))
+    for ref, path in built.items():
         print(ref, path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
