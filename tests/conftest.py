@@ -12,6 +12,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.cluster",
     "tests.fixtures.simruntime",
     "tests.fixtures.containerd",
+    "tests.fixtures.conformance",
 ]
 
 # CI runs a fixed set of examples (the same on every run); developers get fresh

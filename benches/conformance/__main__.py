@@ -1,0 +1,95 @@
+"""python -m benches.conformance [--kubelet ours|upstream|both] [--focus RE] [--skip RE] [--out DIR]
+
+Runs the node conformance tests of k8s.io/kubernetes (the [Conformance] specs of
+test/e2e/common/node and test/e2e/common/storage) against a one-node cluster
+whose kubelet is ours, the upstream v1.34.4 one, or each in turn. Writes
+OUT/<kubelet>/results.json and results.md (plus the JUnit report and the logs
+of the run). Our results are compared with OUT/upstream/results.json when it
+exists: our figure is "passed where upstream passes". Exits 1 when a run
+failed (a kubelet crashed, the suite timed out) or one of our tests failed
+where upstream passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from benches.conformance import harness, results
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benches.conformance", description=__doc__)
+    ap.add_argument("--kubelet", choices=["ours", "upstream", "both"], default="both")
+    ap.add_argument("--focus", default=harness.CONFORMANCE_FOCUS, help="ginkgo --focus regex")
+    ap.add_argument("--skip", default="", help="ginkgo --skip regex")
+    ap.add_argument("--out", default="out/conformance", help="results go to OUT/<kubelet>/")
+    ap.add_argument("--procs", type=int, default=4, help="ginkgo parallel processes")
+    ap.add_argument("--timeout", type=float, default=75, help="minutes for the whole suite")
+    ap.add_argument("--workdir", default="", help="cluster state (default: a fresh /tmp dir)")
+    args = ap.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so every process the harness started is stopped.
+    signal.signal(signal.SIGTERM, _interrupt)
+    if os.geteuid() != 0:
+        print(
+            "the conformance harness runs containerd and kubelets: run it as root", file=sys.stderr
+        )
+        return 2
+    kubelets = ["upstream", "ours"] if args.kubelet == "both" else [args.kubelet]
+    out = Path(args.out)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kpy-conformance-"))
+    try:
+        harness.build(kubelets)
+        image_tars = harness.build_images(workdir / "images")
+    except harness.RunFailed as err:
+        print(f"conformance: {err}", file=sys.stderr)
+        return 1
+    status = 0
+    upstream = results.load(out / "upstream" / "results.json")
+    for kubelet in kubelets:
+        opts = harness.Options(
+            kubelet=kubelet,
+            workdir=workdir,
+            focus=args.focus,
+            skip=args.skip,
+            procs=args.procs,
+            timeout_s=args.timeout * 60,
+        )
+        run = harness.run_one(opts, image_tars)
+        if kubelet == "ours":
+            for t in run.tests:
+                if t.state in (results.FAILED, results.TIMEDOUT):
+                    t.cause = results.classify(t)
+            if upstream is not None:
+                results.merge_upstream(run, upstream)
+        results.write(run, out / kubelet)
+        harness.copy_artifacts(workdir / kubelet, out / kubelet)
+        if kubelet == "upstream" and not run.error:
+            upstream = run
+        c = run.counts()
+        print(
+            f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
+            f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
+            f"-> {out / kubelet / 'results.md'}"
+        )
+        if kubelet == "ours" and upstream is not None:
+            ok, base = results.passed_where_upstream_passes(run)
+            print(f"ours: passed where upstream passes: {ok} of {base}")
+            if ok < base:
+                status = 1
+        if run.error:
+            print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
