@@ -139,6 +139,7 @@ async def test_hidden_files_and_subfolders_are_ignored(tmp_path: Path, cfg: PodC
     src = FileSource(str(tmp_path), NODE, 60, cfg)
     await src.read_once()
     assert summary(drain(cfg)) == [(Op.ADD, ["a-n1"])]
+    assert read_pods(str(tmp_path), NODE)[1] == []  # not even an error for them
     write(tmp_path / ".swp.yaml", manifest("editor-swap", "x:1"))
     await src.read_once()
     assert drain(cfg) == []
@@ -357,6 +358,14 @@ async def test_inotify_on_a_single_file_watches_its_folder(tmp_path: Path) -> No
         assert summary([await next_update(cfg)]) == [(Op.ADD, ["only-n1"])]
         write(f, manifest("only", "busybox:2", uid="u-only"))
         assert summary([await next_update(cfg)]) == [(Op.UPDATE, ["only-n1"])]
+        # Atomic replacements (write aside, rename over) swap the inode: a watch on
+        # the file itself would go deaf after the first; the folder's does not.
+        for image in ("busybox:3", "busybox:4"):
+            write(tmp_path / ".only.tmp", manifest("only", image, uid="u-only"))
+            os.replace(tmp_path / ".only.tmp", f)
+            u = await next_update(cfg)
+            assert summary([u]) == [(Op.UPDATE, ["only-n1"])]
+            assert u.pods[0]["spec"]["containers"][0]["image"] == image
     finally:
         stop.set()
         await asyncio.wait_for(task, 2)
