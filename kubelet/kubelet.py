@@ -14,6 +14,8 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
@@ -30,11 +32,14 @@ from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
+from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_id, read_logs
 from kubelet.lifecycle.predicate import Admitter, Rejection
+from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
@@ -107,6 +112,7 @@ class Kubelet:
         allocatable: dict[str, str] | None = None,
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Clock = REAL_CLOCK,
+        sandbox_image: str = "",
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -116,6 +122,9 @@ class Kubelet:
         self.node_ips = [node_ip] if node_ip else ["127.0.0.1"]
         self.recorder = recorder
         self.clock = clock
+        # --pod-infra-container-image: kept from image GC (else asked of the runtime).
+        self.sandbox_image = sandbox_image
+        self.node_ref = {"kind": "Node", "name": node_name, "uid": node_name, "namespace": ""}
         self.features = FeatureGate(config.feature_gates)
         self.evented: EventedPLEG | None = None
         self.pod_config = PodConfig()
@@ -165,7 +174,6 @@ class Kubelet:
         self.probes = ProbeManager(
             Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
         )
-        node_ref = {"kind": "Node", "name": node_name, "uid": node_name, "namespace": ""}
         node_alloc: dict[str, str] = dict(alloc)
         tokens = TokenManager(kube_client) if kube_client is not None else None
         self.tokens = tokens
@@ -192,7 +200,7 @@ class Kubelet:
                 config.resolv_conf,
                 node_ips=self.node_ips,
                 recorder=recorder,
-                node_ref=node_ref,
+                node_ref=self.node_ref,
             ),
             config.cluster_domain,
             EnvContext(
@@ -340,8 +348,55 @@ class Kubelet:
         await self.configmaps.close()
         await self.secrets.close()
 
+    def _node_event(self, etype: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.node_ref, etype, reason, message)
+
+    def _pod_content_needed(self, pod_uid: str) -> bool:
+        """False once the pod is gone from every source and its worker is done
+        (ShouldPodContentBeRemoved upstream): its dead containers may go."""
+        return self.pod_manager.get(pod_uid) is not None or (
+            self.pod_workers.could_have_running_containers(pod_uid)
+        )
+
+    async def _runtime_sandbox_image(self) -> str:
+        """The pause image the runtime uses (containerd reports it in its verbose
+        status config), so image GC never removes it: containerd 1.6 does not
+        mark it pinned, and without a registry it could not be pulled back."""
+        try:
+            info = (await self.runtime.status(verbose=True)).info
+            return str(orjson.loads(info.get("config", "{}")).get("sandboxImage", ""))
+        except Exception as err:
+            log.warning("Could not learn the runtime's sandbox image: %s", err)
+            return ""
+
+    def _start_garbage_collection(self, sandbox_image: str) -> None:
+        """StartGarbageCollection, container log rotation."""
+        container_gc = ContainerGC(
+            self.runtime,
+            self._pod_content_needed,
+            self.config.pod_logs_dir,
+            sources_ready=self.sources_ready.is_set,
+            node_event=self._node_event,
+        )
+        image_gc = ImageGCManager.from_config(
+            self.config,
+            self.images,
+            self.runtime,
+            sandbox_image=sandbox_image,
+            node_event=self._node_event,
+        )
+        logs = ContainerLogManager.from_config(self.config, self.runtime)
+        for task_name, coro in (
+            ("container-gc", container_gc.run(self._stop)),
+            ("image-gc", image_gc.run(self._stop)),
+            ("container-log-manager", logs.run(self._stop)),
+        ):
+            self._tasks.append(asyncio.create_task(coro, name=task_name))
+
     async def run(self) -> None:
         await self._start_core()
+        self._start_garbage_collection(self.sandbox_image or await self._runtime_sandbox_image())
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
         if self.features.enabled("EventedPLEG"):

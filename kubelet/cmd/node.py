@@ -89,6 +89,7 @@ async def start_node(
         kube_client=deps.kube_client,
         allocatable=alloc,
         node_uid=lambda: node_status.uid() if node_status is not None else None,
+        sandbox_image=s.flags.pod_infra_container_image,
     )
     if s.flags.run_once:
         return k

@@ -38,6 +38,14 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
     def bad(path: str, value: object, why: str) -> None:
         errs.append(f"invalid configuration: {path} ({value!r}): {why}")
 
+    if c.container_log_max_files <= 1:
+        bad("containerLogMaxFiles", c.container_log_max_files, "must be greater than 1")
+    if c.container_log_monitor_interval < 3:
+        bad(
+            "containerLogMonitorInterval",
+            c.container_log_monitor_interval,
+            "must be a positive time duration greater than or equal to 3s",
+        )
     try:
         SysctlAllowlist(c.allowed_unsafe_sysctls)
     except ValueError as err:
