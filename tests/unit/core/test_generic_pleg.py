@@ -14,7 +14,6 @@ from kubelet.container.runtime import PodStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
-from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.pleg.differ import NativeRelistDiffer, ReferenceRelistDiffer
@@ -26,6 +25,7 @@ from kubelet.pleg.pleg import (
     CONTAINER_STARTED,
     PodLifecycleEvent,
 )
+from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.util.clock import FakeClock
 
 DIFFERS = [ReferenceRelistDiffer, NativeRelistDiffer]
@@ -343,14 +343,14 @@ async def test_failed_inspection_keeps_the_old_status_with_the_error_and_retries
             rt.set_exited(c, 0)
     boom = errors.UnavailableError("ContainerStatus", "runtime is busy")
     orig = rt.container_status
+    failing = {ids["c"]}
 
     async def flaky(cid: str, verbose: bool = False) -> Any:
-        if cid == ids["c"] and flaky.fail:  # type: ignore[attr-defined]
+        if cid in failing:
             raise boom
         return await orig(cid, verbose)
 
-    flaky.fail = True  # type: ignore[attr-defined]
-    rt.container_status = flaky  # type: ignore[method-assign]
+    rt.container_status = flaky  # type: ignore[method-assign,assignment]
     clock.step(1)
     t2 = clock.time()
     cache.clear()
@@ -364,7 +364,7 @@ async def test_failed_inspection_keeps_the_old_status_with_the_error_and_retries
     assert len(drain(pleg.events)) == 2  # ContainerDied for both
 
     # Nothing changes in the runtime, yet u1 (and only u1) is inspected again.
-    flaky.fail = False  # type: ignore[attr-defined]
+    failing.clear()
     clock.step(1)
     t3 = clock.time()
     cache.clear()

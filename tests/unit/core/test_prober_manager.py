@@ -438,7 +438,7 @@ async def test_a_crashing_probe_does_not_end_the_worker(node: Node) -> None:
             raise KeyError("bug")
         return await orig(*a)
 
-    node.pm.prober.probe = probe  # type: ignore[method-assign]
+    node.pm.prober.probe = probe  # type: ignore[method-assign,assignment]
     node.pm.add_pod(p)
     await node.ticker.tick()
     assert len(node.pm) == 1 and not node.pm.is_ready(p["spec"]["containers"][0], cid)
