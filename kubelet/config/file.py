@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 
 from kubelet.config.common import ManifestError, apply_defaults, decode_manifest
 from kubelet.config.config import PodConfig
@@ -31,10 +32,15 @@ _MASK = (
 )
 
 
-# (path) -> (mtime_ns, size, inode, node name, pods or error): a file that did not
-# change is not parsed again (re-reading thousands of manifests every
-# fileCheckFrequency would otherwise cost a steady slice of a core).
-_parsed: dict[str, tuple[tuple[int, int, int, str], list[Pod] | None, str | None]] = {}
+# (path) -> (mtime_ns, ctime_ns, size, inode, node name), pods or error: a file that
+# did not change is not parsed again (re-reading thousands of manifests every
+# fileCheckFrequency would otherwise cost a steady slice of a core). ctime is in
+# the key because tools restore mtime (cp -p, rsync -t, tar) but cannot set ctime.
+_Key = tuple[int, int, int, int, str]
+_parsed: dict[str, tuple[_Key, list[Pod] | None, str | None]] = {}
+# A file changed this recently is parsed again next time: a second write within
+# one tick of the filesystem's coarse clock leaves every stat field as it was.
+_RACY_SECONDS = 2.0
 
 
 def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
@@ -42,7 +48,7 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
         st = os.stat(f)
     except OSError as err:
         return [], f"{f}: {err}"
-    key = (st.st_mtime_ns, st.st_size, st.st_ino, node_name)
+    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, node_name)
     hit = _parsed.get(f)
     if hit is not None and hit[0] == key:
         # Pods are read-only once built: the cached ones can be shared.
@@ -60,13 +66,17 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
         error = f"{f}: invalid manifest: {err!r}"
     if error:
         pods_out = []
-    _parsed[f] = (key, pods_out, error)
+    if time.time() - max(st.st_mtime, st.st_ctime) > _RACY_SECONDS:
+        _parsed[f] = (key, pods_out, error)
+    else:
+        _parsed.pop(f, None)
     return pods_out, error
 
 
 def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
     """(pods, errors) for a folder or one file. Blocking: run it off the event loop."""
-    if os.path.isdir(path):
+    is_dir = os.path.isdir(path)
+    if is_dir:
         try:
             names = sorted(n for n in os.listdir(path) if not n.startswith("."))
         except OSError as err:
@@ -84,8 +94,9 @@ def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
         pods.extend(got)
         if error:
             errors.append(error)
+    # Forget the files of this source that are gone (the cache is shared by sources).
     for gone in set(_parsed) - set(files):
-        if os.path.dirname(gone) == os.path.dirname(files[0] if files else path) or gone == path:
+        if (is_dir and os.path.dirname(gone) == os.path.normpath(path)) or gone == path:
             _parsed.pop(gone, None)
     return pods, errors
 
@@ -111,8 +122,11 @@ class FileSource:
         self._reported = set(errors)
         self.config.set_pods(FILE_SOURCE, pods)
 
+    def _target(self) -> str:
+        return self.path if os.path.isdir(self.path) else os.path.dirname(self.path) or "."
+
     def _watch(self, loop: asyncio.AbstractEventLoop) -> inotify.Inotify | None:
-        target = self.path if os.path.isdir(self.path) else os.path.dirname(self.path) or "."
+        target = self._target()
         try:
             ino = inotify.Inotify()
             ino.add_watch(target, _MASK)
@@ -132,8 +146,16 @@ class FileSource:
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         ino = self._watch(loop)
+        watching = self._target()
         try:
             while not stop.is_set():
+                if ino is not None and self._target() != watching:
+                    # The folder appeared (or went) after the watch was set up
+                    # (kubeadm creates it later): watch where the files now are.
+                    loop.remove_reader(ino.fileno())
+                    ino.close()
+                    ino = self._watch(loop)
+                    watching = self._target()
                 self._dirty.clear()
                 try:
                     await self.read_once()

@@ -62,7 +62,8 @@ class ProbeManager:
         self.recorder = recorder
         self.clock = clock or (lambda: datetime.datetime.now(datetime.UTC).timestamp())
         self.results: dict[str, dict[str, Result]] = {k: {} for k, _ in KINDS}  # kind -> cid
-        self._workers: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        # pod UID -> (container, kind) -> worker: removing a pod touches only its own.
+        self._workers: dict[str, dict[tuple[str, str], asyncio.Task[None]]] = {}
 
     # ------------------------------------------------------------- queries
     def is_ready(self, container: dict[str, Any], cid: str) -> bool:
@@ -86,20 +87,25 @@ class ProbeManager:
     # ------------------------------------------------------------ workers
     def add_pod(self, pod: Pod) -> None:
         u = uid(pod)
+        workers = self._workers.get(u)
         for c in pod["spec"].get("containers") or []:
             for kind, field in KINDS:
-                key = (u, c["name"], kind)
-                if field in c and key not in self._workers:
-                    self._workers[key] = asyncio.create_task(
+                if field not in c:
+                    continue
+                if workers is None:
+                    workers = self._workers[u] = {}
+                key = (c["name"], kind)
+                if key not in workers:
+                    workers[key] = asyncio.create_task(
                         self._worker(pod, c, kind, c[field]), name=f"probe-{kind}-{u}-{c['name']}"
                     )
 
     def remove_pod(self, pod_uid: str) -> None:
-        for key in [k for k in self._workers if k[0] == pod_uid]:
-            self._workers.pop(key).cancel()
+        for task in (self._workers.pop(pod_uid, None) or {}).values():
+            task.cancel()  # the worker drops its result as it ends
 
     async def stop(self) -> None:
-        tasks = list(self._workers.values())
+        tasks = [t for w in self._workers.values() for t in w.values()]
         self._workers.clear()
         for t in tasks:
             t.cancel()
@@ -107,21 +113,26 @@ class ProbeManager:
         await self.prober.close()
 
     def __len__(self) -> int:
-        return len(self._workers)
+        return sum(len(w) for w in self._workers.values())
 
     async def _worker(self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any]) -> None:
         period = max(1, int(spec.get("periodSeconds") or 10))
         # Spread the first probes of pods created together (upstream: up to one period).
         await asyncio.sleep(random.random() * min(period, 1))
         state = {"cid": "", "count": 0, "last": None, "hold": False}
-        while True:
-            try:
-                await self._probe_once(pod, c, kind, spec, state)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s probe of %s/%s failed to run", kind, uid(pod), c["name"])
-            await asyncio.sleep(period)
+        try:
+            while True:
+                try:
+                    await self._probe_once(pod, c, kind, spec, state)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("%s probe of %s/%s failed to run", kind, uid(pod), c["name"])
+                await asyncio.sleep(period)
+        finally:
+            # A removed pod's results go with its workers, or they pile up forever.
+            if state["cid"]:
+                self.results[kind].pop(state["cid"], None)
 
     async def _probe_once(
         self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any], state: dict[str, Any]
@@ -141,6 +152,8 @@ class ProbeManager:
                 results[cid] = INITIAL[kind]
         if not cid or state["hold"]:
             return
+        if kind == "startup" and results.get(cid) is Result.SUCCESS:
+            return  # a started container is never probed for startup again, as upstream
         if cs is None or "running" not in (cs.get("state") or {}):
             if kind == "readiness" and results.get(cid) is not Result.FAILURE:
                 results[cid] = Result.FAILURE

@@ -320,11 +320,6 @@ async def test_startup_failure_threshold_restarts(node: Node) -> None:
     assert node.rt.execs(cid) == 3  # held
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the startup worker keeps probing after the first success (upstream stops), so "
-    "later failures restart a started container as 'failed startup probe'",
-)
 async def test_startup_probe_stops_once_the_container_started(node: Node) -> None:
     p, cid = await node.pod("u1", startupProbe=exec_probe("start", failureThreshold=1))
     node.pm.add_pod(p)
@@ -391,11 +386,6 @@ async def test_add_pod_is_idempotent_and_remove_pod_stops_its_workers(node: Node
     assert node.rt.execs(c1) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remove_pod cancels the workers but leaves their results: one entry per "
-    "container per probe kind is kept forever (upstream removes it when the worker stops)",
-)
 async def test_remove_pod_forgets_its_results(node: Node) -> None:
     p, cid = await node.pod("u1", livenessProbe=exec_probe("l"), readinessProbe=exec_probe("r"))
     node.pm.add_pod(p)
@@ -410,7 +400,7 @@ async def test_stop_leaves_no_tasks_and_closes_the_prober(node: Node) -> None:
     p, _ = await node.pod("u1", livenessProbe=exec_probe("l"), readinessProbe=exec_probe("r"))
     node.pm.add_pod(p)
     await node.ticker.tick()
-    tasks = list(node.pm._workers.values())
+    tasks = [t for w in node.pm._workers.values() for t in w.values()]
     closed: list[bool] = []
     orig = node.pm.prober.close
 
