@@ -119,7 +119,7 @@ class ProbeManager:
         period = max(1, int(spec.get("periodSeconds") or 10))
         # Spread the first probes of pods created together (upstream: up to one period).
         await asyncio.sleep(random.random() * min(period, 1))
-        state = {"cid": "", "count": 0, "last": None, "hold": False}
+        state: dict[str, Any] = {"cid": "", "count": 0, "last": None, "hold": False}
         try:
             while True:
                 try:
