@@ -107,21 +107,9 @@ class EmptyDirPlugin:
         await loop.run_in_executor(None, self._tear_down, dir)
 
     def _tear_down(self, dir: str) -> None:
-        if not os.path.lexists(dir):
-            return
         # The medium comes from the mount table, not the spec: after a restart
         # the spec of an orphaned pod is unknown.
-        if mountutil.mount_fstype(dir, mountutil.mount_table(self._mountinfo)) is not None:
-            try:
-                mountutil.umount(dir)
-            except OSError as err:
-                raise VolumeError(
-                    f"unmount failed: {mountutil.lowercase_strerror(err)}\nUnmounting arguments: {dir}"
-                ) from err
-        try:
-            mountutil.remove_all_one_filesystem(dir)
-        except OSError as err:
-            raise VolumeError(mountutil.go_path_error("unlinkat", err)) from err
+        mountutil.unmount_and_remove(dir, "unlinkat", self._mountinfo)
 
 
 def _medium(spec: VolumeSpec) -> str:

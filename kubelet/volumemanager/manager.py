@@ -561,17 +561,5 @@ class VolumeManagerImpl:
 def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
     if not dir:
         return
-    if os.path.lexists(dir):
-        table = mountutil.mount_table(mountinfo)
-        if mountutil.mount_fstype(dir, table) is not None:
-            try:
-                mountutil.umount(dir)
-            except OSError as err:
-                raise VolumeError(
-                    f"unmount failed: {mountutil.lowercase_strerror(err)}\nUnmounting arguments: {dir}"
-                ) from err
-        try:
-            mountutil.remove_all_one_filesystem(dir)
-        except OSError as err:
-            raise VolumeError(mountutil.go_path_error("remove", err)) from err
+    mountutil.unmount_and_remove(dir, "remove", mountinfo)
     mountutil.remove_empty_parents(dir, pod_dir)

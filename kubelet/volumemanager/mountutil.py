@@ -9,6 +9,8 @@ import errno
 import os
 import stat
 
+from kubelet.volume import VolumeError
+
 MOUNTINFO = "/proc/self/mountinfo"
 
 _libc: ctypes.CDLL | None = None
@@ -127,3 +129,22 @@ def remove_empty_parents(path: str, stop: str) -> None:
         except OSError:
             return
         cur = os.path.dirname(cur)
+
+
+def unmount_and_remove(dir: str, op: str, mountinfo: str = MOUNTINFO) -> None:
+    """Unmount `dir` if something is mounted there, then remove it without ever
+    crossing into another filesystem. VolumeError with upstream's texts; `op` is
+    the syscall the removal error names (unlinkat, remove)."""
+    if not os.path.lexists(dir):
+        return
+    if mount_fstype(dir, mount_table(mountinfo)) is not None:
+        try:
+            umount(dir)
+        except OSError as err:
+            raise VolumeError(
+                f"unmount failed: {lowercase_strerror(err)}\nUnmounting arguments: {dir}"
+            ) from err
+    try:
+        remove_all_one_filesystem(dir)
+    except OSError as err:
+        raise VolumeError(go_path_error(op, err)) from err
