@@ -1,0 +1,250 @@
+"""Container lifecycle hooks: postStart and preStop handlers (pkg/kubelet/lifecycle/handlers.go).
+
+A handler is one of exec (CRI ExecSync in the container), httpGet (a GET to
+the pod, by default at its IP) or sleep. run() answers None when the hook
+succeeded, or upstream's failure message; the caller decides what a failure
+means (postStart: the container is killed; preStop: an event, then the stop).
+The runner keeps no per-call state: every pod worker shares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from kubelet.cri import errors
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.events import Recorder
+from kubelet.types import Pod, name, namespace, object_ref, uid
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "kube-lifecycle/1.34"
+MAX_REDIRECTS = 10
+MAX_BODY = 10 * 1024  # upstream reads (and drops) at most this much of a reply
+
+_INSECURE = ssl.create_default_context()
+_INSECURE.check_hostname = False
+_INSECURE.verify_mode = ssl.CERT_NONE
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+class CommandRunner(Protocol):
+    """Runs a command in a container (the CRI runtime's ExecSync)."""
+
+    async def exec_sync(
+        self, container_id: str, cmd: list[str], timeout: float
+    ) -> pb.ExecSyncResponse: ...
+
+
+PodIPs = Callable[[Pod], Awaitable[list[str]]]
+
+
+class HookError(Exception):
+    """A handler that could not run or did not succeed (str: the error part of the message)."""
+
+
+def format_pod(pod: Pod) -> str:
+    return f"{name(pod)}_{namespace(pod)}({uid(pod)})"
+
+
+def go_quote(s: str) -> str:
+    """Go's %q for a string (close enough: JSON escapes for control characters)."""
+    return json.dumps(s, ensure_ascii=False)
+
+
+def go_list(items: list[Any]) -> str:
+    """Go's %v for a []string: [a b c]."""
+    return "[" + " ".join(str(i) for i in items) + "]"
+
+
+def resolve_port(port: Any, container: dict[str, Any]) -> int:
+    """An IntOrString port: a number, a numeric string, or a named port of the container."""
+    if isinstance(port, int):
+        n = port
+    elif isinstance(port, str) and port.isdigit():
+        n = int(port)
+    else:
+        for p in container.get("ports") or []:
+            if p.get("name") == port:
+                return int(p["containerPort"])
+        raise HookError(f"couldn't find port: {port} in {container.get('name')}")
+    if not 0 < n < 65536:
+        raise HookError(f"invalid port number: {n}")
+    return n
+
+
+class HandlerRunner:
+    def __init__(
+        self,
+        runner: CommandRunner,
+        pod_ips: PodIPs,
+        recorder: Recorder | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.runner = runner
+        # The pod's IPs from the runtime (an httpGet hook without a host goes there).
+        self.pod_ips = pod_ips
+        self.recorder = recorder
+        self._http = session
+        self._own_session = session is None
+
+    async def close(self) -> None:
+        if self._http is not None and self._own_session:
+            await self._http.close()
+            self._http = None
+
+    async def run(
+        self,
+        container_id: str,
+        pod: Pod,
+        container: dict[str, Any],
+        handler: dict[str, Any],
+        timeout: float = 0,
+    ) -> str | None:
+        """Run one hook; None on success, else the message upstream reports.
+        timeout: seconds for an exec hook (0: none, as upstream's postStart)."""
+        cname = container.get("name", "")
+        if handler.get("exec") is not None:
+            cmd = list(handler["exec"].get("command") or [])
+            try:
+                await self._exec(container_id, cmd, timeout)
+            except _ExecFailed as f:
+                return (
+                    f"Exec lifecycle hook ({go_list(cmd)}) for Container {go_quote(cname)} "
+                    f"in Pod {go_quote(format_pod(pod))} failed - error: {f.error}, "
+                    f"message: {go_quote(f.output)}"
+                )
+            return None
+        if handler.get("httpGet") is not None:
+            h = handler["httpGet"]
+            try:
+                await self._http_get(pod, container, h)
+            except HookError as err:
+                return (
+                    f"HTTP lifecycle hook ({h.get('path', '')}) for Container "
+                    f"{go_quote(cname)} in Pod {go_quote(format_pod(pod))} failed - "
+                    f"error: {err}"
+                )
+            return None
+        if handler.get("sleep") is not None:
+            # Runs to its end: a caller that gives up cancels the task
+            # (upstream: "container terminated before sleep hook finished").
+            await asyncio.sleep(max(0, int(handler["sleep"].get("seconds") or 0)))
+            return None
+        return f"Cannot run handler: invalid handler: {handler}"
+
+    # ------------------------------------------------------------------ exec
+    async def _exec(self, cid: str, cmd: list[str], timeout: float) -> None:
+        try:
+            resp = await self.runner.exec_sync(cid, cmd, timeout)
+        except errors.CRIError as err:
+            # As the Go CRI client prints a gRPC status.
+            code = err.code.name.title().replace("_", "")
+            raise _ExecFailed(f"rpc error: code = {code} desc = {err.message}", "") from err
+        output = (resp.stdout + resp.stderr).decode(errors="replace")
+        if resp.exit_code != 0:
+            stderr = resp.stderr.decode(errors="replace")
+            raise _ExecFailed(
+                f"command '{' '.join(cmd)}' exited with {resp.exit_code}: {stderr}", output
+            )
+
+    # ------------------------------------------------------------------ http
+    async def _http_get(self, pod: Pod, container: dict[str, Any], h: dict[str, Any]) -> None:
+        host = h.get("host") or ""
+        if not host:
+            ips = await self.pod_ips(pod)
+            if not ips:
+                raise HookError("failed to find networking container: no pod IP")
+            host = ips[0]
+        scheme = (h.get("scheme") or "HTTP").lower()
+        port = resolve_port(h.get("port"), container)
+        path = h.get("path") or ""
+        if not path.startswith("/"):
+            path = "/" + path
+        hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        url = f"{scheme}://{hostport}{path}"
+        headers: dict[str, str] = {}
+        for hd in h.get("httpHeaders") or []:
+            headers[hd["name"]] = hd["value"]
+        lower = {k.lower() for k in headers}
+        if "user-agent" not in lower:
+            headers["User-Agent"] = USER_AGENT
+        if "accept" not in lower:
+            headers["Accept"] = "*/*"
+        elif not next(v for k, v in headers.items() if k.lower() == "accept"):
+            headers = {k: v for k, v in headers.items() if k.lower() != "accept"}
+        try:
+            await self._get(url, headers)
+        except _HTTPResponseToHTTPS:
+            # A plain-HTTP server behind an https hook: retried over HTTP, as upstream.
+            plain = "http://" + url.split("://", 1)[1]
+            headers.pop("Authorization", None)
+            await self._get(plain, headers)
+            if self.recorder is not None:
+                self.recorder.event(
+                    object_ref(pod),
+                    "Warning",
+                    "LifecycleHTTPFallback",
+                    f"request to HTTPS lifecycle hook {hostport} got HTTP response, "
+                    "retry with HTTP succeeded",
+                )
+
+    async def _get(self, url: str, headers: dict[str, str]) -> None:
+        """GET following redirects on the same host only (RedirectChecker(false));
+        any response is a success, as upstream."""
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        first_host = urlsplit(url).hostname
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                async with self._http.get(
+                    url,
+                    headers=headers,
+                    ssl=_INSECURE if url.startswith("https") else False,
+                    allow_redirects=False,
+                ) as r:
+                    await r.content.read(MAX_BODY)
+                    loc = r.headers.get("Location")
+                    if r.status not in _REDIRECTS or not loc:
+                        return
+            except aiohttp.ClientConnectorError as err:
+                raise HookError(f'Get "{url}": dial tcp {_dial_error(err)}') from err
+            except aiohttp.ClientError as err:
+                if url.startswith("https") and _looks_like_plain_http(err):
+                    raise _HTTPResponseToHTTPS() from err
+                raise HookError(f'Get "{url}": {err}') from err
+            nxt = urljoin(url, loc)
+            if urlsplit(nxt).hostname != first_host:
+                return  # a redirect elsewhere is not followed: the answer counts
+            url = nxt
+        raise HookError(f'Get "{url}": stopped after {MAX_REDIRECTS} redirects')
+
+
+class _ExecFailed(Exception):
+    def __init__(self, error: str, output: str) -> None:
+        super().__init__(error)
+        self.error = error
+        self.output = output
+
+
+class _HTTPResponseToHTTPS(Exception):
+    pass
+
+
+def _looks_like_plain_http(err: Exception) -> bool:
+    text = str(err).lower()
+    return "wrong version number" in text or "record layer failure" in text or "ssl" in text
+
+
+def _dial_error(err: aiohttp.ClientConnectorError) -> str:
+    os_err = err.os_error
+    what = "connection refused" if isinstance(os_err, ConnectionRefusedError) else str(os_err)
+    return f"{err.host}:{err.port}: connect: {what}"
