@@ -16,8 +16,6 @@ Pod = dict[str, Any]
 
 # Pod-level fields, when set to anything but their zero value.
 _POD_FIELDS = (
-    "activeDeadlineSeconds",
-    "ephemeralContainers",
     "shareProcessNamespace",
     "runtimeClassName",
     "readinessGates",
@@ -36,7 +34,7 @@ _POD_SECURITY = (
     "seLinuxOptions",
     "seLinuxChangePolicy",
 )
-_CONTAINER_FIELDS = ("volumeDevices", "lifecycle", "resizePolicy")
+_CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
 _CONTAINER_SECURITY = (
     "capabilities",
     "runAsGroup",
@@ -61,8 +59,10 @@ def unsupported_fields(pod: Pod) -> list[str]:
     for kind in ("initContainers", "containers"):
         for c in spec.get(kind) or []:
             where = f"spec.{kind}[{c.get('name')}]"
-            if kind == "initContainers" and c.get("restartPolicy"):
-                out.append(f"{where}.restartPolicy")
+            if kind == "initContainers" and c.get("restartPolicy") not in (None, "Always"):
+                out.append(f"{where}.restartPolicy")  # only Always (a sidecar) is valid
+            if (c.get("lifecycle") or {}).get("stopSignal"):
+                out.append(f"{where}.lifecycle.stopSignal")
             out += [f"{where}.{f}" for f in _CONTAINER_FIELDS if c.get(f)]
             csc = c.get("securityContext") or {}
             out += [f"{where}.securityContext.{f}" for f in _CONTAINER_SECURITY if csc.get(f)]

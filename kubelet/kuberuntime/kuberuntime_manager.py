@@ -35,12 +35,14 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.security_context import namespace_options
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
     read_termination_message,
     termination_message_host_path,
 )
+from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.network.dns import kernel_hostname
 from kubelet.sysctl import sandbox_sysctls
 from kubelet.types import (
@@ -85,8 +87,12 @@ class PodActions:
     create_sandbox: bool = False
     sandbox_id: str = ""
     attempt: int = 0
+    # The first of init_containers_to_start (kept for callers that want the spec).
     next_init_container: dict[str, Any] | None = None
+    # Indexes into initContainers, in order (restartable ones may come with others).
+    init_containers_to_start: list[int] = field(default_factory=list)
     containers_to_start: list[int] = field(default_factory=list)
+    ephemeral_containers_to_start: list[int] = field(default_factory=list)
     # container ID -> (status, reason for the kill)
     containers_to_kill: dict[str, tuple[ContainerStatus, str]] = field(default_factory=dict)
 
@@ -121,6 +127,8 @@ class RuntimeManager:
         image_backoff: Backoff | None = None,
         recorder: Recorder | None = None,
         must_restart: Callable[[str], str | None] | None = None,
+        is_started: Callable[[dict[str, Any], str], bool] | None = None,
+        hooks: HandlerRunner | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -136,9 +144,22 @@ class RuntimeManager:
         # Container ID -> why it must be restarted (a failed liveness or startup
         # probe): the prober's answer.
         self.must_restart: Callable[[str], str | None] = must_restart or (lambda _cid: None)
+        # (container spec, container ID) -> has its startup probe succeeded (True
+        # without one): a sidecar gates the next init container on it.
+        self.is_started: Callable[[dict[str, Any], str], bool] = is_started or (
+            lambda _c, _cid: True
+        )
+        # postStart and preStop hooks; httpGet hooks go to the pod's IP by default.
+        self.hooks = hooks or HandlerRunner(runtime, self._pod_ips, recorder)
         # pod UID -> container name -> (reason, message) while it is not running
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._pull_locks: dict[str, asyncio.Lock] = {}
+
+    async def close(self) -> None:
+        await self.hooks.close()
+
+    async def _pod_ips(self, pod: Pod) -> list[str]:
+        return (await self.get_pod_status(uid(pod), name(pod), namespace(pod))).ips
 
     # ---------------------------------------------------------------- status
     async def get_pod_status(self, pod_uid: str, pod_name: str = "", ns: str = "") -> PodStatus:
@@ -254,76 +275,186 @@ class RuntimeManager:
 
     # --------------------------------------------------------------- decide
     def compute_pod_actions(self, pod: Pod, status: PodStatus) -> PodActions:
+        """What to do to bring the pod to its spec (computePodActions). Reads the
+        probe results but changes nothing: a table test drives it directly."""
         spec = pod["spec"]
         init = spec.get("initContainers") or []
         containers = spec["containers"]
         policy = restart_policy(pod)
+        deleting = bool(pod["metadata"].get("deletionTimestamp"))
         a = PodActions()
         create, attempt, sid = self._sandbox_changed(pod, status)
         a.create_sandbox, a.attempt, a.sandbox_id = create, attempt, sid
         if create:
+            # Whatever is left of the old sandbox goes first; the pod starts over.
+            a.kill_pod = True
             if policy == "Never" and attempt != 0 and status.containers:
-                # The pod ran already and must not run again: finish it.
-                a.kill_pod, a.create_sandbox = True, False
+                a.create_sandbox = False  # the pod ran already and must not run again
                 return a
-            a.kill_pod = True  # whatever is left of the old sandbox goes first
+            to_start = [
+                i
+                for i, c in enumerate(containers)
+                if not (policy == "OnFailure" and _succeeded(status.find(c["name"])))
+            ]
+            if not to_start:
+                done = (
+                    _any_regular_created(containers, status)
+                    if has_restartable_init(pod)
+                    else _init_done(init, containers, status)
+                )
+                if done:
+                    a.create_sandbox = False
+                    return a
             if init:
+                a.init_containers_to_start = [0]
                 a.next_init_container = init[0]
                 return a
-            for i, c in enumerate(containers):
-                prev = status.find(c["name"])
-                if prev is not None and prev.state == EXITED and not _should_restart(policy, prev):
-                    continue
-                a.containers_to_start.append(i)
-            if not a.containers_to_start:
-                a.create_sandbox = False
+            a.containers_to_start = to_start
             return a
 
-        # Sandbox is fine: init containers first, in order, one at a time.
-        for c in init:
-            prev = status.find(c["name"])
-            if prev is None or prev.state in (CREATED, UNKNOWN):
-                a.next_init_container = c
-                return a
-            if prev.state == RUNNING:
-                return a  # wait for it to finish
-            if prev.exit_code == 0:
-                continue
-            if policy == "Never":
-                a.kill_pod = True  # an init container failed for good: the pod failed
-                return a
-            a.next_init_container = c
+        # Ephemeral containers start even while the pod initializes; never restarted.
+        for i, ec in enumerate(spec.get("ephemeralContainers") or []):
+            if status.find(ec["name"]) is None:
+                a.ephemeral_containers_to_start.append(i)
+
+        initialized = self._init_actions(pod, status, a)
+        if a.init_containers_to_start:
+            a.next_init_container = init[a.init_containers_to_start[0]]
+        if a.kill_pod or not initialized:
             return a
 
         keep = 0
-        wanted = {c["name"] for c in (*init, *containers)}
         for i, c in enumerate(containers):
             prev = status.find(c["name"])
             if prev is None or prev.state != RUNNING:
-                if _should_restart(policy, prev):
+                if _should_restart(policy, prev, deleting):
                     a.containers_to_start.append(i)
+                    if prev is not None and prev.state == UNKNOWN:
+                        # It may still run: never two instances of one container.
+                        msg = f'Container is in "{UNKNOWN}" state, try killing it before restart'
+                        a.containers_to_kill[prev.id] = (prev, msg)
                 continue
-            why = self.must_restart(prev.id)
-            if why:
-                msg = f"Container {c['name']} {why}, will be restarted"
-                a.containers_to_kill[prev.id] = (prev, msg)
-                if policy != "Never":
-                    a.containers_to_start.append(i)
-                continue
+            restart = policy != "Never"
             want_hash = L.container_hash(c)
+            why = self.must_restart(prev.id)
             if prev.hash and prev.hash != want_hash:
                 msg = f"Container {c['name']} definition changed"
-                a.containers_to_kill[prev.id] = (prev, msg)
-                if policy != "Never":
-                    a.containers_to_start.append(i)
+                restart = True  # a changed spec restarts whatever the policy
+            elif why:
+                msg = f"Container {c['name']} {why}"
+            else:
+                keep += 1
                 continue
-            keep += 1
+            if restart:
+                msg += ", will be restarted"
+                a.containers_to_start.append(i)
+            a.containers_to_kill[prev.id] = (prev, msg)
+        wanted = {c["name"] for c in (*init, *containers, *(spec.get("ephemeralContainers") or []))}
         for cs in status.containers:
             if cs.state == RUNNING and cs.name not in wanted:
                 a.containers_to_kill[cs.id] = (cs, "Container is not in the pod spec")
         if keep == 0 and not a.containers_to_start:
+            # Nothing of the pod's own work is left: sidecars must not keep it alive.
             a.kill_pod = True
+            a.init_containers_to_start = []
+            a.next_init_container = None
         return a
+
+    def _init_actions(self, pod: Pod, status: PodStatus, a: PodActions) -> bool:
+        """Init containers, regular and restartable (computeInitContainerActions):
+        fills `a` and answers whether the pod has initialized. Walks the list from
+        the end, as the runtime may have removed init containers that finished."""
+        init = pod["spec"].get("initContainers") or []
+        if not init:
+            return True
+        on_failure = restart_policy(pod) != "Never"
+        # A regular container that was created or runs: initialization happened
+        # before, even if its init containers are gone from the runtime now.
+        initialized = any(
+            (s := status.find(c["name"])) is not None and s.state in (CREATED, RUNNING)
+            for c in pod["spec"]["containers"]
+        )
+        prev_initialized = initialized
+        start: list[int] = []
+        last = len(init) - 1
+        for i in range(last, -1, -1):
+            c = init[i]
+            sidecar = is_restartable_init(c)
+            st = status.find(c["name"])
+            if st is None:
+                if prev_initialized and sidecar:
+                    start.append(i)  # a sidecar gone from the runtime comes back
+                continue
+            if prev_initialized and not sidecar:
+                continue  # after initialization only sidecars are kept running
+            if st.state == CREATED:
+                start.append(i)  # created but never started: start it again
+            elif st.state == RUNNING:
+                if sidecar:
+                    initialized = (
+                        self._sidecar_running(c, st, i, last, prev_initialized, a, start)
+                        or initialized
+                    )
+            elif st.state == EXITED:
+                if sidecar:
+                    start.append(i)
+                elif _init_failed(st):
+                    if not on_failure:
+                        a.kill_pod = True
+                        a.init_containers_to_start = []
+                        return False
+                    start.append(i)
+                elif i == last:
+                    initialized = True
+                else:
+                    start.append(i + 1)
+            else:  # unknown: it may still run, kill it before a restart
+                msg = f'Init container is in "{st.state}" state, try killing it before restart'
+                if not sidecar and not on_failure:
+                    a.kill_pod = True
+                    a.init_containers_to_start = []
+                    return False
+                a.containers_to_kill[st.id] = (st, msg)
+                start.append(i)
+            prev_initialized = True
+        if not prev_initialized:
+            start.append(0)  # nothing ran yet: the first one
+        a.init_containers_to_start = start[::-1]
+        return initialized
+
+    def _sidecar_running(
+        self,
+        c: dict[str, Any],
+        st: ContainerStatus,
+        i: int,
+        last: int,
+        prev_initialized: bool,
+        a: PodActions,
+        start: list[int],
+    ) -> bool:
+        """A running restartable init container: does it gate the next one open,
+        and must it be restarted? Answers whether the pod is now initialized."""
+        why = self.must_restart(st.id)
+        if "startupProbe" in c and not self.is_started(c, st.id):
+            if why == "failed startup probe":
+                a.containers_to_kill[st.id] = (
+                    st,
+                    f"Init container {c['name']} failed startup probe",
+                )
+                start.append(i)
+            return False  # not started yet: the next one waits
+        initialized = False
+        if i == last:
+            initialized = True
+        elif not prev_initialized:
+            start.append(i + 1)  # started for the first time: the next one may go
+        if st.hash and st.hash != L.container_hash(c):
+            a.containers_to_kill[st.id] = (st, f"Init container {c['name']} definition changed")
+            start.append(i)
+        elif why == "failed liveness probe":
+            a.containers_to_kill[st.id] = (st, f"Init container {c['name']} failed liveness probe")
+            start.append(i)
+        return initialized
 
     def _sandbox_changed(self, pod: Pod, status: PodStatus) -> tuple[bool, int, str]:
         if not status.sandboxes:
@@ -374,32 +505,35 @@ class RuntimeManager:
                 res.errors.append(msg)
                 return res
             res.sandbox_created = True
-        if a.next_init_container is not None:
-            problem = await self.start_container(
-                pod, sid, sandbox_cfg, a.next_init_container, status, res
-            )
+        spec = pod["spec"]
+        # Ephemeral containers first: a debugger may be why the pod is looked at.
+        for i in a.ephemeral_containers_to_start:
+            ec = spec["ephemeralContainers"][i]
+            problem = await self.start_container(pod, sid, sandbox_cfg, ec, status, res)
             if problem:
                 res.errors.append(problem)
-            return res
+        # Init containers in order; a sidecar that fails to start does not hold
+        # back the ones after it, a regular init container does.
+        init = spec.get("initContainers") or []
+        for i in a.init_containers_to_start:
+            problem = await self.start_container(pod, sid, sandbox_cfg, init[i], status, res)
+            if problem:
+                res.errors.append(problem)
+                if not is_restartable_init(init[i]):
+                    return res
         results = await asyncio.gather(
             *(
-                self.start_container(
-                    pod, sid, sandbox_cfg, pod["spec"]["containers"][i], status, res
-                )
+                self.start_container(pod, sid, sandbox_cfg, spec["containers"][i], status, res)
                 for i in a.containers_to_start
             )
         )
         res.errors.extend(e for e in results if e)
         # Containers that run need no waiting reason; the rest keep theirs.
-        for c in pod["spec"]["containers"]:
-            prev = status.find(c["name"])
-            if (
-                prev is not None
-                and prev.state == RUNNING
-                and c["name"]
-                not in [pod["spec"]["containers"][i]["name"] for i in a.containers_to_start]
-            ):
-                waiting.pop(c["name"], None)
+        started = {spec["containers"][i]["name"] for i in a.containers_to_start}
+        started.update(init[i]["name"] for i in a.init_containers_to_start)
+        for cs in status.containers:
+            if cs.state == RUNNING and cs.name not in started:
+                waiting.pop(cs.name, None)
         return res
 
     async def start_container(
@@ -447,6 +581,18 @@ class RuntimeManager:
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
         cfg = self.container_config(pod, c, restart, image_ref or c["image"], chash, opts)
+        target_name = c.get("targetContainerName")
+        if target_name:
+            # An ephemeral container sharing the process namespace of its target.
+            target = status.find(target_name)
+            if target is None or target.state != RUNNING:
+                msg = f"target container {target_name} is not running"
+                waiting[cname] = ("CreateContainerError", msg)
+                self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
+                return msg
+            cfg.linux.security_context.namespace_options.CopyFrom(
+                namespace_options(pod, pid_target=target.id)
+            )
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
         except errors.CRIError as e:
@@ -463,6 +609,23 @@ class RuntimeManager:
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
         self._event(pod, "Normal", "Started", f"Started container {cname}", cname)
+        post_start = (c.get("lifecycle") or {}).get("postStart")
+        if post_start:
+            # Part of the start, as upstream: the sync (and so the status that
+            # would say Running) waits for the hook.
+            hook_err = await self.hooks.run(cid, pod, c, post_start)
+            if hook_err is not None:
+                log.info("postStart hook of %s/%s failed: %s", format_pod(pod), cname, hook_err)
+                # The event leaves the message out: it may hold secrets.
+                self._event(pod, "Warning", "FailedPostStartHook", "PostStartHook failed", cname)
+                killed = ContainerStatus(cid, cname, RUNNING, runtime=self.runtime_name)
+                try:
+                    await self.kill_container(pod, killed, None, "FailedPostStartHook")
+                except errors.CRIError as err:
+                    log.warning("killing %s after its postStart hook failed: %s", cid, err)
+                waiting[cname] = ("PostStartHookError", hook_err)
+                await self._prune_dead(status, cname)
+                return hook_err
         waiting.pop(cname, None)
         await self._prune_dead(status, cname)
         return None
@@ -532,33 +695,82 @@ class RuntimeManager:
 
     # ---------------------------------------------------------------- kill
     async def kill_container(
-        self, pod: Pod | None, cs: ContainerStatus, grace: int | None, message: str = ""
+        self,
+        pod: Pod | None,
+        cs: ContainerStatus,
+        grace: int | None,
+        message: str = "",
+        ordering: TerminationOrdering | None = None,
     ) -> None:
+        """Stop one container (killContainer): the preStop hook first, inside the
+        grace period, then the stop signal with what is left of it (never under
+        minimumGracePeriodInSeconds). grace: an override of the pod's."""
+        try:
+            await self._kill_container(pod, cs, grace, message, ordering)
+        finally:
+            if ordering is not None:
+                ordering.terminated(cs.name)
+
+    async def _kill_container(
+        self,
+        pod: Pod | None,
+        cs: ContainerStatus,
+        grace: int | None,
+        message: str,
+        ordering: TerminationOrdering | None,
+    ) -> None:
+        spec = find_container_spec(pod, cs.name) if pod is not None else None
         if grace is None:
-            grace = grace_period(pod) if pod is not None else 30
-            if pod is not None and pod["metadata"].get("deletionGracePeriodSeconds") is not None:
-                grace = int(pod["metadata"]["deletionGracePeriodSeconds"])
-        grace = max(grace, MIN_GRACE_SECONDS)
+            grace = pod_grace_period(pod) if pod is not None else 30
         if pod is not None:
             self._event(
-                pod,
-                "Normal",
-                "Killing",
-                f"Stopping container {cs.name}" + (f": {message}" if message else ""),
-                cs.name,
+                pod, "Normal", "Killing", message or f"Stopping container {cs.name}", cs.name
             )
+        pre_stop = ((spec or {}).get("lifecycle") or {}).get("preStop")
+        if pod is not None and spec is not None and pre_stop and grace > 0:
+            grace -= await self._pre_stop(pod, spec, cs, pre_stop, grace)
+        if ordering is not None and grace > 0:
+            grace -= int(await ordering.wait_for_turn(cs.name, grace))
         try:
-            await self.runtime.stop_container(cs.id, grace)
+            await self.runtime.stop_container(cs.id, max(grace, MIN_GRACE_SECONDS))
         except errors.NotFoundError:
             pass
+
+    async def _pre_stop(
+        self, pod: Pod, spec: dict[str, Any], cs: ContainerStatus, hook: dict[str, Any], grace: int
+    ) -> int:
+        """Run the preStop hook for at most `grace` seconds; answers the whole
+        seconds it took (a hook that hangs is given up at the end of the grace
+        period: it cannot make the pod outlive it)."""
+        start = time.monotonic()
+        task = asyncio.ensure_future(self.hooks.run(cs.id, pod, spec, hook, timeout=grace))
+        try:
+            msg = await asyncio.wait_for(task, grace)
+        except TimeoutError:
+            log.info("preStop hook of %s/%s not done within %ds", format_pod(pod), cs.name, grace)
+            msg = None
+        except Exception as err:  # a hook must never keep a container from stopping
+            msg = str(err)
+        if msg is not None:
+            log.info("preStop hook of %s/%s failed: %s", format_pod(pod), cs.name, msg)
+            self._event(pod, "Warning", "FailedPreStopHook", "PreStopHook failed", cs.name)
+        return int(time.monotonic() - start)
 
     async def kill_pod(
         self, pod: Pod | None, status: PodStatus, grace: int | None, remove: bool
     ) -> None:
-        """Stop every container (in parallel, with the grace period), then the sandboxes.
-        With remove=True also remove them: the pod is gone for good."""
+        """Stop every container (in parallel, with the grace period; sidecars after
+        the main containers, in reverse order), then the sandboxes. With
+        remove=True also remove them: the pod is gone for good."""
         running = [c for c in status.containers if c.state in (RUNNING, CREATED, UNKNOWN)]
-        await asyncio.gather(*(self.kill_container(pod, c, grace) for c in running))
+        ordering = (
+            TerminationOrdering(pod, {c.name for c in running})
+            if pod is not None and has_restartable_init(pod)
+            else None
+        )
+        await asyncio.gather(
+            *(self.kill_container(pod, c, grace, ordering=ordering) for c in running)
+        )
         for s in status.sandboxes:
             try:
                 await self.runtime.stop_pod_sandbox(s.id)
@@ -715,7 +927,101 @@ class RuntimeManager:
             self.recorder.event(object_ref(pod, path), etype, reason, msg)
 
 
-def _should_restart(policy: str, prev: ContainerStatus | None) -> bool:
+class TerminationOrdering:
+    """Sidecars stop last (terminationOrdering upstream): each running restartable
+    init container waits for every main container and every sidecar after it
+    in the spec. Built per kill, never shared between pods."""
+
+    def __init__(self, pod: Pod, running: set[str]) -> None:
+        self._done = {n: asyncio.Event() for n in running}
+        mains = [c["name"] for c in pod["spec"]["containers"] if c["name"] in running]
+        sidecars = [
+            c["name"]
+            for c in pod["spec"].get("initContainers") or []
+            if is_restartable_init(c) and c["name"] in running
+        ]
+        self._after: dict[str, list[str]] = {
+            s: mains + sidecars[i + 1 :] for i, s in enumerate(sidecars)
+        }
+
+    async def wait_for_turn(self, cname: str, timeout: float) -> float:
+        """Wait (at most timeout seconds) until the containers this one follows
+        have stopped; answers the seconds waited."""
+        start = time.monotonic()
+        waits = [self._done[n].wait() for n in self._after.get(cname, ())]
+        if waits:
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), timeout)
+            except TimeoutError:
+                pass
+        return time.monotonic() - start
+
+    def terminated(self, cname: str) -> None:
+        ev = self._done.get(cname)
+        if ev is not None:
+            ev.set()
+
+
+def find_container_spec(pod: Pod, cname: str) -> dict[str, Any] | None:
+    spec = pod["spec"]
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for c in spec.get(kind) or []:
+            if c.get("name") == cname:
+                return dict(c)
+    return None
+
+
+def pod_grace_period(pod: Pod) -> int:
+    """deletionGracePeriodSeconds when the pod is being deleted, else the spec's."""
+    g = pod["metadata"].get("deletionGracePeriodSeconds")
+    return int(g) if g is not None else grace_period(pod)
+
+
+def is_restartable_init(c: dict[str, Any]) -> bool:
+    """A sidecar: an init container with restartPolicy Always."""
+    return c.get("restartPolicy") == "Always"
+
+
+def has_restartable_init(pod: Pod) -> bool:
+    return any(is_restartable_init(c) for c in pod["spec"].get("initContainers") or [])
+
+
+def _succeeded(st: ContainerStatus | None) -> bool:
+    return st is not None and st.state == EXITED and st.exit_code == 0
+
+
+def _init_failed(st: ContainerStatus) -> bool:
+    if "OOMKilled" in st.reason:
+        return True
+    return (st.state == EXITED and st.exit_code != 0) or st.state == UNKNOWN
+
+
+def _any_regular_created(containers: list[dict[str, Any]], status: PodStatus) -> bool:
+    return any(
+        (s := status.find(c["name"])) is not None and s.state in (CREATED, RUNNING, EXITED)
+        for c in containers
+    )
+
+
+def _init_done(
+    init: list[dict[str, Any]], containers: list[dict[str, Any]], status: PodStatus
+) -> bool:
+    """Every (regular) init container ran to success (findNextInitContainerToRun's done)."""
+    if not init:
+        return True
+    if any((s := status.find(c["name"])) is not None and s.state == RUNNING for c in containers):
+        return True
+    for c in init:
+        s = status.find(c["name"])
+        if s is not None and _init_failed(s):
+            return False
+    s = status.find(init[-1]["name"])
+    return s is not None and s.state == EXITED
+
+
+def _should_restart(policy: str, prev: ContainerStatus | None, deleting: bool = False) -> bool:
+    if deleting:
+        return False  # a pod being deleted starts nothing again
     if prev is None or prev.state in (CREATED, UNKNOWN):
         return True
     if prev.state == RUNNING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kubelet.container.runtime import CREATED, EXITED, RUNNING, ContainerStatus, PodStatus
+from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, PodStatus
 from kubelet.kuberuntime.termination import (
     MAX_POD_TERMINATION_MESSAGE_LENGTH,
     pod_message_budget,
@@ -39,7 +39,13 @@ def _state(cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH
         if cs.message:
             t["message"] = truncate_message(cs.message, budget)
         return {"terminated": t}
-    return {"waiting": {"reason": "ContainerCreating"}}
+    # Created but not started (or unknown): "waiting to be running", no reason.
+    return {"waiting": {}}
+
+
+def is_sidecar(c: dict[str, Any]) -> bool:
+    """An init container with restartPolicy Always (a restartable init container)."""
+    return c.get("restartPolicy") == "Always"
 
 
 def container_statuses(
@@ -50,11 +56,18 @@ def container_statuses(
     old: dict[str, dict[str, Any]],
     probes: Any = None,
     budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH,
+    has_init: bool = False,
+    ephemeral: bool = False,
 ) -> list[dict[str, Any]]:
-    """budget: bytes of termination message each container's status may keep."""
+    """convertToAPIContainerStatuses plus the prober's started/ready.
+    budget: bytes of termination message each container's status may keep;
+    has_init: the pod has init containers (containers not created yet then
+    wait with PodInitializing rather than ContainerCreating, as upstream)."""
+    default_reason = "PodInitializing" if has_init else "ContainerCreating"
     out = []
     for c in specs:
         cname = c["name"]
+        sidecar = init and is_sidecar(c)
         instances = status.all_named(cname)
         cur = instances[0] if instances else None
         prev = instances[1] if len(instances) > 1 else None
@@ -65,60 +78,91 @@ def container_statuses(
             "ready": False,
             "restartCount": 0,
             "started": False,
-            "state": {"waiting": {"reason": "ContainerCreating"}},
+            "state": {"waiting": {"reason": default_reason}},
             "lastState": {},
         }
+        before = old.get(cname)
+        if cur is None and before is not None:
+            if "terminated" in (before.get("state") or {}):
+                entry = dict(before)  # gone from the runtime: its end stays known
+            else:
+                entry["restartCount"] = before.get("restartCount", 0)
+                entry["lastState"] = before.get("lastState") or {}
         if cur is not None:
             entry["containerID"] = cur.container_id
             entry["imageID"] = cur.image_id
             entry["restartCount"] = cur.restart_count
             entry["state"] = _state(cur, budget)
-            if cur.state == CREATED:
-                entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
-            entry["started"] = cur.state == RUNNING
-            # Without probes, a running container is ready (init containers: when done).
-            entry["ready"] = (
-                (cur.state == RUNNING) if not init else (cur.state == EXITED and cur.exit_code == 0)
-            )
-            if probes is not None and not init and cur.state == RUNNING:
-                entry["ready"] = probes.is_ready(c, cur.id)
-                entry["started"] = probes.is_started(c, cur.id)
             if prev is not None and prev.state == EXITED:
                 entry["lastState"] = _state(prev, budget)
+        running = cur is not None and cur.state == RUNNING
+        # Started: running, and its startup probe (if any) succeeded. Ready:
+        # started and its readiness probe (if any) succeeded; a regular init
+        # container is ready once it exited 0.
+        started = ready = False
+        if cur is not None and running:
+            started = probes is None or probes.is_started(c, cur.id)
+            ready = started and (probes is None or probes.is_ready(c, cur.id))
+        if init and not sidecar:
+            term = entry["state"].get("terminated")
+            ready = bool(term) and term.get("exitCode") == 0
+        entry["ready"] = ready
+        entry["started"] = started
         reason = waiting.get(cname)
-        if reason and (cur is None or cur.state != RUNNING):
-            # A container waiting to restart shows why, and the run before it.
+        done_init = (
+            init and not sidecar and cur is not None and cur.state == EXITED and cur.exit_code == 0
+        )
+        if reason and not running and not done_init:
+            # A container waiting to (re)start shows why, and the run before it.
             if cur is not None and cur.state == EXITED:
                 entry["lastState"] = _state(cur, budget)
             w: dict[str, Any] = {"reason": reason[0]}
             if reason[1]:
                 w["message"] = reason[1]
             entry["state"] = {"waiting": w}
-            entry["started"] = False
-        elif cur is None and cname in old:
-            entry["restartCount"] = old[cname].get("restartCount", 0)
+            entry["ready"] = entry["started"] = False
+        if ephemeral:
+            # Not probed, not part of readiness: upstream leaves `started` unset.
+            entry.pop("started", None)
+            entry["ready"] = False
         out.append(entry)
     return out
 
 
-def get_phase(pod: Pod, init_st: list[dict[str, Any]], st: list[dict[str, Any]]) -> str:
+def get_phase(
+    pod: Pod,
+    init_st: list[dict[str, Any]],
+    st: list[dict[str, Any]],
+    initialized: bool = False,
+    terminal: bool = False,
+) -> str:
+    """getPhase: regular init containers gate the pod; sidecars only while the
+    pod has not initialized and never count towards its completion.
+    initialized: a regular container has run in the current sandbox."""
     policy = restart_policy(pod)
-    init_failed = False
-    pending_init = False
+    sidecars = {c["name"] for c in pod["spec"].get("initContainers") or [] if is_sidecar(c)}
+    pending_init = pending_sidecars = failed_init = 0
+    running = waiting = stopped = succeeded = 0
     for s in init_st:
         state = s["state"]
-        if "terminated" in state and state["terminated"]["exitCode"] == 0:
-            continue
-        if "terminated" in state or ("waiting" in state and "terminated" in s.get("lastState", {})):
-            # A failed init container fails the pod only when it cannot be retried.
-            if policy == "Never":
-                init_failed = True
-        pending_init = True
-    if init_failed:
-        return "Failed"
-    if pending_init:
-        return "Pending"
-    running = waiting = stopped = succeeded = 0
+        last = s.get("lastState") or {}
+        if s.get("name") in sidecars:
+            if "running" in state:
+                if not s.get("started"):
+                    pending_sidecars += 1
+                running += 1
+            elif "waiting" in state and "terminated" not in last:
+                pending_sidecars += 1
+                waiting += 1
+            continue  # a stopped sidecar is ignored
+        if "running" in state:
+            pending_init += 1
+        elif "terminated" in state:
+            failed_init += state["terminated"]["exitCode"] != 0
+        elif "waiting" in state and "terminated" in last:
+            failed_init += last["terminated"]["exitCode"] != 0
+        else:
+            pending_init += 1
     for s in st:
         state = s["state"]
         if "running" in state:
@@ -127,21 +171,34 @@ def get_phase(pod: Pod, init_st: list[dict[str, Any]], st: list[dict[str, Any]])
             stopped += 1
             succeeded += state["terminated"]["exitCode"] == 0
         elif "waiting" in state:
-            if "terminated" in s.get("lastState", {}):
+            if "terminated" in (s.get("lastState") or {}):
                 stopped += 1
             else:
                 waiting += 1
-    if waiting:
+    if failed_init and policy == "Never":
+        return "Failed"
+    if pending_init or (pending_sidecars and not initialized) or waiting:
         return "Pending"
     if running:
         return "Running"
     if stopped:
+        if terminal:
+            return "Succeeded" if stopped == succeeded else "Failed"
         if policy == "Always":
             return "Running"  # they will be restarted
-        if policy == "OnFailure":
-            return "Succeeded" if stopped == succeeded else "Running"
-        return "Succeeded" if stopped == succeeded else "Failed"
+        if stopped == succeeded:
+            return "Succeeded"
+        return "Failed" if policy == "Never" else "Running"
     return "Pending"
+
+
+def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
+    """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
+    return any(
+        c.state in (RUNNING, EXITED)
+        for s in pod["spec"]["containers"]
+        for c in status.all_named(s["name"])
+    )
 
 
 def generate(
@@ -154,27 +211,28 @@ def generate(
 ) -> dict[str, Any]:
     old = old or {}
     spec = pod["spec"]
+    init_specs = spec.get("initContainers") or []
+    has_init = bool(init_specs)
     old_c = {c["name"]: c for c in old.get("containerStatuses", [])}
     old_i = {c["name"]: c for c in old.get("initContainerStatuses", [])}
+    old_e = {c["name"]: c for c in old.get("ephemeralContainerStatuses", [])}
     budget = pod_message_budget(pod)
-    init_st = container_statuses(
-        spec.get("initContainers") or [], status, waiting, True, old_i, budget=budget
+    init_st = container_statuses(init_specs, status, waiting, True, old_i, probes, budget, has_init)
+    st = container_statuses(
+        spec["containers"], status, waiting, False, old_c, probes, budget, has_init
     )
-    st = container_statuses(spec["containers"], status, waiting, False, old_c, probes, budget)
-    if init_st and any(not s["ready"] for s in init_st):
-        for s in st:
-            if "waiting" in s["state"] and s["state"]["waiting"]["reason"] == "ContainerCreating":
-                s["state"] = {"waiting": {"reason": "PodInitializing"}}
-    phase = get_phase(pod, init_st, st)
+    eph_specs = spec.get("ephemeralContainers") or []
+    eph_st = container_statuses(
+        eph_specs, status, waiting, False, old_e, None, budget, has_init, ephemeral=True
+    )
+    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
     # Terminal is terminal: a pod never leaves Succeeded or Failed.
     if old.get("phase") in ("Succeeded", "Failed"):
         phase = old["phase"]
     sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
-    initialized = all(s["ready"] for s in init_st)
-    containers_ready = all(s["ready"] for s in st) and phase == "Running"
     prev_conds = {c["type"]: c for c in old.get("conditions", [])}
 
-    def cond(ctype: str, ok: bool, reason: str = "") -> dict[str, Any]:
+    def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
         status_s = "True" if ok else "False"
         before = prev_conds.get(ctype)
         c: dict[str, Any] = {
@@ -185,22 +243,56 @@ def generate(
             if before and before["status"] == status_s
             else now(),
         }
-        if reason and not ok:
+        if reason:
             c["reason"] = reason
+        if message:
+            c["message"] = message
         return c
 
-    not_ready = [s["name"] for s in st if not s["ready"]]
-    reason_cr = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
+    # Initialized (GeneratePodInitializedCondition): regular init containers
+    # ready, sidecars started; true for good once a regular container ran.
+    incomplete = [
+        s["name"]
+        for s, c in zip(init_st, init_specs, strict=True)
+        if not (s["started"] if is_sidecar(c) else s["ready"])
+    ]
+    regular_started = any("running" in s["state"] or "terminated" in s["state"] for s in st)
+    if phase == "Succeeded":
+        initialized = cond("Initialized", True, "PodCompleted")
+    elif regular_started or not incomplete:
+        initialized = cond("Initialized", True)
+    else:
+        initialized = cond(
+            "Initialized",
+            False,
+            "ContainersNotInitialized",
+            f"containers with incomplete status: [{' '.join(incomplete)}]",
+        )
+    # ContainersReady and Ready: sidecars and regular containers, never
+    # ephemeral ones; a finished pod is not ready.
+    unready = [
+        s["name"]
+        for s, c in zip(init_st, init_specs, strict=True)
+        if is_sidecar(c) and not s["ready"]
+    ] + [s["name"] for s in st if not s["ready"]]
+    if phase in ("Succeeded", "Failed"):
+        why = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+        ready_args: tuple[bool, str, str] = (False, why, "")
+    elif unready:
+        ready_args = (
+            False,
+            "ContainersNotReady",
+            f"containers with unready status: [{' '.join(unready)}]",
+        )
+    else:
+        ready_args = (True, "", "")
     conditions = [
         cond("PodReadyToStartContainers", sandbox_ready),
-        cond("Initialized", initialized, "ContainersNotInitialized"),
-        cond("Ready", containers_ready, reason_cr),
-        cond("ContainersReady", containers_ready, reason_cr),
+        initialized,
+        cond("Ready", *ready_args),
+        cond("ContainersReady", *ready_args),
         cond("PodScheduled", True),
     ]
-    if not containers_ready and phase not in ("Succeeded", "Failed") and not_ready:
-        for c in conditions[2:4]:
-            c["message"] = f"containers with unready status: [{' '.join(not_ready)}]"
     out: dict[str, Any] = {
         "phase": phase,
         "conditions": conditions,
@@ -212,6 +304,8 @@ def generate(
     }
     if init_st:
         out["initContainerStatuses"] = init_st
+    if eph_st:
+        out["ephemeralContainerStatuses"] = eph_st
     ips = node_ips if host_network(pod) else status.ips
     if ips:
         out["podIP"] = ips[0]
