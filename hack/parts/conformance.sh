@@ -6,6 +6,6 @@
 # trimmed e2e binary. The test images are made from these at run time.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-apt_install etcd-server containerd runc containernetworking-plugins busybox-static gcc libc6-dev iproute2
+apt_install etcd-server containerd runc containernetworking-plugins busybox-static gcc libc6-dev iproute2 curl
 bash "$REPO_ROOT/hack/build-control-plane.sh" kube-apiserver kubectl kubelet \
     kube-controller-manager kube-scheduler agnhost nnp ginkgo e2e.test >/dev/null

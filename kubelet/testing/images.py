@@ -4,8 +4,9 @@ busybox-static, and a tiny static pause binary built with the C compiler.
 The upstream e2e tests name their images in test/utils/image/manifest.go; the
 ones the node conformance tests run are made here under exactly those names:
 busybox and pause (the same layers as above), agnhost and nonewprivs (busybox
-plus a static Go binary from hack/build-control-plane.sh), nonroot (busybox
-with USER 1234).
+plus a static Go binary from hack/build-control-plane.sh; agnhost also gets the
+host's curl with its libraries, which the lifecycle hook tests call), nonroot
+(busybox with USER 1234).
 
     python -m kubelet.testing.images DIR [--e2e BINDIR]   # writes the .tar files
 """
@@ -17,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -223,6 +225,25 @@ def agnhost_layer(agnhost: str, porter_dir: str) -> bytes:
     return _layer(files, {"agnhost-2": "agnhost"}, ["uploads", "home/user-defined-in-image"], modes)
 
 
+def host_binaries_layer(binaries: list[str]) -> bytes:
+    """Host binaries with every shared library ldd names, at the same paths
+    (symlinks followed): upstream's agnhost has curl from its distribution,
+    and Debian builds none statically."""
+    files: dict[str, bytes] = {}
+    for binary in binaries:
+        out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+        libs = re.findall(r"(/\S+) \(0x", out)
+        for path in [binary, *libs]:
+            files[path.lstrip("/")] = _read(path)
+    dirs = sorted({os.path.dirname(name) for name in files} - {""})
+    parents: set[str] = set()
+    for d in dirs:
+        parts = d.split("/")
+        parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    modes = {name: 0o755 for name in files}
+    return _layer(files, {}, sorted(parents), modes)
+
+
 def nonewprivs_layer(nnp: str) -> bytes:
     # setuid root: the test checks that allowPrivilegeEscalation=false defeats it.
     files = {"usr/local/bin/nnp": _read(nnp)}
@@ -235,6 +256,9 @@ def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
     os.makedirs(directory, exist_ok=True)
     busybox = busybox_layer()
     porter = os.path.join(k8s_src, "test", "images", "agnhost", "porter")
+    curl = shutil.which("curl")
+    if curl is None:
+        raise RuntimeError("curl not installed (apt-get install curl): agnhost's hooks use it")
     out = {
         E2E_BUSYBOX_REF: write_oci_tar(
             os.path.join(directory, "e2e-busybox.tar"), E2E_BUSYBOX_REF, busybox, [], ["sh"]
@@ -245,7 +269,11 @@ def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
         AGNHOST_REF: write_oci_tar(
             os.path.join(directory, "agnhost.tar"),
             AGNHOST_REF,
-            [busybox, agnhost_layer(os.path.join(bindir, "agnhost"), porter)],
+            [
+                busybox,
+                host_binaries_layer([curl]),
+                agnhost_layer(os.path.join(bindir, "agnhost"), porter),
+            ],
             ["/agnhost"],
             ["pause"],
             env=[ALPINE_PATH],
