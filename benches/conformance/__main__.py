@@ -26,6 +26,34 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def annotate(run: results.RunResult, upstream: results.RunResult | None) -> None:
+    failed = [t for t in run.tests if t.state in (results.FAILED, results.TIMEDOUT)]
+    if run.kubelet == "ours":
+        if upstream is not None:
+            results.merge_upstream(run, upstream)
+        for t in failed:
+            t.cause = results.classify(t)
+    else:
+        for t in failed:
+            t.cause = results.machine_cause(t)
+
+
+def rewrite(out: Path) -> int:
+    upstream = None
+    for kubelet in ("upstream", "ours"):
+        run = results.load(out / kubelet / "results.json")
+        junit = out / kubelet / "junit.xml"
+        if run is None or not junit.exists():
+            continue
+        run.tests = results.parse_junit(junit)
+        annotate(run, upstream)
+        results.write(run, out / kubelet)
+        if kubelet == "upstream":
+            upstream = run
+        print(f"rewrote {out / kubelet / 'results.md'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.conformance", description=__doc__)
     ap.add_argument("--kubelet", choices=["ours", "upstream", "both"], default="both")
@@ -35,7 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=4, help="ginkgo parallel processes")
     ap.add_argument("--timeout", type=float, default=75, help="minutes for the whole suite")
     ap.add_argument("--workdir", default="", help="cluster state (default: a fresh /tmp dir)")
+    ap.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="run nothing: re-read OUT/<kubelet>/junit.xml and rewrite the results (new causes)",
+    )
     args = ap.parse_args(argv)
+    if args.rewrite:
+        return rewrite(Path(args.out))
     # SIGTERM unwinds like Ctrl-C, so every process the harness started is stopped.
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
@@ -64,12 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.timeout * 60,
         )
         run = harness.run_one(opts, image_tars)
-        if kubelet == "ours":
-            for t in run.tests:
-                if t.state in (results.FAILED, results.TIMEDOUT):
-                    t.cause = results.classify(t)
-            if upstream is not None:
-                results.merge_upstream(run, upstream)
+        annotate(run, upstream)
         results.write(run, out / kubelet)
         harness.copy_artifacts(workdir / kubelet, out / kubelet)
         if kubelet == "upstream" and not run.error:
