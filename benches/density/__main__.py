@@ -2,12 +2,18 @@
 
     python -m benches.density [--quick] [--out DIR] [--n 100 1000 5000]
                               [--relist 1 0.25 0.1] [--no-upstream] [--hold 30]
+                              [--template plain volumes]
 
 Starts the real control plane (with audit logging of node requests), then for
 each N: our kubelet at each relist period and the upstream kubelet (built from
 the same k8s.io/kubernetes release, at its default 1 s relist), each on a fresh
 simulated runtime and a fresh Node. Writes DIR/result.json and DIR/*.png.
 --quick runs N=100 with ours at 250 ms and upstream (if built), short holds.
+--template picks the pods (see benches/density/harness.py): plain (one container,
+no token, no volumes; the default) and/or volumes (a configMap, a secret, env from
+the configMap and the projected service-account token volume). With volumes the
+control plane also runs kube-controller-manager and kube-scheduler
+(ControlPlane(controllers=True)), for the kube-root-ca.crt configMap.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from pathlib import Path
 from benches.density.harness import (
     KUBE_API_BURST,
     KUBE_API_QPS,
+    TEMPLATES,
     Result,
     Run,
     Spec,
     dump,
+    needs_controllers,
     start_control_plane,
     upstream_kubelet,
 )
@@ -36,19 +44,21 @@ def table(results: list[Result]) -> str:
         return "-" if v is None else f"{v * scale:.{digits}f}"
 
     head = (
-        "| kubelet | relist | N | running | startup p50 / p90 / p99 (s) | all Running (s) "
+        "| template | kubelet | relist | N | running | startup p50 / p90 / p99 (s) | all Running (s) "
         "| steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in results:
         lines.append(
-            f"| {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
+            f"| {r.template} | {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
             f"| {f(r.startup_p50_s)} / {f(r.startup_p90_s)} / {f(r.startup_p99_s)} "
             f"| {f(r.all_running_s, digits=1)} | {f(r.steady_cpu_cores, digits=3)} "
             f"| {f(r.steady_rss_mib, digits=0)} "
             f"| {f(r.relist_p50_ms)} / {f(r.relist_p99_ms)} | {f(r.delete_all_s, digits=1)} "
-            f"| {f(r.api_requests_per_pod, digits=1)} |" + (f" error: {r.error}" if r.error else "")
+            f"| {f(r.api_requests_per_pod, digits=1)} |"
+            + (f" FailedMount events: {r.failed_mount_events}" if r.failed_mount_events else "")
+            + (f" error: {r.error}" if r.error else "")
         )
     return "\n".join(lines)
 
@@ -64,8 +74,10 @@ def plots(results: list[Result], out: Path) -> list[Path]:
         return []
     made = []
     # Colour: which kubelet at which relist period; line style: N.
-    kinds = sorted({(r.kubelet, r.relist_period_s) for r in results}, key=lambda k: (k[0], -k[1]))
+    kinds = sorted({(r.template, r.kubelet, r.relist_period_s) for r in results},
+                   key=lambda k: (k[0], k[1], -k[2]))  # fmt: skip
     colour = {k: f"C{i}" for i, k in enumerate(kinds)}
+    many = len({r.template for r in results}) > 1
     styles = ["-", "--", ":", "-."]
     style = {n: styles[i % 4] for i, n in enumerate(sorted({r.n for r in results}, reverse=True))}
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -74,9 +86,10 @@ def plots(results: list[Result], out: Path) -> list[Path]:
             continue
         xs = r.startup_latencies_s
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.step(xs, ys, where="post", color=colour[(r.kubelet, r.relist_period_s)],
+        ax.step(xs, ys, where="post", color=colour[(r.template, r.kubelet, r.relist_period_s)],
                 linestyle=style[r.n],
-                label=f"{r.kubelet} {int(r.relist_period_s * 1000)}ms N={r.n}")  # fmt: skip
+                label=(f"{r.template} " if many else "")
+                + f"{r.kubelet} {int(r.relist_period_s * 1000)}ms N={r.n}")  # fmt: skip
     ax.set_xlabel("pod startup latency: created -> Running seen in a watch (s)")
     ax.set_ylabel("fraction of pods")
     ax.set_xscale("log")
@@ -97,7 +110,9 @@ def plots(results: list[Result], out: Path) -> list[Path]:
             v = getattr(r, metric)
             if v is None or r.error:
                 continue
-            key = f"{r.kubelet} {int(r.relist_period_s * 1000)}ms"
+            key = (
+                f"{r.template} " if many else ""
+            ) + f"{r.kubelet} {int(r.relist_period_s * 1000)}ms"
             series.setdefault(key, []).append((r.n, v))
         for key, pts in sorted(series.items()):
             pts.sort()
@@ -124,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="pods created per second")
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument(
+        "--template",
+        nargs="+",
+        choices=TEMPLATES,
+        default=["plain"],
+        help="pod templates, each run at every N (volumes: configMap, secret, env, token)",
+    )
     ap.add_argument(
         "--plot-only",
         metavar="RESULT_JSON",
@@ -154,15 +176,21 @@ def main(argv: list[str] | None = None) -> int:
         print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
               "running ours only", file=sys.stderr)  # fmt: skip
     specs = []
-    for n in args.n:
-        specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile) for rl in args.relist]
-        if have_upstream:
-            specs.append(Spec("upstream", 1.0, n, args.rate, args.hold))
+    for template in args.template:
+        for n in args.n:
+            specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template)
+                      for rl in args.relist]  # fmt: skip
+            if have_upstream:
+                specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template))
     work = Path(tempfile.mkdtemp(prefix="density-"))
     print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
           f"burst={KUBE_API_BURST}; kube-apiserver --max-requests-inflight=2000 "
           f"--max-mutating-requests-inflight=1000", flush=True)  # fmt: skip
-    cp = start_control_plane(work)
+    controllers = needs_controllers(args.template)
+    if controllers:
+        print("control plane with kube-controller-manager and kube-scheduler "
+              "(kube-root-ca.crt for the projected token volume)", flush=True)  # fmt: skip
+    cp = start_control_plane(work, controllers)
     results: list[Result] = []
     try:
         for i, spec in enumerate(specs):
@@ -178,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.profile_top:
             print(
-                f"\nprofile, ours {int(r.relist_period_s * 1000)} ms, N={r.n} (share of samples):"
+                f"\nprofile, {r.template}, ours {int(r.relist_period_s * 1000)} ms, N={r.n} "
+                "(share of samples):"
             )
             for frame, share in r.profile_top:
                 print(f"  {share * 100:5.1f}%  {frame}")

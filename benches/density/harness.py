@@ -1,6 +1,18 @@
 """One density run: a kubelet (ours or upstream) on the simulated runtime, joined to
 the real control plane; N pods created at a fixed rate; measured through a watch,
 /proc and the kubelet's metrics; then all deleted.
+
+Pod templates (`Spec.template`):
+- plain: one `sleep infinity` container, no service-account token
+  (automountServiceAccountToken false), no volumes.
+- volumes: the same container with a configMap volume and a secret volume (one
+  configMap and one secret shared by all pods, created before the pods), an env
+  var from that configMap (valueFrom.configMapKeyRef), and the projected
+  kube-api-access-* volume that the API server's ServiceAccount admission adds
+  (a TokenRequest-bound token, the kube-root-ca.crt configMap, the namespace).
+  kube-root-ca.crt is published by kube-controller-manager's
+  root-ca-certificate-publisher-controller, so this template needs the control
+  plane started with controllers (see `needs_controllers`).
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from typing import Any
 import yaml
 
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
@@ -29,6 +41,15 @@ REPO = Path(__file__).resolve().parents[2]
 # 50 pods/s each pod needs about two status writes, which 50 QPS cannot carry.
 KUBE_API_QPS = 200
 KUBE_API_BURST = 400
+TEMPLATES = ("plain", "volumes")
+CONFIGMAP = "density-config"
+SECRET = "density-secret"
+
+
+def needs_controllers(templates: list[str]) -> bool:
+    """kube-root-ca.crt (read by every kube-api-access-* volume) comes from
+    kube-controller-manager; only the volumes template mounts it."""
+    return "volumes" in templates
 
 
 @dataclass
@@ -39,6 +60,7 @@ class Spec:
     rate: float = 50.0  # pods created per second
     hold: float = 30.0  # steady state measured for this long
     profile: bool = False  # py-spy on our kubelet during the steady state
+    template: str = "plain"  # one of TEMPLATES
 
 
 @dataclass
@@ -60,6 +82,12 @@ class Result:
     api_requests: int | None = None
     api_requests_per_pod: float | None = None
     error: str | None = None
+    template: str = "plain"
+    # Node requests by "verb resource[/subresource]", from the audit log.
+    api_by_kind: dict[str, int] = field(default_factory=dict)
+    # FailedMount events in the run's namespace, and the first few messages.
+    failed_mount_events: int | None = None
+    failed_mount_samples: list[str] = field(default_factory=list)
     profile_top: list[tuple[str, float]] | None = None  # (frame, share of samples)
     startup_latencies_s: list[float] = field(default_factory=list)
 
@@ -81,11 +109,12 @@ def audit_policy(path: Path) -> None:
     )
 
 
-def start_control_plane(workdir: Path) -> ControlPlane:
+def start_control_plane(workdir: Path, controllers: bool = False) -> ControlPlane:
     policy = workdir / "audit-policy.yaml"
     audit_policy(policy)
     cp = ControlPlane(
         str(workdir / "cp"),
+        controllers=controllers,
         extra_args=[
             f"--audit-policy-file={policy}",
             f"--audit-log-path={workdir / 'audit.log'}",
@@ -97,14 +126,45 @@ def start_control_plane(workdir: Path) -> ControlPlane:
     return cp.start()
 
 
-def count_requests(audit_log: Path, user: str) -> int:
+def count_requests(audit_log: Path, user: str) -> tuple[int, dict[str, int]]:
+    """Requests made by `user`, in all and by "verb resource[/subresource]"."""
     n = 0
+    kinds: dict[str, int] = {}
     needle = f'"username":"{user}"'
     with open(audit_log, errors="replace") as fh:
         for line in fh:
-            if needle in line:
-                n += 1
-    return n
+            if needle not in line:
+                continue
+            n += 1
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            ref = ev.get("objectRef") or {}
+            res = ref.get("resource") or ev.get("requestURI", "?").split("?")[0]
+            if ref.get("subresource"):
+                res += "/" + ref["subresource"]
+            key = f"{ev.get('verb', '?')} {res}"
+            kinds[key] = kinds.get(key, 0) + 1
+    return n, dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def unmount_under(root: Path) -> int:
+    """Lazily unmount whatever a kubelet left mounted below `root` (upstream puts
+    secret and projected volumes on tmpfs), deepest first. Returns the count."""
+    prefix = str(root.resolve()) + "/"
+    points = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                mp = line.split()[4].replace("\\040", " ")
+                if mp.startswith(prefix):
+                    points.append(mp)
+    except OSError:
+        return 0
+    for mp in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], capture_output=True)
+    return len(points)
 
 
 def upstream_kubelet() -> str | None:
@@ -147,7 +207,7 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node = f"density-{index:02d}-{spec.kubelet}"
         self.ns = f"density-{index:02d}"
-        self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate)
+        self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate, template=spec.template)
         self.created: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
         self.deleted: set[str] = set()
@@ -202,7 +262,9 @@ class Run:
     def _start_profile(self, pid: int) -> subprocess.Popen[bytes] | None:
         if not (self.spec.profile and self.spec.kubelet == "ours"):
             return None
-        spy = shutil.which("py-spy")
+        spy = shutil.which("py-spy") or shutil.which(
+            "py-spy", path=str(Path(sys.executable).parent)
+        )
         if spy is None:
             print("py-spy not installed (pip install py-spy): no profile", file=sys.stderr)
             return None
@@ -238,25 +300,92 @@ class Run:
 
     # ----------------------------------------------------------------- pods
     def _pod(self, i: int) -> dict[str, Any]:
+        container: dict[str, Any] = {
+            "name": "c",
+            "image": "busybox:1.36",
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sleep", "infinity"],
+        }
+        spec: dict[str, Any] = {
+            "nodeName": self.node,
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [container],
+        }
+        if self.spec.template == "volumes":
+            # The ServiceAccount admission plugin adds kube-api-access-* (and its mount).
+            del spec["automountServiceAccountToken"]
+            spec["volumes"] = [
+                {"name": "config", "configMap": {"name": CONFIGMAP}},
+                {"name": "creds", "secret": {"secretName": SECRET}},
+            ]
+            container["volumeMounts"] = [
+                {"name": "config", "mountPath": "/etc/config", "readOnly": True},
+                {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+            ]
+            container["env"] = [
+                {
+                    "name": "MODE",
+                    "valueFrom": {"configMapKeyRef": {"name": CONFIGMAP, "key": "mode"}},
+                }
+            ]
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": f"p{i:05d}", "namespace": self.ns, "labels": {"app": "density"}},
-            "spec": {
-                "nodeName": self.node,
-                "terminationGracePeriodSeconds": 1,
-                "automountServiceAccountToken": False,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "busybox:1.36",
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["sleep", "infinity"],
-                    }
-                ],
-            },
+            "spec": spec,
         }
+
+    async def _prepare_namespace(self, admin: APIClient) -> None:
+        """The namespace, its default service account and, for the volumes
+        template, the shared configMap and secret; then wait until
+        kube-root-ca.crt is published, so no pod meets a missing configMap."""
+        await admin.create("/api/v1/namespaces", {"metadata": {"name": self.ns}})
+        try:  # kube-controller-manager's serviceaccount-controller may be first
+            await admin.create(f"/api/v1/namespaces/{self.ns}/serviceaccounts",
+                               {"metadata": {"name": "default"}})  # fmt: skip
+        except APIError as err:
+            if not err.already_exists:
+                raise
+        if self.spec.template != "volumes":
+            return
+        await admin.create(
+            f"/api/v1/namespaces/{self.ns}/configmaps",
+            {"metadata": {"name": CONFIGMAP},
+             "data": {"mode": "density", "app.properties": "a=1\nb=2\n" * 16}},
+        )  # fmt: skip
+        await admin.create(
+            f"/api/v1/namespaces/{self.ns}/secrets",
+            {"metadata": {"name": SECRET}, "type": "Opaque",
+             "stringData": {"username": "density", "password": "s3cr3t-" * 8}},
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await admin.get(f"/api/v1/namespaces/{self.ns}/configmaps/kube-root-ca.crt")
+                return
+            except APIError as err:
+                if not err.not_found or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "kube-root-ca.crt not published in 60 s: the volumes template needs "
+                        "kube-controller-manager (root-ca-certificate-publisher-controller)"
+                    ) from err
+            await asyncio.sleep(0.2)
+
+    async def _failed_mounts(self, admin: APIClient) -> None:
+        r = self.result
+        try:
+            evs = await admin.get(f"/api/v1/namespaces/{self.ns}/events",
+                                  params={"fieldSelector": "reason=FailedMount"})  # fmt: skip
+        except Exception:
+            return
+        items = evs.get("items") or []
+        r.failed_mount_events = sum(int(e.get("count") or 1) for e in items)
+        r.failed_mount_samples = [
+            f"{e.get('involvedObject', {}).get('name', '')}: {e.get('message', '')}"[:300]
+            for e in items[:5]
+        ]
 
     async def _watch(self, admin: APIClient, rv: str, stop: asyncio.Event) -> None:
         params = {"fieldSelector": f"spec.nodeName={self.node}", "resourceVersion": rv,
@@ -311,9 +440,7 @@ class Run:
         stop = asyncio.Event()
         watch: asyncio.Task[None] | None = None
         try:
-            await admin.create("/api/v1/namespaces", {"metadata": {"name": self.ns}})
-            await admin.create(f"/api/v1/namespaces/{self.ns}/serviceaccounts",
-                               {"metadata": {"name": "default"}})  # fmt: skip
+            await self._prepare_namespace(admin)
             endpoint = self._start_sim()
             kubelet = self._start_kubelet(endpoint)
             k_start = time.monotonic()
@@ -337,7 +464,7 @@ class Run:
             )
             t_create = time.monotonic()
             await self._create_all(admin)
-            timeout = max(120.0, self.spec.n / self.spec.rate * 4)
+            timeout = max(180.0, self.spec.n / self.spec.rate * 4)
             await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
             r.running = len(self.running_at)
             lat = [
@@ -367,7 +494,7 @@ class Run:
             await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods",
                                 params={"fieldSelector": f"spec.nodeName={self.node}"})  # fmt: skip
             names = set(self.created)
-            if await self._wait(lambda: names <= self.deleted, max(120.0, self.spec.n / 20)):
+            if await self._wait(lambda: names <= self.deleted, max(180.0, self.spec.n / 10)):
                 r.delete_all_s = time.monotonic() - t_del
             _ = k_start
         except Exception as err:
@@ -377,10 +504,11 @@ class Run:
             if watch is not None:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
+            await self._failed_mounts(admin)
             self._stop_all()
             await asyncio.sleep(2)  # the audit log is written in batches
             try:
-                r.api_requests = count_requests(
+                r.api_requests, r.api_by_kind = count_requests(
                     Path(self.cp.directory).parent / "audit.log", f"system:node:{self.node}"
                 )
                 r.api_requests_per_pod = r.api_requests / max(1, self.spec.n)
@@ -392,6 +520,9 @@ class Run:
             except Exception:
                 pass
             await admin.close()
+            left = unmount_under(self.dir / "root")
+            if left:
+                print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
             shutil.rmtree(self.dir / "root", ignore_errors=True)
         return r
 
