@@ -707,6 +707,17 @@ class Kubelet:
             out.append(p)
         return out
 
+    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+        return self.pod_manager.get_by_full_name(f"{name}_{namespace_}")
+
+    @property
+    def runtime_service(self) -> RuntimeService:
+        return self.runtime
+
+    @property
+    def streaming_idle_timeout(self) -> float:
+        return float(self.config.streaming_connection_idle_timeout)
+
     def healthz_checks(self) -> dict[str, Callable[[], str | None]]:
         def syncloop() -> str | None:
             if not self.last_loop:
