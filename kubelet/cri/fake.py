@@ -53,6 +53,8 @@ class FakeRuntimeService(_Recorder):
         self.container_sandbox: dict[str, str] = {}
         self._next = 0
         self._ip = 1
+        # Where exec/attach/port-forward URLs point: tests run a streaming server there.
+        self.streaming_base = "http://127.0.0.1:1"
 
     def _id(self, prefix: str) -> str:
         self._next += 1
@@ -277,6 +279,26 @@ class FakeRuntimeService(_Recorder):
         return pb.ExecSyncResponse(
             stdout=(" ".join(cmd[1:]) + "\n").encode() if cmd[:1] == ["echo"] else b""
         )
+
+    async def exec(
+        self, container_id: str, cmd: list[str], *, tty: bool, stdin: bool, stdout: bool,
+        stderr: bool,
+    ) -> str:  # fmt: skip
+        self._call("exec", container_id, cmd, tty, stdin, stdout, stderr)
+        self._container("Exec", container_id)
+        return f"{self.streaming_base}/exec/{self._id('tok')}"
+
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
+        self._call("attach", container_id, tty, stdin, stdout, stderr)
+        self._container("Attach", container_id)
+        return f"{self.streaming_base}/attach/{self._id('tok')}"
+
+    async def port_forward(self, pod_sandbox_id: str, ports: list[int]) -> str:
+        self._call("port_forward", pod_sandbox_id, ports)
+        self._sandbox("PortForward", pod_sandbox_id)
+        return f"{self.streaming_base}/portforward/{self._id('tok')}"
 
     async def container_stats(self, container_id: str) -> pb.ContainerStats:
         self._call("container_stats", container_id)

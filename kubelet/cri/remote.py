@@ -283,6 +283,30 @@ class RemoteRuntimeService(_Base):
             deadline,
         )
 
+    async def exec(
+        self, container_id: str, cmd: list[str], *, tty: bool, stdin: bool, stdout: bool,
+        stderr: bool,
+    ) -> str:  # fmt: skip
+        req = pb.ExecRequest(
+            container_id=container_id, cmd=cmd, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+        resp = await self._call("exec", self.stub.Exec, req, self.timeout)
+        return _stream_url("Exec", resp.url)
+
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str:
+        req = pb.AttachRequest(
+            container_id=container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+        resp = await self._call("attach", self.stub.Attach, req, self.timeout)
+        return _stream_url("Attach", resp.url)
+
+    async def port_forward(self, pod_sandbox_id: str, ports: list[int]) -> str:
+        req = pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=ports)
+        resp = await self._call("port_forward", self.stub.PortForward, req, self.timeout)
+        return _stream_url("PortForward", resp.url)
+
     async def container_stats(self, container_id: str) -> pb.ContainerStats:
         resp = await self._call(
             "container_stats",
@@ -324,6 +348,12 @@ class RemoteRuntimeService(_Base):
             raise from_rpc_error("GetContainerEvents", err) from None
         finally:
             call.cancel()
+
+
+def _stream_url(method: str, url: str) -> str:
+    if not url:
+        raise CRIError(method, "URL is not set")  # as upstream's cri-client
+    return str(url)
 
 
 class RemoteImageService(_Base):

@@ -52,6 +52,17 @@ class RuntimeService(Protocol):
         self, container_id: str, cmd: list[str], timeout: float
     ) -> pb.ExecSyncResponse: ...
 
+    # Streaming: the runtime answers with the URL of its own streaming server,
+    # which the kubelet's server proxies to (upstream's default).
+    async def exec(
+        self, container_id: str, cmd: list[str], *, tty: bool, stdin: bool, stdout: bool,
+        stderr: bool,
+    ) -> str: ...  # fmt: skip
+    async def attach(
+        self, container_id: str, *, tty: bool, stdin: bool, stdout: bool, stderr: bool
+    ) -> str: ...
+    async def port_forward(self, pod_sandbox_id: str, ports: list[int]) -> str: ...
+
     async def container_stats(self, container_id: str) -> pb.ContainerStats: ...
     async def list_container_stats(
         self, filter: pb.ContainerStatsFilter | None = None

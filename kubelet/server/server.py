@@ -17,7 +17,12 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from kubelet.cri import errors as cri_errors
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.types import RuntimeService
+from kubelet.kuberuntime import labels
 from kubelet.kuberuntime.logs import LogOptions, LogOptionsError, LogTargetError, parse_options
+from kubelet.server import streaming
 from kubelet.server.auth import ServerAuth, api_verb
 
 log = logging.getLogger(__name__)
@@ -55,15 +60,34 @@ class NodeView(Protocol):
         """Stream a container's log; raises LogTargetError before the first byte."""
         ...
 
+    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+        """The pod as the kubelet runs it (for a static pod: not the mirror pod)."""
+        ...
+
+    @property
+    def runtime_service(self) -> RuntimeService | None:
+        """The CRI runtime: exec, attach, port-forward, run and /runningpods ask it."""
+        ...
+
+    @property
+    def streaming_idle_timeout(self) -> float:
+        """streamingConnectionIdleTimeout, seconds (0: none)."""
+        ...
+
 
 class NoPods:
     """What the servers see before the pod machinery exists (and in tests)."""
 
     stats: SummaryProvider | None = None
     resource_registry: CollectorRegistry | None = None
+    runtime_service: RuntimeService | None = None
+    streaming_idle_timeout: float = 4 * 3600.0
 
     def get_pods(self) -> list[dict[str, Any]]:
         return []
+
+    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+        return None
 
     def healthz_checks(self) -> dict[str, HealthCheck]:
         return {}
@@ -199,7 +223,151 @@ def kubelet_app(
 
     # Debugging handlers: on the authenticated port only, as upstream.
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs_handler)
+    add_streaming(app, node)
     return app
+
+
+def add_streaming(app: web.Application, node: Callable[[], NodeView]) -> None:
+    """/exec, /attach, /portForward (GET or POST, with or without the pod UID), /run,
+    /runningpods/: the paths the API server's pods/exec, attach, portforward reach."""
+
+    def pod_or_404(view: NodeView, m: Any) -> dict[str, Any]:
+        pod = view.get_pod_by_name(m["namespace"], m["pod"])
+        if pod is None:
+            raise streaming.StreamError(404, "pod does not exist")
+        return pod
+
+    def runtime(view: NodeView) -> RuntimeService:
+        rt = view.runtime_service
+        if rt is None:
+            raise streaming.StreamError(503, "the container runtime is not available yet")
+        return rt
+
+    async def answer(
+        request: web.Request, get_url: Callable[[NodeView], Awaitable[str]]
+    ) -> web.StreamResponse:
+        view = node()
+        try:
+            url = await get_url(view)
+        except streaming.StreamError as err:
+            return streaming.plain_error(err.status, err.text)
+        except cri_errors.CRIError as err:  # the container lookup itself failed
+            return streaming.plain_error(500, str(err))
+        return await streaming.proxy_stream(request, url, view.streaming_idle_timeout)
+
+    async def exec_(request: web.Request) -> web.StreamResponse:
+        async def url(view: NodeView) -> str:
+            opts = streaming.stream_options(request)
+            m = request.match_info
+            pod = pod_or_404(view, m)
+            cmd = request.query.getall("command", [])
+            return await streaming.exec_url(runtime(view), pod, m["container"], cmd, opts)
+
+        return await answer(request, url)
+
+    async def attach(request: web.Request) -> web.StreamResponse:
+        async def url(view: NodeView) -> str:
+            opts = streaming.stream_options(request)
+            m = request.match_info
+            pod = pod_or_404(view, m)
+            uid = m.get("uid", "")
+            return await streaming.attach_url(runtime(view), pod, uid, m["container"], opts)
+
+        return await answer(request, url)
+
+    async def port_forward(request: web.Request) -> web.StreamResponse:
+        async def url(view: NodeView) -> str:
+            ports = streaming.port_options(request)
+            m = request.match_info
+            pod = pod_or_404(view, m)
+            if m.get("uid") and m["uid"] != pod["metadata"]["uid"]:
+                raise streaming.StreamError(404, "pod not found")
+            return await streaming.port_forward_url(runtime(view), pod, ports)
+
+        return await answer(request, url)
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        """POST /run: the command's output in the body (stdout, then stderr)."""
+        view = node()
+        m = request.match_info
+        try:
+            pod = pod_or_404(view, m)
+            rt = runtime(view)
+            # For legacy reasons /run splits one cmd parameter on spaces.
+            cmd = request.query.get("cmd", "").split(" ")
+            cid = await streaming.running_container(rt, str(pod["metadata"]["uid"]), m["container"])
+            if cid is None:
+                raise streaming.StreamError(500, f'container not found ("{m["container"]}")')
+            resp = await rt.exec_sync(cid, cmd, 0)
+        except streaming.StreamError as err:
+            return streaming.plain_error(err.status, err.text)
+        except cri_errors.CRIError as err:
+            return streaming.plain_error(500, str(err))
+        if resp.exit_code != 0:
+            text = f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
+            return web.Response(status=500, body=text.encode() + resp.stderr)
+        return web.Response(body=resp.stdout + resp.stderr, content_type="application/json")
+
+    async def running_pods(_: web.Request) -> web.Response:
+        rt = node().runtime_service
+        items: list[dict[str, Any]] = []
+        if rt is not None:
+            try:
+                items = await runtime_pods(rt)
+            except cri_errors.CRIError as err:
+                return web.Response(status=500, text=str(err))
+        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    for verb in ("GET", "POST"):
+        app.router.add_route(verb, "/exec/{namespace}/{pod}/{container}", exec_)
+        app.router.add_route(verb, "/exec/{namespace}/{pod}/{uid}/{container}", exec_)
+        app.router.add_route(verb, "/attach/{namespace}/{pod}/{container}", attach)
+        app.router.add_route(verb, "/attach/{namespace}/{pod}/{uid}/{container}", attach)
+        app.router.add_route(verb, "/portForward/{namespace}/{pod}", port_forward)
+        app.router.add_route(verb, "/portForward/{namespace}/{pod}/{uid}", port_forward)
+    app.router.add_post("/run/{namespace}/{pod}/{container}", run)
+    app.router.add_post("/run/{namespace}/{pod}/{uid}/{container}", run)
+    app.router.add_get("/runningpods/", running_pods)
+
+
+async def runtime_pods(rt: RuntimeService) -> list[dict[str, Any]]:
+    """Pods as the runtime sees them (GetRunningPods upstream): ready sandboxes and
+    running containers grouped by pod UID, as name, namespace, uid and containers."""
+    sandboxes = await rt.list_pod_sandbox(
+        pb.PodSandboxFilter(state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY))
+    )
+    containers = await rt.list_containers(
+        pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+    )
+    pods: dict[str, dict[str, Any]] = {}
+
+    def pod_for(lbl: Any, meta_name: str, meta_ns: str, meta_uid: str) -> dict[str, Any]:
+        u = lbl.get(labels.POD_UID) or meta_uid
+        p = pods.get(u)
+        if p is None:
+            p = pods[u] = {
+                "metadata": {
+                    "name": lbl.get(labels.POD_NAME) or meta_name,
+                    "namespace": lbl.get(labels.POD_NAMESPACE) or meta_ns,
+                    "uid": u,
+                    "creationTimestamp": None,
+                },
+                "spec": {"containers": []},
+                "status": {},
+            }
+        return p
+
+    for sb in sandboxes:
+        pod_for(sb.labels, sb.metadata.name, sb.metadata.namespace, sb.metadata.uid)
+    for c in containers:
+        if labels.POD_UID not in c.labels:
+            continue  # not the kubelet's
+        p = pod_for(c.labels, "", "", "")
+        p["spec"]["containers"].append(
+            {"name": c.metadata.name, "image": c.image.image, "resources": {}}
+        )
+    return list(pods.values())
 
 
 async def container_logs(request: web.Request, node: NodeView) -> web.StreamResponse:
