@@ -11,8 +11,10 @@ what the pod held (runtime objects, cgroup, directories, admission).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import os
+from typing import Any
 
 from kubelet import metrics
 from kubelet.cm.cgroup_manager import PodContainerManager
@@ -37,6 +39,8 @@ from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 log = logging.getLogger(__name__)
 
 TERMINAL = ("Succeeded", "Failed")
+DEADLINE_REASON = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 UNMOUNT_WAIT = 30.0
 
 
@@ -82,6 +86,10 @@ class KubeletPodSyncer:
         self._evicted: dict[str, tuple[str, str]] = {}  # uid -> (reason, message)
         self._first_seen: dict[str, float] = {}
         self._started_running: set[str] = set()
+        # activeDeadlineSeconds: one timer per pod that has one, which queues the
+        # pod for a sync when its deadline comes (no sweep over all pods).
+        self._deadline_timers: dict[str, asyncio.TimerHandle] = {}
+        self._deadline_told: set[str] = set()
 
     # ------------------------------------------------------- from the loop
     def pod_seen(self, pod_uid: str) -> None:
@@ -113,6 +121,15 @@ class KubeletPodSyncer:
         old = self.status_manager.get(u)
         if old is not None and old.get("phase") in TERMINAL:
             return PodSyncResult(terminal=True)
+        if old is not None and self._past_deadline(pod, old):
+            # Failed before anything more is started; the worker then kills it.
+            api = generate.generate(
+                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old
+            )
+            self._fail_past_deadline(pod, api)
+            self.status_manager.set_pod_status(u, api)
+            self.admitter.release(u)
+            return PodSyncResult(terminal=True)
         if self.pod_cgroups is not None and u not in self._cgroups_made:
             # Before the sandbox: the runtime puts the pod under this cgroup.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
@@ -136,6 +153,7 @@ class KubeletPodSyncer:
         waiting = self.runtime_manager.waiting.get(u, {})
         api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
         self.status_manager.set_pod_status(u, api)
+        self._arm_deadline(pod, api)
         if api["phase"] == "Running" and u not in self._started_running:
             self._started_running.add(u)
             seen = self._first_seen.get(u)
@@ -198,6 +216,10 @@ class KubeletPodSyncer:
         if evicted is not None:
             api["phase"] = "Failed"
             api["reason"], api["message"] = evicted
+        elif old is not None and old.get("phase") in TERMINAL and old.get("reason"):
+            api["reason"], api["message"] = old["reason"], old.get("message", "")
+        elif self._past_deadline(pod, old or api):
+            self._fail_past_deadline(pod, api)
         if api["phase"] not in TERMINAL and (
             pod["metadata"].get("deletionTimestamp") or self.pod_manager.get(u) is None
         ):
@@ -231,8 +253,56 @@ class KubeletPodSyncer:
         else:
             log.warning("Pod %s: volumes not torn down yet; its directory stays for now", u)
 
+    # ------------------------------------------------------ active deadline
+    def _past_deadline(self, pod: Pod, api: dict[str, Any]) -> bool:
+        """activeDeadlineSeconds counted from the status' startTime (active_deadline.go)."""
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        start = _parse_time(api.get("startTime"))
+        if deadline is None or start is None:
+            return False
+        return self.clock.time() - start >= int(deadline)
+
+    def _fail_past_deadline(self, pod: Pod, api: dict[str, Any]) -> None:
+        api["phase"] = "Failed"
+        api["reason"], api["message"] = DEADLINE_REASON, DEADLINE_MESSAGE
+        u = uid(pod)
+        if u not in self._deadline_told and self.recorder is not None:
+            self._deadline_told.add(u)
+            self.recorder.event(object_ref(pod), "Normal", DEADLINE_REASON, DEADLINE_MESSAGE)
+
+    def _arm_deadline(self, pod: Pod, api: dict[str, Any]) -> None:
+        u = uid(pod)
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        start = _parse_time(api.get("startTime"))
+        if deadline is None or start is None or u in self._deadline_timers:
+            return
+        # startTime has whole seconds: a little slack so the sync lands past it.
+        delay = max(0.0, start + int(deadline) - self.clock.time()) + 0.05
+        self._deadline_timers[u] = asyncio.get_running_loop().call_later(
+            delay, self.work_queue.enqueue, u, 0.0
+        )
+
     def forget(self, pod_uid: str) -> None:
-        for s in (self._pod_dirs, self._cgroups_made, self._warned, self._started_running):
+        for s in (
+            self._pod_dirs,
+            self._cgroups_made,
+            self._warned,
+            self._started_running,
+            self._deadline_told,
+        ):
             s.discard(pod_uid)
+        timer = self._deadline_timers.pop(pod_uid, None)
+        if timer is not None:
+            timer.cancel()
         self._evicted.pop(pod_uid, None)
         self._first_seen.pop(pod_uid, None)
+
+
+def _parse_time(text: Any) -> float | None:
+    if not text:
+        return None
+    try:
+        t = datetime.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return t.replace(tzinfo=datetime.UTC).timestamp()
