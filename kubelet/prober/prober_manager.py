@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubelet.prober.prober import Prober, Result
-from kubelet.types import Pod, name, object_ref, uid
+from kubelet.types import Pod, container_field_path, name, object_ref, uid
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,11 @@ class ProbeManager:
     def add_pod(self, pod: Pod) -> None:
         u = uid(pod)
         workers = self._workers.get(u)
-        for c in pod["spec"].get("containers") or []:
+        # Sidecars (restartable init containers) are probed like regular containers.
+        sidecars = [
+            c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"
+        ]
+        for c in [*(pod["spec"].get("containers") or []), *sidecars]:
             for kind, field in KINDS:
                 if field not in c:
                     continue
@@ -139,7 +143,8 @@ class ProbeManager:
     ) -> None:
         u = uid(pod)
         st = self.status_of(u) or {}
-        cs = next((x for x in st.get("containerStatuses") or [] if x["name"] == c["name"]), None)
+        statuses = [*(st.get("containerStatuses") or []), *(st.get("initContainerStatuses") or [])]
+        cs = next((x for x in statuses if x["name"] == c["name"]), None)
         cid = (cs or {}).get("containerID", "")
         cid = cid.split("://", 1)[-1]
         results = self.results[kind]
@@ -191,6 +196,6 @@ class ProbeManager:
     def _event(self, pod: Pod, c: dict[str, Any], kind: str, output: str) -> None:
         if self.recorder is None:
             return
-        ref = object_ref(pod, f"spec.containers{{{c['name']}}}")
+        ref = object_ref(pod, container_field_path(pod, c["name"]))
         what = kind.capitalize()
         self.recorder.event(ref, "Warning", "Unhealthy", f"{what} probe failed: {output}".strip())

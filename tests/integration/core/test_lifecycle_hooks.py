@@ -103,6 +103,38 @@ async def test_sidecar_job_completes_and_sidecar_is_stopped(node) -> None:  # ty
     assert conds["Ready"]["reason"] == "PodCompleted"
 
 
+async def test_sidecar_startup_probe_gates_main_and_readiness_counts(node) -> None:  # type: ignore[no-untyped-def]
+    probe = {"exec": {"command": ["true"]}, "periodSeconds": 1}
+    node.write(
+        "probed",
+        [ctr("main", "sleep infinity")],
+        initContainers=[
+            ctr(
+                "side",
+                "sleep infinity",
+                restartPolicy="Always",
+                startupProbe=probe,
+                readinessProbe={"exec": {"command": ["false"]}, "periodSeconds": 1},
+            )
+        ],
+    )
+    await node.wait(
+        lambda: "running" in node.container("probed", "side")["state"], what="sidecar running"
+    )
+    if node.container("probed", "side")["started"] is False:
+        # not started yet: main has not been started either
+        assert "running" not in node.container("probed", "main")["state"]
+    await node.wait(lambda: node.container("probed", "side")["started"], what="side started")
+    await node.wait(
+        lambda: "running" in node.container("probed", "main")["state"], what="main running"
+    )
+    conds = {c["type"]: c for c in node.pod("probed")["status"]["conditions"]}
+    assert conds["Initialized"]["status"] == "True"
+    # the sidecar's readiness probe fails: the pod is not ready, and says why
+    assert conds["ContainersReady"]["status"] == "False"
+    assert conds["ContainersReady"]["message"] == "containers with unready status: [side]"
+
+
 async def test_crash_looping_sidecar_restarts_beside_main(node) -> None:  # type: ignore[no-untyped-def]
     ev = record(node)
     node.write(
