@@ -225,6 +225,7 @@ class Kubelet:
             image_backoff=image_backoff,
             recorder=recorder,
             must_restart=self.probes.must_restart,
+            is_started=self.probes.is_started,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -345,6 +346,7 @@ class Kubelet:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.pod_workers.stop()
+        await self.runtime_manager.close()  # the hook runner's HTTP session
         await self.configmaps.close()
         await self.secrets.close()
 
