@@ -1,0 +1,251 @@
+"""exec, attach, cp and port-forward with the real kubectl, through the real
+kube-apiserver, to our kubelet on a private containerd (real runc containers):
+the API server speaks SPDY to the kubelet, which proxies to containerd's
+streaming server. Plus the kubelet port's own answers: 500 for a container that
+is not running (upstream's text), 401, 403, and 200 aborted streams leaving the
+kubelet's descriptors where they were."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubelet.testing.containerd import Containerd
+from kubelet.testing.controlplane import ControlPlane, cache_bin
+from tests.integration.cluster.test_cluster_kubelet import (
+    ClusterKubelet,
+    create,
+    pod_manifest,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
+
+NODE = "py-exec-node"
+
+
+@pytest.fixture(scope="module")
+def node(
+    control_plane: ControlPlane, containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClusterKubelet]:
+    tmp = tmp_path_factory.mktemp("exec-kubelet")
+    k = ClusterKubelet(control_plane, tmp, containerd, node_name=NODE)  # type: ignore[arg-type]
+    try:
+        wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
+        pods = [
+            pod_manifest("sh", {"app": "exec"}, "sleep 100000"),
+            pod_manifest(
+                "web", {"app": "exec"},
+                "mkdir -p /www && echo hello-from-pod > /www/index.html"
+                " && exec httpd -f -p 8080 -h /www",
+            ),
+            pod_manifest("talk", {"app": "exec"}, "while read l; do echo got:$l; done"),
+        ]  # fmt: skip
+        pods[2]["spec"]["containers"][0]["stdin"] = True
+        for p in pods:
+            p["spec"]["nodeName"] = NODE
+            # No kube-controller-manager here: no kube-root-ca.crt for a token volume.
+            p["spec"]["automountServiceAccountToken"] = False
+        create(k, pods)
+        for name in ("sh", "web", "talk"):
+            wait_for(f"pod {name} Running", lambda n=name: _phase(k, n) == "Running", timeout=90)
+        yield k
+    finally:
+        k.cp.kubectl("delete", "pods", "-l", "app=exec", "--wait=false", check=False)
+        k.stop()
+        print(f"kubelet log: {k.log}")
+
+
+def _ready(k: ClusterKubelet) -> bool:
+    if k.proc.poll() is not None:
+        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
+    n = k.kubectl_json("get", "node", NODE)
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+
+
+def _phase(k: ClusterKubelet, name: str) -> str:
+    return str(k.kubectl_json("get", "pod", name, "-n", "default")["status"].get("phase"))
+
+
+def kubectl(
+    k: ClusterKubelet, *args: str, stdin: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={k.cp.admin_kubeconfig}", *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+
+
+def test_exec_output_and_exit_codes(node: ClusterKubelet) -> None:
+    r = kubectl(node, "exec", "sh", "--", "sh", "-c", "echo out; echo err >&2")
+    assert (r.returncode, r.stdout, r.stderr) == (0, b"out\n", b"err\n")
+    r = kubectl(node, "exec", "sh", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3, r.stderr
+    r = kubectl(node, "exec", "sh", "--", "no-such-binary")
+    assert r.returncode != 0 and b"no-such-binary" in r.stderr
+
+
+def test_exec_with_stdin(node: ClusterKubelet) -> None:
+    r = kubectl(node, "exec", "-i", "sh", "--", "sh", "-c", "cat; echo done", stdin=b"abc\n")
+    assert r.stdout == b"abc\ndone\n", r.stderr
+    big = os.urandom(3 * 1024 * 1024)
+    r = kubectl(node, "exec", "-i", "sh", "--", "md5sum", stdin=big)
+    import hashlib
+
+    assert r.stdout.split()[0].decode() == hashlib.md5(big).hexdigest(), r.stderr
+
+
+def test_cp_both_ways(node: ClusterKubelet, tmp_path: Path) -> None:
+    src = tmp_path / "up.bin"
+    src.write_bytes(os.urandom(512 * 1024))
+    r = kubectl(node, "cp", str(src), "default/sh:/tmp/up.bin")
+    assert r.returncode == 0, r.stderr
+    back = tmp_path / "down.bin"
+    r = kubectl(node, "cp", "default/sh:/tmp/up.bin", str(back))
+    assert r.returncode == 0, r.stderr
+    assert back.read_bytes() == src.read_bytes()
+
+
+def _forward(k: ClusterKubelet, port: int) -> tuple[subprocess.Popen[str], int]:
+    argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={k.cp.admin_kubeconfig}",
+            "port-forward", "pod/web", f":{port}"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # Forwarding from 127.0.0.1:NNNNN -> 8080
+    m = re.search(r"127\.0\.0\.1:(\d+) -> ", line)
+    if m is None:
+        proc.kill()
+        raise AssertionError(f"port-forward: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    return proc, int(m.group(1))
+
+
+def test_port_forward_to_httpd_in_the_pod(node: ClusterKubelet) -> None:
+    proc, local = _forward(node, 8080)
+    try:
+        for _ in range(3):  # each request is a new stream pair on the same connection
+            with urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10) as resp:
+                assert resp.read() == b"hello-from-pod\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_port_forward_to_a_closed_port_reports_on_the_error_stream(node: ClusterKubelet) -> None:
+    proc, local = _forward(node, 9999)
+    try:
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{local}/", timeout=10)
+        time.sleep(0.5)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert "9999" in err and ("refused" in err or "error" in err.lower()), err
+
+
+def test_attach_with_stdin(node: ClusterKubelet) -> None:
+    argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={node.cp.admin_kubeconfig}",
+            "attach", "-i", "talk"]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        deadline = time.monotonic() + 30
+        seen = ""
+        while time.monotonic() < deadline and "got:hello" not in seen:
+            proc.stdin.write("hello\n")
+            proc.stdin.flush()
+            seen += _read_some(proc.stdout.fileno())
+        assert "got:hello" in seen
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _read_some(fd: int) -> str:
+    import select
+
+    ready, _, _ = select.select([fd], [], [], 1.0)
+    return os.read(fd, 4096).decode() if ready else ""
+
+
+def test_exec_into_a_missing_container_through_kubectl(node: ClusterKubelet) -> None:
+    r = kubectl(node, "exec", "sh", "-c", "nope", "--", "true")
+    assert r.returncode != 0
+    assert b"container nope is not valid for pod sh" in r.stderr  # the API server's check
+
+
+# ------------------------------------------------------------ the kubelet port directly
+def _tls(cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the kubelet's self-signed serving cert
+    if cert and key:
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _raw(k: ClusterKubelet, ctx: ssl.SSLContext, path: str) -> tuple[ssl.SSLSocket, bytes]:
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", k.port), timeout=10))
+    s.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+        "Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
+        "Content-Length: 0\r\n\r\n".encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return s, head
+
+
+def test_kubelet_port_answers_and_aborted_streams(node: ClusterKubelet) -> None:
+    admin = node.cp.pki.issue("exec-admin", "exec-admin", ["system:masters"])
+    nobody = node.cp.pki.issue("exec-nobody", "exec-nobody", [])
+    ok = _tls(admin.cert, admin.key)
+    path = "/exec/default/sh/main?command=cat&input=1&output=1"
+    s, head = _raw(node, ok, "/exec/default/sh/nope?output=1&command=true")
+    assert head.startswith(b"HTTP/1.1 500"), head
+    while b'container not found ("nope")' not in head:  # upstream's answer and text
+        chunk = s.recv(4096)
+        assert chunk, head
+        head += chunk
+    s.close()
+    s, head = _raw(node, ok, "/exec/default/nosuchpod/main?output=1&command=true")
+    assert head.startswith(b"HTTP/1.1 404")
+    s.close()
+    s, head = _raw(node, _tls(), path)
+    assert head.startswith(b"HTTP/1.1 401"), head
+    s.close()
+    s, head = _raw(node, _tls(nobody.cert, nobody.key), path)
+    assert head.startswith(b"HTTP/1.1 403"), head
+    s.close()
+
+    s, head = _raw(node, ok, path)  # warm-up
+    assert head.startswith(b"HTTP/1.1 101"), head
+    s.close()
+    time.sleep(1)
+    fd_dir = f"/proc/{node.proc.pid}/fd"
+    before = len(os.listdir(fd_dir))
+    for _ in range(200):
+        s, head = _raw(node, ok, path)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        s.close()  # RST mid-stream
+    wait_for(
+        "the kubelet's descriptors back to their count",
+        lambda: len(os.listdir(fd_dir)) <= before,
+        timeout=30,
+    )
+    # and the node still works
+    r = kubectl(node, "exec", "sh", "--", "echo", "alive")
+    assert r.stdout == b"alive\n"
