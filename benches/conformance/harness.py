@@ -162,23 +162,53 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def claim_network() -> tuple[str, str, int]:
-    """A bridge name and pod subnet no other harness on this machine uses.
-
-    Returns (bridge, subnet, fd): the fd holds a lock on the claim for the
-    life of this process, so two runs at once (a developer's and CI's) never
-    share a bridge or hand out the same pod IPs.
-    """
+def claim_slot() -> tuple[int, int]:
+    """A slot no other harness on this machine holds: its number names the
+    run's bridge, pod subnet and cgroup root. Returns (slot, fd); the fd holds
+    the claim until closed, so two runs at once (a developer's and CI's) never
+    share a bridge, hand out the same pod IPs, or remove each other's pod
+    cgroups as orphans (both kubelets clean up pod cgroups they do not know)."""
     for idx in range(20, 250):
-        bridge = f"kpc{idx}"
         fd = os.open(f"/tmp/kpy-conformance-net.{idx}.lock", os.O_CREAT | os.O_RDWR, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             continue
-        return bridge, f"10.245.{idx}.0/24", fd
-    raise RunFailed("no free bridge/subnet for the pod network")
+        return idx, fd
+    raise RunFailed("no free slot for the pod network and cgroup root")
+
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+
+def _hierarchies() -> list[Path]:
+    """One directory per mounted hierarchy: the v1 controllers, or the v2 root."""
+    if (CGROUP_FS / "cgroup.controllers").exists():
+        return [CGROUP_FS]
+    return [p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink()]
+
+
+def make_cgroup_root(name: str) -> None:
+    """The kubelets' cgroupRoot, which the upstream kubelet requires to exist."""
+    for h in _hierarchies():
+        d = h / name
+        d.mkdir(exist_ok=True)
+        # A new v1 cpuset starts with no CPUs or memory nodes: inherit them.
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (h / f).exists() and not (d / f).read_text().strip():
+                (d / f).write_text((h / f).read_text())
+
+
+def remove_cgroup_root(name: str) -> None:
+    for h in _hierarchies():
+        root = h / name
+        if not root.is_dir():
+            continue
+        dirs = sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        for d in [*dirs, root]:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
 class Run:
@@ -193,12 +223,17 @@ class Run:
         self.kubelet: subprocess.Popen[bytes] | None = None
         self.kubelet_log = self.dir / "kubelet.log"
         self._net_lock = -1
+        self.cgroup_root = ""
 
     # ------------------------------------------------------------- cluster
     def start(self) -> None:
         self.cp = ControlPlane(str(self.dir / "cp"), controllers=True).start()
-        bridge, subnet, self._net_lock = claim_network()
-        self.ctd = Containerd(str(self.dir / "ctd"), subnet=subnet, bridge=bridge)
+        slot, self._net_lock = claim_slot()
+        self.cgroup_root = f"kpy-conformance-{slot}"
+        make_cgroup_root(self.cgroup_root)
+        self.ctd = Containerd(
+            str(self.dir / "ctd"), subnet=f"10.245.{slot}.0/24", bridge=f"kpc{slot}"
+        )
         self.ctd.start()
         for path in self.image_tars.values():
             self.ctd.ctr("images", "import", "--all-platforms", path)
@@ -209,7 +244,9 @@ class Run:
         assert self.cp is not None and self.ctd is not None
         port, healthz = free_port(), free_port()
         cfg = self.dir / "kubelet-config.yaml"
-        cfg.write_text(yaml.safe_dump(kubelet_config(self.cp, self.dir, port, healthz)))
+        config = kubelet_config(self.cp, self.dir, port, healthz)
+        config["cgroupRoot"] = "/" + self.cgroup_root
+        cfg.write_text(yaml.safe_dump(config))
         common = [
             "--config", str(cfg),
             "--kubeconfig", self.cp.node_kubeconfig(self.node),
@@ -271,6 +308,8 @@ class Run:
         prefix = str(self.dir) + "/"
         for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
+        if self.cgroup_root:
+            remove_cgroup_root(self.cgroup_root)
         if self._net_lock >= 0:
             os.close(self._net_lock)
             self._net_lock = -1
