@@ -64,7 +64,9 @@ def _first_line(text: str) -> str:
 # Causes that only the full failure text shows (the first line is often a
 # timeout); each is a fact about this machine, not about either kubelet.
 HINTS: list[tuple[str, str]] = [
-    (r"runc create failed: .*cpuset", "runc could not write a cgroup v1 cpuset file (flaky here)"),
+    # Seen when two kubelets shared a cgroup root: each removed the other's pod
+    # cgroups as orphans (the harness now gives each run its own root).
+    (r"runc create failed: .*cpuset", "runc: the pod cgroup vanished (another kubelet's cleanup)"),
 ]
 
 
