@@ -418,6 +418,9 @@ async def proxy_stream(request: web.Request, url: str, idle_timeout: float) -> w
     try:
         await asyncio.wait_for(backend.head_done, 30.0)
         status = _status_of(bytes(backend.head or b""))
+    except asyncio.CancelledError:
+        backend.transport.abort()
+        raise
     except (OSError, ValueError) as err:  # TimeoutError is an OSError
         backend.transport.abort()
         return plain_error(500, f"error reading the runtime's upgrade response: {err}")
@@ -438,6 +441,9 @@ async def proxy_stream(request: web.Request, url: str, idle_timeout: float) -> w
         backend.transport.abort()
         return _error_response(head)
 
+    if client_transport.is_closing():  # the client left while the runtime answered
+        backend.transport.abort()
+        return plain_error(500, "client connection is gone")
     # Take the client's connection from aiohttp; its handler hears of the end
     # through connection_lost, as for any closed connection.
     aio_protocol = client_transport.get_protocol()

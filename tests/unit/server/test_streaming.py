@@ -78,6 +78,8 @@ class Backend:
                 w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
                 await w.drain()
                 return
+            if self.mode == "slow":
+                await asyncio.sleep(0.3)
             w.write(SWITCH)
             if self.mode == "flood":
                 h = hashlib.sha256()
@@ -152,7 +154,11 @@ async def node() -> Any:
     runner = await s.serve(s.kubelet_app(lambda: view, dict, [], auth), "127.0.0.1", 0)
     port = int(runner.addresses[0][1])
     try:
-        yield type("N", (), dict(rt=rt, sid=sid, cid=cid, backend=backend, view=view, port=port, runner=runner))
+        yield type(
+            "N",
+            (),
+            dict(rt=rt, sid=sid, cid=cid, backend=backend, view=view, port=port, runner=runner),
+        )
     finally:
         await runner.cleanup()
         await backend.stop()
@@ -328,6 +334,22 @@ async def test_idle_connection_is_closed(node: Any) -> None:
             break
         await asyncio.sleep(0.02)
     assert node.backend.open == 0
+
+
+async def test_client_gone_before_the_runtime_answers(node: Any) -> None:
+    node.backend.mode = "slow"
+    _, w = await asyncio.open_connection("127.0.0.1", node.port)
+    w.write(
+        f"POST /exec/default/web/main?output=1 HTTP/1.1\r\nHost: k\r\n{SPDY_HEADERS}\r\n".encode()
+    )
+    await asyncio.sleep(0.05)
+    w.transport.abort()
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if len(node.backend.heads) == 1 and node.backend.open == 0:
+            break
+    assert len(node.backend.heads) == 1 and node.backend.open == 0  # not held for the idle timeout
+    assert node.runner.server.connections == []
 
 
 def _fds() -> int:
