@@ -226,6 +226,8 @@ class Kubelet:
             recorder=recorder,
             must_restart=self.probes.must_restart,
             is_started=self.probes.is_started,
+            seccomp_root=os.path.join(root_dir, "seccomp"),
+            seccomp_default=config.seccomp_default,
         )
         self.pleg = GenericPLEG(
             runtime_service,

@@ -82,6 +82,7 @@ class PodRuntimeHelper:
         domain: str,
     ) -> list[Mount]:
         pod_dir = self.get_pod_dir(uid(pod))
+        os.makedirs(pod_dir, exist_ok=True)  # the syncer made it; cheap to be sure
 
         def expand(expr: str) -> str:
             try:

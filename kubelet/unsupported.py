@@ -16,34 +16,18 @@ Pod = dict[str, Any]
 
 # Pod-level fields, when set to anything but their zero value.
 _POD_FIELDS = (
-    "shareProcessNamespace",
     "runtimeClassName",
+    "overhead",
+    "resources",
     "readinessGates",
     "resourceClaims",
     "imagePullSecrets",
 )
-_POD_SECURITY = (
-    "fsGroup",
-    "fsGroupChangePolicy",
-    "runAsGroup",
-    "runAsNonRoot",
-    "supplementalGroups",
-    "supplementalGroupsPolicy",
-    "seccompProfile",
-    "appArmorProfile",
-    "seLinuxOptions",
-    "seLinuxChangePolicy",
-)
+_POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
-_CONTAINER_SECURITY = (
-    "capabilities",
-    "runAsGroup",
-    "runAsNonRoot",
-    "seccompProfile",
-    "appArmorProfile",
-    "seLinuxOptions",
-    "procMount",
-)
+# Container resources the kubelet turns into cgroup settings; others (hugepages,
+# ephemeral-storage limits enforced by eviction, extended resources) are not yet.
+_RESOURCES = ("cpu", "memory")
 
 
 def unsupported_fields(pod: Pod) -> list[str]:
@@ -64,6 +48,11 @@ def unsupported_fields(pod: Pod) -> list[str]:
             if (c.get("lifecycle") or {}).get("stopSignal"):
                 out.append(f"{where}.lifecycle.stopSignal")
             out += [f"{where}.{f}" for f in _CONTAINER_FIELDS if c.get(f)]
-            csc = c.get("securityContext") or {}
-            out += [f"{where}.securityContext.{f}" for f in _CONTAINER_SECURITY if csc.get(f)]
+            res = c.get("resources") or {}
+            for part in ("limits", "requests"):
+                out += [
+                    f"{where}.resources.{part}[{r}]"
+                    for r in res.get(part) or {}
+                    if r not in _RESOURCES
+                ]
     return out

@@ -342,6 +342,12 @@ FLAGS: list[Flag] = [
         "Comma-separated list of DNS server IP address.",
     ),
     _F(
+        "seccomp-default",
+        _bool,
+        ("config", "seccomp_default"),
+        "Enable the use of `RuntimeDefault` as the default seccomp profile for all workloads.",
+    ),
+    _F(
         "allowed-unsafe-sysctls",
         _list,
         ("config", "allowed_unsafe_sysctls"),

@@ -35,7 +35,14 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
-from kubelet.kuberuntime.security_context import namespace_options
+from kubelet.kuberuntime.security_context import (
+    SecurityContextError,
+    container_security_context,
+    image_user,
+    namespace_options,
+    sandbox_security_context,
+    verify_run_as_non_root,
+)
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
@@ -129,10 +136,15 @@ class RuntimeManager:
         must_restart: Callable[[str], str | None] | None = None,
         is_started: Callable[[dict[str, Any], str], bool] | None = None,
         hooks: HandlerRunner | None = None,
+        seccomp_root: str = "/var/lib/kubelet/seccomp",
+        seccomp_default: bool = False,
     ) -> None:
         self.runtime = runtime
         self.images = images
         self.helper = helper
+        # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
+        self.seccomp_root = seccomp_root
+        self.seccomp_default = seccomp_default
         self.pod_logs_dir = pod_logs_dir
         self.runtime_name = runtime_name
         self.node_memory = node_memory
@@ -505,25 +517,39 @@ class RuntimeManager:
                 res.errors.append(msg)
                 return res
             res.sandbox_created = True
+        pod_ips = list(status.ips)
+        if res.sandbox_created and not host_network(pod):
+            # The new sandbox's IPs: the containers' env (status.podIP) needs them now.
+            try:
+                st = (await self.runtime.pod_sandbox_status(sid)).status
+                pod_ips = [
+                    ip for ip in (st.network.ip, *(a.ip for a in st.network.additional_ips)) if ip
+                ]
+            except errors.CRIError as err:
+                log.warning("Pod %s: no status for its new sandbox: %s", format_pod(pod), err)
         spec = pod["spec"]
         # Ephemeral containers first: a debugger may be why the pod is looked at.
         for i in a.ephemeral_containers_to_start:
             ec = spec["ephemeralContainers"][i]
-            problem = await self.start_container(pod, sid, sandbox_cfg, ec, status, res)
+            problem = await self.start_container(pod, sid, sandbox_cfg, ec, status, res, pod_ips)
             if problem:
                 res.errors.append(problem)
         # Init containers in order; a sidecar that fails to start does not hold
         # back the ones after it, a regular init container does.
         init = spec.get("initContainers") or []
         for i in a.init_containers_to_start:
-            problem = await self.start_container(pod, sid, sandbox_cfg, init[i], status, res)
+            problem = await self.start_container(
+                pod, sid, sandbox_cfg, init[i], status, res, pod_ips
+            )
             if problem:
                 res.errors.append(problem)
                 if not is_restartable_init(init[i]):
                     return res
         results = await asyncio.gather(
             *(
-                self.start_container(pod, sid, sandbox_cfg, spec["containers"][i], status, res)
+                self.start_container(
+                    pod, sid, sandbox_cfg, spec["containers"][i], status, res, pod_ips
+                )
                 for i in a.containers_to_start
             )
         )
@@ -544,9 +570,11 @@ class RuntimeManager:
         c: dict[str, Any],
         status: PodStatus,
         res: SyncResult,
+        pod_ips: list[str],
     ) -> str | None:
         """Start one container; returns an error message (also kept as its waiting
-        reason). A back-off that blocks it is recorded in `res`."""
+        reason). A back-off that blocks it is recorded in `res`. pod_ips: the
+        sandbox's, asked again when this sync created the sandbox."""
         waiting = self.waiting.setdefault(uid(pod), {})
         cname = c["name"]
         chash = L.container_hash(c)
@@ -569,18 +597,26 @@ class RuntimeManager:
                 waiting[cname] = ("CrashLoopBackOff", msg)
                 return msg
             self.crash_backoff.next(key, finished)
-        image_ref, err = await self.ensure_image(pod, c, sandbox_cfg, res)
+        image_ref, image, err = await self.ensure_image(pod, c, sandbox_cfg, res)
         if err:
             return err
         restart = prev.restart_count + 1 if prev is not None else 0
         try:
-            opts = await self.helper.generate_run_container_options(pod, c, status.ips)
-        except ContainerConfigError as e:
-            msg = str(e)
+            if image is None:  # just pulled: the user the image runs as (getImageUser)
+                image = await self.images.image_status(pb.ImageSpec(image=image_ref))
+            image_uid, image_username = image_user(image)
+            problem = verify_run_as_non_root(pod, c, image_uid, image_username)
+            if problem:
+                raise ContainerConfigError(problem)
+            opts = await self.helper.generate_run_container_options(pod, c, pod_ips)
+            cfg = self.container_config(
+                pod, c, restart, image_ref or c["image"], chash, opts, image_uid, image_username
+            )
+        except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
+            msg = e.message if isinstance(e, errors.CRIError) else str(e)
             waiting[cname] = (ContainerConfigError.reason, msg)
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
-        cfg = self.container_config(pod, c, restart, image_ref or c["image"], chash, opts)
         target_name = c.get("targetContainerName")
         if target_name:
             # An ephemeral container sharing the process namespace of its target.
@@ -624,25 +660,15 @@ class RuntimeManager:
                 except errors.CRIError as err:
                     log.warning("killing %s after its postStart hook failed: %s", cid, err)
                 waiting[cname] = ("PostStartHookError", hook_err)
-                await self._prune_dead(status, cname)
                 return hook_err
         waiting.pop(cname, None)
-        await self._prune_dead(status, cname)
         return None
-
-    async def _prune_dead(self, status: PodStatus, cname: str) -> None:
-        # Keep the last exited instance (for lastState and restartCount), drop older ones.
-        dead = [c for c in status.all_named(cname) if c.state == EXITED]
-        for c in dead[1:]:
-            try:
-                await self.runtime.remove_container(c.id)
-            except errors.CRIError as err:
-                log.debug("removing dead container %s: %s", c.id, err)
 
     async def ensure_image(
         self, pod: Pod, c: dict[str, Any], sandbox_cfg: pb.PodSandboxConfig, res: SyncResult
-    ) -> tuple[str, str | None]:
-        """EnsureImageExists with pull policies and ImagePullBackOff. Returns (ref, error)."""
+    ) -> tuple[str, pb.Image | None, str | None]:
+        """EnsureImageExists with pull policies and ImagePullBackOff. Returns (ref,
+        the image when its status is known, error)."""
         image = c["image"]
         cname = c["name"]
         waiting = self.waiting.setdefault(uid(pod), {})
@@ -653,16 +679,16 @@ class RuntimeManager:
         except errors.CRIError as err:
             msg = f"Failed to inspect image {image!r}: {err.message}"
             waiting[cname] = ("ImageInspectError", msg)
-            return "", msg
+            return "", None, msg
         if policy == "Never":
             if present is None:
                 msg = f'Container image "{image}" is not present with pull policy of Never'
                 waiting[cname] = ("ErrImageNeverPull", msg)
                 self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
-                return "", msg
-            return str(present.id), None
+                return "", None, msg
+            return str(present.id), present, None
         if policy == "IfNotPresent" and present is not None:
-            return str(present.id), None
+            return str(present.id), present, None
         key = f"{uid(pod)}_{image}"
         # "Is the time since the last failed pull shorter than the back-off?"
         # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.
@@ -671,7 +697,7 @@ class RuntimeManager:
             msg = f'Back-off pulling image "{image}"'
             waiting[cname] = ("ImagePullBackOff", msg)
             self._event(pod, "Normal", "BackOff", msg, cname)
-            return "", msg
+            return "", None, msg
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
@@ -683,7 +709,7 @@ class RuntimeManager:
             msg = f'Failed to pull image "{image}": {err.message}'
             waiting[cname] = ("ErrImagePull", msg)
             self._event(pod, "Warning", "Failed", msg, cname)
-            return "", msg
+            return "", None, msg
         self._event(
             pod,
             "Normal",
@@ -691,7 +717,7 @@ class RuntimeManager:
             f'Successfully pulled image "{image}" in {time.monotonic() - t:.3f}s',
             cname,
         )
-        return ref, None
+        return ref, None, None
 
     # ---------------------------------------------------------------- kill
     async def kill_container(
@@ -811,14 +837,11 @@ class RuntimeManager:
                             host_ip=p.get("hostIP", ""),
                         )
                     )
-        ns_opts = pb.NamespaceOption(
-            network=pb.NODE if hostnet else pb.POD,
-            pid=pb.NODE if spec.get("hostPID") else pb.CONTAINER,
-            ipc=pb.NODE if spec.get("hostIPC") else pb.POD,
-        )
         linux = pb.LinuxPodSandboxConfig(
             cgroup_parent=self.pod_cgroup_parent(pod),
-            security_context=pb.LinuxSandboxSecurityContext(namespace_options=ns_opts),
+            security_context=sandbox_security_context(
+                pod, seccomp_root=self.seccomp_root, user_namespaces_support=False
+            ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
         return pb.PodSandboxConfig(
@@ -857,7 +880,10 @@ class RuntimeManager:
         image_ref: str,
         chash: str,
         opts: RunContainerOptions,
+        image_uid: int | None = None,
+        image_username: str = "",
     ) -> pb.ContainerConfig:
+        """SecurityContextError when the security context cannot be expressed."""
         envs = [pb.KeyValue(key=k, value=v) for k, v in opts.envs]
         command, args = expand_command_and_args(c, opts.envs)
         mounts = [
@@ -870,14 +896,15 @@ class RuntimeManager:
             )
             for m in opts.mounts
         ]
-        sc = c.get("securityContext") or {}
-        lsc = pb.LinuxContainerSecurityContext(
-            privileged=bool(sc.get("privileged")),
-            readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
-            no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+        lsc = container_security_context(
+            pod,
+            c,
+            seccomp_root=self.seccomp_root,
+            image_uid=image_uid,
+            image_username=image_username,
+            seccomp_default=self.seccomp_default,
+            user_namespaces_support=False,  # no runtime here supports user namespaces
         )
-        if sc.get("runAsUser") is not None:
-            lsc.run_as_user.value = int(sc["runAsUser"])
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=c["name"], attempt=restart),
             image=pb.ImageSpec(image=image_ref, user_specified_image=c["image"]),

@@ -114,6 +114,7 @@ class KubeletConfiguration:
     cluster_domain: str = f("clusterDomain", "")
     cluster_dns: list[str] = f("clusterDNS", factory=list)
     allowed_unsafe_sysctls: list[str] = f("allowedUnsafeSysctls", factory=list)
+    seccomp_default: bool = f("seccompDefault", False)
     streaming_connection_idle_timeout: float = f(
         "streamingConnectionIdleTimeout", 4 * 3600.0, kind="duration"
     )

@@ -44,7 +44,6 @@ UPSTREAM_ONLY_FIELDS = frozenset(
         "reservedMemory",
         "enableProfilingHandler",
         "enableDebugFlagsHandler",
-        "seccompDefault",
         "memoryThrottlingFactor",
         "tracing",
         "failCgroupV1",

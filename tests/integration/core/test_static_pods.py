@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.pod_workers import PodWork, UpdateType
 
 BUSYBOX = "busybox:1.36"
 
@@ -169,3 +171,17 @@ async def test_image_pull_policy_never(node) -> None:  # type: ignore[no-untyped
 
 def _unused(path: Path) -> None:
     _ = path
+
+
+async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, caplog) -> None:  # type: ignore[no-untyped-def]
+    node.write("pulls", [forever()], imagePullSecrets=[{"name": "regcred"}])
+    await node.wait(lambda: node.phase("pulls") == "Running", what="pulls Running")
+    # More syncs of the same pod: still one warning.
+    pod = node.kubelet.pod_manager.get_by_full_name("pulls-node-a_default")
+    node.kubelet.pod_workers.update_pod(PodWork(pod, UpdateType.SYNC))
+    await asyncio.sleep(1.5)
+    lines = [r.getMessage() for r in caplog.records if "not implemented" in r.getMessage()]
+    assert lines == [
+        "Pod pulls-node-a_default: Fields not implemented by this kubelet, ignored: "
+        "spec.imagePullSecrets"
+    ]
