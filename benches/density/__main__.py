@@ -45,15 +45,16 @@ def table(results: list[Result]) -> str:
 
     head = (
         "| template | kubelet | relist | N | running | startup p50 / p90 / p99 (s) | all Running (s) "
-        "| steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
+        "| startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     for r in results:
         lines.append(
             f"| {r.template} | {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
             f"| {f(r.startup_p50_s)} / {f(r.startup_p90_s)} / {f(r.startup_p99_s)} "
-            f"| {f(r.all_running_s, digits=1)} | {f(r.steady_cpu_cores, digits=3)} "
+            f"| {f(r.all_running_s, digits=1)} | {f(r.startup_cpu_cores, digits=3)} "
+            f"| {f(r.steady_cpu_cores, digits=3)} "
             f"| {f(r.steady_rss_mib, digits=0)} "
             f"| {f(r.relist_p50_ms)} / {f(r.relist_p99_ms)} | {f(r.delete_all_s, digits=1)} "
             f"| {f(r.api_requests_per_pod, digits=1)} |"
@@ -204,6 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(results))
     for r in results:
+        for title, frames in (
+            ("start-up, self time", r.profile_startup_top),
+            ("start-up, inclusive time in kubelet/", r.profile_startup_inclusive),
+        ):
+            if frames:
+                print(f"\nprofile, {r.template}, ours {int(r.relist_period_s * 1000)} ms, "
+                      f"N={r.n}, {title} (share of samples):")  # fmt: skip
+                for frame, share in frames:
+                    print(f"  {share * 100:5.1f}%  {frame}")
         if r.profile_top:
             print(
                 f"\nprofile, {r.template}, ours {int(r.relist_period_s * 1000)} ms, N={r.n} "

@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +90,12 @@ class Result:
     failed_mount_events: int | None = None
     failed_mount_samples: list[str] = field(default_factory=list)
     profile_top: list[tuple[str, float]] | None = None  # (frame, share of samples)
+    # With --profile, py-spy also runs from the first creation until all pods
+    # are Running: self time per leaf frame, and inclusive time per frame of ours.
+    profile_startup_top: list[tuple[str, float]] | None = None
+    profile_startup_inclusive: list[tuple[str, float]] | None = None
+    # The kubelet's CPU from the first creation until all pods are Running.
+    startup_cpu_cores: float | None = None
     startup_latencies_s: list[float] = field(default_factory=list)
 
 
@@ -259,7 +266,9 @@ class Run:
         self.procs.append(p)
         return p
 
-    def _start_profile(self, pid: int) -> subprocess.Popen[bytes] | None:
+    def _start_profile(
+        self, pid: int, name: str = "profile", duration: float | None = None
+    ) -> subprocess.Popen[bytes] | None:
         if not (self.spec.profile and self.spec.kubelet == "ours"):
             return None
         spy = shutil.which("py-spy") or shutil.which(
@@ -268,31 +277,47 @@ class Run:
         if spy is None:
             print("py-spy not installed (pip install py-spy): no profile", file=sys.stderr)
             return None
-        out = self.dir / "profile.txt"
+        out = self.dir / f"{name}.txt"
+        secs = int(self.spec.hold if duration is None else duration)
         return subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(int(self.spec.hold)),
+            [spy, "record", "--pid", str(pid), "--duration", str(secs),
              "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(out)],
-            stdout=subprocess.DEVNULL, stderr=open(self.dir / "py-spy.log", "wb"),
+            stdout=subprocess.DEVNULL, stderr=open(self.dir / f"py-spy-{name}.log", "wb"),
         )  # fmt: skip
 
-    def _finish_profile(self, spy: subprocess.Popen[bytes]) -> list[tuple[str, float]]:
-        """Self time per leaf frame from py-spy's collapsed stacks, top 15."""
+    def _finish_profile(
+        self, spy: subprocess.Popen[bytes], name: str = "profile", stop: bool = False
+    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+        """From py-spy's collapsed stacks: self time per leaf frame (top 15), and
+        inclusive time per frame in the kubelet package (top 25)."""
+        if stop and spy.poll() is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
         try:
             spy.wait(60)
         except subprocess.TimeoutExpired:
             spy.kill()
         counts: dict[str, int] = {}
+        incl: dict[str, int] = {}
         total = 0
         try:
-            for line in open(self.dir / "profile.txt"):
+            for line in open(self.dir / f"{name}.txt"):
                 stack, _, n = line.rstrip().rpartition(" ")
-                leaf = stack.rsplit(";", 1)[-1]
+                frames = stack.split(";")
+                leaf = frames[-1]
                 counts[leaf] = counts.get(leaf, 0) + int(n)
+                for fr in set(frames):
+                    if "kubelet/" in fr and "/site-packages/" not in fr:
+                        incl[fr] = incl.get(fr, 0) + int(n)
                 total += int(n)
         except (OSError, ValueError):
-            return []
+            return [], []
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
-        return [(k, round(v / max(total, 1), 4)) for k, v in top]
+        itop = sorted(incl.items(), key=lambda kv: -kv[1])[:25]
+        share = max(total, 1)
+        return (
+            [(k, round(v / share, 4)) for k, v in top],
+            [(k, round(v / share, 4)) for k, v in itop],
+        )
 
     def _metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
@@ -463,9 +488,16 @@ class Run:
                 self._watch(admin, lst["metadata"]["resourceVersion"], stop)
             )
             t_create = time.monotonic()
-            await self._create_all(admin)
             timeout = max(180.0, self.spec.n / self.spec.rate * 4)
+            spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
+            cpu0 = proc_cpu_s(kubelet.pid)
+            await self._create_all(admin)
             await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
+            r.startup_cpu_cores = (proc_cpu_s(kubelet.pid) - cpu0) / (time.monotonic() - t_create)
+            if spy0 is not None:
+                r.profile_startup_top, r.profile_startup_inclusive = self._finish_profile(
+                    spy0, "profile-startup", stop=True
+                )
             r.running = len(self.running_at)
             lat = [
                 self.running_at[k] - self.created[k] for k in self.running_at if k in self.created
@@ -484,7 +516,7 @@ class Run:
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
             after = buckets(self._metrics(), RELIST_HIST)
             if spy is not None:
-                r.profile_top = self._finish_profile(spy)
+                r.profile_top, _ = self._finish_profile(spy)
             if before and after and len(before) == len(after):
                 steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
