@@ -264,7 +264,13 @@ async def test_containerd_missing_hook_command(containerd_node) -> None:  # type
     node = containerd_node
     ev = record(node)
     hook = {"postStart": {"exec": {"command": ["/bin/does-not-exist"]}}}
-    node.write("nocmd", [ctr("c", "sleep infinity", BUSYBOX_REF, lifecycle=hook)])
+    # `sleep` as PID 1 ignores SIGTERM: the kill after the failed hook takes the
+    # whole grace period, so keep it short (the restart then comes ~10 s later).
+    node.write(
+        "nocmd",
+        [ctr("c", "sleep infinity", BUSYBOX_REF, lifecycle=hook)],
+        terminationGracePeriodSeconds=2,
+    )
     node.write("fine", [ctr("c", "sleep infinity", BUSYBOX_REF)])
     await node.wait(
         lambda: node.container("nocmd", "c")["restartCount"] >= 1, timeout=60, what="restart"
