@@ -124,3 +124,13 @@ STARTED_CONTAINERS_ERRORS = Counter(
     ["code", "container_type"],
     registry=REGISTRY,
 )
+
+# /metrics/probes: one series per container probe, as upstream (dropped when the
+# pod's probe workers stop, so removed pods leave nothing behind).
+PROBER_REGISTRY = CollectorRegistry(auto_describe=True)
+PROBER_PROBE_TOTAL = Counter(
+    "prober_probe_total",
+    "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+    ["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
+    registry=PROBER_REGISTRY,
+)

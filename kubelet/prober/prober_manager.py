@@ -20,8 +20,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from kubelet import metrics
 from kubelet.prober.prober import Prober, Result
-from kubelet.types import Pod, container_field_path, name, object_ref, uid
+from kubelet.types import Pod, container_field_path, name, namespace, object_ref, uid
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ KINDS = (
     ("readiness", "readinessProbe"),
 )
 INITIAL = {"readiness": Result.FAILURE, "liveness": Result.SUCCESS, "startup": Result.UNKNOWN}
+# prober_probe_total's result label, as upstream.
+_METRIC_RESULT = {Result.SUCCESS: "successful", Result.FAILURE: "failed", Result.UNKNOWN: "unknown"}
 
 
 def _started_at(cs: dict[str, Any]) -> float | None:
@@ -137,6 +140,12 @@ class ProbeManager:
             # A removed pod's results go with its workers, or they pile up forever.
             if state["cid"]:
                 self.results[kind].pop(state["cid"], None)
+            for result in _METRIC_RESULT.values():
+                labels = (kind.capitalize(), result, c["name"], name(pod), namespace(pod), uid(pod))
+                try:
+                    metrics.PROBER_PROBE_TOTAL.remove(*labels)
+                except KeyError:
+                    pass
 
     async def _probe_once(
         self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any], state: dict[str, Any]
@@ -173,6 +182,9 @@ class ProbeManager:
             return
         live_pod = dict(pod, status=st)
         result, output = await self.prober.probe(live_pod, c, cid, spec)
+        metrics.PROBER_PROBE_TOTAL.labels(
+            kind.capitalize(), _METRIC_RESULT[result], c["name"], name(pod), namespace(pod), u
+        ).inc()
         if result is Result.UNKNOWN:
             return  # an error running the probe changes nothing
         if result is Result.FAILURE:

@@ -22,6 +22,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime import labels
 from kubelet.kuberuntime.logs import LogOptions, LogOptionsError, LogTargetError, parse_options
+from kubelet.metrics import PROBER_REGISTRY
 from kubelet.server import streaming
 from kubelet.server.auth import ServerAuth, api_verb
 
@@ -217,6 +218,13 @@ def kubelet_app(
         )
 
     app.router.add_get("/configz", configz_handler)
+
+    async def probe_metrics(_: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(PROBER_REGISTRY))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    app.router.add_get("/metrics/probes", probe_metrics)
 
     async def logs_handler(request: web.Request) -> web.StreamResponse:
         return await container_logs(request, node())

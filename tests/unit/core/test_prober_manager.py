@@ -525,3 +525,25 @@ async def test_tcp_probe_with_an_explicit_host(node: Node) -> None:
     assert node.recorder.events[0][3].startswith(
         f"Readiness probe failed: dial tcp 127.0.0.1:{port}"
     )
+
+
+async def test_probe_results_are_counted_per_container_and_dropped_with_the_pod(
+    node: Node,
+) -> None:
+    """/metrics/probes: prober_probe_total by result, one series per container
+    probe, removed when the pod's workers stop."""
+    from kubelet.metrics import PROBER_PROBE_TOTAL
+
+    p, cid = await node.pod("u9", readinessProbe=exec_probe("ready"))
+    labels = ("Readiness", "successful", "c", "pod-u9", "ns", "u9")
+    failed = ("Readiness", "failed", *labels[2:])
+    node.pm.add_pod(p)
+    await node.ticker.tick(2)
+    node.rt.exit_code[cid] = 1
+    await node.ticker.tick()
+    assert PROBER_PROBE_TOTAL.labels(*labels)._value.get() == 2
+    assert PROBER_PROBE_TOTAL.labels(*failed)._value.get() == 1
+    node.pm.remove_pod("u9")
+    await asyncio.sleep(0)
+    names = {s.labels.get("pod_uid") for m in PROBER_PROBE_TOTAL.collect() for s in m.samples}
+    assert "u9" not in names
