@@ -54,6 +54,7 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.provider import StatsProvider, resource_registry
+from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -160,7 +161,21 @@ class Kubelet:
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
-        self.stats = StatsProvider(self.pod_manager.pods, root_dir, node_name, config.cgroup_root)
+        # Volume usage per pod, measured once a minute off the loop.
+        self.volume_stats = VolumeStatsCalculator(
+            lambda: list(self.pod_manager.uids()),
+            lambda u: {
+                n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
+            },
+            os.path.join(root_dir, "pods"),
+        )
+        self.stats = StatsProvider(
+            self.pod_manager.pods,
+            root_dir,
+            node_name,
+            config.cgroup_root,
+            volume_usage=self.volume_stats.usage,
+        )
         self.resource_registry = resource_registry(self.stats)
         # Node-pressure eviction: conditions, one eviction per cycle, admission.
         self.eviction = EvictionManager(
@@ -403,6 +418,9 @@ class Kubelet:
         self._start_garbage_collection(self.sandbox_image or await self._runtime_sandbox_image())
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
+        self._tasks.append(
+            asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
+        )
         if self.features.enabled("EventedPLEG"):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kubelet import stats
 from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts
+from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Pod, name, namespace, uid
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,10 @@ class StatsProvider:
         node_name: str,
         cgroup_root: str = "",
         mountinfo: str = "/proc/self/mountinfo",
+        volume_usage: Callable[[str], list[VolumeUsage]] = lambda _uid: [],
     ) -> None:
         self.pods = pods
+        self.volume_usage = volume_usage  # pod UID -> measured volumes (cached)
         self.root_dir = root_dir
         self.node_name = node_name
         self.cgroup_root = cgroup_root.strip("/")
@@ -113,6 +116,9 @@ class StatsProvider:
                     "process_stats": {"process_count": st.pids_current},
                 }
             )
+            volumes = self.volume_usage(key)
+            if volumes:
+                pod_out[-1]["volume"] = [v.to_api(ts) for v in volumes]
         for key in list(self._prev):
             if key not in seen and key != "node":
                 del self._prev[key]

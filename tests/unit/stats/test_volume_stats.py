@@ -1,0 +1,55 @@
+"""Per-pod volume usage: what du -x and statvfs say, for the pod's own volumes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubelet.stats.volumes import VolumeStatsCalculator, du, measure_pods
+from kubelet.volume.atomic_writer import AtomicWriter, FileProjection
+
+
+def test_own_volumes_are_measured_without_following_links(tmp_path: Path) -> None:
+    pods = tmp_path / "pods"
+    vols = pods / "u1" / "volumes"
+    empty = vols / "kubernetes.io~empty-dir" / "scratch"
+    empty.mkdir(parents=True)
+    (empty / "blob").write_bytes(os.urandom(256 * 1024))
+    cm = vols / "kubernetes.io~configmap" / "cfg"
+    cm.mkdir(parents=True)
+    AtomicWriter(str(cm)).write({"a": FileProjection(b"x" * 10000), "b": FileProjection(b"y")})
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    (host / "big").write_bytes(os.urandom(1024 * 1024))
+
+    got = measure_pods(str(pods), {"u1": {"scratch": str(empty), "cfg": str(cm), "hp": str(host)}})
+    by_name = {v.name: v for v in got["u1"]}
+    assert set(by_name) == {"cfg", "scratch"}  # hostPath is the node's, not the pod's
+    assert 256 * 1024 <= by_name["scratch"].used_bytes < 512 * 1024
+    assert by_name["scratch"].inodes_used == 2
+    # ..data and the user-visible names are links: the two files count once.
+    assert 10000 <= by_name["cfg"].used_bytes < 64 * 1024
+    fs = os.statvfs(empty)
+    assert by_name["scratch"].capacity_bytes == fs.f_blocks * fs.f_frsize
+
+
+def test_du_of_a_missing_path_is_zero(tmp_path: Path) -> None:
+    assert du(str(tmp_path / "nope")) == (0, 0)
+
+
+async def test_the_calculator_serves_its_last_pass(tmp_path: Path) -> None:
+    pods = tmp_path / "pods"
+    v = pods / "u1" / "volumes" / "kubernetes.io~empty-dir" / "e"
+    v.mkdir(parents=True)
+    uids = ["u1"]
+    calc = VolumeStatsCalculator(lambda: uids, lambda u: {"e": str(v)}, str(pods))
+    assert calc.usage("u1") == []
+    await calc.refresh()
+    before = calc.usage("u1")[0].used_bytes
+    (v / "f").write_bytes(b"z" * 100_000)
+    assert calc.usage("u1")[0].used_bytes == before  # cached until the next pass
+    await calc.refresh()
+    assert calc.usage("u1")[0].used_bytes >= before + 100_000
+    uids.clear()
+    await calc.refresh()
+    assert calc.usage("u1") == []  # a removed pod's figures go
