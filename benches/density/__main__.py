@@ -44,15 +44,16 @@ def table(results: list[Result]) -> str:
         return "-" if v is None else f"{v * scale:.{digits}f}"
 
     head = (
-        "| template | kubelet | relist | N | running | startup p50 / p90 / p99 (s) | all Running (s) "
-        "| startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
+        "| template | kubelet | relist | N | running | startup p50 / p90 / p99 (s) "
+        "| in-kubelet p50 / p99 (s) | all Running (s) | startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for r in results:
         lines.append(
             f"| {r.template} | {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
             f"| {f(r.startup_p50_s)} / {f(r.startup_p90_s)} / {f(r.startup_p99_s)} "
+            f"| {f(r.kubelet_start_p50_s)} / {f(r.kubelet_start_p99_s)} "
             f"| {f(r.all_running_s, digits=1)} | {f(r.startup_cpu_cores, digits=3)} "
             f"| {f(r.steady_cpu_cores, digits=3)} "
             f"| {f(r.steady_rss_mib, digits=0)} "

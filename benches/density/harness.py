@@ -37,6 +37,9 @@ from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
+# Both kubelets: first seen by the kubelet -> its containers running, as the
+# kubelet sees it (no status write, no watch): the kubelet's own share of startup.
+POD_START_HIST = "kubelet_pod_start_duration_seconds"
 REPO = Path(__file__).resolve().parents[2]
 # The same client limits for both kubelets (upstream defaults are 50/100): at
 # 50 pods/s each pod needs about two status writes, which 50 QPS cannot carry.
@@ -96,6 +99,9 @@ class Result:
     profile_startup_inclusive: list[tuple[str, float]] | None = None
     # The kubelet's CPU from the first creation until all pods are Running.
     startup_cpu_cores: float | None = None
+    # POD_START_HIST over the creation window (interpolated in coarse buckets).
+    kubelet_start_p50_s: float | None = None
+    kubelet_start_p99_s: float | None = None
     startup_latencies_s: list[float] = field(default_factory=list)
 
 
@@ -319,6 +325,12 @@ class Run:
             [(k, round(v / share, 4)) for k, v in itop],
         )
 
+    def _buckets_or_empty(self, metric: str) -> list[tuple[float, float]]:
+        try:
+            return buckets(self._metrics(), metric)
+        except OSError:
+            return []
+
     def _metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
             return str(r.read().decode())
@@ -491,8 +503,15 @@ class Run:
             timeout = max(180.0, self.spec.n / self.spec.rate * 4)
             spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
             cpu0 = proc_cpu_s(kubelet.pid)
+            start0 = self._buckets_or_empty(POD_START_HIST)
             await self._create_all(admin)
             await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
+            start1 = self._buckets_or_empty(POD_START_HIST)
+            if start1 and len(start0) in (0, len(start1)):
+                base = start0 or [(le, 0.0) for le, _ in start1]
+                window = [(le, c - b) for (le, c), (_, b) in zip(start1, base, strict=True)]
+                r.kubelet_start_p50_s = hist_quantile(window, 0.5)
+                r.kubelet_start_p99_s = hist_quantile(window, 0.99)
             r.startup_cpu_cores = (proc_cpu_s(kubelet.pid) - cpu0) / (time.monotonic() - t_create)
             if spy0 is not None:
                 r.profile_startup_top, r.profile_startup_inclusive = self._finish_profile(
