@@ -415,6 +415,10 @@ def run_one(opts: Options, image_tars: dict[str, str]) -> RunResult:
         skip=opts.skip,
         kubelet_version=version,
     )
+    git = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
+    )
+    result.source = git.stdout.strip()
     run = Run(opts, image_tars)
     try:
         try:

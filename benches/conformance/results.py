@@ -37,6 +37,7 @@ class RunResult:
     focus: str
     skip: str
     kubelet_version: str = ""
+    source: str = ""  # the repository's commit at the start (-dirty: with uncommitted edits)
     error: str = ""  # the run itself went wrong (kubelet crashed, suite timed out)
     tests: list[TestResult] = field(default_factory=list)
 
@@ -228,9 +229,11 @@ def _cell(text: str) -> str:
 def markdown(run: RunResult) -> str:
     c = run.counts()
     lines = [
-        f"# Node conformance: {run.kubelet} kubelet",
+        f"# Node conformance: {'our' if run.kubelet == 'ours' else 'the upstream'} kubelet",
         "",
-        f"{run.date}, kubelet {run.kubelet_version or '?'}, {run.procs} ginkgo processes, "
+        f"{run.date}, kubelet {run.kubelet_version or '?'}"
+        + (f" at {run.source}" if run.source and run.kubelet == "ours" else "")
+        + f", {run.procs} ginkgo processes, "
         f"{run.duration_s / 60:.0f} min. Focus `{run.focus}`"
         + (f", skip `{run.skip}`" if run.skip else "")
         + ".",
