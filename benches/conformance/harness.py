@@ -380,7 +380,7 @@ class Run:
                 # Also on Ctrl-C: ginkgo runs in its own session and would outlive us.
                 if proc.poll() is None:
                     self._interrupt(proc)
-        if not error and "Test Suite Timeout" in log_tail(console, 400):
+        if not error and "Suite Timeout Elapsed" in log_tail(console, 400):
             error = f"the suite hit its {self.opts.timeout_s / 60:.0f} min timeout"
         if not junit.exists():
             raise RunFailed(
@@ -388,7 +388,14 @@ class Run:
                 + f"ginkgo wrote no JUnit report; last lines of {console}:\n"
                 + log_tail(console)
             )
-        return parse_junit(junit), error
+        tests = parse_junit(junit)
+        # Specs that never started (the suite was interrupted first) look like
+        # the ones --focus filtered out; ginkgo's count tells them apart.
+        m = re.search(r"Will run (\d+) of \d+ specs", console.read_text(errors="replace"))
+        if m and len(tests) < int(m.group(1)):
+            missing = f"{int(m.group(1)) - len(tests)} of {m.group(1)} specs did not run"
+            error = f"{error}; {missing}" if error else missing
+        return tests, error
 
     def _interrupt(self, proc: subprocess.Popen[bytes]) -> None:
         # SIGINT makes ginkgo stop the specs and still write its reports.

@@ -65,6 +65,7 @@ def _first_line(text: str) -> str:
 # Causes that only the full failure text shows (the first line is often a
 # timeout); each is a fact about this machine, not about either kubelet.
 HINTS: list[tuple[str, str]] = [
+    (r"^A suite timeout occurred", "hung: still running when the suite timeout struck"),
     # Seen when two kubelets shared a cgroup root: each removed the other's pod
     # cgroups as orphans (the harness now gives each run its own root).
     (r"runc create failed: .*cpuset", "runc: the pod cgroup vanished (another kubelet's cleanup)"),
@@ -99,8 +100,8 @@ def parse_junit(path: Path) -> list[TestResult]:
             state = PASSED
         elif status == "skipped" or case.find("skipped") is not None:
             state = SKIPPED
-        elif status == "timedout":
-            state = TIMEDOUT
+        elif status in ("timedout", "interrupted"):
+            state = TIMEDOUT  # its own timeout, or the suite's ran out while it ran
         else:
             state = FAILED
         if not is_spec and state != FAILED:
