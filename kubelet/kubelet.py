@@ -181,6 +181,7 @@ class Kubelet:
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
             recorder=recorder,
+            volume_usage=lambda u: {v.name: v.used_bytes for v in self.volume_stats.usage(u)},
         )  # fmt: skip
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""

@@ -109,8 +109,11 @@ class EvictionManager:
         observe_fn: Callable[[], dict[str, Observation]] | None = None,
         recorder: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
     ) -> None:
         self.config = config
+        # pod UID -> volume name -> bytes used (the volume stats' last pass).
+        self.volume_usage = volume_usage
         self.thresholds = thresholds(config)
         self.pods = pods  # active (admitted, not terminal) pods
         self.evict = evict  # (pod, grace, reason, message)
@@ -146,8 +149,41 @@ class EvictionManager:
             except TimeoutError:
                 pass
 
+    def local_storage_violation(self, pod: Pod) -> str | None:
+        """The eviction message when an emptyDir of the pod is over its sizeLimit
+        (localStorageEviction upstream), else None."""
+        usage: Mapping[str, int] | None = None
+        for v in pod["spec"].get("volumes") or []:
+            limit = (v.get("emptyDir") or {}).get("sizeLimit") if "emptyDir" in v else None
+            if limit is None:
+                continue
+            if usage is None:
+                usage = self.volume_usage(uid(pod))
+            used = usage.get(v["name"])
+            if used is not None and used > parse_quantity(limit):
+                return f'Usage of EmptyDir volume "{v["name"]}" exceeds the limit "{limit}". '
+        return None
+
+    async def _evict_local_storage(self) -> Pod | None:
+        """Pods whose emptyDir passed its sizeLimit go first, at once, whatever the
+        node's signals say."""
+        for p in self.pods():
+            message = self.local_storage_violation(p)
+            if message is None or uid(p) in self.evicted:
+                continue
+            log.warning("Evicting pod %s/%s: %s", namespace(p), name(p), message)
+            if self.recorder is not None:
+                self.recorder.event(object_ref(p), "Warning", "Evicted", message)
+            self.evicted.append(uid(p))
+            await self.evict(p, 0, "Evicted", message)
+            return p
+        return None
+
     async def synchronize(self) -> Pod | None:
         """One pass: update conditions; evict one pod if a threshold is met."""
+        local = await self._evict_local_storage()
+        if local is not None:
+            return local
         obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
         now = self.clock()
         met: list[tuple[Threshold, Observation]] = []

@@ -43,7 +43,9 @@ class Harness:
             "/",
             observe_fn=lambda: {"memory.available": Observation(self.available, 8 * GiB)},
             clock=lambda: self.now,
+            volume_usage=lambda u: self.volumes.get(u, {}),
         )
+        self.volumes: dict[str, dict[str, int]] = {}
 
 
 async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
@@ -106,3 +108,23 @@ async def test_soft_threshold_waits_for_its_grace_period() -> None:
     h.now += 31
     await h.m.synchronize()
     assert h.evictions[0][:2] == ("a", 7)  # soft: the configured max grace, not 0
+
+
+async def test_an_emptydir_over_its_size_limit_evicts_its_pod_at_once() -> None:
+    h = Harness()  # plenty of memory: only the volume's limit matters
+    scratch = pod("scratch")
+    scratch["spec"]["volumes"] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Mi"}},
+        {"name": "cfg", "configMap": {"name": "c"}},
+    ]
+    unlimited = pod("unlimited")
+    unlimited["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    h.pods = [scratch, unlimited]
+    h.volumes = {"scratch": {"tmp": MiB, "cfg": 10 * MiB}, "unlimited": {"tmp": 50 * MiB}}
+    assert await h.m.synchronize() is None  # exactly at the limit is fine
+    h.volumes["scratch"]["tmp"] = MiB + 4096
+    assert await h.m.synchronize() is scratch
+    assert h.evictions == [
+        ("scratch", 0, "Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "1Mi". ')
+    ]
+    assert await h.m.synchronize() is None  # the other pod has no limit
