@@ -163,15 +163,17 @@ def count_requests(audit_log: Path, user: str) -> tuple[int, dict[str, int]]:
 
 
 def unmount_under(root: Path) -> int:
-    """Lazily unmount whatever a kubelet left mounted below `root` (upstream puts
-    secret and projected volumes on tmpfs), deepest first. Returns the count."""
-    prefix = str(root.resolve()) + "/"
+    """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
+    bind-mounts its root dir onto itself and puts secret and projected volumes
+    on tmpfs), deepest first. Returns the count."""
+    top = str(root.resolve())
+    prefix = top + "/"
     points = []
     try:
         with open("/proc/self/mountinfo") as fh:
             for line in fh:
                 mp = line.split()[4].replace("\\040", " ")
-                if mp.startswith(prefix):
+                if mp == top or mp.startswith(prefix):
                     points.append(mp)
     except OSError:
         return 0
