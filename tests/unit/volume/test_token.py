@@ -185,3 +185,51 @@ async def test_concurrent_requests_share_one_call(clock: FakeClock) -> None:
         *(m.get_service_account_token("ns", "sa", spec()) for _ in range(20))
     )
     assert len(api.requests) == 1 and {t.token for t in toks} == {"token-1"}
+
+
+async def test_a_pod_the_api_server_does_not_know_yet_is_asked_for_again_soon(
+    clock: FakeClock,
+) -> None:
+    """NodeRestriction answers 404 for a bound pod its cache has not seen yet."""
+
+    class Lagging(FakeTokenAPI):
+        misses = 2
+
+        async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            if self.misses:
+                self.misses -= 1
+                self.requests.append((path, body))
+                raise APIError(404, "NotFound", 'pods "pod-1" not found')
+            return await super().create(path, body)
+
+    api = Lagging(clock)
+    m = TokenManager(api, clock=clock, jitter=lambda: 0.0, not_found_retries=(0, 0, 0))  # type: ignore[arg-type]
+    assert (await m.get_service_account_token("ns", "sa", spec())).token == "token-3"
+    # A missing service account is not retried: it will not appear by waiting.
+    api2 = FakeTokenAPI(clock)
+    api2.fail = APIError(404, "NotFound", 'serviceaccounts "sa" not found')
+    m2 = TokenManager(api2, clock=clock, jitter=lambda: 0.0, not_found_retries=(0, 0, 0))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="serviceaccounts"):
+        await m2.get_service_account_token("ns", "sa", spec())
+    assert len(api2.requests) == 1
+
+
+async def test_token_requests_in_flight_are_capped(clock: FakeClock) -> None:
+    """A thousand new pods must not take every API connection from status patches."""
+
+    class Counting(FakeTokenAPI):
+        now = peak = 0
+
+        async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            await asyncio.sleep(0.001)
+            self.now -= 1
+            return await super().create(path, body)
+
+    api = Counting(clock)
+    m = TokenManager(api, clock=clock, jitter=lambda: 0.0, max_inflight=4)  # type: ignore[arg-type]
+    await asyncio.gather(
+        *(m.get_service_account_token("ns", "sa", spec(uid=f"u{i}")) for i in range(40))
+    )
+    assert len(api.requests) == 40 and api.peak == 4
