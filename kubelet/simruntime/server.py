@@ -226,13 +226,19 @@ class SimRuntime:
         return _exec(list(req.cmd), c, self.rt)
 
     async def Exec(self, req: Any, ctx: aio.ServicerContext) -> Any:
-        await ctx.abort(grpc.StatusCode.UNIMPLEMENTED, "exec is not supported by the simulated runtime")
+        await ctx.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "exec is not supported by the simulated runtime"
+        )
 
     async def Attach(self, req: Any, ctx: aio.ServicerContext) -> Any:
-        await ctx.abort(grpc.StatusCode.UNIMPLEMENTED, "attach is not supported by the simulated runtime")
+        await ctx.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "attach is not supported by the simulated runtime"
+        )
 
     async def PortForward(self, req: Any, ctx: aio.ServicerContext) -> Any:
-        await ctx.abort(grpc.StatusCode.UNIMPLEMENTED, "port-forward is not supported by the simulated runtime")
+        await ctx.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "port-forward is not supported by the simulated runtime"
+        )
 
     def _stats(self, c: Any) -> pb.ContainerStats:
         ts = now_ns()
