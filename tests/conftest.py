@@ -5,7 +5,10 @@ plane) live in tests/fixtures/ and are registered here.
 """
 
 import os
+import subprocess
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 pytest_plugins: list[str] = [
@@ -20,3 +23,22 @@ pytest_plugins: list[str] = [
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _unmount_under_tmp_path(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Volumes on tmpfs (Memory emptyDirs, secrets, tokens) that a test's kubelet
+    or plugin left mounted in its tmp_path are unmounted once the test is done
+    (after its own fixtures stopped), so no mount outlives the test."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    base = str(request.getfixturevalue("tmp_path")) + "/"  # torn down after this one
+    yield
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            points = [line.split()[4] for line in fh]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(base)), reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)

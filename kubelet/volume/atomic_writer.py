@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet.volumemanager import mountutil
+
 log = logging.getLogger(__name__)
 
 DATA_DIR = "..data"
@@ -312,7 +314,10 @@ class VolumeWriter:
     tear_down of API-backed volumes (configMap, secret, downwardAPI,
     projected) whose root is a plain directory (upstream wraps an emptyDir)."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_backed: bool = False, mountinfo: str = mountutil.MOUNTINFO) -> None:
+        # Secrets and projected tokens live on a tmpfs, as upstream: never on disk.
+        self.memory_backed = memory_backed
+        self.mountinfo = mountinfo
         # Writes to one directory are serialised; the locks go with their last user.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         # dir -> digest of the payload last published there, so that the
@@ -350,6 +355,7 @@ class VolumeWriter:
                 fs_group,
                 context,
                 self._written.get(dir),
+                self.mountinfo if self.memory_backed else None,
             )
             self._written[dir] = digest
         return changed
@@ -358,7 +364,10 @@ class VolumeWriter:
         loop = asyncio.get_running_loop()
         async with self._lock(dir):
             self._written.pop(dir, None)
-            await loop.run_in_executor(None, _remove_dir, dir)
+            # Unmounts a tmpfs first; never deletes through another mount.
+            await loop.run_in_executor(
+                None, mountutil.unmount_and_remove, dir, "unlinkat", self.mountinfo
+            )
 
 
 def _set_up_dir(
@@ -369,7 +378,9 @@ def _set_up_dir(
     fs_group: int | None,
     context: str,
     last_digest: bytes | None,
+    tmpfs_mountinfo: str | None,
 ) -> tuple[bool, bytes]:
+    """tmpfs_mountinfo: mount a tmpfs at dir first (read the mount table there)."""
     # Hashing a large payload is CPU work too: done here, off the loop.
     digest = _digest(payload, fs_group)
     if digest == last_digest and os.path.isdir(os.path.join(dir, DATA_DIR)):
@@ -384,12 +395,8 @@ def _set_up_dir(
         os.makedirs(os.path.dirname(dir), 0o750, exist_ok=True)
         os.mkdir(dir, ROOT_DIR_MODE)
         os.chmod(dir, ROOT_DIR_MODE)
+    if tmpfs_mountinfo is not None:
+        mountutil.ensure_tmpfs(dir, 0, f"volume {volume_name}", tmpfs_mountinfo)
+        os.chmod(dir, ROOT_DIR_MODE)  # the tmpfs root's own mode
     make_nested_mountpoints(pod, volume_name, dir)
     return AtomicWriter(dir, context).write(payload, fs_group), digest
-
-
-def _remove_dir(dir: str) -> None:
-    try:
-        shutil.rmtree(dir)
-    except FileNotFoundError:
-        pass

@@ -11,7 +11,6 @@ fails with a FailedMount that says so. HugePages media are not supported.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 from collections.abc import Callable
 
@@ -83,22 +82,7 @@ class EmptyDirPlugin:
         except OSError as err:
             raise VolumeError(mountutil.go_path_error("mkdir", err)) from err
         if medium == MEDIUM_MEMORY:
-            fstype = mountutil.mount_fstype(dir, mountutil.mount_table(self._mountinfo))
-            if fstype != "tmpfs":  # set_up is idempotent: mounted once
-                options = f"size={size}" if size > 0 else ""
-                try:
-                    mountutil.mount("tmpfs", dir, "tmpfs", options)
-                except OSError as err:
-                    if err.errno in (errno.EPERM, errno.EACCES):
-                        raise VolumeError(
-                            f"emptyDir medium Memory needs a tmpfs mount at {dir}, which this "
-                            f"kubelet is not permitted to make here ({mountutil.lowercase_strerror(err)}: "
-                            "it needs CAP_SYS_ADMIN in the host mount namespace)"
-                        ) from err
-                    raise VolumeError(
-                        f"mount failed: {mountutil.lowercase_strerror(err)}\n"
-                        f"Mounting command: mount\nMounting arguments: -t tmpfs -o {options} tmpfs {dir}"
-                    ) from err
+            mountutil.ensure_tmpfs(dir, size, "emptyDir medium Memory", self._mountinfo)
         if fs_group is not None:
             _set_ownership(dir, int(fs_group))
 

@@ -71,7 +71,11 @@ class ProjectedPlugin:
         self.secrets = secrets
         self.tokens = tokens
         self.node_allocatable = node_allocatable
-        self.writer = writer or VolumeWriter()
+        self.writer = writer or VolumeWriter(memory_backed=True)
+
+    def can_adopt(self, spec: VolumeSpec, dir: str, mounted_fstype: str | None) -> bool:
+        # After a reboot the dir is there but its tmpfs (and so its files) is not.
+        return mounted_fstype == "tmpfs"
 
     def can_support(self, spec: VolumeSpec) -> bool:
         return spec.get("projected") is not None

@@ -55,7 +55,11 @@ class SecretPlugin:
 
     def __init__(self, secrets: ObjectGetter, writer: VolumeWriter | None = None) -> None:
         self.secrets = secrets
-        self.writer = writer or VolumeWriter()
+        self.writer = writer or VolumeWriter(memory_backed=True)
+
+    def can_adopt(self, spec: VolumeSpec, dir: str, mounted_fstype: str | None) -> bool:
+        # After a reboot the dir is there but its tmpfs (and so its files) is not.
+        return mounted_fstype == "tmpfs"
 
     def can_support(self, spec: VolumeSpec) -> bool:
         return spec.get("secret") is not None

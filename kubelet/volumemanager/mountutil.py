@@ -148,3 +148,24 @@ def unmount_and_remove(dir: str, op: str, mountinfo: str = MOUNTINFO) -> None:
         remove_all_one_filesystem(dir)
     except OSError as err:
         raise VolumeError(go_path_error(op, err)) from err
+
+
+def ensure_tmpfs(dir: str, size: int, what: str, mountinfo: str = MOUNTINFO) -> None:
+    """Mount a tmpfs at `dir` unless one is there already (set_up is idempotent).
+    VolumeError naming `what` when this kubelet may not mount here."""
+    if mount_fstype(dir, mount_table(mountinfo)) == "tmpfs":
+        return
+    options = f"size={size}" if size > 0 else ""
+    try:
+        mount("tmpfs", dir, "tmpfs", options)
+    except OSError as err:
+        if err.errno in (errno.EPERM, errno.EACCES):
+            raise VolumeError(
+                f"{what} needs a tmpfs mount at {dir}, which this kubelet is not permitted "
+                f"to make here ({lowercase_strerror(err)}: it needs CAP_SYS_ADMIN in the "
+                "host mount namespace)"
+            ) from err
+        raise VolumeError(
+            f"mount failed: {lowercase_strerror(err)}\n"
+            f"Mounting command: mount\nMounting arguments: -t tmpfs -o {options} tmpfs {dir}"
+        ) from err

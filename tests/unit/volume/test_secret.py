@@ -95,3 +95,17 @@ async def test_invalid_base64(tmp_path: Any, getter: FakeGetter) -> None:
     getter.objects[("ns", "s")]["data"] = {"bad": "not base64!"}
     with pytest.raises(VolumeError, match=r"secret key bad: invalid base64"):
         await SecretPlugin(getter).set_up(pod(), volume(), str(tmp_path / "sec"))
+
+
+async def test_secret_files_live_on_a_tmpfs_never_on_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kubelet.volumemanager import mountutil
+
+    d = str(tmp_path / "v")
+    getter = FakeGetter("secret")
+    getter.objects[("ns", "s")] = {"data": {"k": base64.b64encode(b"x").decode()}}
+    plugin = SecretPlugin(getter)
+    await plugin.set_up(pod(), {"name": "v", "secret": {"secretName": "s"}}, d)
+    assert mountutil.mount_fstype(d, mountutil.mount_table()) == "tmpfs"
+    assert plugin.can_adopt({}, d, "tmpfs") and not plugin.can_adopt({}, d, None)
+    await plugin.tear_down("u", "v", d)
+    assert not os.path.exists(d) and mountutil.mount_fstype(d, mountutil.mount_table()) is None
