@@ -147,7 +147,8 @@ class KubeletPodSyncer:
             api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
             self.status_manager.set_pod_status(u, api)
             return PodSyncResult(
-                error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: waiting for them"
+                error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: not set up yet "
+                "(synced again as soon as they are)"
             )
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
