@@ -56,7 +56,7 @@ def _running(k: ClusterKubelet) -> dict[str, tuple[str, int]]:
 
 def test_api_server_away_at_start_and_for_a_minute(tmp_path: Path) -> None:
     try:
-        cp = ControlPlane(str(tmp_path / "cp")).start()
+        cp = ControlPlane(str(tmp_path / "cp"), controllers=True).start()
     except Unavailable as err:
         pytest.skip(f"control plane unavailable: {err}")
     simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"simo-{os.getpid()}-{time.monotonic_ns()}"
