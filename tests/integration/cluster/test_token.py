@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -75,19 +76,13 @@ def pod_manifest(name: str, node: str) -> dict[str, Any]:
 def bound_pod(control_plane: ControlPlane) -> dict[str, Any]:
     cp = control_plane
     cp.kubectl("create", "serviceaccount", SA, "-n", NS, check=False)
-    # No controller-manager here: publish the cluster CA as its root-CA publisher would.
+    # The controller-manager's root-CA publisher puts the cluster CA in every namespace.
     with open(cp.pki.ca.cert) as fh:
         ca = fh.read()
-    cp.kubectl("delete", "configmap", "kube-root-ca.crt", "-n", NS, "--ignore-not-found")
-    create(
-        cp,
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "kube-root-ca.crt", "namespace": NS},
-            "data": {"ca.crt": ca},
-        },
-    )
+    deadline = time.monotonic() + 60
+    while cp.kubectl("get", "configmap", "kube-root-ca.crt", "-n", NS, check=False).returncode:
+        assert time.monotonic() < deadline, "kube-root-ca.crt was never published"
+        time.sleep(0.5)
     cp.kubectl("delete", "pod", "token-pod", "token-elsewhere", "-n", NS, "--ignore-not-found")
     create(cp, pod_manifest("token-pod", NODE))
     create(cp, pod_manifest("token-elsewhere", "some-other-node"))
