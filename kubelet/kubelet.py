@@ -53,6 +53,7 @@ from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
+from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status.status_manager import StatusManager
@@ -175,8 +176,11 @@ class Kubelet:
             node_name,
             config.cgroup_root,
             volume_usage=self.volume_stats.usage,
+            pod_status=lambda u: self.cache.get(u)[0],
+            container_resources=lambda p, c: self.runtime_manager.resources(p, c),
         )
         self.resource_registry = resource_registry(self.stats)
+        self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
         # Node-pressure eviction: conditions, one eviction per cycle, admission.
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,

@@ -46,6 +46,11 @@ class NodeView(Protocol):
     @property
     def resource_registry(self) -> CollectorRegistry | None: ...
 
+    @property
+    def cadvisor_registry(self) -> CollectorRegistry | None:
+        """/metrics/cadvisor: container_* series from the stats provider's collection."""
+        ...
+
     def get_pods(self) -> list[dict[str, Any]]: ...
 
     def healthz_checks(self) -> dict[str, HealthCheck]: ...
@@ -81,6 +86,7 @@ class NoPods:
 
     stats: SummaryProvider | None = None
     resource_registry: CollectorRegistry | None = None
+    cadvisor_registry: CollectorRegistry | None = None
     runtime_service: RuntimeService | None = None
     streaming_idle_timeout: float = 4 * 3600.0
 
@@ -169,17 +175,24 @@ def _add_common(
         body = await asyncio.get_running_loop().run_in_executor(None, provider.summary)
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
-    async def resource(_: web.Request) -> web.Response:
-        reg = node().resource_registry
-        if reg is None:
-            raise web.HTTPNotFound(text="no stats provider")
-        data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reg)
-        resp = web.Response(body=data)
-        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return resp
+    def stats_metrics(
+        registry: Callable[[NodeView], CollectorRegistry | None],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handler(_: web.Request) -> web.Response:
+            reg = registry(node())
+            if reg is None:
+                raise web.HTTPNotFound(text="no stats provider")
+            # A collection reads cgroup files: off the event loop.
+            data = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reg)
+            resp = web.Response(body=data)
+            resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+            return resp
+
+        return handler
 
     app.router.add_get("/stats/summary", summary)
-    app.router.add_get("/metrics/resource", resource)
+    app.router.add_get("/metrics/resource", stats_metrics(lambda v: v.resource_registry))
+    app.router.add_get("/metrics/cadvisor", stats_metrics(lambda v: v.cadvisor_registry))
     app.router.add_get("/pods", pods)
     app.router.add_get("/pods/", pods)
     app.router.add_get("/metrics", metrics)

@@ -1,10 +1,14 @@
 """Node and pod resource usage for /stats/summary and /metrics/resource
 (pkg/kubelet/stats, pkg/kubelet/server/stats; the CPU/memory part).
 
-One parse_cgroups call reads every pod cgroup (kubepods/<qos>/pod<uid>) per
-collection; node figures come from /proc and statvfs. CPU rates
+One parse_cgroups call per collection reads the root cgroup, every pod cgroup
+(kubepods/<qos>/pod<uid>) and, with the cgroupfs driver, the cgroups the
+runtime made inside it for the pod's running containers and sandbox
+(<pod cgroup>/<container id>, taken from the PLEG's pod cache: no directory
+listing, no runtime call). Node figures come from /proc and statvfs. CPU rates
 (usageNanoCores) are the change since the previous collection. Collections are
-cached for a second, so scrapers hitting both endpoints cost one pass.
+cached for a second, so /stats/summary, /metrics/resource and /metrics/cadvisor
+scraped together cost one pass.
 """
 
 from __future__ import annotations
@@ -14,15 +18,20 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kubelet import stats
-from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts
+from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts, pod_resources
+from kubelet.container.runtime import PodStatus
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.stats.netdev import Interface, first_pid, read_net_dev
+from kubelet.stats.types import CgroupStats
 from kubelet.stats.volumes import VolumeUsage
-from kubelet.types import Pod, name, namespace, uid
+from kubelet.types import Pod, host_network, name, namespace, uid
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +43,43 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _rfc3339(unix_ns: int) -> str | None:
+    if unix_ns <= 0:
+        return None
+    t = datetime.datetime.fromtimestamp(unix_ns / 1e9, datetime.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _boot_time() -> float:
+    try:
+        with open("/proc/uptime") as fh:
+            return time.time() - float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupRow:
+    """One cgroup of a collection with what /metrics/cadvisor labels it by."""
+
+    id: str  # the cgroup path from the hierarchy root, as cAdvisor names containers
+    namespace: str
+    pod: str
+    container: str  # "" for the root, the pod's own cgroup and its sandbox
+    name: str  # the runtime's container id ("" for the root and pod cgroups)
+    image: str
+    start_time: float  # unix seconds
+    stats: CgroupStats
+    cpu_shares: int | None
+    cpu_quota: int | None  # None: no CFS quota
+    cpu_period: int | None
+    memory_limit: int | None  # None: unlimited
+    network: tuple[Interface, ...] = ()
+
+
+ContainerResources = Callable[[Pod, dict[str, Any]], pb.LinuxContainerResources]
+
+
 class StatsProvider:
     def __init__(
         self,
@@ -43,8 +89,15 @@ class StatsProvider:
         cgroup_root: str = "",
         mountinfo: str = "/proc/self/mountinfo",
         volume_usage: Callable[[str], list[VolumeUsage]] = lambda _uid: [],
+        pod_status: Callable[[str], PodStatus] | None = None,
+        container_resources: ContainerResources | None = None,
     ) -> None:
         self.pods = pods
+        # The runtime's view of each pod (container ids, images, start times) from
+        # the PLEG's cache, and the resources the kubelet asked the runtime for.
+        self.pod_status = pod_status
+        self.container_resources = container_resources
+        self.boot_time = _boot_time()
         self.volume_usage = volume_usage  # pod UID -> measured volumes (cached)
         self.root_dir = root_dir
         self.node_name = node_name
@@ -60,8 +113,13 @@ class StatsProvider:
         else:
             self.hierarchy = mounts.get("", "/sys/fs/cgroup")
         self._prev: dict[str, tuple[float, int]] = {}  # key -> (time, cpu ns)
-        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._cached: tuple[float, dict[str, Any], list[CgroupRow]] | None = None
         self.collections = 0
+
+    def _procs_file(self, rel: str) -> str:
+        if self.version == 1:
+            return f"{self.hierarchy}/memory/{rel}/cgroup.procs"
+        return f"{self.hierarchy}/{rel}/cgroup.procs"
 
     def _rate(self, key: str, now: float, cpu_ns: int | None) -> int | None:
         if cpu_ns is None:
@@ -73,29 +131,54 @@ class StatsProvider:
         return int((cpu_ns - prev[1]) / (now - prev[0]))
 
     def summary(self) -> dict[str, Any]:
-        now = time.monotonic()
-        if self._cached is not None and now - self._cached[0] < CACHE_SECONDS:
-            return self._cached[1]
-        out = self._collect(now)
-        self._cached = (now, out)
-        return out
+        return self.snapshot()[0]
 
-    def _collect(self, now: float) -> dict[str, Any]:
+    def snapshot(self) -> tuple[dict[str, Any], list[CgroupRow], float]:
+        """The last collection (at most a second old): the summary, its cgroups
+        (root, pods, their sandboxes and containers) and its unix time."""
+        now = time.monotonic()
+        cached = self._cached
+        if cached is None or now - cached[0] >= CACHE_SECONDS:
+            out, rows = self._collect(now)
+            cached = self._cached = (now, out, rows)
+        return cached[1], cached[2], time.time() - (now - cached[0])
+
+    def _collect(self, now: float) -> tuple[dict[str, Any], list[CgroupRow]]:
         self.collections += 1
         ts = _now()
         pods = self.pods()
-        rels = []
+        # One batch: the root cgroup, then per pod its cgroup followed by the
+        # cgroups of its running containers and ready sandboxes.
+        rels = [""]
+        plan: list[tuple[Pod, str, PodStatus | None, int]] = []
         for p in pods:
             rel = PodContainerManager.name(p)
-            rels.append(f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel)
-        per_pod = stats.parse_cgroups(rels, self.version, self.hierarchy) if rels else []
+            rel = f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel
+            status = self.pod_status(uid(p)) if self.pod_status is not None else None
+            plan.append((p, rel, status, len(rels)))
+            rels.append(rel)
+            if status is not None:
+                rels.extend(f"{rel}/{sb.id}" for sb in status.sandboxes if sb.ready)
+                rels.extend(f"{rel}/{c.id}" for c in status.running())
+        parsed = stats.parse_cgroups(rels, self.version, self.hierarchy)
+        rows: list[CgroupRow] = []
+        root = parsed[0]
+        if root.cpu_usage_ns is not None or root.memory_usage is not None:
+            rows.append(
+                CgroupRow("/", "", "", "", "", "", self.boot_time, root,
+                          None, None, None, root.memory_limit,
+                          tuple(read_net_dev("/proc/net/dev") or ()))
+            )  # fmt: skip
         pod_out = []
         seen = set()
-        for p, st in zip(pods, per_pod, strict=True):
+        for p, rel, status, i in plan:
+            st = parsed[i]
             if st.cpu_usage_ns is None and st.memory_usage is None:
                 continue  # no cgroup of ours (cgroupsPerQOS off, or not made yet)
             key = uid(p)
             seen.add(key)
+            containers = self._container_rows(p, rel, status, parsed, i + 1, rows)
+            seen.update(r.name for r in containers)
             pod_out.append(
                 {
                     "podRef": {"name": name(p), "namespace": namespace(p), "uid": key},
@@ -114,6 +197,7 @@ class StatsProvider:
                         "majorPageFaults": st.pgmajfault,
                     },
                     "process_stats": {"process_count": st.pids_current},
+                    "containers": [self._container_summary(r, now, ts) for r in containers],
                 }
             )
             volumes = self.volume_usage(key)
@@ -122,7 +206,91 @@ class StatsProvider:
         for key in list(self._prev):
             if key not in seen and key != "node":
                 del self._prev[key]
-        return {"node": self._node(now, ts), "pods": pod_out}
+        return {"node": self._node(now, ts), "pods": pod_out}, rows
+
+    def _container_rows(
+        self,
+        p: Pod,
+        rel: str,
+        status: PodStatus | None,
+        parsed: list[CgroupStats],
+        j: int,
+        rows: list[CgroupRow],
+    ) -> list[CgroupRow]:
+        """Appends the pod's row and its sandbox and container rows (those whose
+        cgroup exists) to rows; returns the container rows."""
+        ns, pod_name = namespace(p), name(p)
+        res = pod_resources(p)
+        network: tuple[Interface, ...] = ()
+        start = 0.0
+        sandboxes = [sb for sb in status.sandboxes if sb.ready] if status else []
+        running = status.running() if status else []
+        if sandboxes:
+            start = sandboxes[0].created_at / 1e9
+        if not host_network(p):
+            # The pod's network namespace, through any process of the pod.
+            pid = first_pid(self._procs_file(f"{rel}/{sandboxes[0].id}")) if sandboxes else None
+            if pid is None:
+                pid = first_pid(self._procs_file(rel))
+            if pid is not None:
+                network = tuple(read_net_dev(f"/proc/{pid}/net/dev") or ())
+        pod_stats = parsed[j - 1]
+        rows.append(
+            CgroupRow(f"/{rel}", ns, pod_name, "", "", "", start, pod_stats,
+                      res.get("cpu_shares"), None, 100000, res.get("memory_limit"), network)
+        )  # fmt: skip
+        for sb in sandboxes:
+            st = parsed[j]
+            j += 1
+            if st.cpu_usage_ns is None and st.memory_usage is None:
+                continue  # not a cgroupfs layout: nothing to report per container
+            # The kubelet does not know for sure which pause image the runtime used.
+            rows.append(
+                CgroupRow(f"/{rel}/{sb.id}", ns, pod_name, "", sb.id, "", sb.created_at / 1e9,
+                          st, None, None, None, st.memory_limit)
+            )  # fmt: skip
+        specs = {c["name"]: c for c in p["spec"].get("containers", [])}
+        specs.update({c["name"]: c for c in p["spec"].get("initContainers", [])})
+        out = []
+        for c in running:
+            st = parsed[j]
+            j += 1
+            if st.cpu_usage_ns is None and st.memory_usage is None:
+                continue
+            spec = specs.get(c.name)
+            shares = quota = period = limit = None
+            if spec is not None and self.container_resources is not None:
+                r = self.container_resources(p, spec)
+                shares = r.cpu_shares or None
+                quota = r.cpu_quota or None
+                period = r.cpu_period or 100000  # the kernel's default when unset
+                limit = r.memory_limit_in_bytes or None
+            out.append(
+                CgroupRow(f"/{rel}/{c.id}", ns, pod_name, c.name, c.id, c.image,
+                          c.started_at / 1e9, st, shares, quota, period, limit)
+            )  # fmt: skip
+        rows.extend(out)
+        return out
+
+    def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
+        st = r.stats
+        return {
+            "name": r.container,
+            "startTime": _rfc3339(int(r.start_time * 1e9)),
+            "cpu": {
+                "time": ts,
+                "usageNanoCores": self._rate(r.name, now, st.cpu_usage_ns),
+                "usageCoreNanoSeconds": st.cpu_usage_ns,
+            },
+            "memory": {
+                "time": ts,
+                "usageBytes": st.memory_usage,
+                "workingSetBytes": st.memory_working_set,
+                "rssBytes": st.memory_rss,
+                "pageFaults": st.pgfault,
+                "majorPageFaults": st.pgmajfault,
+            },
+        }
 
     def _node(self, now: float, ts: str) -> dict[str, Any]:
         node: dict[str, Any] = {"nodeName": self.node_name}
@@ -165,7 +333,7 @@ class ResourceMetrics(Collector):
         self.provider = provider
 
     def collect(self) -> Any:
-        s = self.provider.summary()
+        s, rows, when = self.provider.snapshot()
         node = s["node"]
         cpu = CounterMetricFamily(
             "node_cpu_usage_seconds", "Cumulative cpu time consumed by the node in core-seconds"
@@ -174,9 +342,9 @@ class ResourceMetrics(Collector):
             "node_memory_working_set_bytes", "Current working set of the node in bytes"
         )
         if node.get("cpu", {}).get("usageCoreNanoSeconds") is not None:
-            cpu.add_metric([], node["cpu"]["usageCoreNanoSeconds"] / 1e9)
+            cpu.add_metric([], node["cpu"]["usageCoreNanoSeconds"] / 1e9, timestamp=when)
         if node.get("memory", {}).get("workingSetBytes") is not None:
-            mem.add_metric([], node["memory"]["workingSetBytes"])
+            mem.add_metric([], node["memory"]["workingSetBytes"], timestamp=when)
         pcpu = CounterMetricFamily(
             "pod_cpu_usage_seconds",
             "Cumulative cpu time consumed by the pod in core-seconds",
@@ -190,14 +358,40 @@ class ResourceMetrics(Collector):
         for p in s["pods"]:
             labels = [p["podRef"]["namespace"], p["podRef"]["name"]]
             if p["cpu"]["usageCoreNanoSeconds"] is not None:
-                pcpu.add_metric(labels, p["cpu"]["usageCoreNanoSeconds"] / 1e9)
+                pcpu.add_metric(labels, p["cpu"]["usageCoreNanoSeconds"] / 1e9, timestamp=when)
             if p["memory"]["workingSetBytes"] is not None:
-                pmem.add_metric(labels, p["memory"]["workingSetBytes"])
+                pmem.add_metric(labels, p["memory"]["workingSetBytes"], timestamp=when)
+        # Per container: what metrics-server builds pod figures from.
+        clabels = ["container", "namespace", "pod"]
+        ccpu = CounterMetricFamily(
+            "container_cpu_usage_seconds",
+            "Cumulative cpu time consumed by the container in core-seconds",
+            labels=clabels,
+        )
+        cmem = GaugeMetricFamily(
+            "container_memory_working_set_bytes",
+            "Current working set of the container in bytes",
+            labels=clabels,
+        )
+        cstart = GaugeMetricFamily(
+            "container_start_time_seconds",
+            "Start time of the container since unix epoch in seconds",
+            labels=clabels,
+        )
+        for r in rows:
+            if not r.container:
+                continue
+            lv = [r.container, r.namespace, r.pod]
+            if r.stats.cpu_usage_ns is not None:
+                ccpu.add_metric(lv, r.stats.cpu_usage_ns / 1e9, timestamp=when)
+            if r.stats.memory_working_set is not None:
+                cmem.add_metric(lv, r.stats.memory_working_set, timestamp=when)
+            cstart.add_metric(lv, r.start_time, timestamp=r.start_time)
         up = GaugeMetricFamily(
             "scrape_error", "1 if there was an error while getting container metrics, 0 otherwise"
         )
         up.add_metric([], 0)
-        yield from (cpu, mem, pcpu, pmem, up)
+        yield from (cpu, mem, pcpu, pmem, ccpu, cmem, cstart, up)
 
 
 def resource_registry(provider: StatsProvider) -> CollectorRegistry:
