@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from kubelet.certificate.source import CertificateFile, CertificateSource
 from kubelet.client.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -110,11 +112,21 @@ class APIClient:
         burst: int,
         timeout: float | None = None,
         user_agent: str = "kubelet-py",
+        cert_source: CertificateSource | None = None,
     ) -> None:
         self.conn = conn
         self.limiter = TokenBucket(qps, burst)
         self.timeout = timeout
         self.user_agent = user_agent
+        # A rotating client certificate (rotateCertificates): read before each
+        # request; when it changes, new requests go through a new session with
+        # the new pair while requests and watches already open on the old one
+        # finish there (it closes once its certificate expires).
+        self._cert_source = cert_source
+        self._cert: CertificateFile | None = None
+        self._retired: set[asyncio.TimerHandle] = set()
+        self._retired_sessions: set[aiohttp.ClientSession] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0  # requests made, for metrics and tests
 
@@ -125,12 +137,48 @@ class APIClient:
         if not self.conn.verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if self.conn.cert_file:
+        if self._cert is not None:
+            ctx.load_cert_chain(self._cert.path)
+        elif self.conn.cert_file:
             ctx.load_cert_chain(self.conn.cert_file, self.conn.key_file)
         return ctx
 
+    def _check_rotation(self) -> None:
+        if self._cert_source is None:
+            return
+        cert = self._cert_source.current_certificate()
+        if cert is None or cert == self._cert:
+            return
+        old, old_cert = self._session, self._cert
+        self._cert = cert
+        self._session = None
+        if old is not None and not old.closed:
+            log.info("Client certificate rotated; new connections use %s", cert.path)
+            self._retire(old, old_cert.not_after if old_cert else 0.0)
+
+    def _retire(self, session: aiohttp.ClientSession, not_after: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._retired_sessions.add(session)
+
+        handle: asyncio.TimerHandle | None = None
+
+        def close() -> None:
+            self._retired_sessions.discard(session)
+            if handle is not None:
+                self._retired.discard(handle)
+            task = loop.create_task(session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+        # Past its certificate's expiry the API server refuses the old
+        # connections anyway; until then long watches may run to their end.
+        delay = max(0.0, not_after - time.time()) if not_after else 0.0
+        handle = loop.call_later(delay, close)
+        self._retired.add(handle)
+
     @property
     def session(self) -> aiohttp.ClientSession:
+        self._check_rotation()
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(ssl=self._ssl(), limit=100, keepalive_timeout=60)
             self._session = aiohttp.ClientSession(
@@ -221,6 +269,12 @@ class APIClient:
                         yield ev.get("type", ""), ev.get("object") or {}
 
     async def close(self) -> None:
+        for handle in self._retired:
+            handle.cancel()
+        self._retired.clear()
+        for old in list(self._retired_sessions):
+            await old.close()
+        self._retired_sessions.clear()
         if self._session is not None:
             await self._session.close()
             # Let the SSL transports finish closing before the loop goes away.

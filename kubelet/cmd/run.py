@@ -5,22 +5,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kubelet
 from kubelet.apis.config.v1beta1 import encode
+from kubelet.certificate.manager import Manager as CertManager
+from kubelet.certificate.source import CertificateSource
+from kubelet.certificate.store import KeyPair
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
 from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
-from kubelet.server.tls import TLSOptions, ensure_self_signed, server_context
+from kubelet.server.tls import (
+    RotatingServerContext,
+    TLSOptions,
+    ensure_self_signed,
+    server_context,
+)
 from kubelet.util import flock, sdnotify
 from kubelet.util.oom import OOMAdjuster, adjust_self
 from kubelet.version import user_agent
@@ -82,7 +91,10 @@ async def run(
 
                 deps.recorder = EventRecorder(node_name(s))  # events go to the log
         else:
-            build_clients(s, deps)
+            cert_source = await client_certificates(s, deps, stop, cleanups)
+            build_clients(s, deps, cert_source)
+            if isinstance(cert_source, CertManager):
+                _spawn(cert_source.run(stop), "client-certificate-manager", cleanups)
 
         if deps.auth is None:
             deps.auth = build_auth(s, deps.kube_client, node_name(s))
@@ -111,33 +123,114 @@ async def run(
                 log.exception("cleanup failed")
 
 
-def build_clients(s: KubeletServer, deps: Dependencies) -> None:
+def _spawn(coro: Coroutine[Any, Any, None], name: str, cleanups: list[Callable[[], Any]]) -> None:
+    task = asyncio.create_task(coro, name=name)
+
+    async def cancel() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    cleanups.append(cancel)
+
+
+async def client_certificates(
+    s: KubeletServer,
+    deps: Dependencies,
+    stop: asyncio.Event,
+    cleanups: list[Callable[[], Any]],
+) -> CertificateSource | None:
+    """TLS bootstrapping (--bootstrap-kubeconfig) and, with rotateCertificates,
+    the client certificate manager the API clients read their pair from."""
+    from kubelet.certificate import bootstrap
+    from kubelet.certificate.kubelet import new_client_manager
+    from kubelet.client.rest import APIClient, load_kubeconfig
+
+    cfg, flags = s.config, s.flags
+    if deps.kube_client is not None:
+        return None  # injected clients (tests) bring their own credentials
+    if flags.bootstrap_kubeconfig and not flags.kubeconfig:
+        raise StartupError("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")
+    name = node_name(s)
+    if flags.bootstrap_kubeconfig:
+        try:
+            await bootstrap.load_client_cert(
+                flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
+            )
+        except bootstrap.BootstrapError as err:
+            raise StartupError(f"failed to run Kubelet: {err}") from err
+    if not cfg.rotate_certificates:
+        return None
+    try:
+        conn = load_kubeconfig(flags.kubeconfig)
+        bootstrap.check_cert_dir(flags.cert_directory)
+    except (ValueError, bootstrap.BootstrapError) as err:
+        raise StartupError(str(err)) from err
+    fallback: list[APIClient] = []
+
+    def csr_client(current: KeyPair | None) -> APIClient | None:
+        # The node's own identity while its certificate is valid; once expired,
+        # the bootstrap credentials (if any), as upstream.
+        if current is not None or not flags.bootstrap_kubeconfig:
+            return deps.kube_client
+        if not fallback:
+            try:
+                fallback.append(APIClient(load_kubeconfig(flags.bootstrap_kubeconfig), 5, 10))
+            except ValueError as err:
+                log.error("unable to load bootstrap kubeconfig: %s", err)
+                return None
+            cleanups.append(fallback[0].close)
+        return fallback[0]
+
+    try:
+        mgr = new_client_manager(
+            flags.cert_directory, name, conn.cert_file or "", conn.key_file or "", csr_client
+        )
+    except (OSError, ValueError) as err:
+        raise StartupError(f"failed to initialize client certificate manager: {err}") from err
+    if mgr.current() is None:
+        log.warning(
+            "rotateCertificates: no valid client certificate in %s or %s; requests will be "
+            "refused until one is issued",
+            flags.kubeconfig,
+            flags.cert_directory,
+        )
+    return mgr
+
+
+def build_clients(
+    s: KubeletServer, deps: Dependencies, cert_source: CertificateSource | None = None
+) -> None:
     """The three API clients, as upstream: the main one (kubeAPIQPS/Burst), the event
     client (eventRecordQPS/eventBurst) and the heartbeat client (no rate limit,
-    nodeStatusUpdateFrequency as its timeout). Injected ones are kept."""
+    nodeStatusUpdateFrequency as its timeout). Injected ones are kept. With a
+    `cert_source` (rotateCertificates) all three take their client pair from it."""
     from kubelet.client.rest import APIClient, load_kubeconfig
     from kubelet.events import EventRecorder
 
     cfg, flags = s.config, s.flags
-    if flags.bootstrap_kubeconfig and not flags.kubeconfig:
-        raise StartupError(
-            "--bootstrap-kubeconfig (TLS bootstrapping) is not supported by this kubelet; "
-            "give a --kubeconfig with a client certificate or token"
-        )
     if deps.kube_client is None:
         try:
             conn = load_kubeconfig(flags.kubeconfig)
         except ValueError as err:
             raise StartupError(str(err)) from err
         agent = user_agent()
-        deps.kube_client = APIClient(conn, cfg.kube_api_qps, cfg.kube_api_burst, user_agent=agent)
+        src = cert_source
+        deps.kube_client = APIClient(
+            conn, cfg.kube_api_qps, cfg.kube_api_burst, user_agent=agent, cert_source=src
+        )
         if deps.event_client is None:
             deps.event_client = APIClient(
-                conn, cfg.event_record_qps, cfg.event_burst, user_agent=agent
+                conn, cfg.event_record_qps, cfg.event_burst, user_agent=agent, cert_source=src
             )
         if deps.heartbeat_client is None:
             deps.heartbeat_client = APIClient(
-                conn, 0, 1, timeout=cfg.node_status_update_frequency, user_agent=agent
+                conn,
+                0,
+                1,
+                timeout=cfg.node_status_update_frequency,
+                user_agent=agent,
+                cert_source=src,
             )
     if deps.recorder is None:
         deps.recorder = EventRecorder(node_name(s), deps.event_client or deps.kube_client)
@@ -204,19 +297,63 @@ async def _start_servers(
         cleanups.append(r.cleanup)
     if cfg.enable_server:
         tls = deps.tls_options
-        if tls is None:
-            cert, key = cfg.tls_cert_file, cfg.tls_private_key_file
-            if not cert or not key:
-                ips = [ip.strip() for ip in flags.node_ip.split(",") if ip.strip()]
-                cert, key = ensure_self_signed(flags.cert_directory, name, ips)
-            tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file)
-            deps.tls_options = tls
+        if tls is None and cfg.server_tls_bootstrap:
+            ssl_ctx = _serving_certificates(s, deps, name, cleanups).context
+        else:
+            if tls is None:
+                cert, key = cfg.tls_cert_file, cfg.tls_private_key_file
+                if not cert or not key:
+                    ips = [ip.strip() for ip in flags.node_ip.split(",") if ip.strip()]
+                    cert, key = ensure_self_signed(flags.cert_directory, name, ips)
+                tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file)
+                deps.tls_options = tls
+            ssl_ctx = server_context(tls)
         assert deps.auth is not None  # built by run() before the servers start
         app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth)
-        r = await httpserver.serve(app, cfg.address, cfg.port, server_context(tls))
+        r = await httpserver.serve(app, cfg.address, cfg.port, ssl_ctx)
         cleanups.append(r.cleanup)
         if cfg.read_only_port > 0:
             r = await httpserver.serve(
                 httpserver.read_only_app(view, registries), cfg.address, cfg.read_only_port
             )
             cleanups.append(r.cleanup)
+
+
+def _serving_certificates(
+    s: KubeletServer, deps: Dependencies, name: str, cleanups: list[Callable[[], Any]]
+) -> RotatingServerContext:
+    """serverTLSBootstrap: the serving pair comes from kubelet-serving CSRs for the
+    node's addresses, renewed like the client pair; tlsCertFile/tlsPrivateKeyFile
+    are only read while no pair has been issued yet, as upstream."""
+    from kubelet.certificate import bootstrap
+    from kubelet.certificate.kubelet import new_server_manager
+    from kubelet.nodestatus.setters import default_node_ip
+
+    cfg, flags = s.config, s.flags
+    ips = [ip.strip() for ip in flags.node_ip.split(",") if ip.strip()] or [default_node_ip()]
+    hostname = (flags.hostname_override or "").strip().lower() or name
+    addresses = [{"type": "InternalIP", "address": ip} for ip in ips]
+    addresses.append({"type": "Hostname", "address": hostname})
+    try:
+        bootstrap.check_cert_dir(flags.cert_directory)
+        mgr = new_server_manager(
+            deps.kube_client,
+            flags.cert_directory,
+            name,
+            lambda: addresses,
+            cfg.tls_cert_file,
+            cfg.tls_private_key_file,
+        )
+    except (OSError, ValueError, bootstrap.BootstrapError) as err:
+        raise StartupError(f"failed to initialize server certificate manager: {err}") from err
+    if deps.kube_client is None:
+        log.warning(
+            "serverTLSBootstrap: no API client (standalone mode), so no serving certificate "
+            "can be requested; HTTPS handshakes fail until one is in %s",
+            flags.cert_directory,
+        )
+    else:
+        stop = asyncio.Event()
+        cleanups.append(stop.set)
+        _spawn(mgr.run(stop), "server-certificate-manager", cleanups)
+    return RotatingServerContext(mgr, cfg.authentication.x509.client_ca_file)

@@ -10,6 +10,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from kubelet.certificate.source import CertificateFile, CertificateSource
+
 log = logging.getLogger(__name__)
 
 
@@ -87,3 +89,54 @@ def server_context(opts: TLSOptions) -> ssl.SSLContext:
 
 def hostname() -> str:
     return socket.gethostname().lower()
+
+
+class RotatingServerContext:
+    """A server SSL context whose certificate comes from a CertificateSource
+    (serverTLSBootstrap): each handshake picks the pair current at that moment,
+    so a rotation reaches new connections while open ones (kubectl logs -f,
+    exec streams) go on with the certificate they started with. Until a
+    certificate is issued every handshake fails, as upstream's GetCertificate
+    does ("no serving certificate available for the kubelet")."""
+
+    def __init__(self, source: CertificateSource, client_ca_file: str = "") -> None:
+        self.source = source
+        self.client_ca_file = client_ca_file
+        self.context = self._new()
+        self.context.sni_callback = self._pick
+        self._loaded: tuple[CertificateFile, ssl.SSLContext] | None = None
+        self._warned = False
+
+    def _new(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.client_ca_file:
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+            ctx.load_verify_locations(self.client_ca_file)
+        return ctx
+
+    def _pick(
+        self, conn: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext
+    ) -> int | None:
+        cert = self.source.current_certificate()
+        if cert is None:
+            if not self._warned:
+                log.warning(
+                    "TLS handshake refused: no serving certificate available for the kubelet"
+                )
+                self._warned = True
+            return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+        loaded = self._loaded
+        if loaded is None or loaded[0] != cert:
+            ctx = self._new()
+            try:
+                ctx.load_cert_chain(cert.path)
+            except (OSError, ssl.SSLError) as err:
+                log.error("Cannot load serving certificate %s: %s", cert.path, err)
+                return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+            loaded = (cert, ctx)
+            self._loaded = loaded
+            self._warned = False
+            log.info("Serving with certificate %s", cert.path)
+        conn.context = loaded[1]
+        return None
