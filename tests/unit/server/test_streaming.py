@@ -371,7 +371,10 @@ async def test_aborted_streams_leak_nothing(node: Any) -> None:
     await asyncio.sleep(0.1)
     gc.collect()
     fds, tasks = _fds(), len(asyncio.all_tasks())
-    for i in range(200):
+    # The 1,000 on uvloop (what the kubelet runs); 200 on plain asyncio,
+    # which walks the same relay code, to keep the suite's time down.
+    count = 1000 if "uvloop" in type(asyncio.get_running_loop()).__module__ else 200
+    for i in range(count):
         await one(i % 2 == 0)
     for _ in range(100):
         if (
