@@ -263,12 +263,14 @@ async def request_node_certificate(
 
 
 async def wait_for_server(client: CSRClient, deadline: float = 60.0) -> bool:
-    """Poll /healthz about every 2 s until it answers or `deadline` passes."""
+    """Poll the API server about every 2 s until it answers or `deadline` passes
+    (upstream polls /healthz; /version answers the same unauthenticated
+    clients, in JSON)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline
     while loop.time() < end:
         try:
-            await client.get("/healthz", timeout=1.0)
+            await client.get("/version", timeout=1.0)
             return True
         except Exception as err:
             log.info("Failed to connect to apiserver: %s", err)

@@ -100,7 +100,7 @@ class Manager:
     def _set(self, pair: KeyPair) -> KeyPair | None:
         old = self._pair
         self._pair = pair
-        self._file = CertificateFile(pair.path, pair.not_after)
+        self._file = CertificateFile(pair.path, pair.not_after, pair.leaf.serial_number)
         return old
 
     # CertificateSource

@@ -14,6 +14,8 @@ class CertificateFile:
 
     path: str
     not_after: float  # seconds since the epoch
+    # Tells pairs apart even when a rotation rewrote the same file name.
+    serial: int = 0
 
 
 class CertificateSource(Protocol):

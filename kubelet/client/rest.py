@@ -89,7 +89,11 @@ def load_incluster() -> ConnectionConfig:
 
 def _from_configuration(cfg: Any) -> ConnectionConfig:
     def token() -> str | None:
-        value = cfg.get_api_key_with_prefix("authorization")
+        # Newer kubernetes packages keep a kubeconfig token under "BearerToken"
+        # (already prefixed), older ones and in-cluster config under "authorization".
+        value = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+            "authorization"
+        )
         return str(value) if value else None
 
     return ConnectionConfig(

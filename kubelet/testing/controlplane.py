@@ -121,6 +121,19 @@ class ControlPlane:
     extra_args: list[str] = field(default_factory=list)
     # Also run kube-controller-manager (CONTROLLERS) and kube-scheduler.
     controllers: bool = False
+    # TLS bootstrapping as kubeadm sets it up: bootstrap token authentication,
+    # one token (bootstrap_kubeconfig() writes a kubeconfig with it), the RBAC
+    # bindings that let bootstrappers ask for node client certificates and get
+    # them (and nodes renew theirs) approved automatically, and the
+    # tokencleaner controller.
+    bootstrap_tokens: bool = False
+    # kube-controller-manager --cluster-signing-duration (e.g. "2m" for
+    # rotation tests); empty keeps its default (a year).
+    cluster_signing_duration: str = ""
+    # The aggregation layer (front-proxy CA, --requestheader-* and proxy client
+    # certificate), so an extension API server such as metrics-server can be
+    # registered with an APIService (kubelet.testing.metrics_server).
+    aggregation: bool = False
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
         bins = find_binaries(self.controllers)
@@ -184,6 +197,8 @@ class ControlPlane:
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
             f"--cert-dir={os.path.join(self.directory, 'apiserver-certs')}",
+            *(["--enable-bootstrap-token-auth"] if self.bootstrap_tokens else []),
+            *self._aggregation_args(),
             *self.extra_args,
         ]
         self._spawn(self._apiserver_argv, os.path.join(logs, "kube-apiserver.log"))
@@ -196,6 +211,8 @@ class ControlPlane:
         )
         self._admin = admin
         self._wait_ready(timeout)
+        if self.bootstrap_tokens:
+            self._set_up_bootstrap_tokens()
         if self.controllers:
             self._start_controllers(bins, sa.key, logs)
         else:
@@ -214,12 +231,17 @@ class ControlPlane:
                 f"--kubeconfig={kubeconfig}",
                 "--leader-elect=false",
                 "--secure-port=0",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join(self._controller_names())}",
                 f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={self.pki.ca.cert}",
                 f"--cluster-signing-cert-file={self.pki.ca.cert}",
                 f"--cluster-signing-key-file={self.pki.ca.key}",
                 "--use-service-account-credentials=false",
+                *(
+                    [f"--cluster-signing-duration={self.cluster_signing_duration}"]
+                    if self.cluster_signing_duration
+                    else []
+                ),
             ],
             os.path.join(logs, "kube-controller-manager.log"),
         )
@@ -251,6 +273,108 @@ class ControlPlane:
         raise Unavailable(
             f"kube-controller-manager made no default service account in 60s; logs in {logs}"
         )
+
+    def _controller_names(self) -> tuple[str, ...]:
+        extra = ("bootstrap-signer-controller", "token-cleaner-controller")
+        return CONTROLLERS + extra if self.bootstrap_tokens else CONTROLLERS
+
+    # The token every bootstrap kubeconfig carries: <id>.<secret>, as kubeadm makes them.
+    BOOTSTRAP_TOKEN_ID = "abcdef"
+    BOOTSTRAP_TOKEN_SECRET = "0123456789abcdef"
+
+    def _set_up_bootstrap_tokens(self) -> None:
+        tid, secret = self.BOOTSTRAP_TOKEN_ID, self.BOOTSTRAP_TOKEN_SECRET
+        group = "system:bootstrappers:kubeadm:default-node-token"
+        docs = f"""
+apiVersion: v1
+kind: Secret
+metadata: {{name: bootstrap-token-{tid}, namespace: kube-system}}
+type: bootstrap.kubernetes.io/token
+stringData:
+  token-id: {tid}
+  token-secret: {secret}
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: {group}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: kubeadm:kubelet-bootstrap}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-bootstrapper}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: kubeadm:node-autoapprove-bootstrap}}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:nodeclient
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:bootstrappers}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: kubeadm:node-autoapprove-certificate-rotation}}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:nodes}}]
+"""
+        path = os.path.join(self.directory, "bootstrap-tokens.yaml")
+        with open(path, "w") as fh:
+            fh.write(docs)
+        # The RBAC bootstrap policy (the cluster roles above) appears shortly after /readyz.
+        deadline = time.monotonic() + 30
+        while True:
+            r = self.kubectl("apply", "-f", path, check=False)
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if r.returncode != 0:
+            raise Unavailable(f"cannot set up bootstrap tokens: {r.stderr.strip()}")
+
+    def bootstrap_kubeconfig(self, path: str) -> str:
+        """A kubeconfig with only the bootstrap token (as kubeadm join writes)."""
+        token = f"{self.BOOTSTRAP_TOKEN_ID}.{self.BOOTSTRAP_TOKEN_SECRET}"
+        text = f"""apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster:
+    server: {self.url}
+    certificate-authority: {self.pki.ca.cert}
+users:
+- name: tls-bootstrap-token-user
+  user:
+    token: {token}
+contexts:
+- name: tls-bootstrap-token-user@test
+  context:
+    cluster: test
+    user: tls-bootstrap-token-user
+current-context: tls-bootstrap-token-user@test
+"""
+        with open(path, "w") as fh:
+            fh.write(text)
+        return path
+
+    def _aggregation_args(self) -> list[str]:
+        if not self.aggregation:
+            return []
+        # Its own CA, as kubeadm does: a certificate from the client CA must not be
+        # able to assert identities in the X-Remote-* headers.
+        front = PKI(os.path.join(self.directory, "front-proxy-pki"))
+        proxy_client = front.issue("front-proxy-client", "front-proxy-client")
+        return [
+            f"--requestheader-client-ca-file={front.ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={proxy_client.cert}",
+            f"--proxy-client-key-file={proxy_client.key}",
+        ]
 
     def check_alive(self) -> None:
         """Raise Unavailable naming the first process of ours that exited."""
