@@ -5,10 +5,38 @@ One registry for the process; the servers expose it on /metrics.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
+
+
+class AsyncioTasksCollector(Collector):
+    """kubelet_asyncio_tasks: tasks alive on the event loop that serves /metrics
+    (this kubelet's only loop); a per-pod task left behind shows as a rising line.
+    Read from any other thread there is no running loop and nothing is reported."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        yield GaugeMetricFamily(
+            "kubelet_asyncio_tasks",
+            "Number of asyncio tasks not yet done on the kubelet's event loop.",
+            value=len(asyncio.all_tasks(loop)),
+        )
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+REGISTRY.register(AsyncioTasksCollector())
 
 # metrics.DefBuckets and the kubelet's exponential buckets.
 _DEF = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
