@@ -15,8 +15,9 @@ import asyncio
 import datetime
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from kubelet.client.rest import APIClient, APIError
 
@@ -30,6 +31,37 @@ AGGREGATE_WINDOW = 600.0
 SPAM_BURST = 25
 SPAM_REFILL = 300.0  # seconds per token
 QUEUE_SIZE = 1000
+# Each of the three per-object caches keeps at most this many entries, least
+# recently used out first (client-go's maxLruCacheEntries): a node that churns
+# pods forever must not keep a record of every pod it ever ran.
+CACHE_ENTRIES = 4096
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _LRU(Generic[K, V]):
+    def __init__(self, size: int | None = None) -> None:
+        self.size = CACHE_ENTRIES if size is None else size
+        self._d: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._d.get(key)
+        if value is not None:
+            self._d.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._d[key] = value
+        self._d.move_to_end(key)
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._d.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._d)
 
 
 class Recorder(Protocol):
@@ -61,9 +93,9 @@ class EventRecorder:
         self.node_name = node_name
         self.client = client
         self.queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(QUEUE_SIZE)
-        self._seen: dict[tuple[str, ...], _Seen] = {}
-        self._aggregate: dict[tuple[str, ...], _Aggregate] = {}
-        self._spam: dict[str, tuple[float, float]] = {}
+        self._seen: _LRU[tuple[str, ...], _Seen] = _LRU()
+        self._aggregate: _LRU[tuple[str, ...], _Aggregate] = _LRU()
+        self._spam: _LRU[str, tuple[float, float]] = _LRU()
         self.dropped = 0
         self.sent = 0
 
@@ -87,12 +119,12 @@ class EventRecorder:
     def _allow(self, ref: dict[str, Any]) -> bool:
         key = f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}/{ref.get('uid')}"
         now = time.monotonic()
-        tokens, last = self._spam.get(key, (float(SPAM_BURST), now))
+        tokens, last = self._spam.get(key) or (float(SPAM_BURST), now)
         tokens = min(SPAM_BURST, tokens + (now - last) / SPAM_REFILL)
         if tokens < 1:
-            self._spam[key] = (tokens, now)
+            self._spam.put(key, (tokens, now))
             return False
-        self._spam[key] = (tokens - 1, now)
+        self._spam.put(key, (tokens - 1, now))
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -118,7 +150,10 @@ class EventRecorder:
             return
         ns = ref.get("namespace") or "default"
         obj_key = (ref.get("kind", ""), ns, ref.get("name", ""), ref.get("uid", ""), etype, reason)
-        agg = self._aggregate.setdefault(obj_key, _Aggregate())
+        agg = self._aggregate.get(obj_key)
+        if agg is None:
+            agg = _Aggregate()
+            self._aggregate.put(obj_key, agg)
         now = time.monotonic()
         if now - agg.last > AGGREGATE_WINDOW:
             agg.messages.clear()
@@ -143,7 +178,7 @@ class EventRecorder:
             except APIError as err:
                 if not err.not_found:
                     raise
-                del self._seen[key]
+                self._seen.pop(key)
         name = f"{ref.get('name', 'unknown')}.{time.time_ns():x}"
         involved = {k: v for k, v in ref.items() if v}
         event = {
@@ -162,5 +197,5 @@ class EventRecorder:
             "reportingInstance": self.node_name,
         }
         await self.client.create(f"/api/v1/namespaces/{ns}/events", event)
-        self._seen[key] = _Seen(name, ns, 1, ts)
+        self._seen.put(key, _Seen(name, ns, 1, ts))
         self.sent += 1

@@ -55,3 +55,47 @@ async def test_repeated_events_are_counted_and_similar_ones_aggregated(
         stop.set()
         await task
         await client.close()
+
+
+async def test_the_recorder_forgets_the_least_recent_objects_beyond_its_cache(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that churns pods forever keeps a bounded record of past events:
+    with room for 4 objects, the 6th object pushes out the 1st, whose repeat
+    then creates a new Event instead of bumping the old one's count."""
+    monkeypatch.setattr("kubelet.events.CACHE_ENTRIES", 4)
+    name = "py-node-events-lru"
+    client = APIClient(load_kubeconfig(control_plane.node_kubeconfig(name)), qps=50, burst=100)
+    rec = EventRecorder(name, client)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+
+    def ref(i: int) -> dict[str, str]:
+        return {"kind": "Node", "name": f"{name}-{i}", "uid": f"{name}-{i}", "apiVersion": "v1"}
+
+    async def drained(sent: int) -> None:
+        for _ in range(200):
+            if rec.queue.empty() and rec.sent >= sent:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"sent {rec.sent} of {sent}")
+
+    try:
+        rec.event(ref(0), NORMAL, "Starting", "Starting kubelet.")
+        rec.event(ref(0), NORMAL, "Starting", "Starting kubelet.")  # counted: still cached
+        for i in range(1, 6):
+            rec.event(ref(i), NORMAL, "Starting", "Starting kubelet.")
+        await drained(7)
+        assert len(rec._seen) == len(rec._aggregate) == len(rec._spam) == 4
+        rec.event(ref(0), NORMAL, "Starting", "Starting kubelet.")  # forgotten: a new Event
+        await drained(8)
+        out = control_plane.kubectl(
+            "get", "events", "-n", "default",
+            "--field-selector", f"involvedObject.name={name}-0", "-o", "json",
+        ).stdout  # fmt: skip
+        counts = sorted(e["count"] for e in json.loads(out)["items"])
+        assert counts == [1, 2]
+    finally:
+        stop.set()
+        await task
+        await client.close()
