@@ -5,3 +5,5 @@ set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 apt_install containerd runc containernetworking-plugins busybox-static gcc libc6-dev
 apt_install docker-registry skopeo
+# tmux drives the interactive `kubectl exec -it` test (a real terminal).
+apt_install tmux

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from kubelet.testing.containerd import Containerd
-from kubelet.testing.controlplane import ControlPlane, cache_bin
+from kubelet.testing.controlplane import ControlPlane, Unavailable, cache_bin
+from kubelet.testing.metrics_server import MetricsServer
 from tests.integration.cluster.test_cluster_kubelet import (
     ClusterKubelet,
     create,
@@ -54,14 +55,21 @@ def node(
                 " && exec httpd -f -p 8080 -h /www",
             ),
             pod_manifest("talk", {"app": "exec"}, "while read l; do echo got:$l; done"),
+            # For `kubectl top`: 32 MiB on a tmpfs (working set) and a spin held
+            # to a tenth of a core by its CFS quota.
+            pod_manifest(
+                "busy", {"app": "exec"},
+                "head -c 33554432 /dev/zero > /dev/shm/fill; while :; do :; done",
+            ),
         ]  # fmt: skip
+        pods[3]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "100m"}}
         pods[2]["spec"]["containers"][0]["stdin"] = True
         for p in pods:
             p["spec"]["nodeName"] = NODE
             # No kube-controller-manager here: no kube-root-ca.crt for a token volume.
             p["spec"]["automountServiceAccountToken"] = False
         create(k, pods)
-        for name in ("sh", "web", "talk"):
+        for name in ("sh", "web", "talk", "busy"):
             wait_for(f"pod {name} Running", lambda n=name: _phase(k, n) == "Running", timeout=90)
         yield k
     finally:
@@ -97,7 +105,41 @@ def test_exec_output_and_exit_codes(node: ClusterKubelet) -> None:
     assert r.returncode != 0 and b"no-such-binary" in r.stderr
 
 
-def test_exec_with_stdin(node: ClusterKubelet) -> None:
+def test_exec_it_in_a_terminal(node: ClusterKubelet, tmp_path: Path) -> None:
+    """kubectl exec -it under tmux, as a person types: a tty in the container,
+    keystrokes answered, the shell's exit code carried back to kubectl."""
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux not installed (hack/parts/containerd.sh installs it)")
+    sock = f"kpy-exec-{os.getpid()}"
+    kctl = os.path.join(cache_bin(), "kubectl")
+    done = tmp_path / "exit-code"
+    script = (
+        f"{kctl} --kubeconfig={node.cp.admin_kubeconfig} exec -it sh -- sh; "
+        f"echo $? > {done}; sleep 60"
+    )
+    tmux = ["tmux", "-L", sock]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "120", "-y", "30", script], check=True)
+
+    def screen() -> str:
+        r = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True)
+        return r.stdout
+
+    def keys(text: str) -> None:
+        subprocess.run([*tmux, "send-keys", text, "Enter"], check=True)
+
+    try:
+        wait_for("the shell prompt", lambda: "#" in screen(), timeout=30)
+        keys("tty; echo sum=$((6*7))")
+        wait_for("the answer", lambda: "sum=42" in screen(), timeout=15)
+        assert "/dev/pts/" in screen()  # a terminal, not a pipe
+        keys("exit 7")
+        wait_for("kubectl to exit", done.exists, timeout=15)
+        assert done.read_text().strip() == "7"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
     r = kubectl(node, "exec", "-i", "sh", "--", "sh", "-c", "cat; echo done", stdin=b"abc\n")
     assert r.stdout == b"abc\ndone\n", r.stderr
     big = os.urandom(3 * 1024 * 1024)
@@ -302,3 +344,69 @@ def test_metrics_endpoints_parse_and_cadvisor_matches_the_cgroup_files(
     assert got["container_spec_cpu_shares"] == shares_file == 2  # BestEffort
     assert 0 < got["container_memory_working_set_bytes"] <= got["container_memory_usage_bytes"]
     assert got["container_start_time_seconds"] > time.time() - 3600
+
+
+def _quantity(text: str) -> float:
+    """kubectl top's figures: "123m" cores, "45Mi" bytes."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)
+
+
+def test_kubectl_top_through_metrics_server(node: ClusterKubelet) -> None:
+    """metrics-server scrapes /metrics/resource; kubectl top pod and node show
+    what the cgroup files and /proc/meminfo say."""
+    if not node.cp.aggregation:
+        pytest.skip("the control plane runs without the aggregation layer")
+    try:
+        ms = MetricsServer(node.cp).start()
+    except Unavailable as err:
+        pytest.skip(f"metrics-server unavailable: {err}")
+    try:
+        pod = node.kubectl_json("get", "pod", "busy", "-n", "default")
+        rel = f"kubepods/burstable/pod{pod['metadata']['uid']}"
+        cpu0, t0 = int(_cgroup_file("cpuacct", rel, "cpuacct.usage")), time.monotonic()
+        out = ""
+
+        def top_pod() -> bool:
+            nonlocal out
+            r = kubectl(node, "top", "pod", "busy", "--no-headers")
+            out = (r.stdout + r.stderr).decode()
+            return r.returncode == 0 and "busy" in out
+
+        # Two scrapes (--metric-resolution=10s) before a CPU rate exists.
+        wait_for("kubectl top pod", top_pod, timeout=60)
+        cpu_rate = (
+            (int(_cgroup_file("cpuacct", rel, "cpuacct.usage")) - cpu0)
+            / 1e9
+            / (time.monotonic() - t0)
+        )
+        stat = dict(
+            line.split() for line in _cgroup_file("memory", rel, "memory.stat").splitlines()
+        )
+        usage = int(_cgroup_file("memory", rel, "memory.usage_in_bytes"))
+        working_set = usage - int(stat["total_inactive_file"])
+        _, cpu, mem = out.split()
+        # The quota holds the spin near 100m; top's window and ours differ a little.
+        assert abs(_quantity(cpu) - cpu_rate) < 0.04, (out, cpu_rate)
+        assert 0.05 < _quantity(cpu) <= 0.12, out
+        assert abs(_quantity(mem) - working_set) < 3 * 2**20, (out, working_set)
+        assert _quantity(mem) >= 32 * 2**20, out
+
+        r = kubectl(node, "top", "node", NODE, "--no-headers")
+        assert r.returncode == 0, r.stderr
+        _, ncpu, _, nmem, _ = r.stdout.decode().split()
+        with open("/proc/meminfo") as fh:
+            meminfo = {
+                k: int(v.split()[0]) * 1024
+                for k, v in (line.split(":", 1) for line in fh)
+                if k in ("MemTotal", "MemAvailable")
+            }
+        used = meminfo["MemTotal"] - meminfo["MemAvailable"]
+        # The whole machine is shared and busy: within 10% of /proc/meminfo.
+        assert abs(_quantity(nmem) - used) < 0.1 * used, (r.stdout, used)
+        assert _quantity(ncpu) > 0
+    finally:
+        ms.stop()
