@@ -286,6 +286,12 @@ FLAGS: list[Flag] = [
         "File containing x509 private key matching --tls-cert-file.",
     ),
     _F(
+        "rotate-certificates",
+        _bool,
+        ("config", "rotate_certificates"),
+        "Auto rotate the kubelet client certificates by requesting new certificates from the kube-apiserver when the certificate expiration approaches.",
+    ),
+    _F(
         "anonymous-auth",
         _bool,
         ("config", "authentication.anonymous.enabled"),

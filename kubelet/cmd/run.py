@@ -86,6 +86,8 @@ async def run(
         standalone = not flags.kubeconfig and not flags.bootstrap_kubeconfig
         if standalone:
             log.info("Standalone mode, no API client")
+            if cfg.rotate_certificates:
+                log.warning("rotateCertificates is ignored in standalone mode: no API server")
             if deps.recorder is None:
                 from kubelet.events import EventRecorder
 

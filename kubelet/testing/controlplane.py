@@ -484,11 +484,27 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="write a kubeconfig for this node (system:node:<name>); repeatable",
     )
+    ap.add_argument(
+        "--bootstrap-tokens",
+        action="store_true",
+        help="TLS bootstrapping as kubeadm sets it up; writes <dir>/bootstrap.kubeconfig",
+    )
+    ap.add_argument(
+        "--cluster-signing-duration",
+        default="",
+        help="kube-controller-manager --cluster-signing-duration (e.g. 2m to watch rotation)",
+    )
     args = ap.parse_args(argv)
     # Block the stop signals so sigwait() receives them and the cleanup runs.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        cp = ControlPlane(args.dir, apiserver_port=args.port, controllers=args.controllers).start()
+        cp = ControlPlane(
+            args.dir,
+            apiserver_port=args.port,
+            controllers=args.controllers,
+            bootstrap_tokens=args.bootstrap_tokens,
+            cluster_signing_duration=args.cluster_signing_duration,
+        ).start()
     except Unavailable as err:
         print(f"control plane unavailable: {err}", file=sys.stderr)
         return 1
@@ -496,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"admin kubeconfig: {cp.admin_kubeconfig}")
     for node in args.node:
         print(f"kubeconfig for node {node}: {cp.node_kubeconfig(node)}")
+    if args.bootstrap_tokens:
+        path = cp.bootstrap_kubeconfig(os.path.join(args.dir, "bootstrap.kubeconfig"))
+        print(f"bootstrap kubeconfig: {path}")
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})  # blocked above, so this returns
     finally:
