@@ -208,6 +208,10 @@ def kubelet_config(spec: Spec, ro_port: int, healthz_port: int) -> dict[str, Any
         "authorization": {"mode": "AlwaysAllow"},
         "evictionHard": {"memory.available": "100Mi"},
         "resolvConf": "",
+        # As every real cluster (kubeadm's defaults): without them each sandbox
+        # draws two MissingClusterDNS warnings, from both kubelets.
+        "clusterDNS": ["10.0.0.10"],
+        "clusterDomain": "cluster.local",
     }
     if spec.kubelet == "ours":
         cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
