@@ -499,6 +499,16 @@ class RuntimeManager:
                     for cs, msg in a.containers_to_kill.values()
                 )
             )
+        if not (
+            a.create_sandbox
+            or a.containers_to_start
+            or a.init_containers_to_start
+            or a.ephemeral_containers_to_start
+        ):
+            # Nothing to create: the sandbox config (its DNS, and the warnings that
+            # come with it) is not needed. Most syncs of a running pod end here.
+            self._clear_running_waiting(status, waiting, set())
+            return res
         try:
             sandbox_cfg = self.sandbox_config(pod, a.attempt)
         except ValueError as err:  # resolv.conf unreadable, an invalid hostname
@@ -554,13 +564,19 @@ class RuntimeManager:
             )
         )
         res.errors.extend(e for e in results if e)
-        # Containers that run need no waiting reason; the rest keep theirs.
         started = {spec["containers"][i]["name"] for i in a.containers_to_start}
         started.update(init[i]["name"] for i in a.init_containers_to_start)
+        self._clear_running_waiting(status, waiting, started)
+        return res
+
+    @staticmethod
+    def _clear_running_waiting(
+        status: PodStatus, waiting: dict[str, tuple[str, str]], started: set[str]
+    ) -> None:
+        """Containers that run need no waiting reason; the rest keep theirs."""
         for cs in status.containers:
             if cs.state == RUNNING and cs.name not in started:
                 waiting.pop(cs.name, None)
-        return res
 
     async def start_container(
         self,

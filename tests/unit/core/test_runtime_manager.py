@@ -59,6 +59,29 @@ async def test_new_pod_creates_sandbox_and_starts_all(rm) -> None:  # type: igno
     assert not a.create_sandbox and not a.kill_pod and not a.containers_to_start
 
 
+async def test_a_sync_with_nothing_to_start_builds_no_sandbox_config(
+    rm, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The steady state of a running pod: its periodic syncs ask nothing of DNS
+    (and so draw no MissingClusterDNS warnings) and make no runtime call that
+    creates anything."""
+    m, rt, _ = rm
+    asked: list[str] = []
+    real = m.helper.get_pod_dns
+    monkeypatch.setattr(m.helper, "get_pod_dns", lambda p: asked.append("dns") or real(p))
+    p = pod([c("a")])
+    assert (await m.sync_pod(p, await status(m, p))).ok
+    assert asked == ["dns"]
+    for _ in range(3):
+        assert (await m.sync_pod(p, await status(m, p))).ok
+    assert asked == ["dns"]
+    assert len(rt.called("run_pod_sandbox")) == 1 and len(rt.called("create_container")) == 1
+    # A crash brings the config back: the restart needs it.
+    rt.set_exited((await status(m, p)).containers[0].id, 1)
+    assert (await m.sync_pod(p, await status(m, p))).ok
+    assert asked == ["dns", "dns"] and len(rt.called("create_container")) == 2
+
+
 async def test_restart_policies(rm) -> None:  # type: ignore[no-untyped-def]
     m, rt, _ = rm
     for policy, code, restart in (
