@@ -90,8 +90,6 @@ class Manager:
         self.wait_timeout = wait_timeout
         self._pair: KeyPair | None = None
         self._file: CertificateFile | None = None
-        self.rotations = 0  # pairs installed by this manager, for tests and logs
-        self._changed = asyncio.Event()
         try:
             self._set(store.current())
         except NoCertKeyError:
@@ -189,9 +187,6 @@ class Manager:
         loop = asyncio.get_running_loop()
         pair = await loop.run_in_executor(None, self.store.update, cert_pem, kp)
         old = self._set(pair)
-        self.rotations += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
         if old is not None and self.rotation_age is not None:
             self.rotation_age.observe(self.clock.time() - old.not_before)
         log.info(
@@ -200,15 +195,6 @@ class Manager:
             name,
             pair.leaf.not_valid_after_utc.isoformat(),
         )
-
-    async def wait_for_certificate(self, stop: asyncio.Event) -> bool:
-        """Block until a pair is current (True) or `stop` is set (False)."""
-        while self.current() is None:
-            if stop.is_set():
-                return False
-            changed = self._changed
-            await _wait_any(stop, changed, 1.0)
-        return True
 
     async def run(self, stop: asyncio.Event) -> None:
         log.info("%s: Certificate rotation is enabled", self.name)

@@ -44,7 +44,7 @@ class Signer:
         self.pki, self.clock, self.lifetime = pki, clock, lifetime
         self.cn_override = cn_override
         self.csrs: dict[str, dict[str, Any]] = {}
-        self.deny = False
+        self.deny = 0  # how many of the next requests to deny
 
     async def create(self, path: str, obj: Any, **kw: Any) -> Any:
         name = obj["metadata"].get("name") or f"csr-{len(self.csrs)}"
@@ -75,6 +75,7 @@ class Signer:
         if obj.get("status"):
             return
         if self.deny:
+            self.deny -= 1
             obj["status"] = {"conditions": [{"type": "Denied", "reason": "Test", "message": "no"}]}
             return
         req = x509.load_pem_x509_csr(base64.b64decode(obj["spec"]["request"]))
@@ -379,3 +380,54 @@ async def test_rotation_reaches_new_api_and_server_connections(pki: PKI, tmp_pat
         await api.close()
         await runner.cleanup()
     await asyncio.sleep(0)
+
+
+def _bootstrap_kubeconfig(tmp_path: Path, pki: PKI, server: str) -> Path:
+    boot = tmp_path / "bootstrap.kubeconfig"
+    boot.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+        f"    server: {server}\n    certificate-authority: {pki.ca.cert}\n"
+        "users:\n- name: u\n  user: {token: abcdef.0123456789abcdef}\n"
+        "contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+    )
+    return boot
+
+
+async def test_a_denied_bootstrap_request_is_logged_and_retried_with_a_new_key(
+    pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(start=datetime.datetime.now().timestamp() - 60)
+    signer = Signer(pki, clock, 3600)
+    signer.deny = 1
+    boot = _bootstrap_kubeconfig(tmp_path, pki, "https://127.0.0.1:1")
+    kubeconfig = tmp_path / "kubelet.kubeconfig"
+    await bootstrap.load_client_cert(
+        str(kubeconfig), str(boot), str(tmp_path / "pki"), "n1", client=signer, server_wait=0
+    )
+    names = list(signer.csrs)
+    assert len(names) == 2 and names[0] != names[1]  # a new key gives a new request
+    assert "Denied" in str(signer.csrs[names[0]]["status"])
+    assert "is denied, reason: Test" in caplog.text and "retrying with a new key" in caplog.text
+    assert bootstrap.client_config_still_valid(str(kubeconfig))
+
+
+async def test_an_unreachable_api_server_is_retried_and_the_key_kept(
+    pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    boot = _bootstrap_kubeconfig(tmp_path, pki, f"https://127.0.0.1:{port}")
+    pki_dir = tmp_path / "pki"
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(3.5):
+            await bootstrap.load_client_cert(
+                str(tmp_path / "kubelet.kubeconfig"), str(boot), str(pki_dir), "n1", server_wait=0
+            )
+    assert caplog.text.count("Unable to request a client certificate") >= 2
+    assert "retrying in" in caplog.text
+    key = (pki_dir / bootstrap.TMP_PRIVATE_KEY_FILE).read_bytes()
+    assert bootstrap.load_or_generate_key_file(str(pki_dir / bootstrap.TMP_PRIVATE_KEY_FILE)) == key
+    assert not (tmp_path / "kubelet.kubeconfig").exists()
