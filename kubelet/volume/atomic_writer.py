@@ -27,7 +27,6 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 import tempfile
 import time
 import weakref
@@ -35,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet.volume import ownership
 from kubelet.volumemanager import mountutil
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,7 @@ DATA_DIR = "..data"
 NEW_DATA_DIR = "..data_tmp"
 MAX_FILE_NAME = 255
 MAX_PATH = 4096
-# What SetVolumeOwnership adds for read-only volumes (all of these are):
-# group read on files, group read+search and setgid on directories.
-_RO_GROUP_MASK = 0o440
-_DIR_EXTRA = 0o110 | stat.S_ISGID
+# fsGroup: see volume/ownership.py (these volumes are all read-only).
 # The volume root is world-writable as on upstream's wrapped emptyDir.
 ROOT_DIR_MODE = 0o777
 
@@ -133,7 +130,7 @@ class AtomicWriter:
         try:
             self._write_files(files, ts_dir)
             if fs_group is not None:
-                _set_group(ts_dir, fs_group)
+                ownership.set_volume_ownership(ts_dir, fs_group, read_only=True)
             new_link = os.path.join(self.target_dir, NEW_DATA_DIR)
             try:
                 os.unlink(new_link)  # left by a crash between symlink and rename
@@ -152,7 +149,7 @@ class AtomicWriter:
         self._link_user_visible(files)
         self._remove_user_visible(old_paths - _with_parents(files))
         if fs_group is not None:
-            _set_group_one(self.target_dir, fs_group)
+            ownership.set_one(self.target_dir, fs_group, read_only=True)
         if old_ts_path:
             shutil.rmtree(old_ts_path, ignore_errors=True)
         self._remove_orphan_ts_dirs(ts_name)
@@ -249,25 +246,6 @@ def _differs(files: Mapping[str, FileProjection], ts_path: str, old_paths: set[s
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return True
     return False
-
-
-def _set_group_one(path: str, gid: int) -> None:
-    st = os.lstat(path)
-    os.lchown(path, -1, gid)
-    if stat.S_ISLNK(st.st_mode):
-        return  # chmod would follow the link and change the target's mode
-    mode = stat.S_IMODE(st.st_mode) | _RO_GROUP_MASK
-    if stat.S_ISDIR(st.st_mode):
-        mode |= _DIR_EXTRA
-    os.chmod(path, mode)
-
-
-def _set_group(root: str, gid: int) -> None:
-    """fsGroup ownership of a read-only volume (SetVolumeOwnership upstream)."""
-    _set_group_one(root, gid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            _set_group_one(os.path.join(dirpath, name), gid)
 
 
 def make_nested_mountpoints(pod: Mapping[str, Any], volume_name: str, dir: str) -> None:

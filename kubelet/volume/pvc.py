@@ -3,7 +3,8 @@ be Bound to a PV that points back at it, and that PV must be a `hostPath` or
 a `local` volume (the only PV types a kubelet without CSI can serve; anything
 else is a FailedMount saying so). The PV's path is bind-mounted as it is, as
 the hostPath plugin does; `readOnly` on the claim source makes every mount of
-it read-only. Upstream resolves claims in the desired-state populator and
+it read-only. A `local` PV takes the pod's fsGroup (volume/ownership.py, with
+fsGroupChangePolicy); a hostPath PV does not, as upstream. Upstream resolves claims in the desired-state populator and
 hands the PV to the hostpath/local plugins; here it is one plugin so that a
 claim that becomes Bound later is picked up by the manager's retries.
 """
@@ -16,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubelet.client.rest import APIError
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.volume import Pod, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
 from kubelet.volumemanager import MountedVolume, mountutil
 
@@ -110,6 +111,17 @@ class PVCPlugin:
             if ".." in path.split("/"):
                 raise VolumeError(f"invalid path: {path} must not contain '..'")
             await loop.run_in_executor(None, _must_exist, path)
+            # A local PV (unlike hostPath) takes the pod's fsGroup, as upstream,
+            # unless the claim mounts it read-only.
+            psc = (pod.get("spec") or {}).get("securityContext") or {}
+            if psc.get("fsGroup") is not None and not read_only:
+                await loop.run_in_executor(
+                    None,
+                    ownership.set_volume_ownership,
+                    path,
+                    int(psc["fsGroup"]),
+                    psc.get("fsGroupChangePolicy"),
+                )
         else:
             kind = next((k for k in pv_spec if k not in _PV_FIELDS), "unknown")
             raise VolumeError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,60 @@ async def test_local_pv(tmp_path: Path):
     assert (await set_up(objects)).host_path == str(tmp_path)
     objects[PV_PATH] = pv({"local": {"path": str(tmp_path / "gone")}})
     assert await fails(objects) == f"stat {tmp_path / 'gone'}: no such file or directory"
+
+
+def _fs_group_pod(gid: int, policy: str | None = None) -> dict[str, Any]:
+    sc: dict[str, Any] = {"fsGroup": gid}
+    if policy:
+        sc["fsGroupChangePolicy"] = policy
+    return {**POD, "spec": {"securityContext": sc}}
+
+
+async def test_local_pv_takes_the_fs_group(tmp_path: Path):
+    """A local PV gets the pod's fsGroup on everything in it (group rw, setgid
+    directories), a read-only claim and a hostPath PV do not (as upstream)."""
+    data = tmp_path / "pv"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "f").write_text("x")
+    (data / "sub" / "f").chmod(0o600)
+    (data / "link").symlink_to("/etc/hostname")
+    objects = {PVC_PATH: claim(), PV_PATH: pv({"local": {"path": str(data)}})}
+    plugin = PVCPlugin(API(objects).get)
+    await plugin.set_up_volume(_fs_group_pod(4321), vol(read_only=True), "/unused")
+    assert (data / "sub" / "f").stat().st_gid != 4321
+    await plugin.set_up_volume(_fs_group_pod(4321), vol(), "/unused")
+    for path in (data, data / "sub", data / "sub" / "f"):
+        assert path.stat().st_gid == 4321, path
+    assert (data / "link").lstat().st_gid == 4321
+    assert (data / "sub" / "f").stat().st_mode & 0o7777 == 0o660
+    assert (data / "sub").stat().st_mode & 0o2070 == 0o2070
+    assert Path("/etc/hostname").stat().st_gid != 4321  # a link is not followed
+    host = tmp_path / "host"
+    host.mkdir()
+    objects[PV_PATH] = pv({"hostPath": {"path": str(host)}})
+    await plugin.set_up_volume(_fs_group_pod(4321), vol(), "/unused")
+    assert host.stat().st_gid != 4321
+
+
+async def test_fs_group_change_policy_on_root_mismatch(tmp_path: Path):
+    """OnRootMismatch leaves the volume alone when its root already matches;
+    Always (the default) walks it every time."""
+    data = tmp_path / "pv"
+    data.mkdir()
+    objects = {PVC_PATH: claim(), PV_PATH: pv({"local": {"path": str(data)}})}
+    plugin = PVCPlugin(API(objects).get)
+    await plugin.set_up_volume(_fs_group_pod(4321), vol(), "/unused")
+    (data / "new").write_text("x")  # made by someone outside the fsGroup
+    os.chown(data / "new", 0, 0)
+    await plugin.set_up_volume(_fs_group_pod(4321, "OnRootMismatch"), vol(), "/unused")
+    assert (data / "new").stat().st_gid == 0
+    await plugin.set_up_volume(_fs_group_pod(4321, "Always"), vol(), "/unused")
+    assert (data / "new").stat().st_gid == 4321
+    # A root whose group changed is a mismatch: the walk runs again.
+    os.chown(data / "new", 0, 0)
+    os.chown(data, 0, 0)
+    await plugin.set_up_volume(_fs_group_pod(4321, "OnRootMismatch"), vol(), "/unused")
+    assert (data / "new").stat().st_gid == 4321
 
 
 async def test_unsupported_pv_types():
