@@ -88,6 +88,10 @@ class Manager:
         self.renew_errors = renew_errors
         self.rotation_age = rotation_age
         self.wait_timeout = wait_timeout
+        # Whether the API server answered the last request the way a working one
+        # does (upstream's serverHealth): decides whether an expired client
+        # certificate is worth a restart.
+        self.server_healthy = False
         self._pair: KeyPair | None = None
         self._file: CertificateFile | None = None
         try:
@@ -164,7 +168,9 @@ class Manager:
             log.error("%s: certificate rotation failed: %s", self.name, err)
             if self.renew_errors is not None:
                 self.renew_errors.inc()
+            self.server_healthy = _answered(err, self.server_healthy)
             return False
+        self.server_healthy = True
         return True
 
     async def _rotate(self) -> None:
@@ -180,8 +186,13 @@ class Manager:
             client, csr_pem, "", self.signer, usages_for(key, self.auth_usage), key
         )
         log.info("%s: waiting for certificate signing request %s", self.name, name)
-        async with asyncio.timeout(self.wait_timeout):
-            cert_pem = await wait_for_certificate(client, name, uid)
+        try:
+            async with asyncio.timeout(self.wait_timeout):
+                cert_pem = await wait_for_certificate(client, name, uid)
+        except TimeoutError:
+            raise CSRError(
+                f"certificate request {name} was not signed within {self.wait_timeout:.0f}s"
+            ) from None
         kp = key_pem(key)
         check_subject(parse_pair(cert_pem, kp, f"csr {name}"), template)
         loop = asyncio.get_running_loop()
@@ -228,6 +239,21 @@ class Manager:
                     log.error("%s: reached backoff limit, still unable to rotate certs", self.name)
                 await _wait_any(stop, None, delay * (1 + 0.1 * self.rand()))
                 delay = delay * 2 if attempts < 5 else 32.0
+
+
+def _answered(err: Exception, before: bool) -> bool:
+    """Whether an error says the API server works (upstream: it refused us, or
+    the object is missing) or not (an outage, or a 5xx from a proxy); other
+    failures (a request denied, not issued in time) tell nothing new."""
+    import aiohttp
+
+    from kubelet.client.rest import APIError
+
+    if isinstance(err, APIError):
+        return err.status in (401, 403, 404)
+    if isinstance(err, aiohttp.ClientError | OSError | TimeoutError):
+        return False
+    return before
 
 
 async def _wait_any(stop: asyncio.Event, other: asyncio.Event | None, timeout: float) -> None:

@@ -74,6 +74,7 @@ async def run(
             pass  # not the main thread (tests): the caller sets `stop`
 
     cleanups: list[Callable[[], Any]] = []
+    failed = asyncio.Event()  # set by a loop that ends the process with an error
     try:
         if flags.lock_file_path:
             fd = await loop.run_in_executor(None, flock.acquire, flags.lock_file_path)
@@ -97,6 +98,11 @@ async def run(
             build_clients(s, deps, cert_source)
             if isinstance(cert_source, CertManager):
                 _spawn(cert_source.run(stop), "client-certificate-manager", cleanups)
+                _spawn(
+                    exit_on_expired_client_certificate(cert_source, stop, failed),
+                    "client-certificate-expiry",
+                    cleanups,
+                )
 
         if deps.auth is None:
             deps.auth = build_auth(s, deps.kube_client, node_name(s))
@@ -114,7 +120,7 @@ async def run(
         log.info("Kubelet %s started on node %s", kubelet.__version__, name)
         await stop.wait()
         log.info("Shutting down")
-        return 0
+        return 1 if failed.is_set() else 0
     finally:
         for fn in reversed(cleanups):
             try:
@@ -198,6 +204,47 @@ async def client_certificates(
             flags.cert_directory,
         )
     return mgr
+
+
+# How long the kubelet goes on without a valid client certificate before it
+# exits so that its supervisor restarts it into bootstrapping (upstream: 5 min).
+CLIENT_CERT_EXIT_AFTER = 300.0
+
+
+async def exit_on_expired_client_certificate(
+    mgr: CertManager,
+    stop: asyncio.Event,
+    failed: asyncio.Event,
+    exit_after: float = CLIENT_CERT_EXIT_AFTER,
+    period: float = 10.0,
+) -> None:
+    """Stop the kubelet with an error once its client certificate has been
+    missing or expired for `exit_after` while the API server answers; only
+    complain while the server does not (a restart would not help)."""
+    last_ok = mgr.clock.time()
+    complained = False
+    while not stop.is_set():
+        now = mgr.clock.time()
+        if mgr.current() is not None:
+            last_ok, complained = now, False
+        elif now - last_ok > exit_after:
+            if mgr.server_healthy:
+                log.error(
+                    "The currently active client certificate has expired and the server is "
+                    "responsive, exiting."
+                )
+                failed.set()
+                stop.set()
+                return
+            if not complained:
+                log.error(
+                    "The currently active client certificate has expired, but the server is "
+                    "not responsive. A restart may be necessary to retrieve new initial "
+                    "credentials."
+                )
+                complained = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), period)
 
 
 def build_clients(

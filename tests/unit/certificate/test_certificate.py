@@ -431,3 +431,39 @@ async def test_an_unreachable_api_server_is_retried_and_the_key_kept(
     key = (pki_dir / bootstrap.TMP_PRIVATE_KEY_FILE).read_bytes()
     assert bootstrap.load_or_generate_key_file(str(pki_dir / bootstrap.TMP_PRIVATE_KEY_FILE)) == key
     assert not (tmp_path / "kubelet.kubeconfig").exists()
+
+
+async def test_kubelet_exits_when_its_client_certificate_expired_and_the_server_answers(
+    pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kubelet.cmd.run import exit_on_expired_client_certificate
+
+    clock = FakeClock(start=datetime.datetime.now().timestamp())
+    signer = Signer(pki, clock, 600)
+    m = Manager(
+        "client",
+        FileStore("kubelet-client", str(tmp_path / "pki")),
+        lambda: client_template("n1"),
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        "client auth",
+        lambda current: signer,
+        clock=clock,
+    )
+    assert await m.rotate() and m.server_healthy
+    stop, failed = asyncio.Event(), asyncio.Event()
+    watcher = asyncio.create_task(
+        exit_on_expired_client_certificate(m, stop, failed, exit_after=300, period=0.01)
+    )
+    clock.step(590)  # still valid
+    await asyncio.sleep(0.05)
+    clock.step(200)  # expired ~190 s ago: not yet
+    await asyncio.sleep(0.05)
+    assert not stop.is_set()
+    m.server_healthy = False  # an outage: complain, keep running
+    clock.step(200)
+    await asyncio.sleep(0.05)
+    assert not stop.is_set() and "server is not responsive" in caplog.text
+    m.server_healthy = True
+    await asyncio.wait_for(watcher, 1)
+    assert stop.is_set() and failed.is_set()
+    assert "expired and the server is responsive, exiting" in caplog.text
