@@ -626,13 +626,9 @@ class Kubelet:
         return out
 
     def _pods_memory(self) -> dict[str, int]:
-        """Working set per pod UID from one stats pass (for eviction ranking)."""
-        out = {}
-        for p in self.stats.summary()["pods"]:
-            ws = p["memory"]["workingSetBytes"]
-            if ws is not None:
-                out[p["podRef"]["uid"]] = int(ws)
-        return out
+        """Working set per pod UID from one stats pass (for eviction ranking):
+        memory.current and memory.stat of each pod cgroup, nothing else."""
+        return self.stats.pod_working_sets()
 
     async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
         u = uid(pod)

@@ -10,17 +10,28 @@ per key; a whole batch of cgroup directories is parsed in one call.
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp, strlen
 from posix.fcntl cimport open, O_RDONLY, O_CLOEXEC
-from posix.unistd cimport read, close
+from posix.unistd cimport read, close, pread
+from libc.errno cimport errno, ENODEV
 
 import os
 
 from cython.parallel cimport parallel, prange
 
-from kubelet.stats.types import CgroupStats
+from kubelet.stats.types import CgroupStats, FIELDS, V2_FILES, masks
 
 cdef extern from "fcntl.h" nogil:
     int openat(int dirfd, const char *pathname, int flags, ...)
     enum: O_DIRECTORY
+
+cdef extern from "sys/stat.h" nogil:
+    struct stat:
+        unsigned long st_nlink
+    int fstat(int fd, stat* buf)
+
+cdef extern from "sys/vfs.h" nogil:
+    struct statfs_t "statfs":
+        long f_type
+    int c_statfs "statfs"(const char* path, statfs_t* buf)
 
 cdef extern from "sys/statvfs.h" nogil:
     ctypedef unsigned long fsblkcnt_t
@@ -96,6 +107,28 @@ cdef bint buf_load_fd(Buf* b, int fd) noexcept nogil:
             break
     close(fd)
     return True
+
+
+cdef int buf_pread(Buf* b, int fd) noexcept nogil:
+    """Read a kept descriptor from offset 0 (a cgroup file regenerates its
+    contents on a read at offset 0). 1: read; 0: failed; -1: ENODEV, the
+    cgroup behind the descriptor was removed (kernfs deactivates its files)."""
+    cdef Py_ssize_t r
+    cdef char* grown
+    b.n = 0
+    while True:
+        if b.n == b.cap:
+            grown = <char*>realloc(b.data, b.cap * 2)
+            if grown == NULL:
+                return 0
+            b.data = grown
+            b.cap *= 2
+        r = pread(fd, b.data + b.n, b.cap - b.n, b.n)
+        if r < 0:
+            return -1 if errno == ENODEV else 0
+        b.n += r
+        if r == 0 or b.n < b.cap:
+            return 1
 
 
 cdef bint buf_load(Buf* b, const char* path) noexcept nogil:
@@ -406,17 +439,74 @@ cdef void clear(CG* cg) noexcept nogil:
         cg.psi_file[k] = False
 
 
-cdef void parse_v2(Buf* buf, const char* d, CG* cg) noexcept nogil:
+# v2 file numbers: bits of a file mask, in kubelet.stats.types.V2_FILES order.
+cdef enum:
+    V_CPU, V_MEMSTAT, V_MEMCUR, V_MEMMAX, V_MEMEVENTS, V_IO, V_PIDS, V_PIDSMAX,
+    V_CPUP, V_MEMP, V_IOP, NV2
+
+cdef const char* V2_NAMES[11]
+V2_NAMES[0] = b"cpu.stat"
+V2_NAMES[1] = b"memory.stat"
+V2_NAMES[2] = b"memory.current"
+V2_NAMES[3] = b"memory.max"
+V2_NAMES[4] = b"memory.events"
+V2_NAMES[5] = b"io.stat"
+V2_NAMES[6] = b"pids.current"
+V2_NAMES[7] = b"pids.max"
+V2_NAMES[8] = b"cpu.pressure"
+V2_NAMES[9] = b"memory.pressure"
+V2_NAMES[10] = b"io.pressure"
+
+
+cdef struct Entry:
+    # The kept descriptors of one cgroup v2 directory, -1 where not open.
+    int fd[11]
+
+
+cdef struct Src:
+    # Where one cgroup's files come from during one parse.
+    const char* dir  # the directory path
+    int dfd  # its descriptor, opened on first need; -1 before
+    bint dir_failed
+    Entry* entry  # kept descriptors, or NULL: open each file and close it
+    bint stale  # a kept descriptor answered ENODEV
+
+
+cdef bint src_dir(Src* s) noexcept nogil:
+    if s.dfd < 0 and not s.dir_failed:
+        s.dfd = open(s.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        s.dir_failed = s.dfd < 0
+    return s.dfd >= 0
+
+
+cdef bint load_v2(Buf* b, Src* s, int k) noexcept nogil:
+    """File k of the cgroup into b: through its kept descriptor (opened and
+    kept on first use), or open + read + close."""
+    cdef int fd, r
+    if s.entry == NULL:
+        return src_dir(s) and buf_load_at(b, s.dfd, V2_NAMES[k])
+    fd = s.entry.fd[k]
+    if fd < 0:
+        if not src_dir(s):
+            return False
+        fd = openat(s.dfd, V2_NAMES[k], O_RDONLY | O_CLOEXEC)
+        if fd < 0:
+            return False  # missing now; tried again next pass, as the reference does
+        s.entry.fd[k] = fd
+    r = buf_pread(b, fd)
+    if r < 0:
+        s.stale = True
+    return r == 1
+
+
+cdef void parse_v2_src(Buf* buf, Src* s, CG* cg, int files) noexcept nogil:
     cdef i64 cpu[6]
     cdef i64 mem[5]
     cdef i64 io[4]
     cdef i64 oom[1]
     cdef int k
-    cdef int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     clear(cg)
-    if dfd < 0:
-        return
-    if buf_load_at(buf, dfd, b"cpu.stat"):
+    if files & (1 << V_CPU) and load_v2(buf, s, V_CPU):
         kv(buf.data, buf.n, CPU2_KEYS, CPU2_LEN, cpu, 6)
         cg.v[F_CPU_USAGE] = scale(cpu[0], 1000)
         cg.v[F_CPU_USER] = scale(cpu[1], 1000)
@@ -424,39 +514,97 @@ cdef void parse_v2(Buf* buf, const char* d, CG* cg) noexcept nogil:
         cg.v[F_NR_PERIODS] = cpu[3]
         cg.v[F_NR_THROTTLED] = cpu[4]
         cg.v[F_THROTTLED] = scale(cpu[5], 1000)
-    if buf_load_at(buf, dfd, b"memory.stat"):
+    if files & (1 << V_MEMSTAT) and load_v2(buf, s, V_MEMSTAT):
         kv(buf.data, buf.n, MEM2_KEYS, MEM2_LEN, mem, 5)
         cg.v[F_RSS] = mem[0]
         cg.v[F_CACHE] = mem[1]
         cg.v[F_INACTIVE] = mem[2]
         cg.v[F_PGFAULT] = mem[3]
         cg.v[F_PGMAJFAULT] = mem[4]
-    if buf_load_at(buf, dfd, b"memory.current"):
+    if files & (1 << V_MEMCUR) and load_v2(buf, s, V_MEMCUR):
         cg.v[F_MEM_USAGE] = single(buf.data, buf.n)
     cg.v[F_WORKING_SET] = working_set(cg.v[F_MEM_USAGE], cg.v[F_INACTIVE])
-    if buf_load_at(buf, dfd, b"memory.max"):
+    if files & (1 << V_MEMMAX) and load_v2(buf, s, V_MEMMAX):
         cg.v[F_LIMIT] = ABSENT if is_max(buf.data, buf.n) else single(buf.data, buf.n)
-    if buf_load_at(buf, dfd, b"memory.events"):
+    if files & (1 << V_MEMEVENTS) and load_v2(buf, s, V_MEMEVENTS):
         kv(buf.data, buf.n, OOM_KEYS, OOM_LEN, oom, 1)
         cg.v[F_OOM_KILL] = oom[0]
-    if buf_load_at(buf, dfd, b"io.stat"):
+    if files & (1 << V_IO) and load_v2(buf, s, V_IO):
         io_stat(buf.data, buf.n, io)
         for k in range(4):
             cg.v[F_IO_RB + k] = io[k]
-    if buf_load_at(buf, dfd, b"pids.current"):
+    if files & (1 << V_PIDS) and load_v2(buf, s, V_PIDS):
         cg.v[F_PIDS] = single(buf.data, buf.n)
-    if buf_load_at(buf, dfd, b"pids.max"):
+    if files & (1 << V_PIDSMAX) and load_v2(buf, s, V_PIDSMAX):
         cg.v[F_PIDS_MAX] = ABSENT if is_max(buf.data, buf.n) else single(buf.data, buf.n)
-    if buf_load_at(buf, dfd, b"cpu.pressure"):
+    if files & (1 << V_CPUP) and load_v2(buf, s, V_CPUP):
         cg.psi_file[0] = True
         psi(buf.data, buf.n, &cg.psi[0])
-    if buf_load_at(buf, dfd, b"memory.pressure"):
+    if files & (1 << V_MEMP) and load_v2(buf, s, V_MEMP):
         cg.psi_file[1] = True
         psi(buf.data, buf.n, &cg.psi[8])
-    if buf_load_at(buf, dfd, b"io.pressure"):
+    if files & (1 << V_IOP) and load_v2(buf, s, V_IOP):
         cg.psi_file[2] = True
         psi(buf.data, buf.n, &cg.psi[16])
-    close(dfd)
+
+
+cdef void parse_v2(Buf* buf, const char* d, CG* cg, int files) noexcept nogil:
+    cdef Src s
+    s.dir = d
+    s.dfd = -1
+    s.dir_failed = False
+    s.entry = NULL
+    s.stale = False
+    parse_v2_src(buf, &s, cg, files)
+    if s.dfd >= 0:
+        close(s.dfd)
+
+
+cdef void entry_close(Entry* e) noexcept nogil:
+    cdef int k
+    for k in range(NV2):
+        if e.fd[k] >= 0:
+            close(e.fd[k])
+            e.fd[k] = -1
+
+
+cdef void parse_kept(Buf* buf, const char* d, Entry* e, CG* cg, int files,
+                     bint kernfs) noexcept nogil:
+    """Read a cgroup through its kept descriptors. A descriptor never outlives
+    its cgroup's directory: on cgroupfs (kernfs) every file of a removed cgroup
+    answers ENODEV, so a removal (and any re-creation under the same name) is
+    seen on the read itself at no extra cost, and the whole cgroup is read
+    again by path. Elsewhere (a tree of regular files, as in the tests and
+    benchmarks) a removed directory's files are unlinked: one fstat of a kept
+    descriptor seeing no links tells it."""
+    cdef Src s
+    cdef stat st
+    cdef int k
+    s.dir = d
+    s.dfd = -1
+    s.dir_failed = False
+    s.entry = e
+    s.stale = False
+    if not kernfs:
+        for k in range(NV2):
+            if e.fd[k] >= 0:
+                if fstat(e.fd[k], &st) != 0 or st.st_nlink == 0:
+                    entry_close(e)
+                break
+    parse_v2_src(buf, &s, cg, files)
+    if s.stale:
+        entry_close(e)
+        if s.dfd >= 0:
+            close(s.dfd)  # may be the old directory's, opened before the ENODEV
+        s.dfd = -1
+        s.dir_failed = False
+        s.stale = False
+        parse_v2_src(buf, &s, cg, files)
+        if s.stale:  # removed again in between: report it as gone
+            entry_close(e)
+            clear(cg)
+    if s.dfd >= 0:
+        close(s.dfd)
 
 
 cdef inline i64 pick(i64 total, i64 plain) noexcept nogil:
@@ -477,7 +625,7 @@ cdef int open_dir(char* tmp, const char* root, const char* ctrl, const char* pat
     return open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
 
 
-cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcept nogil:
+cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int files) noexcept nogil:
     cdef i64 acct[2]
     cdef i64 cpu[3]
     cdef i64 mem[10]
@@ -486,10 +634,11 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcep
     cdef char tmp[4096]
     cdef int fd
     cdef int k
+    cdef int mfiles
     clear(cg)
     for k in range(10):
         mem[k] = ABSENT
-    fd = open_dir(tmp, root, b"cpuacct", path)
+    fd = open_dir(tmp, root, b"cpuacct", path) if files & (1 << V_CPU) else -1
     if fd >= 0:
         if buf_load_at(buf, fd, b"cpuacct.usage"):
             cg.v[F_CPU_USAGE] = single(buf.data, buf.n)
@@ -498,7 +647,7 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcep
             cg.v[F_CPU_USER] = scale(acct[0], USER_HZ_NS)
             cg.v[F_CPU_SYSTEM] = scale(acct[1], USER_HZ_NS)
         close(fd)
-    fd = open_dir(tmp, root, b"cpu", path)
+    fd = open_dir(tmp, root, b"cpu", path) if files & (1 << V_CPU) else -1
     if fd >= 0:
         if buf_load_at(buf, fd, b"cpu.stat"):
             kv(buf.data, buf.n, CPU1_KEYS, CPU1_LEN, cpu, 3)
@@ -506,17 +655,18 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcep
             cg.v[F_NR_THROTTLED] = cpu[1]
             cg.v[F_THROTTLED] = cpu[2]
         close(fd)
-    fd = open_dir(tmp, root, b"memory", path)
+    mfiles = files & ((1 << V_MEMSTAT) | (1 << V_MEMCUR) | (1 << V_MEMMAX) | (1 << V_MEMEVENTS))
+    fd = open_dir(tmp, root, b"memory", path) if mfiles else -1
     if fd >= 0:
-        if buf_load_at(buf, fd, b"memory.stat"):
+        if files & (1 << V_MEMSTAT) and buf_load_at(buf, fd, b"memory.stat"):
             kv(buf.data, buf.n, MEM1_KEYS, MEM1_LEN, mem, 10)
-        if buf_load_at(buf, fd, b"memory.usage_in_bytes"):
+        if files & (1 << V_MEMCUR) and buf_load_at(buf, fd, b"memory.usage_in_bytes"):
             cg.v[F_MEM_USAGE] = single(buf.data, buf.n)
-        if buf_load_at(buf, fd, b"memory.limit_in_bytes"):
+        if files & (1 << V_MEMMAX) and buf_load_at(buf, fd, b"memory.limit_in_bytes"):
             cg.v[F_LIMIT] = single(buf.data, buf.n)
             if cg.v[F_LIMIT] >= V1_UNLIMITED:
                 cg.v[F_LIMIT] = ABSENT
-        if buf_load_at(buf, fd, b"memory.oom_control"):
+        if files & (1 << V_MEMEVENTS) and buf_load_at(buf, fd, b"memory.oom_control"):
             kv(buf.data, buf.n, OOM_KEYS, OOM_LEN, oom, 1)
             cg.v[F_OOM_KILL] = oom[0]
         close(fd)
@@ -526,7 +676,7 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcep
     cg.v[F_PGFAULT] = pick(mem[3], mem[8])
     cg.v[F_PGMAJFAULT] = pick(mem[4], mem[9])
     cg.v[F_WORKING_SET] = working_set(cg.v[F_MEM_USAGE], cg.v[F_INACTIVE])
-    fd = open_dir(tmp, root, b"blkio", path)
+    fd = open_dir(tmp, root, b"blkio", path) if files & (1 << V_IO) else -1
     if fd >= 0:
         if buf_load_at(buf, fd, b"blkio.throttle.io_service_bytes"):
             blkio(buf.data, buf.n, rw)
@@ -537,11 +687,11 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg) noexcep
             cg.v[F_IO_RIO] = rw[0]
             cg.v[F_IO_WIO] = rw[1]
         close(fd)
-    fd = open_dir(tmp, root, b"pids", path)
+    fd = open_dir(tmp, root, b"pids", path) if files & ((1 << V_PIDS) | (1 << V_PIDSMAX)) else -1
     if fd >= 0:
-        if buf_load_at(buf, fd, b"pids.current"):
+        if files & (1 << V_PIDS) and buf_load_at(buf, fd, b"pids.current"):
             cg.v[F_PIDS] = single(buf.data, buf.n)
-        if buf_load_at(buf, fd, b"pids.max"):
+        if files & (1 << V_PIDSMAX) and buf_load_at(buf, fd, b"pids.max"):
             cg.v[F_PIDS_MAX] = ABSENT if is_max(buf.data, buf.n) else single(buf.data, buf.n)
         close(fd)
 
@@ -556,8 +706,20 @@ cdef object psi_obj(CG* cg, int r):
     return (some, full)
 
 
-cdef object to_stats(CG* cg, bint v2):
+cdef int ALL_F = (1 << 24) - 1
+
+
+cdef object to_stats(CG* cg, bint v2, int fm):
+    """The stats object; fields outside the field mask fm (FIELDS order) are None."""
     cdef i64* v = cg.v
+    cdef int k
+    if fm != ALL_F:
+        for k in range(NF):
+            if not (fm >> k) & 1:
+                v[k] = ABSENT
+        for k in range(3):
+            if not (fm >> (NF + k)) & 1:
+                cg.psi_file[k] = False
     return CgroupStats(
         opt(v[0]), opt(v[1]), opt(v[2]), opt(v[3]), opt(v[4]), opt(v[5]), opt(v[6]),
         opt(v[7]), opt(v[8]), opt(v[9]), opt(v[10]), opt(v[11]), opt(v[12]), opt(v[13]),
@@ -568,15 +730,29 @@ cdef object to_stats(CG* cg, bint v2):
     )
 
 
-def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
+cdef int _threads(int threads, Py_ssize_t n):
+    if n < 64:
+        return 1  # not worth waking threads for
+    return threads if threads > 0 else min(4, os.cpu_count() or 1)
+
+
+def _fieldset(fields):
+    return masks(None if fields is None else frozenset(fields))
+
+
+def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0, fields=None):
     """Stats of each cgroup path (relative to the hierarchy root), in order.
 
     v2: files under <root>/<path>/; v1: under <root>/<controller>/<path>/.
+    fields: the CgroupStats fields wanted (None: all); only the files they
+    need are read (kubelet.stats.types.masks) and the other fields are None.
     Files are read and parsed without the GIL, on up to `threads` threads
     (0: one per CPU, at most 4); only the result objects are built with it.
     """
     if version != 1 and version != 2:
         raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+    cdef int fm, files
+    fm, files = _fieldset(fields)
     cdef Py_ssize_t n = len(paths), i
     cdef bytes rootb = os.fsencode(root)
     cdef const char* croot = rootb
@@ -587,15 +763,13 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
     cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
     cdef CG* res = <CG*>malloc(max(n, 1) * sizeof(CG))
     cdef Buf* b
-    cdef int nt = threads if threads > 0 else min(4, os.cpu_count() or 1)
+    cdef int nt = _threads(threads, n)
     if cpaths == NULL or res == NULL:
         free(cpaths)
         free(res)
         raise MemoryError()
     for i in range(n):
         cpaths[i] = NULL if keep[i] is None else <const char*><bytes>keep[i]
-    if n < 64:
-        nt = 1  # not worth waking threads for
     try:
         with nogil, parallel(num_threads=nt):
             b = buf_new()
@@ -603,14 +777,270 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0):
                 if b == NULL or cpaths[i] == NULL:
                     clear(&res[i])
                 elif version == 2:
-                    parse_v2(b, cpaths[i], &res[i])
+                    parse_v2(b, cpaths[i], &res[i], files)
                 else:
-                    parse_v1(b, croot, cpaths[i], &res[i])
+                    parse_v1(b, croot, cpaths[i], &res[i], files)
             buf_free(b)
-        return [to_stats(&res[i], version == 2) for i in range(n)]
+        return [to_stats(&res[i], version == 2, fm) for i in range(n)]
     finally:
         free(cpaths)
         free(res)
+
+
+cdef long CGROUP2_MAGIC = 0x63677270
+cdef long CGROUP1_MAGIC = 0x27e0eb
+
+
+def _popcount(int x):
+    return bin(x).count("1")
+
+
+cdef class CgroupReader:
+    """Reads the same cgroups again and again (v2) through descriptors kept
+    open between reads, one pread at offset 0 per file, for as many cgroups as
+    `max_fds` allows (in the order they are first asked for); the others are
+    opened, read and closed every time, as parse_cgroups does. Results equal
+    parse_cgroups(paths, 2, root, fields=...) read at the same moment (see
+    parse_kept for why a removed or re-created cgroup is never read through a
+    descriptor of its former self).
+
+    retain(paths) closes the descriptors of every cgroup not named (pods that
+    are gone) and gives their budget to cgroups read later. v1 keeps nothing
+    open (its files sit in one directory per controller).
+    """
+
+    cdef int version, fm, files, nfiles, threads
+    cdef bint kernfs
+    cdef Py_ssize_t slots
+    cdef bytes rootb
+    cdef dict index  # path -> slot
+    cdef list free_slots
+    cdef Entry* entries
+    cdef readonly object fields
+
+    def __cinit__(self):
+        self.entries = NULL
+
+    def __init__(self, int version, root="/sys/fs/cgroup", fields=None, int max_fds=0,
+                 int threads=0):
+        cdef statfs_t sf
+        cdef Py_ssize_t i
+        cdef int k
+        if version != 1 and version != 2:
+            raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+        self.version = version
+        self.fields = None if fields is None else frozenset(fields)
+        self.fm, self.files = masks(self.fields)
+        self.nfiles = _popcount(self.files)
+        self.threads = threads
+        self.rootb = os.fsencode(root)
+        self.kernfs = False
+        if b"\x00" not in self.rootb and c_statfs(self.rootb, &sf) == 0:
+            self.kernfs = sf.f_type == CGROUP2_MAGIC or sf.f_type == CGROUP1_MAGIC
+        self.slots = max(0, max_fds) // self.nfiles if version == 2 and self.nfiles else 0
+        self.index = {}
+        self.free_slots = list(range(self.slots - 1, -1, -1))
+        self.entries = <Entry*>malloc(max(self.slots, 1) * sizeof(Entry))
+        if self.entries == NULL:
+            raise MemoryError()
+        for i in range(self.slots):
+            for k in range(NV2):
+                self.entries[i].fd[k] = -1
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.entries != NULL:
+            for i in range(self.slots):
+                entry_close(&self.entries[i])
+            free(self.entries)
+            self.entries = NULL
+
+    def close(self):
+        """Close every kept descriptor (the reader stays usable)."""
+        cdef Py_ssize_t s
+        for s in self.index.values():
+            entry_close(&self.entries[s])
+        self.index.clear()
+        self.free_slots = list(range(self.slots - 1, -1, -1))
+
+    @property
+    def kept(self):
+        """The cgroup paths that hold a place in the descriptor budget."""
+        return frozenset(self.index)
+
+    def retain(self, paths):
+        """Close the descriptors of the kept cgroups not in paths."""
+        cdef Py_ssize_t s
+        index = self.index
+        wanted = paths if isinstance(paths, (set, frozenset, dict)) else set(paths)
+        for p in [p for p in index if p not in wanted]:
+            s = index.pop(p)
+            entry_close(&self.entries[s])
+            self.free_slots.append(s)
+
+    @property
+    def capacity(self):
+        """How many cgroups the descriptor budget can keep."""
+        return self.slots
+
+    @property
+    def open_fds(self):
+        cdef Py_ssize_t s
+        cdef int k, n = 0
+        for s in self.index.values():
+            for k in range(NV2):
+                if self.entries[s].fd[k] >= 0:
+                    n += 1
+        return n
+
+    cdef _assign(self, paths, Py_ssize_t* slot_of):
+        """Give free slots to new cgroups, first asked first served;
+        slot_of[i] = the slot of paths[i] or -1."""
+        cdef Py_ssize_t i
+        index = self.index
+        seen = set()
+        for i, p in enumerate(paths):
+            slot = index.get(p)
+            if slot is None and self.free_slots:
+                slot = self.free_slots.pop()
+                index[p] = slot
+            if slot is None or p in seen:
+                slot_of[i] = -1  # a second copy in one batch reads by path
+            else:
+                slot_of[i] = slot
+                seen.add(p)
+
+    def read(self, paths, fields=None):
+        """Stats of each cgroup path, in order. fields: a subset of the reader's
+        fields for this read only (None: the reader's own)."""
+        cdef int fm = self.fm, files = self.files
+        cdef Py_ssize_t n = len(paths), i
+        cdef int version = self.version
+        cdef bint kernfs = self.kernfs
+        cdef bytes rootb = self.rootb
+        cdef const char* croot = rootb
+        if fields is not None:
+            fm, files = _fieldset(fields)
+            if (self.fm | fm) != self.fm:
+                raise ValueError("fields outside the reader's own field set")
+        if version == 2:
+            keep = [_cpath(rootb + b"/" + os.fsencode(p)) for p in paths]
+        else:
+            keep = [None if b"\x00" in rootb else _cpath(p) for p in paths]
+        cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
+        cdef Py_ssize_t* slot_of = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        cdef CG* res = <CG*>malloc(max(n, 1) * sizeof(CG))
+        cdef Buf* b
+        cdef Entry* entries = self.entries
+        cdef int nt = _threads(self.threads, n)
+        if cpaths == NULL or res == NULL or slot_of == NULL:
+            free(cpaths)
+            free(res)
+            free(slot_of)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                cpaths[i] = NULL if keep[i] is None else <const char*><bytes>keep[i]
+                slot_of[i] = -1
+            if self.slots:
+                self._assign(paths, slot_of)
+            with nogil, parallel(num_threads=nt):
+                b = buf_new()
+                for i in prange(n, schedule="static"):
+                    if b == NULL or cpaths[i] == NULL:
+                        clear(&res[i])
+                    elif slot_of[i] >= 0:
+                        parse_kept(b, cpaths[i], &entries[slot_of[i]], &res[i], files, kernfs)
+                    elif version == 2:
+                        parse_v2(b, cpaths[i], &res[i], files)
+                    else:
+                        parse_v1(b, croot, cpaths[i], &res[i], files)
+                buf_free(b)
+            return [to_stats(&res[i], version == 2, fm) for i in range(n)]
+        finally:
+            free(cpaths)
+            free(res)
+            free(slot_of)
+
+    def floor(self, paths):
+        """The no-parse floor of read(paths) once its descriptors are open: one
+        pread per kept file, open + read + close for the rest; no parsing, no
+        removal check, no result objects. Returns the bytes read."""
+        cdef Py_ssize_t n = len(paths), i, total = 0
+        cdef int files = self.files, k
+        cdef Entry* e
+        cdef Buf* b
+        cdef Py_ssize_t* slot_of = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        keep = [_cpath(self.rootb + b"/" + os.fsencode(p)) for p in paths]
+        cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
+        cdef int nt = _threads(self.threads, n)
+        if cpaths == NULL or slot_of == NULL:
+            free(cpaths)
+            free(slot_of)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                cpaths[i] = NULL if keep[i] is None else <const char*><bytes>keep[i]
+                slot_of[i] = self.index.get(paths[i], -1)
+            with nogil, parallel(num_threads=nt):
+                b = buf_new()
+                for i in prange(n, schedule="static"):
+                    if b == NULL or cpaths[i] == NULL:
+                        continue
+                    if slot_of[i] < 0:
+                        total += floor_one(b, cpaths[i], files)
+                        continue
+                    e = &self.entries[slot_of[i]]
+                    for k in range(NV2):
+                        if files & (1 << k) and e.fd[k] >= 0 and buf_pread(b, e.fd[k]) == 1:
+                            total += b.n
+                buf_free(b)
+            return total
+        finally:
+            free(cpaths)
+            free(slot_of)
+
+
+cdef Py_ssize_t floor_one(Buf* b, const char* d, int files) noexcept nogil:
+    cdef int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    cdef int k
+    cdef Py_ssize_t got = 0
+    if dfd < 0:
+        return 0
+    for k in range(NV2):
+        if files & (1 << k) and buf_load_at(b, dfd, V2_NAMES[k]):
+            got += b.n
+    close(dfd)
+    return got
+
+
+def floor_read(paths, root="/sys/fs/cgroup", fields=None, int threads=0):
+    """The no-parse floor of parse_cgroups(paths, 2, root, threads, fields):
+    the same open of each directory, openat + read + close of exactly the same
+    files into the same per-thread buffers, on the same threads; no parsing
+    and no result objects. Returns the bytes read."""
+    cdef int fm, files
+    fm, files = _fieldset(fields)
+    cdef Py_ssize_t n = len(paths), i, total = 0
+    cdef bytes rootb = os.fsencode(root)
+    keep = [_cpath(rootb + b"/" + os.fsencode(p)) for p in paths]
+    cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
+    cdef Buf* b
+    cdef int nt = _threads(threads, n)
+    if cpaths == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            cpaths[i] = NULL if keep[i] is None else <const char*><bytes>keep[i]
+        with nogil, parallel(num_threads=nt):
+            b = buf_new()
+            for i in prange(n, schedule="static"):
+                if b != NULL and cpaths[i] != NULL:
+                    total += floor_one(b, cpaths[i], files)
+            buf_free(b)
+        return total
+    finally:
+        free(cpaths)
 
 
 def read_proc_stat(path="/proc/stat"):

@@ -1,12 +1,15 @@
 """cgroup and /proc stats parsers: Cython (kubelet.stats.cgstats, built from
 pyx/cgstats.pyx) by default, the pure-Python reference with KUBELET_IMPL=reference.
 
-    parse_cgroups(paths, version, root) -> list[CgroupStats]   one call per batch
+    parse_cgroups(paths, version, root, fields=) -> list[CgroupStats]   one call per batch
+    CgroupReader(version, root, fields, max_fds).read(paths)  the same, descriptors kept
+    floor_read(paths, root, fields) -> bytes    the no-parse floor (benchmarks)
     read_proc_stat(), read_meminfo(), read_loadavg(), read_pid_stat(pid), fs_usage(path)
 """
 
 from __future__ import annotations
 
+import resource
 from types import ModuleType
 
 import kubelet
@@ -32,14 +35,36 @@ else:
     impl = reference
 
 parse_cgroups = impl.parse_cgroups
+CgroupReader = impl.CgroupReader
+floor_read = impl.floor_read
 read_proc_stat = impl.read_proc_stat
 read_meminfo = impl.read_meminfo
 read_loadavg = impl.read_loadavg
 read_pid_stat = impl.read_pid_stat
 fs_usage = impl.fs_usage
 
+# Share of the soft RLIMIT_NOFILE that kept cgroup descriptors may hold; the
+# rest is for the API and CRI connections, streaming sessions, logs, inotify.
+DESCRIPTOR_SHARE = 0.5
+
+
+def descriptor_budget(share: float = DESCRIPTOR_SHARE) -> int:
+    """How many descriptors the stats readers may keep open: a share of the
+    process's soft open-files limit (20,000 on the project's VM: 10,000)."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(0, int(soft * share))
+
+
 __all__ = [
+    "CgroupReader",
     "CgroupStats",
+    "descriptor_budget",
+    "floor_read",
     "fs_usage",
     "native",
     "parse_cgroups",

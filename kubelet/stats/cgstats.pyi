@@ -1,10 +1,43 @@
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from kubelet.stats.types import CgroupStats
 
 def parse_cgroups(
-    paths: list[str], version: int, root: str = "/sys/fs/cgroup"
+    paths: list[str],
+    version: int,
+    root: str = "/sys/fs/cgroup",
+    threads: int = 0,
+    fields: Iterable[str] | None = None,
 ) -> list[CgroupStats]: ...
+def floor_read(
+    paths: list[str],
+    root: str = "/sys/fs/cgroup",
+    fields: Iterable[str] | None = None,
+    threads: int = 0,
+) -> int: ...
+
+class CgroupReader:
+    fields: frozenset[str] | None
+    def __init__(
+        self,
+        version: int,
+        root: str = "/sys/fs/cgroup",
+        fields: Iterable[str] | None = None,
+        max_fds: int = 0,
+        threads: int = 0,
+    ) -> None: ...
+    @property
+    def kept(self) -> frozenset[str]: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def open_fds(self) -> int: ...
+    def read(self, paths: list[str], fields: Iterable[str] | None = None) -> list[CgroupStats]: ...
+    def retain(self, paths: Collection[str]) -> None: ...
+    def floor(self, paths: list[str]) -> int: ...
+    def close(self) -> None: ...
+
 def read_proc_stat(path: str = "/proc/stat") -> dict[str, Any] | None: ...
 def read_meminfo(path: str = "/proc/meminfo") -> dict[str, int | None] | None: ...
 def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float, int, int] | None: ...

@@ -9,6 +9,12 @@ listing, no runtime call). Node figures come from /proc and statvfs. CPU rates
 (usageNanoCores) are the change since the previous collection. Collections are
 cached for a second, so /stats/summary, /metrics/resource and /metrics/cadvisor
 scraped together cost one pass.
+
+Each consumer asks for the fields it needs (kubelet.stats.types: EVICTION,
+RESOURCE_METRICS, SUMMARY, CADVISOR) and only their files are read. The
+SUMMARY files (which cover eviction and /metrics/resource) are read through a
+CgroupReader that keeps them open, one pread per file, for as many cgroups as
+the descriptor budget allows; /metrics/cadvisor's wider set opens its files.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts, pod_re
 from kubelet.container.runtime import PodStatus
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
-from kubelet.stats.types import CgroupStats
+from kubelet.stats.types import EVICTION, RESOURCE_METRICS, SUMMARY, CgroupStats
 from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Pod, host_network, name, namespace, uid
 
@@ -113,8 +119,55 @@ class StatsProvider:
         else:
             self.hierarchy = mounts.get("", "/sys/fs/cgroup")
         self._prev: dict[str, tuple[float, int]] = {}  # key -> (time, cpu ns)
-        self._cached: tuple[float, dict[str, Any], list[CgroupRow]] | None = None
+        # (monotonic time, fields read (None: all), summary, rows)
+        self._cached: (
+            tuple[float, frozenset[str] | None, dict[str, Any], list[CgroupRow]] | None
+        ) = None
         self.collections = 0
+        self._reader = stats.CgroupReader(
+            self.version, self.hierarchy, fields=SUMMARY, max_fds=stats.descriptor_budget()
+        )
+
+    @property
+    def kept_cgroups(self) -> int:
+        """cgroups whose files are kept open between reads."""
+        return len(self._reader.kept)
+
+    def invalidate(self) -> None:
+        """Forget the cached collection (the next ask reads the cgroups again)."""
+        self._cached = None
+
+    def _parse(self, rels: list[str], fields: frozenset[str] | None) -> list[CgroupStats]:
+        if fields is not None and fields <= SUMMARY:
+            return list(self._reader.read(rels, fields))
+        return stats.parse_cgroups(rels, self.version, self.hierarchy, fields=fields)
+
+    def pod_working_sets(self) -> dict[str, int]:
+        """Working set per pod UID (eviction ranking): from a collection of the
+        last second if there is one, else one pass over the pod cgroups that
+        reads memory.current and memory.stat only."""
+        cached = self._cached
+        if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+            if cached[1] is None or "memory_working_set" in cached[1]:
+                return {
+                    p["podRef"]["uid"]: int(p["memory"]["workingSetBytes"])
+                    for p in cached[2]["pods"]
+                    if p["memory"]["workingSetBytes"] is not None
+                }
+        pods = self.pods()
+        rels = []
+        for p in pods:
+            rel = PodContainerManager.name(p)
+            rels.append(f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel)
+        parsed = self._parse(rels, EVICTION)
+        # Keep the descriptors of live pods and of the cgroups inside them.
+        live = set(rels)
+        self._reader.retain(live | {k for k in self._reader.kept if k.rpartition("/")[0] in live})
+        return {
+            uid(p): int(st.memory_working_set)
+            for p, st in zip(pods, parsed, strict=True)
+            if st.memory_working_set is not None
+        }
 
     def _procs_file(self, rel: str) -> str:
         if self.version == 1:
@@ -131,19 +184,28 @@ class StatsProvider:
         return int((cpu_ns - prev[1]) / (now - prev[0]))
 
     def summary(self) -> dict[str, Any]:
-        return self.snapshot()[0]
+        return self.snapshot(SUMMARY)[0]
 
-    def snapshot(self) -> tuple[dict[str, Any], list[CgroupRow], float]:
-        """The last collection (at most a second old): the summary, its cgroups
-        (root, pods, their sandboxes and containers) and its unix time."""
+    def snapshot(
+        self, fields: frozenset[str] | None = None
+    ) -> tuple[dict[str, Any], list[CgroupRow], float]:
+        """The last collection (at most a second old) that read at least
+        `fields` (None: every field, and the pods' network): the summary, its
+        cgroups (root, pods, their sandboxes and containers) and its unix time."""
         now = time.monotonic()
         cached = self._cached
-        if cached is None or now - cached[0] >= CACHE_SECONDS:
-            out, rows = self._collect(now)
-            cached = self._cached = (now, out, rows)
-        return cached[1], cached[2], time.time() - (now - cached[0])
+        if (
+            cached is None
+            or now - cached[0] >= CACHE_SECONDS
+            or (cached[1] is not None and (fields is None or not fields <= cached[1]))
+        ):
+            out, rows = self._collect(now, fields)
+            cached = self._cached = (now, fields, out, rows)
+        return cached[2], cached[3], time.time() - (now - cached[0])
 
-    def _collect(self, now: float) -> tuple[dict[str, Any], list[CgroupRow]]:
+    def _collect(
+        self, now: float, fields: frozenset[str] | None = None
+    ) -> tuple[dict[str, Any], list[CgroupRow]]:
         self.collections += 1
         ts = _now()
         pods = self.pods()
@@ -160,7 +222,8 @@ class StatsProvider:
             if status is not None:
                 rels.extend(f"{rel}/{sb.id}" for sb in status.sandboxes if sb.ready)
                 rels.extend(f"{rel}/{c.id}" for c in status.running())
-        parsed = stats.parse_cgroups(rels, self.version, self.hierarchy)
+        parsed = self._parse(rels, fields)
+        self._reader.retain(rels)
         rows: list[CgroupRow] = []
         root = parsed[0]
         if root.cpu_usage_ns is not None or root.memory_usage is not None:
@@ -173,11 +236,13 @@ class StatsProvider:
         seen = set()
         for p, rel, status, i in plan:
             st = parsed[i]
-            if st.cpu_usage_ns is None and st.memory_usage is None:
+            if st.cpu_usage_ns is None and st.memory_working_set is None:
                 continue  # no cgroup of ours (cgroupsPerQOS off, or not made yet)
             key = uid(p)
             seen.add(key)
-            containers = self._container_rows(p, rel, status, parsed, i + 1, rows)
+            containers = self._container_rows(
+                p, rel, status, parsed, i + 1, rows, network_io=fields is None
+            )
             seen.update(r.name for r in containers)
             pod_out.append(
                 {
@@ -216,9 +281,11 @@ class StatsProvider:
         parsed: list[CgroupStats],
         j: int,
         rows: list[CgroupRow],
+        network_io: bool = True,
     ) -> list[CgroupRow]:
         """Appends the pod's row and its sandbox and container rows (those whose
-        cgroup exists) to rows; returns the container rows."""
+        cgroup exists) to rows; returns the container rows. network_io: read
+        the pod's interfaces (only /metrics/cadvisor reports them)."""
         ns, pod_name = namespace(p), name(p)
         res = pod_resources(p)
         network: tuple[Interface, ...] = ()
@@ -227,7 +294,7 @@ class StatsProvider:
         running = status.running() if status else []
         if sandboxes:
             start = sandboxes[0].created_at / 1e9
-        if not host_network(p):
+        if network_io and not host_network(p):
             # The pod's network namespace, through any process of the pod.
             pid = first_pid(self._procs_file(f"{rel}/{sandboxes[0].id}")) if sandboxes else None
             if pid is None:
@@ -242,7 +309,7 @@ class StatsProvider:
         for sb in sandboxes:
             st = parsed[j]
             j += 1
-            if st.cpu_usage_ns is None and st.memory_usage is None:
+            if st.cpu_usage_ns is None and st.memory_working_set is None:
                 continue  # not a cgroupfs layout: nothing to report per container
             # The kubelet does not know for sure which pause image the runtime used.
             rows.append(
@@ -255,7 +322,7 @@ class StatsProvider:
         for c in running:
             st = parsed[j]
             j += 1
-            if st.cpu_usage_ns is None and st.memory_usage is None:
+            if st.cpu_usage_ns is None and st.memory_working_set is None:
                 continue
             spec = specs.get(c.name)
             shares = quota = period = limit = None
@@ -333,7 +400,7 @@ class ResourceMetrics(Collector):
         self.provider = provider
 
     def collect(self) -> Any:
-        s, rows, when = self.provider.snapshot()
+        s, rows, when = self.provider.snapshot(RESOURCE_METRICS)
         node = s["node"]
         cpu = CounterMetricFamily(
             "node_cpu_usage_seconds", "Cumulative cpu time consumed by the node in core-seconds"

@@ -25,7 +25,7 @@ import os
 import re
 from typing import Any
 
-from kubelet.stats.types import PSI, CgroupStats, PSILine
+from kubelet.stats.types import FIELDS, PSI, V2_FILES, CgroupStats, PSILine, masks
 
 MAX = 2**63 - 1
 USER_HZ_NS = 10_000_000  # cpuacct.stat counts USER_HZ (100) ticks
@@ -149,15 +149,21 @@ def _working_set(usage: int | None, inactive: int | None) -> int | None:
     return max(0, usage - (inactive or 0))
 
 
-def _v2(d: str) -> CgroupStats:
-    cpu = _kv(_read(f"{d}/cpu.stat"))
-    mem = _kv(_read(f"{d}/memory.stat"))
-    _, usage = _single(_read(f"{d}/memory.current"))
-    _, limit = _single(_read(f"{d}/memory.max"), allow_max=True)
-    _, pids = _single(_read(f"{d}/pids.current"))
-    _, pids_max = _single(_read(f"{d}/pids.max"), allow_max=True)
-    events = _kv(_read(f"{d}/memory.events"))
-    rb, wb, rio, wio = _io_stat(_read(f"{d}/io.stat"))
+def _v2(d: str, files: int) -> CgroupStats:
+    def r(bit: int, name: str) -> bytes | None:
+        return _read(f"{d}/{name}") if files & (1 << bit) else None
+
+    cpu = _kv(r(0, "cpu.stat"))
+    mem = _kv(r(1, "memory.stat"))
+    _, usage = _single(r(2, "memory.current"))
+    _, limit = _single(r(3, "memory.max"), allow_max=True)
+    events = _kv(r(4, "memory.events"))
+    rb, wb, rio, wio = _io_stat(r(5, "io.stat"))
+    _, pids = _single(r(6, "pids.current"))
+    _, pids_max = _single(r(7, "pids.max"), allow_max=True)
+    cpu_p = _psi(r(8, "cpu.pressure"))
+    mem_p = _psi(r(9, "memory.pressure"))
+    io_p = _psi(r(10, "io.pressure"))
     inactive = mem.get(b"inactive_file")
     return CgroupStats(
         _scale(cpu.get(b"usage_usec"), 1000),
@@ -181,29 +187,31 @@ def _v2(d: str) -> CgroupStats:
         wio,
         pids,
         pids_max,
-        _psi(_read(f"{d}/cpu.pressure")),
-        _psi(_read(f"{d}/memory.pressure")),
-        _psi(_read(f"{d}/io.pressure")),
+        cpu_p,
+        mem_p,
+        io_p,
     )
 
 
-def _v1(root: str, path: str) -> CgroupStats:
-    def f(controller: str, name: str) -> bytes | None:
+def _v1(root: str, path: str, files: int) -> CgroupStats:
+    def f(bit: int, controller: str, name: str) -> bytes | None:
+        if not files & (1 << bit):
+            return None
         return _read(f"{root}/{controller}/{path}/{name}")
 
-    _, usage_ns = _single(f("cpuacct", "cpuacct.usage"))
-    acct = _kv(f("cpuacct", "cpuacct.stat"))
-    cpu = _kv(f("cpu", "cpu.stat"))
-    mem = _kv(f("memory", "memory.stat"))
-    _, usage = _single(f("memory", "memory.usage_in_bytes"))
-    _, limit = _single(f("memory", "memory.limit_in_bytes"))
+    _, usage_ns = _single(f(0, "cpuacct", "cpuacct.usage"))
+    acct = _kv(f(0, "cpuacct", "cpuacct.stat"))
+    cpu = _kv(f(0, "cpu", "cpu.stat"))
+    mem = _kv(f(1, "memory", "memory.stat"))
+    _, usage = _single(f(2, "memory", "memory.usage_in_bytes"))
+    _, limit = _single(f(3, "memory", "memory.limit_in_bytes"))
     if limit is not None and limit >= V1_UNLIMITED:
         limit = None
-    oom = _kv(f("memory", "memory.oom_control"))
-    rb, wb = _blkio(f("blkio", "blkio.throttle.io_service_bytes"))
-    rio, wio = _blkio(f("blkio", "blkio.throttle.io_serviced"))
-    _, pids = _single(f("pids", "pids.current"))
-    _, pids_max = _single(f("pids", "pids.max"), allow_max=True)
+    oom = _kv(f(4, "memory", "memory.oom_control"))
+    rb, wb = _blkio(f(5, "blkio", "blkio.throttle.io_service_bytes"))
+    rio, wio = _blkio(f(5, "blkio", "blkio.throttle.io_serviced"))
+    _, pids = _single(f(6, "pids", "pids.current"))
+    _, pids_max = _single(f(7, "pids", "pids.max"), allow_max=True)
 
     def m(key: bytes) -> int | None:
         v = mem.get(b"total_" + key)
@@ -238,18 +246,103 @@ def _v1(root: str, path: str) -> CgroupStats:
     )
 
 
+def _only(st: CgroupStats, fmask: int) -> CgroupStats:
+    vals = st.as_tuple()
+    return CgroupStats(*(v if fmask >> k & 1 else None for k, v in enumerate(vals)))
+
+
 def parse_cgroups(
-    paths: list[str], version: int, root: str = "/sys/fs/cgroup"
+    paths: list[str],
+    version: int,
+    root: str = "/sys/fs/cgroup",
+    threads: int = 0,
+    fields: frozenset[str] | None = None,
 ) -> list[CgroupStats]:
     """Stats of each cgroup path (relative to the hierarchy root), in order.
 
     v2: files under <root>/<path>/; v1: under <root>/<controller>/<path>/.
+    fields: the CgroupStats fields wanted (None: all); only the files they
+    need are read and the other fields are None. threads: unused here.
     """
+    fmask, files = masks(None if fields is None else frozenset(fields))
     if version == 2:
-        return [_v2(f"{root}/{p}") for p in paths]
-    if version == 1:
-        return [_v1(root, p) for p in paths]
-    raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+        out = [_v2(f"{root}/{p}", files) for p in paths]
+    elif version == 1:
+        out = [_v1(root, p, files) for p in paths]
+    else:
+        raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+    if fmask != (1 << len(FIELDS)) - 1:
+        out = [_only(st, fmask) for st in out]
+    return out
+
+
+class CgroupReader:
+    """The reference twin of cgstats.CgroupReader: the same interface and the
+    same budget accounting (which cgroups hold a place), but every read opens
+    the files by path: what a kept descriptor must always agree with."""
+
+    def __init__(
+        self,
+        version: int,
+        root: str = "/sys/fs/cgroup",
+        fields: frozenset[str] | None = None,
+        max_fds: int = 0,
+        threads: int = 0,
+    ) -> None:
+        if version not in (1, 2):
+            raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
+        self.version = version
+        self.root = root
+        self.fields = None if fields is None else frozenset(fields)
+        self._fmask, files = masks(self.fields)
+        nfiles = bin(files).count("1")
+        self._slots = max(0, max_fds) // nfiles if version == 2 and nfiles else 0
+        self._kept: dict[str, None] = {}
+
+    @property
+    def capacity(self) -> int:
+        return self._slots
+
+    @property
+    def kept(self) -> frozenset[str]:
+        return frozenset(self._kept)
+
+    def read(self, paths: list[str], fields: frozenset[str] | None = None) -> list[CgroupStats]:
+        if fields is not None:
+            fm, _ = masks(frozenset(fields))
+            if self._fmask | fm != self._fmask:
+                raise ValueError("fields outside the reader's own field set")
+        for p in paths:
+            if p not in self._kept and len(self._kept) < self._slots:
+                self._kept[p] = None
+        return parse_cgroups(
+            paths, self.version, self.root, fields=self.fields if fields is None else fields
+        )
+
+    def retain(self, paths: list[str] | set[str] | frozenset[str]) -> None:
+        wanted = set(paths)
+        for p in [p for p in self._kept if p not in wanted]:
+            del self._kept[p]
+
+    def close(self) -> None:
+        self._kept.clear()
+
+
+def floor_read(
+    paths: list[str],
+    root: str = "/sys/fs/cgroup",
+    fields: frozenset[str] | None = None,
+    threads: int = 0,
+) -> int:
+    """Open + read + close of the files parse_cgroups reads (v2), no parsing."""
+    _, files = masks(None if fields is None else frozenset(fields))
+    names = [n for k, n in enumerate(V2_FILES) if files & (1 << k)]
+    total = 0
+    for p in paths:
+        for n in names:
+            data = _read(f"{root}/{p}/{n}")
+            total += len(data or b"")
+    return total
 
 
 def read_proc_stat(path: str = "/proc/stat") -> dict[str, Any] | None:

@@ -113,3 +113,92 @@ class CgroupStats:
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items() if v is not None)
         return f"CgroupStats({inner})"
+
+
+# cgroup v2 files the parsers read, one bit each (FILE_BITS order). v1 reads the
+# counterparts named in reference._v1 (cpu: cpuacct.usage, cpuacct.stat and
+# cpu.stat; io: the two blkio.throttle files); v1 has no pressure files.
+V2_FILES = (
+    "cpu.stat",
+    "memory.stat",
+    "memory.current",
+    "memory.max",
+    "memory.events",
+    "io.stat",
+    "pids.current",
+    "pids.max",
+    "cpu.pressure",
+    "memory.pressure",
+    "io.pressure",
+)
+FILE_BITS = {name: 1 << i for i, name in enumerate(V2_FILES)}
+ALL_FILES = (1 << len(V2_FILES)) - 1
+
+# The files each field needs (the working set is usage minus inactive_file).
+_FIELD_FILES = {
+    "cpu_usage_ns": ("cpu.stat",),
+    "cpu_user_ns": ("cpu.stat",),
+    "cpu_system_ns": ("cpu.stat",),
+    "cpu_nr_periods": ("cpu.stat",),
+    "cpu_nr_throttled": ("cpu.stat",),
+    "cpu_throttled_ns": ("cpu.stat",),
+    "memory_usage": ("memory.current",),
+    "memory_working_set": ("memory.current", "memory.stat"),
+    "memory_rss": ("memory.stat",),
+    "memory_cache": ("memory.stat",),
+    "memory_inactive_file": ("memory.stat",),
+    "memory_limit": ("memory.max",),
+    "memory_oom_kill": ("memory.events",),
+    "pgfault": ("memory.stat",),
+    "pgmajfault": ("memory.stat",),
+    "io_read_bytes": ("io.stat",),
+    "io_write_bytes": ("io.stat",),
+    "io_read_ops": ("io.stat",),
+    "io_write_ops": ("io.stat",),
+    "pids_current": ("pids.current",),
+    "pids_max": ("pids.max",),
+    "cpu_pressure": ("cpu.pressure",),
+    "memory_pressure": ("memory.pressure",),
+    "io_pressure": ("io.pressure",),
+}
+ALL_FIELDS = (1 << len(FIELDS)) - 1
+
+# What each consumer reads per pod cgroup (the Go kubelet's fields in brackets):
+# - eviction ranking: the working set [memory.workingSetBytes], 2 files;
+# - /metrics/resource: pod_cpu_usage_seconds and pod_memory_working_set_bytes
+#   [cpu.usageCoreNanoSeconds, memory.workingSetBytes], 3 files;
+# - /stats/summary, pods: cpu usage, memory usage, working set, rss, page
+#   faults, process count [CPUStats, MemoryStats without availableBytes,
+#   ProcessStats], 4 files;
+# - /metrics/cadvisor: every field (cpu throttling, memory limit and OOM
+#   kills, io, pids.max and pressure too), all 11 files.
+EVICTION = frozenset({"memory_working_set"})
+RESOURCE_METRICS = frozenset({"cpu_usage_ns", "memory_working_set"})
+SUMMARY = frozenset(
+    {"cpu_usage_ns", "memory_usage", "memory_working_set", "memory_rss", "pgfault",
+     "pgmajfault", "pids_current"}
+)  # fmt: skip
+CADVISOR = frozenset(FIELDS)
+
+
+def masks(fields: frozenset[str] | None) -> tuple[int, int]:
+    """(field bits in FIELDS order, file bits in V2_FILES order) for a field
+    set; None is every field. Unknown names are an error, not a silent None."""
+    if fields is None:
+        return ALL_FIELDS, ALL_FILES
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown cgroup stats fields: {sorted(unknown)}")
+    fmask = 0
+    files = 0
+    for f in fields:
+        fmask |= 1 << FIELDS.index(f)
+        for name in _FIELD_FILES[f]:
+            files |= FILE_BITS[name]
+    return fmask, files
+
+
+def files_of(fields: frozenset[str] | None) -> list[str]:
+    """The v2 file names a field set reads, in read order."""
+    _, files = masks(fields)
+    return [name for name in V2_FILES if files & FILE_BITS[name]]

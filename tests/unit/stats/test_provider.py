@@ -3,6 +3,7 @@ path, CPU rates from consecutive samples, /metrics/resource series."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -48,3 +49,49 @@ def test_summary_and_resource_metrics(tmp_path: Path, monkeypatch) -> None:  # t
     text = generate_latest(prov.resource_registry(p)).decode()
     assert 'pod_memory_working_set_bytes{namespace="ns",pod="a"} 700.0' in text
     assert "node_cpu_usage_seconds_total" in text
+
+
+def test_each_consumer_reads_its_files_through_kept_descriptors(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Eviction reads only memory.current and memory.stat; a collection reads its
+    fields; a pod cgroup removed and made again is read anew, never through a
+    descriptor of the old one; a pod that is gone gives its descriptors back."""
+    root = tmp_path / "cg"
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"30 1 0:26 / {root} rw,nosuid - cgroup2 cgroup2 rw\n")
+    pods = [pod("u1", "a", None), pod("u2", "b", None)]
+
+    def make(rel: str, current: int, cpu: str = "usage_usec 7\n") -> None:
+        d = root / rel
+        d.mkdir(parents=True)
+        (d / "cpu.stat").write_text(cpu)
+        (d / "memory.current").write_text(f"{current}\n")
+        (d / "memory.stat").write_text("anon 600\ninactive_file 300\n")
+
+    make("kubepods/besteffort/podu1", 1000, cpu="garbage")
+    make("kubepods/besteffort/podu2", 2000)
+    t = [100.0]
+    monkeypatch.setattr(prov.time, "monotonic", lambda: t[0])
+    p = prov.StatsProvider(lambda: pods, str(tmp_path), "n", mountinfo=str(mountinfo))
+    assert p.pod_working_sets() == {"u1": 700, "u2": 1700}
+    assert p.kept_cgroups == 2
+    # Removed and made again with other values between two passes.
+    shutil.rmtree(root / "kubepods/besteffort/podu1")
+    make("kubepods/besteffort/podu1", 5000)
+    t[0] += 10
+    assert p.pod_working_sets() == {"u1": 4700, "u2": 1700}
+    # The resource collection sees the new cgroup's cpu.stat too.
+    t[0] += 10
+    s, _, _ = p.snapshot(prov.RESOURCE_METRICS)
+    cpu = {x["podRef"]["uid"]: x["cpu"]["usageCoreNanoSeconds"] for x in s["pods"]}
+    assert cpu == {"u1": 7000, "u2": 7000}
+    assert all(x["memory"]["usageBytes"] is None for x in s["pods"])  # not asked for
+    # Within the second, a summary needs more fields: a new collection.
+    s2 = p.summary()
+    assert s2 is not s and {x["memory"]["usageBytes"] for x in s2["pods"]} == {5000, 2000}
+    assert p.summary() is s2 and p.snapshot(prov.RESOURCE_METRICS)[0] is s2
+    pods.pop(0)
+    t[0] += 10
+    assert p.pod_working_sets() == {"u2": 1700}
+    assert p.kept_cgroups == 1
