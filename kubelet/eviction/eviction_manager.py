@@ -125,7 +125,9 @@ class EvictionManager:
         self.clock = clock
         self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
         self._pressure_until: dict[str, float] = {}  # condition -> held until
-        self.evicted: list[str] = []
+        # UIDs of pods this manager evicted that are still active: they are not
+        # picked twice, and they leave the set once they are gone.
+        self.evicted: set[str] = set()
 
     # -------------------------------------------------------------- queries
     def under(self, condition: str) -> bool:
@@ -164,24 +166,26 @@ class EvictionManager:
                 return f'Usage of EmptyDir volume "{v["name"]}" exceeds the limit "{limit}". '
         return None
 
-    async def _evict_local_storage(self) -> Pod | None:
+    async def _evict_local_storage(self, pods: list[Pod]) -> Pod | None:
         """Pods whose emptyDir passed its sizeLimit go first, at once, whatever the
         node's signals say."""
-        for p in self.pods():
+        for p in pods:
             message = self.local_storage_violation(p)
             if message is None or uid(p) in self.evicted:
                 continue
             log.warning("Evicting pod %s/%s: %s", namespace(p), name(p), message)
             if self.recorder is not None:
                 self.recorder.event(object_ref(p), "Warning", "Evicted", message)
-            self.evicted.append(uid(p))
+            self.evicted.add(uid(p))
             await self.evict(p, 0, "Evicted", message)
             return p
         return None
 
     async def synchronize(self) -> Pod | None:
         """One pass: update conditions; evict one pod if a threshold is met."""
-        local = await self._evict_local_storage()
+        pods = self.pods()
+        self.evicted.intersection_update(uid(p) for p in pods)
+        local = await self._evict_local_storage(pods)
         if local is not None:
             return local
         obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
@@ -204,7 +208,7 @@ class EvictionManager:
             return None
         t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
         usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
-        victim = self._rank(self.pods(), usage)
+        victim = self._rank(pods, usage)
         if victim is None:
             log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
             return None
@@ -218,7 +222,7 @@ class EvictionManager:
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
         if self.recorder is not None:
             self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
-        self.evicted.append(uid(victim))
+        self.evicted.add(uid(victim))
         await self.evict(victim, grace, "Evicted", message)
         return victim
 

@@ -128,3 +128,26 @@ async def test_an_emptydir_over_its_size_limit_evicts_its_pod_at_once() -> None:
         ("scratch", 0, "Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "1Mi". ')
     ]
     assert await h.m.synchronize() is None  # the other pod has no limit
+
+
+async def test_an_evicted_pod_is_not_picked_twice_and_is_forgotten_once_gone() -> None:
+    """The pod an eviction chose stays active while it terminates: later passes
+    pick another one; once it is gone the manager keeps no record of it (a node
+    that evicts for months must not grow)."""
+    h = Harness()
+    kept = [pod("a", mem_req="10Mi"), pod("b", mem_req="1Gi")]
+    h.pods = list(kept)
+    h.usage = {"a": 50 * MiB, "b": 10 * MiB}
+    h.available = 50 * MiB
+
+    async def evict_but_keep(p: dict, grace: int, reason: str, message: str) -> None:
+        h.evictions.append((p["metadata"]["name"], grace, reason, message))
+
+    h.m.evict = evict_but_keep  # the pods keep terminating for a while
+    await h.m.synchronize()
+    await h.m.synchronize()
+    assert [e[0] for e in h.evictions] == ["a", "b"]
+    assert await h.m.synchronize() is None and h.m.evicted == {"a", "b"}
+    h.pods = [kept[1]]
+    await h.m.synchronize()
+    assert h.m.evicted == {"b"}
