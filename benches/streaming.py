@@ -2,6 +2,7 @@
 proxy vs straight to the runtime's streaming server, in one run.
 
     python -m benches.streaming [--mib 512] [--runs 3] [--streams 1 8]   # --mib: total per run, split over the streams
+    python -m benches.streaming --execs 100 [--pods 20] [--hold 20] [--exec-bytes N]   # relist p99 under concurrent execs (containerd)
 
 Three processes on loopback, each on uvloop as the kubelet runs: a stand-in for the
 runtime's streaming server (answers the upgrade with 101, then sends --mib MiB),
@@ -9,7 +10,18 @@ the kubelet port (kubelet_app with TLS, on the CRI fake whose Exec URL points at
 that server), and this client. The relay does not read frames, so raw bytes measure
 what it costs; SPDY framing is the same bytes either way. Prints MB/s direct,
 through the kubelet over TLS (as the API server reaches it) and over plain HTTP,
-and the ratios.
+and the ratios; the port-forward path is measured the same way (the relay is the
+same; only the CRI call that finds the URL differs).
+
+With --execs: our kubelet (the real command) on a private containerd with --pods
+static busybox pods, PLEG relisting every 100 ms. Three windows of --hold seconds:
+idle; --execs WebSocket exec sessions (v4.channel.k8s.io) straight to containerd's
+streaming server (URL from a CRI Exec call, as the kubelet gets it); the same
+sessions through the kubelet port. Each session runs `head -c --exec-bytes`
+(1 MiB by default), exits and starts again. Reports each window's relist p50/p99 from the kubelet's own
+histogram (interpolated within buckets), the rises over idle, the kubelet's
+rise over the direct one (what the relay costs the sync loop, as opposed to a
+busy runtime), and the execs completed.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvloop
@@ -186,16 +199,178 @@ async def _compare(
     c2 = _cpu_s(kpids[1])
     plain = await _measure(kports[1], path, None, total, runs, streams)
     c3 = _cpu_s(kpids[1])
+    pf_tls = await _measure(kports[0], "/portForward/default/p", tls_ctx, total, runs, streams)
+    pf_plain = await _measure(kports[1], "/portForward/default/p", None, total, runs, streams)
     return {
         "direct_MBps": round(direct),
         "kubelet_tls_MBps": round(tls),
         "kubelet_plain_MBps": round(plain),
+        "portforward_tls_MBps": round(pf_tls),
+        "portforward_plain_MBps": round(pf_plain),
         "ratio_tls": round(tls / direct, 3),
         "ratio_plain": round(plain / direct, 3),
+        "ratio_portforward_tls": round(pf_tls / direct, 3),
+        "ratio_portforward_plain": round(pf_plain / direct, 3),
         # Robust on a shared machine: what one GiB costs the kubelet process.
         "kubelet_cpu_s_per_GiB_tls": round((c1 - c0) / gib, 2),
         "kubelet_cpu_s_per_GiB_plain": round((c3 - c2) / gib, 2),
     }
+
+
+async def _ws_exec(session: Any, url: str) -> int:
+    """One exec over WebSocket (v4.channel.k8s.io): stdout bytes received."""
+    import aiohttp
+
+    n = 0
+    async with session.ws_connect(url, protocols=("v4.channel.k8s.io",), ssl=False) as ws:
+        async for msg in ws:
+            if msg.type == aiohttp.WSMsgType.BINARY and msg.data[:1] == b"\x01":
+                n += len(msg.data) - 1
+    return n
+
+
+async def _exec_load(
+    url_for: Callable[[int], Awaitable[str]], execs: int, hold: float, size: int
+) -> dict[str, Any]:
+    """`execs` workers, each running one exec after another until `hold` ends."""
+    import aiohttp
+
+    done, failed, nbytes = 0, 0, 0
+    deadline = time.monotonic() + hold
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker(i: int) -> None:
+            nonlocal done, failed, nbytes
+            while time.monotonic() < deadline:
+                try:
+                    got = await _ws_exec(session, await url_for(i))
+                except (aiohttp.ClientError, OSError):
+                    failed += 1
+                    await asyncio.sleep(0.1)
+                    continue
+                if got == size:
+                    done += 1
+                    nbytes += got
+                else:
+                    failed += 1
+
+        await asyncio.gather(*(worker(i) for i in range(execs)))
+    return {"execs_completed": done, "execs_failed": failed, "exec_MB": round(nbytes / 1e6)}
+
+
+def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict[str, Any]:
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+    from urllib.parse import urlencode
+
+    from benches.procmetrics import buckets, free_port, hist_quantile, proc_cpu_s
+    from kubelet.cri.api import api_pb2 as pb
+    from kubelet.cri.remote import RemoteRuntimeService
+    from kubelet.testing.containerd import Containerd
+
+    hist = "kubelet_pleg_relist_duration_seconds"
+    tmp = Path(tempfile.mkdtemp(prefix="exec-relist-"))
+    manifests = tmp / "m"
+    manifests.mkdir()
+    for i in range(n_pods):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"e{i:03d}"},
+               "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
+                                        "command": ["sleep", "infinity"]}]}}  # fmt: skip
+        (manifests / f"e{i:03d}.json").write_text(json.dumps(pod))
+    ctd = Containerd(str(tmp / "ctd"), subnet="10.244.11.0/24", bridge="kpy4").start()
+    port, ro = free_port(), free_port()
+    argv = [
+        sys.executable, "-m", "kubelet", "--config", str(Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml"),
+        "--pleg-relist-period", "100ms", "--port", str(port), "--read-only-port", str(ro),
+        "--healthz-port", str(free_port()), "--container-runtime-endpoint", f"unix://{ctd.socket}",
+        "--pod-manifest-path", str(manifests), "--root-dir", str(tmp / "root"),
+        "--cert-dir", str(tmp / "pki"), "--pod-logs-dir", str(tmp / "logs"), "--hostname-override", "relist",
+    ]  # fmt: skip
+    k = subprocess.Popen(argv, stdout=open(tmp / "kubelet.log", "wb"), stderr=subprocess.STDOUT)
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ro}{path}", timeout=10) as r:
+            return str(r.read().decode())
+
+    def window(load: Any) -> dict[str, Any]:
+        before = buckets(get("/metrics"), hist)
+        c0, w0 = proc_cpu_s(k.pid), time.monotonic()
+        extra = load()
+        cores = (proc_cpu_s(k.pid) - c0) / (time.monotonic() - w0)
+        after = buckets(get("/metrics"), hist)
+        steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+        p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
+        return {
+            "relist_p50_ms": None if p50 is None else round(p50 * 1000, 2),
+            "relist_p99_ms": None if p99 is None else round(p99 * 1000, 2),
+            "relists": steady[-1][1] if steady else 0,
+            "kubelet_cpu_cores": round(cores, 2),
+            **extra,
+        }
+
+    try:
+        t0 = time.monotonic()
+        names: list[str] = []
+        while time.monotonic() - t0 < 300 and len(names) < n_pods:
+            try:
+                items = json.loads(get("/pods"))["items"]
+            except OSError:
+                items = []
+            names = [p["metadata"]["name"] for p in items if p.get("status", {}).get("phase") == "Running"]  # fmt: skip
+            time.sleep(0.5)
+        if len(names) < n_pods:
+            raise RuntimeError(f"only {len(names)} of {n_pods} pods Running; log {tmp}/kubelet.log")
+        time.sleep(5)  # start-up work settles
+
+        def idle_load() -> dict[str, Any]:
+            time.sleep(hold)
+            return {}
+
+        cmd = ["head", "-c", str(size), "/dev/zero"]
+        q = urlencode([("command", c) for c in cmd] + [("output", "1")])
+
+        async def via_kubelet() -> dict[str, Any]:
+            async def url(i: int) -> str:
+                return f"https://127.0.0.1:{port}/exec/default/{names[i % len(names)]}/c?{q}"
+
+            return await _exec_load(url, execs, hold, size)
+
+        async def direct() -> dict[str, Any]:
+            # The same sessions straight to containerd's streaming server: a CRI
+            # Exec call for the URL (as the kubelet makes), then the WebSocket.
+            rt = RemoteRuntimeService(f"unix://{ctd.socket}", 10)
+            running = pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+            cids = [c.id for c in await rt.list_containers(running)]
+
+            async def url(i: int) -> str:
+                return await rt.exec(cids[i % len(cids)], cmd, tty=False, stdin=False,
+                                     stdout=True, stderr=False)  # fmt: skip
+
+            try:
+                return await _exec_load(url, execs, hold, size)
+            finally:
+                await rt.close()
+
+        idle = window(idle_load)
+        straight = window(lambda: uvloop.run(direct()))
+        busy = window(lambda: uvloop.run(via_kubelet()))
+        out: dict[str, Any] = {"pods": n_pods, "concurrent_execs": execs, "hold_s": hold,
+                               "bytes_per_exec": size,
+                               "idle": idle, "execs_direct_to_runtime": straight,
+                               "execs_through_kubelet": busy}  # fmt: skip
+        p99 = [w["relist_p99_ms"] for w in (idle, straight, busy)]
+        if None not in p99:
+            out["relist_p99_rise_direct_ms"] = round(p99[1] - p99[0], 2)
+            out["relist_p99_rise_kubelet_ms"] = round(p99[2] - p99[0], 2)
+            out["relist_p99_kubelet_over_direct_ms"] = round(p99[2] - p99[1], 2)
+        return out
+    finally:
+        k.terminate()
+        k.wait(30)
+        ctd.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +378,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--execs", type=int, default=0, help="relist p99 under N concurrent execs")
+    ap.add_argument("--pods", type=int, default=20)
+    ap.add_argument("--hold", type=float, default=20.0)
+    ap.add_argument("--exec-bytes", type=int, default=1048576, help="stdout bytes per exec")
     args = ap.parse_args(argv)
+    if args.execs:
+        print(
+            json.dumps(
+                _relist_under_execs(args.pods, args.execs, args.hold, args.exec_bytes), indent=2
+            )
+        )
+        return 0
 
     ctx = mp.get_context("spawn")
     q: Any = ctx.Queue()
@@ -224,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                     procs.append(p)
                     kports.append(q.get(timeout=60))
 
-                kpids = [p.pid for p in procs[-2:]]
+                kpids = [p.pid for p in procs[-2:] if p.pid is not None]
                 gib = args.runs * args.mib / 1024
                 out[f"streams_{streams}"] = uvloop.run(
                     _compare(bport, kports, kpids, total, args.runs, streams, gib)
