@@ -16,6 +16,18 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+/// Times and delays from Python: NaN has no place in a time order (a heap
+/// entry at NaN would never match its key again), so it is a ValueError here
+/// rather than a silent loss or a panic further in.
+fn time_arg(name: &str, v: f64) -> PyResult<f64> {
+    if v.is_nan() {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be a number, not NaN"
+        )));
+    }
+    Ok(v)
+}
+
 /// Build profile, so benchmarks can refuse to measure a debug build.
 pub const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
     "debug"
@@ -113,12 +125,14 @@ impl PyWorkQueue {
         }
     }
 
-    fn enqueue_at(&self, key: &str, at: f64) {
-        self.lock().enqueue_at(key, at);
+    fn enqueue_at(&self, key: &str, at: f64) -> PyResult<()> {
+        self.lock().enqueue_at(key, time_arg("at", at)?);
+        Ok(())
     }
 
-    fn get_work(&self, py: Python<'_>, now: f64) -> Vec<String> {
-        py.allow_threads(|| self.lock().get_work(now))
+    fn get_work(&self, py: Python<'_>, now: f64) -> PyResult<Vec<String>> {
+        let now = time_arg("now", now)?;
+        Ok(py.allow_threads(|| self.lock().get_work(now)))
     }
 
     fn remove(&self, key: &str) {
@@ -161,18 +175,20 @@ impl PyPodCache {
         py: Python<'_>,
         uid: &str,
         min_time: f64,
-    ) -> Option<(bool, PyObject, PyObject)> {
-        match self.inner.fresh(uid, min_time) {
-            podcache::Fresh::Entry(e) => {
-                Some((true, e.value.0.clone_ref(py), e.value.1.clone_ref(py)))
-            }
-            podcache::Fresh::Empty => Some((false, py.None(), py.None())),
-            podcache::Fresh::Stale => None,
-        }
+    ) -> PyResult<Option<(bool, PyObject, PyObject)>> {
+        Ok(
+            match self.inner.fresh(uid, time_arg("min_time", min_time)?) {
+                podcache::Fresh::Entry(e) => {
+                    Some((true, e.value.0.clone_ref(py), e.value.1.clone_ref(py)))
+                }
+                podcache::Fresh::Empty => Some((false, py.None(), py.None())),
+                podcache::Fresh::Stale => None,
+            },
+        )
     }
 
-    fn add_waiter(&mut self, uid: &str, min_time: f64) -> u64 {
-        self.inner.add_waiter(uid, min_time)
+    fn add_waiter(&mut self, uid: &str, min_time: f64) -> PyResult<u64> {
+        Ok(self.inner.add_waiter(uid, time_arg("min_time", min_time)?))
     }
 
     fn remove_waiter(&mut self, id: u64) {
@@ -180,8 +196,15 @@ impl PyPodCache {
     }
 
     /// Store; returns the ids of the waiters this satisfies.
-    fn set(&mut self, uid: &str, status: PyObject, error: PyObject, modified: f64) -> Vec<u64> {
-        self.inner.set(uid, (status, error), modified)
+    fn set(
+        &mut self,
+        uid: &str,
+        status: PyObject,
+        error: PyObject,
+        modified: f64,
+    ) -> PyResult<Vec<u64>> {
+        let modified = time_arg("modified", modified)?;
+        Ok(self.inner.set(uid, (status, error), modified))
     }
 
     fn delete(&mut self, uid: &str) {
@@ -189,8 +212,8 @@ impl PyPodCache {
     }
 
     /// Move the global time; returns (waiter id, uid) of the waiters it satisfies.
-    fn update_time(&mut self, ts: f64) -> Vec<(u64, String)> {
-        self.inner.update_time(ts)
+    fn update_time(&mut self, ts: f64) -> PyResult<Vec<(u64, String)>> {
+        Ok(self.inner.update_time(time_arg("ts", ts)?))
     }
 
     #[getter]
@@ -242,15 +265,19 @@ impl PyRateLimitingQueue {
         self.cond.notify_one();
     }
 
-    fn add_after(&self, key: &str, delay: f64, now: f64) {
+    fn add_after(&self, key: &str, delay: f64, now: f64) -> PyResult<()> {
+        let (delay, now) = (time_arg("delay", delay)?, time_arg("now", now)?);
         self.lock().add_after(key, delay, now);
         // A sleeping getter may need to wake earlier than it planned.
         self.cond.notify_all();
+        Ok(())
     }
 
-    fn add_rate_limited(&self, key: &str, now: f64) {
+    fn add_rate_limited(&self, key: &str, now: f64) -> PyResult<()> {
+        let now = time_arg("now", now)?;
         self.lock().add_rate_limited(key, now);
         self.cond.notify_all();
+        Ok(())
     }
 
     fn when(&self, key: &str) -> f64 {
@@ -265,16 +292,20 @@ impl PyRateLimitingQueue {
         self.lock().num_requeues(key)
     }
 
-    fn get_nowait(&self, now: f64) -> Option<String> {
-        self.lock().get(now)
+    fn get_nowait(&self, now: f64) -> PyResult<Option<String>> {
+        Ok(self.lock().get(time_arg("now", now)?))
     }
 
     /// Wait (GIL released) until a key is ready, the queue shuts down, or the
     /// timeout passes. `now` is the caller's clock at the call; it advances
     /// with the real time spent waiting.
     #[pyo3(signature = (now, timeout=None))]
-    fn get(&self, py: Python<'_>, now: f64, timeout: Option<f64>) -> Option<String> {
-        py.allow_threads(|| {
+    fn get(&self, py: Python<'_>, now: f64, timeout: Option<f64>) -> PyResult<Option<String>> {
+        let now = time_arg("now", now)?;
+        if let Some(t) = timeout {
+            time_arg("timeout", t)?;
+        }
+        Ok(py.allow_threads(|| {
             let start = Instant::now();
             let mut q = self.lock();
             loop {
@@ -294,17 +325,19 @@ impl PyRateLimitingQueue {
                     }
                     wait = Some(wait.map_or(left, |w| w.min(left)));
                 }
-                q = match wait {
-                    Some(w) => {
+                // A wait too long for a Duration (an infinite timeout or delay)
+                // is a wait without a deadline.
+                q = match wait.and_then(|w| Duration::try_from_secs_f64(w + 1e-4).ok()) {
+                    Some(d) => {
                         self.cond
-                            .wait_timeout(q, Duration::from_secs_f64(w + 1e-4))
+                            .wait_timeout(q, d)
                             .unwrap_or_else(|p| p.into_inner())
                             .0
                     }
                     None => self.cond.wait(q).unwrap_or_else(|p| p.into_inner()),
                 };
             }
-        })
+        }))
     }
 
     fn done(&self, key: &str) {
