@@ -18,8 +18,48 @@ _DNS1123_SUBDOMAIN = re.compile(
 )
 
 
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class ManifestError(ValueError):
     """A manifest that cannot become a pod; the message says why."""
+
+
+# A manifest is a Pod, not a data set: past these it is an error, as a YAML
+# file that aliases one list into a billion-element tree (Go's YAML decoder
+# refuses excessive aliasing too).
+MAX_NODES = 200_000
+MAX_DEPTH = 200
+
+
+def _check_json(doc: Any) -> None:
+    """Reject what the API's JSON decoder would: non-string keys, YAML-only
+    types (binary, sets), and trees too deep or too big once aliases are
+    expanded. An unquoted YAML date becomes its text, as the YAML-to-JSON step
+    of Go's decoder leaves it. Iterative: deep nesting is an error, not a crash."""
+    stack: list[tuple[Any, int, str]] = [(doc, 0, "")]
+    nodes = 0
+    while stack:
+        node, depth, path = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ManifestError(f"manifest is too large (more than {MAX_NODES} values)")
+        if depth > MAX_DEPTH:
+            raise ManifestError(f"manifest is nested deeper than {MAX_DEPTH} levels at {path}")
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if not isinstance(k, str):
+                    raise ManifestError(f"{path or '.'}: object keys must be strings, got {k!r}")
+                if isinstance(v, datetime.date):
+                    node[k] = v = v.isoformat()
+                stack.append((v, depth + 1, f"{path}.{k}"))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                if isinstance(v, datetime.date):
+                    node[i] = v = v.isoformat()
+                stack.append((v, depth + 1, f"{path}[{i}]"))
+        elif node is not None and not isinstance(node, str | int | float | bool):
+            raise ManifestError(f"{path or '.'}: {type(node).__name__} is not a JSON value")
 
 
 def now_rfc3339nano() -> str:
@@ -30,14 +70,21 @@ def now_rfc3339nano() -> str:
 def decode_manifest(data: bytes) -> list[Pod]:
     """YAML or JSON: a Pod, or a PodList/List of pods (the HTTP source sends those)."""
     try:
-        doc = yaml.safe_load(data)
+        # libyaml's loader when built in: the pure-Python one takes seconds on a
+        # few kilobytes of deep nesting (and the URL source decodes on the loop).
+        doc = yaml.load(data, Loader=_Loader)
     except yaml.YAMLError as err:
         raise ManifestError(f"invalid YAML/JSON: {err}".replace("\n", " ")) from err
+    except RecursionError as err:
+        raise ManifestError("invalid YAML/JSON: nested too deeply") from err
     if not isinstance(doc, dict):
         raise ManifestError("manifest is not an object")
+    _check_json(doc)
     kind = doc.get("kind")
     if kind in ("PodList", "List"):
         items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise ManifestError("items must be a list")
         if not all(isinstance(i, dict) for i in items):
             raise ManifestError("list items must be objects")
         return items
@@ -61,10 +108,39 @@ def _default_container(c: dict[str, Any]) -> None:
     c.setdefault("resources", {})
 
 
+def _object_or_null(d: dict[str, Any], key: str, path: str) -> None:
+    """A JSON null is the zero value (absent); anything but an object is an error."""
+    v = d.get(key)
+    if v is None:
+        d.pop(key, None)
+    elif not isinstance(v, dict):
+        raise ManifestError(f"{path}: must be an object")
+
+
+def _list_or_null(d: dict[str, Any], key: str, path: str) -> None:
+    v = d.get(key)
+    if v is None:
+        d.pop(key, None)
+    elif not isinstance(v, list):
+        raise ManifestError(f"{path}: must be a list")
+
+
+def _string_map(d: dict[str, Any], key: str, path: str) -> None:
+    _object_or_null(d, key, path)
+    for k, v in (d.get(key) or {}).items():
+        if not isinstance(v, str):
+            raise ManifestError(f"{path}.{k}: must be a string")
+
+
 def validate(pod: Pod) -> None:
     md = pod.get("metadata")
     if not isinstance(md, dict):
         raise ManifestError("metadata is required")
+    _string_map(md, "labels", "metadata.labels")
+    _string_map(md, "annotations", "metadata.annotations")
+    uid = md.get("uid")
+    if uid is not None and not isinstance(uid, str):
+        raise ManifestError("metadata.uid: must be a string")
     name = md.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError("metadata.name: Required value")
@@ -78,6 +154,9 @@ def validate(pod: Pod) -> None:
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         raise ManifestError("spec: Required value")
+    _object_or_null(spec, "securityContext", "spec.securityContext")
+    _list_or_null(spec, "tolerations", "spec.tolerations")
+    _list_or_null(spec, "initContainers", "spec.initContainers")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError("spec.containers: Required value")
@@ -98,13 +177,16 @@ def validate(pod: Pod) -> None:
             seen.add(cname)
             if not c.get("image"):
                 raise ManifestError(f"{path}.image: Required value")
+            if not isinstance(c["image"], str):
+                raise ManifestError(f"{path}.image: must be a string")
+            _object_or_null(c, "resources", f"{path}.resources")
             for key in ("command", "args"):
                 if key in c and not (
                     isinstance(c[key], list) and all(isinstance(a, str) for a in c[key])
                 ):
                     raise ManifestError(f"{path}.{key}: must be a list of strings")
     policy = spec.get("restartPolicy", "Always")
-    if policy not in ("Always", "OnFailure", "Never"):
+    if not isinstance(policy, str) or policy not in ("Always", "OnFailure", "Never"):
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
 
 
