@@ -106,6 +106,18 @@ class KubeletPodSyncer:
     def pod_dir(self, pod_uid: str) -> str:
         return os.path.join(self.root_dir, "pods", pod_uid)
 
+    def _previous_status(self, pod: Pod) -> dict[str, Any] | None:
+        """The basis of the next status: the status manager's, or before this
+        process has set one (a restarted kubelet) the API's copy, as upstream's
+        generateAPIPodStatus does; startTime, conditions' transition times and
+        restart counts then carry over a restart."""
+        old = self.status_manager.get(uid(pod))
+        if old is None:
+            api = pod.get("status")
+            if isinstance(api, dict) and api.get("phase"):
+                return api
+        return old
+
     # ---------------------------------------------------------------- sync
     async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
         u = uid(pod)
@@ -118,7 +130,7 @@ class KubeletPodSyncer:
         if u not in self._warned:
             self._warned.add(u)
             self._warn_unsupported(pod)
-        old = self.status_manager.get(u)
+        old = self._previous_status(pod)
         if old is not None and old.get("phase") in TERMINAL:
             return PodSyncResult(terminal=True)
         if old is not None and self._past_deadline(pod, old):
@@ -211,7 +223,7 @@ class KubeletPodSyncer:
         await rm.kill_pod(pod, status, grace, remove=False)
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
-        old = self.status_manager.get(u)
+        old = self._previous_status(pod)
         api = generate.generate(pod, final, {}, self.node_ips, old)
         evicted = self._evicted.get(u)
         if evicted is not None:
