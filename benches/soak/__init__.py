@@ -207,8 +207,11 @@ class SoakRun(Run):
                 pending.add(task)
                 task.add_done_callback(pending.discard)
             i += 1
-            if any(p.poll() is not None for p in self.procs):
-                raise RuntimeError(f"a process exited; see {self.dir}")
+            dead = [
+                f"pid {p.pid} (exit {p.returncode})" for p in self.procs if p.poll() is not None
+            ]
+            if dead:
+                raise RuntimeError(f"exited: {'; '.join(dead)}; see {self.dir}")
         await asyncio.gather(*pending)
 
     async def _sampler(self, t0: float) -> None:

@@ -1,0 +1,129 @@
+"""Fault drills: each one brings a node to a steady state on real parts, injects
+one fault, and lists every way the outcome differs from what upstream's kubelet
+would show. Tests run them at small sizes (tests/integration/drills/); the long
+versions are `python -m benches.drills <drill> --pods N`.
+
+A drill returns a Report whose `problems` is empty when the node came through.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benches.drills.harness import (
+    DrillKubelet,
+    create_namespace,
+    create_pods,
+    diff,
+    mark_emptydirs,
+    pod,
+    running,
+    runtime_view,
+    status_view,
+    volume_view,
+    wait_for,
+)
+from kubelet.testing.controlplane import ControlPlane
+
+
+@dataclass
+class Report:
+    drill: str
+    pods: int
+    problems: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def check(self, ok: bool, problem: str) -> None:
+        if not ok:
+            self.problems.append(problem)
+
+
+def steady_node(
+    cp: ControlPlane,
+    workdir: Path,
+    endpoint: str,
+    node: str,
+    n: int,
+    command: str,
+    timeout: float,
+    config: dict[str, Any] | None = None,
+) -> tuple[DrillKubelet, str]:
+    """A Ready node with `n` pods Running (an emptyDir and a configMap each)."""
+    ns = node
+    k = DrillKubelet(cp, workdir, endpoint, node, max_pods=n + 20, config=config).start()
+    wait_for("the node to be Ready", k.ready, timeout=90)
+    create_namespace(cp, ns, workdir)
+    create_pods(cp, [pod(f"p{i:04d}", ns, node, command) for i in range(n)], workdir)
+    wait_for(f"{n} pods Running", lambda: running(k.api_pods(ns)) == n, timeout=timeout, every=1)
+    return k, ns
+
+
+def kill9(
+    cp: ControlPlane, workdir: Path, endpoint: str, node: str, n: int, timeout: float = 120
+) -> Report:
+    """kill -9 of the kubelet under `n` running pods, then a new kubelet on the same
+    root dir: every container, sandbox, status and volume stays as it was."""
+    r = Report("kill9", n)
+    # On containerd the container writes the marker into its emptyDir itself.
+    command = 'echo "$HOSTNAME $(date +%s%N)" > /data/marker; exec sleep 100000'
+    k, ns = steady_node(cp, workdir, endpoint, node, n, command, timeout)
+    try:
+        pods = k.api_pods(ns)
+        mark_emptydirs(k.root, pods)  # the simulated runtime runs no command
+        time.sleep(3)  # a few relists and status syncs: the steady state
+        pods = k.api_pods(ns)
+        st0, rt0, vol0 = status_view(pods), runtime_view(endpoint), volume_view(k.root, pods)
+        r.check(
+            all(v["marker"] and v["configmap_data"] for v in vol0.values()),
+            f"volumes not set up before the kill: {list(vol0.items())[:2]}",
+        )
+        t0 = time.monotonic()
+        k.kill9()
+        k.start()
+        wait_for("the node Ready again", k.ready, timeout=90)
+        # Through the new process's own view: every pod synced (running pods gauge).
+        wait_for(
+            "the new kubelet to see every pod running",
+            lambda: f"kubelet_running_pods {float(n)}" in k.metrics(),
+            timeout=timeout,
+            every=1,
+        )
+        r.figures["readopted_s"] = round(time.monotonic() - t0, 1)
+        time.sleep(5)  # relists, housekeeping, status reconcile: anything to undo would be done
+        pods = k.api_pods(ns)
+        st1, rt1, vol1 = status_view(pods), runtime_view(endpoint), volume_view(k.root, pods)
+        r.check(st1 == st0, f"API statuses changed: {diff(st0, st1)}")
+        r.check(
+            rt1.running_ids() == rt0.running_ids(),
+            f"running containers changed: {len(rt0.running_ids() - rt1.running_ids())} gone, "
+            f"{len(rt1.running_ids() - rt0.running_ids())} new",
+        )
+        r.check(set(rt1.sandboxes) == set(rt0.sandboxes), "sandboxes created or removed")
+        dup = {u: c for u, c in rt1.ready_sandboxes_per_pod().items() if c != 1}
+        r.check(not dup, f"pods with more than one ready sandbox: {dup}")
+        r.check(vol1 == vol0, f"volumes set up again: {diff(vol0, vol1)}")
+        restarts = sum(
+            c[2] for p in st1.values() for c in p["containers"]
+        )  # restartCount of every container
+        r.check(restarts == 0, f"{restarts} container restarts")
+        r.figures["restarts"] = restarts
+        r.figures["sandboxes"] = len(rt1.sandboxes)
+    finally:
+        cleanup(k, ns)
+    return r
+
+
+def cleanup(k: DrillKubelet, ns: str) -> None:
+    """Delete the pods through the API while the kubelet runs, then stop it."""
+    try:
+        if k.alive():
+            k.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+            wait_for("the pods to be gone", lambda: not k.api_pods(ns), timeout=120, every=1)
+    except AssertionError:
+        pass
+    finally:
+        k.stop()
+        k.cp.kubectl("delete", "node", k.node, "--wait=false", check=False)

@@ -1,0 +1,350 @@
+"""Parts shared by the fault drills: our kubelet as a process in cluster mode that a
+drill can kill and start again on the same root dir, and the views a drill
+compares before and after a fault (the API's pod statuses, the runtime's
+sandboxes and containers, the volumes on disk)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benches.procmetrics import free_port
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.remote import RemoteRuntimeService
+from kubelet.testing.controlplane import ControlPlane
+
+BUSYBOX = "docker.io/library/busybox:1.36"
+CONFIGMAP = "drill-config"
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except Exception as err:  # keep trying until the deadline
+            last = err
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+class DrillKubelet:
+    """Our kubelet joined to `cp` as `node`, on the runtime at `endpoint`. Every
+    start uses the same root dir, cert dir and config: a restart finds what the
+    previous process left."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        workdir: Path,
+        endpoint: str,
+        node: str,
+        max_pods: int,
+        config: dict[str, Any] | None = None,
+        root_dir: Path | None = None,
+    ) -> None:
+        self.cp = cp
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.endpoint = endpoint
+        self.node = node
+        self.root = root_dir or workdir / "root"
+        self.ro_port = free_port()
+        self.healthz_port = free_port()
+        self.port = free_port()
+        self.config = self.dir / "kubelet-config.yaml"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                    "kind": "KubeletConfiguration",
+                    "maxPods": max_pods,
+                    "address": "127.0.0.1",
+                    "readOnlyPort": self.ro_port,
+                    "healthzPort": self.healthz_port,
+                    "cgroupDriver": "cgroupfs",
+                    "cgroupsPerQOS": False,
+                    "enforceNodeAllocatable": [],
+                    "failSwapOn": False,
+                    "kubeAPIQPS": 200,
+                    "kubeAPIBurst": 400,
+                    "serializeImagePulls": False,
+                    "plegRelistPeriod": "250ms",
+                    "nodeStatusUpdateFrequency": "2s",
+                    "nodeLeaseDurationSeconds": 10,
+                    "authentication": {
+                        "anonymous": {"enabled": True},
+                        "webhook": {"enabled": False},
+                    },
+                    "authorization": {"mode": "AlwaysAllow"},
+                    "evictionHard": {"memory.available": "100Mi"},
+                    "resolvConf": "",
+                    **(config or {}),
+                }
+            )
+        )
+        self.kubeconfig = cp.node_kubeconfig(node)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.dir / f"kubelet-{self.starts}.log"
+
+    def logs(self) -> str:
+        return "".join(
+            (self.dir / f"kubelet-{i}.log").read_text(errors="replace")
+            for i in range(1, self.starts + 1)
+            if (self.dir / f"kubelet-{i}.log").exists()
+        )
+
+    def start(self) -> DrillKubelet:
+        self.starts += 1
+        argv = [
+            sys.executable, "-m", "kubelet",
+            "--config", str(self.config),
+            "--kubeconfig", self.kubeconfig,
+            "--hostname-override", self.node,
+            "--node-ip", "127.0.0.1",
+            "--container-runtime-endpoint", self.endpoint,
+            "--root-dir", str(self.root),
+            "--cert-dir", str(self.dir / "pki"),
+            "--pod-logs-dir", str(self.dir / "logs"),
+            "--port", str(self.port),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    # ------------------------------------------------------------- API views
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
+
+    def node_conditions(self) -> dict[str, dict[str, Any]]:
+        n = self.kubectl_json("get", "node", self.node)
+        return {c["type"]: c for c in n["status"].get("conditions", [])}
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"kubelet exited {self.proc.returncode}; see {self.log}")
+        return self.node_conditions().get("Ready", {}).get("status") == "True"
+
+    def api_pods(self, ns: str) -> dict[str, dict[str, Any]]:
+        items = self.kubectl_json("get", "pods", "-n", ns, "--field-selector",
+                                  f"spec.nodeName={self.node}")["items"]  # fmt: skip
+        return {p["metadata"]["name"]: p for p in items}
+
+    def events(self, ns: str) -> list[dict[str, Any]]:
+        return list(self.kubectl_json("get", "events", "-n", ns)["items"])
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ro_port}/metrics", timeout=10) as r:
+            return str(r.read().decode())
+
+
+def pod(
+    name: str, ns: str, node: str, command: str, volumes: bool = True, image: str = BUSYBOX
+) -> dict[str, Any]:
+    """A pod with an emptyDir and a configMap volume; its container runs `command`."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", command],
+    }
+    spec: dict[str, Any] = {
+        "nodeName": node,
+        "terminationGracePeriodSeconds": 2,
+        "automountServiceAccountToken": False,
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [container],
+    }
+    if volumes:
+        spec["volumes"] = [
+            {"name": "data", "emptyDir": {}},
+            {"name": "config", "configMap": {"name": CONFIGMAP}},
+        ]
+        container["volumeMounts"] = [
+            {"name": "data", "mountPath": "/data"},
+            {"name": "config", "mountPath": "/config", "readOnly": True},
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"drill": ns}},
+        "spec": spec,
+    }
+
+
+def create_namespace(cp: ControlPlane, ns: str, workdir: Path) -> None:
+    cp.kubectl("create", "namespace", ns)
+    # The controller-manager's serviceaccount controller may not have made it yet.
+    cp.kubectl("create", "serviceaccount", "default", "-n", ns, check=False)
+    cp.kubectl("create", "configmap", CONFIGMAP, "-n", ns, "--from-literal=mode=drill")
+
+
+def create_pods(cp: ControlPlane, pods: list[dict[str, Any]], workdir: Path) -> None:
+    for i in range(0, len(pods), 200):
+        path = workdir / f"pods-{time.monotonic_ns()}.yaml"
+        path.write_text(yaml.safe_dump_all(pods[i : i + 200]))
+        cp.kubectl("create", "-f", str(path))
+
+
+def running(pods: dict[str, dict[str, Any]]) -> int:
+    n = 0
+    for p in pods.values():
+        cs = p.get("status", {}).get("containerStatuses") or []
+        if (
+            p.get("status", {}).get("phase") == "Running"
+            and cs
+            and all("running" in c["state"] for c in cs)
+        ):
+            n += 1
+    return n
+
+
+def status_view(pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What a restart must not change in the API: phase, conditions, and each
+    container's ID, restartCount, state and readiness."""
+    out = {}
+    for name, p in pods.items():
+        st = p.get("status", {})
+        out[name] = {
+            "phase": st.get("phase"),
+            "podIP": st.get("podIP"),
+            "startTime": st.get("startTime"),
+            "conditions": sorted(
+                (c["type"], c["status"], c.get("lastTransitionTime"))
+                for c in st.get("conditions", [])
+            ),
+            "containers": sorted(
+                (
+                    c["name"],
+                    c.get("containerID"),
+                    c["restartCount"],
+                    json.dumps(c["state"], sort_keys=True),
+                    c.get("ready"),
+                )
+                for c in st.get("containerStatuses", [])
+            ),
+        }
+    return out
+
+
+def diff(before: dict[str, Any], after: dict[str, Any], limit: int = 5) -> list[str]:
+    out = []
+    for k in sorted(set(before) | set(after)):
+        b, a = before.get(k), after.get(k)
+        if b == a:
+            continue
+        if isinstance(b, dict) and isinstance(a, dict):
+            fields = sorted(f for f in set(b) | set(a) if b.get(f) != a.get(f))
+            out.append(f"{k}: " + ", ".join(f"{f} {b.get(f)!r} -> {a.get(f)!r}" for f in fields))
+        else:
+            out.append(f"{k}: {b!r} -> {a!r}")
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+@dataclass
+class RuntimeView:
+    sandboxes: dict[str, tuple[str, int, int]]  # id -> (pod uid, attempt, state)
+    containers: dict[str, tuple[str, str, int, int]]  # id -> (sandbox id, name, attempt, state)
+
+    def ready_sandboxes_per_pod(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for uid, _, state in self.sandboxes.values():
+            if state == pb.SANDBOX_READY:
+                out[uid] = out.get(uid, 0) + 1
+        return out
+
+    def running_ids(self) -> set[str]:
+        return {cid for cid, (_, _, _, st) in self.containers.items() if st == pb.CONTAINER_RUNNING}
+
+
+def runtime_view(endpoint: str) -> RuntimeView:
+    async def run() -> RuntimeView:
+        rt = RemoteRuntimeService(endpoint, 60)
+        try:
+            sbs = await rt.list_pod_sandbox()
+            cs = await rt.list_containers()
+        finally:
+            await rt.close()
+        return RuntimeView(
+            {s.id: (s.metadata.uid, s.metadata.attempt, s.state) for s in sbs},
+            {c.id: (c.pod_sandbox_id, c.metadata.name, c.metadata.attempt, c.state) for c in cs},
+        )
+
+    return asyncio.run(run())
+
+
+def remove_all_pods(endpoint: str) -> None:
+    async def run() -> None:
+        rt = RemoteRuntimeService(endpoint, 60)
+        try:
+            for sb in await rt.list_pod_sandbox():
+                await rt.stop_pod_sandbox(sb.id)
+                await rt.remove_pod_sandbox(sb.id)
+        finally:
+            await rt.close()
+
+    asyncio.run(run())
+
+
+def volume_view(root: Path, pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per pod: the emptyDir's inode and the test's marker file in it, and the
+    configMap volume's current `..data` target (a new one means written again)."""
+    out = {}
+    for name, p in pods.items():
+        vols = root / "pods" / p["metadata"]["uid"] / "volumes"
+        ed = vols / "kubernetes.io~empty-dir" / "data"
+        cm = vols / "kubernetes.io~configmap" / "config"
+        marker = ed / "marker"
+        out[name] = {
+            "emptydir_inode": ed.stat().st_ino if ed.exists() else None,
+            "marker": marker.read_text() if marker.exists() else None,
+            "configmap_data": os.readlink(cm / "..data") if (cm / "..data").is_symlink() else None,
+        }
+    return out
+
+
+def mark_emptydirs(root: Path, pods: dict[str, dict[str, Any]]) -> None:
+    """A file the kubelet did not write, in each pod's emptyDir on the host."""
+    for name, p in pods.items():
+        ed = root / "pods" / p["metadata"]["uid"] / "volumes" / "kubernetes.io~empty-dir" / "data"
+        marker = ed / "marker"
+        if not marker.exists():
+            marker.write_text(f"{name} {time.time_ns()}")
