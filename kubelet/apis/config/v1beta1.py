@@ -120,9 +120,16 @@ def load_file(path: str) -> tuple[KubeletConfiguration, list[str], set[str]]:
     except OSError as err:
         raise ConfigError([f"failed to read kubelet config file {path!r}: {err}"]) from err
     try:
-        data = yaml.safe_load(raw) if raw.strip() else None
+        # libyaml's safe loader when built in: the pure-Python one recurses
+        # once per nesting level and fails deep files with RecursionError.
+        loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(raw, Loader=loader) if raw.strip() else None
     except yaml.YAMLError as err:
         raise ConfigError([f"failed to decode kubelet config file {path!r}: {err}"]) from err
+    except RecursionError as err:
+        raise ConfigError(
+            [f"failed to decode kubelet config file {path!r}: nested too deeply"]
+        ) from err
     if not isinstance(data, dict):
         raise ConfigError([f"kubelet config file {path!r} must hold a KubeletConfiguration object"])
     return decode(data, source=path)
