@@ -84,8 +84,9 @@ def fake_tree_rows(root: Path, n: int, whole: int, rounds: int) -> dict[str, Any
     small = build_tree(root, whole, "small")
     r = str(root)
     budget = stats.descriptor_budget()
-    reader = cgstats.CgroupReader(2, r, fields=SUMMARY, max_fds=budget)
-    reader_small = cgstats.CgroupReader(2, r, fields=SUMMARY, max_fds=budget)
+    reader = cgstats.CgroupReader(2, r, fields=SUMMARY, max_fds=budget, threads=1)
+    reader_ev = cgstats.CgroupReader(2, r, fields=EVICTION, max_fds=budget, threads=1)
+    reader_small = cgstats.CgroupReader(2, r, fields=SUMMARY, max_fds=budget, threads=1)
     nsum = len(files_of(SUMMARY))
     v = {
         "parse all 11 files": lambda: cgstats.parse_cgroups(big, 2, r),
@@ -100,6 +101,12 @@ def fake_tree_rows(root: Path, n: int, whole: int, rounds: int) -> dict[str, Any
         "floor EVICTION (2 files)": lambda: cgstats.floor_read(big, r, EVICTION),
         "reader SUMMARY, budget": lambda: reader.read(big),
         "floor of reader, budget": lambda: reader.floor(big),
+        "reader EVICTION, budget": lambda: reader_ev.read(big),
+        "floor of EVICTION reader, budget": lambda: reader_ev.floor(big),
+        "parse SUMMARY, 1 thread": lambda: cgstats.parse_cgroups(
+            big, 2, r, threads=1, fields=SUMMARY
+        ),
+        "floor SUMMARY, 1 thread": lambda: cgstats.floor_read(big, r, SUMMARY, threads=1),
         f"parse SUMMARY, {whole}": lambda: cgstats.parse_cgroups(small, 2, r, fields=SUMMARY),
         f"floor SUMMARY, {whole}": lambda: cgstats.floor_read(small, r, SUMMARY),
         f"reader SUMMARY, {whole} whole": lambda: reader_small.read(small),
@@ -117,9 +124,11 @@ def fake_tree_rows(root: Path, n: int, whole: int, rounds: int) -> dict[str, Any
         "kept_fds": reader.open_fds,
         "files_covered_share": round(covered, 4),
         "kept_small": len(reader_small.kept),
+        "kept_eviction": len(reader_ev.kept),
         "medians_s": {k: round(x, 6) for k, x in med.items()},
     }
     reader.close()
+    reader_ev.close()
     reader_small.close()
     return out
 
@@ -291,6 +300,13 @@ def report(res: dict[str, Any]) -> None:
     )
     row(f"{n:,}, SUMMARY, kept up to {f['budget_fds']:,} fds", "reader SUMMARY, budget",
         "floor of reader, budget")  # fmt: skip
+    row(
+        f"{n:,}, SUMMARY (open each), 1 thread",
+        "parse SUMMARY, 1 thread",
+        "floor SUMMARY, 1 thread",
+    )
+    row(f"{n:,}, EVICTION, kept up to {f['budget_fds']:,} fds", "reader EVICTION, budget",
+        "floor of EVICTION reader, budget")  # fmt: skip
     row(f"{w:,}, SUMMARY (open each)", f"parse SUMMARY, {w}", f"floor SUMMARY, {w}")
     row(f"{w:,}, SUMMARY, kept whole", f"reader SUMMARY, {w} whole", f"floor of reader, {w} whole")
     ref = m["reference all 11 files cpu"]
@@ -298,7 +314,8 @@ def report(res: dict[str, Any]) -> None:
           f"({ref / m['parse all 11 files cpu']:.1f}x the parser's CPU)")  # fmt: skip
     print(f"budget {f['budget_fds']:,} fds keeps {f['kept_cgroups']:,} of {n:,} cgroups "
           f"({f['files_covered_share'] * 100:.0f}% of the SUMMARY file reads); "
-          f"{f['kept_small']:,} of {w:,} kept whole")  # fmt: skip
+          f"{f['kept_small']:,} of {w:,} kept whole; EVICTION (2 files) keeps "
+          f"{f['kept_eviction']:,} of {n:,}")  # fmt: skip
     r = res.get("real")
     if r:
         rm = r["medians_s"]

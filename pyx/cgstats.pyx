@@ -469,6 +469,7 @@ cdef struct Src:
     int dfd  # its descriptor, opened on first need; -1 before
     bint dir_failed
     Entry* entry  # kept descriptors, or NULL: open each file and close it
+    int keep  # the files (bits) that are kept open when entry is set
     bint stale  # a kept descriptor answered ENODEV
 
 
@@ -483,7 +484,7 @@ cdef bint load_v2(Buf* b, Src* s, int k) noexcept nogil:
     """File k of the cgroup into b: through its kept descriptor (opened and
     kept on first use), or open + read + close."""
     cdef int fd, r
-    if s.entry == NULL:
+    if s.entry == NULL or not (s.keep >> k) & 1:
         return src_dir(s) and buf_load_at(b, s.dfd, V2_NAMES[k])
     fd = s.entry.fd[k]
     if fd < 0:
@@ -554,6 +555,7 @@ cdef void parse_v2(Buf* buf, const char* d, CG* cg, int files) noexcept nogil:
     s.dfd = -1
     s.dir_failed = False
     s.entry = NULL
+    s.keep = 0
     s.stale = False
     parse_v2_src(buf, &s, cg, files)
     if s.dfd >= 0:
@@ -568,7 +570,7 @@ cdef void entry_close(Entry* e) noexcept nogil:
             e.fd[k] = -1
 
 
-cdef void parse_kept(Buf* buf, const char* d, Entry* e, CG* cg, int files,
+cdef void parse_kept(Buf* buf, const char* d, Entry* e, CG* cg, int files, int keep,
                      bint kernfs) noexcept nogil:
     """Read a cgroup through its kept descriptors. A descriptor never outlives
     its cgroup's directory: on cgroupfs (kernfs) every file of a removed cgroup
@@ -584,6 +586,7 @@ cdef void parse_kept(Buf* buf, const char* d, Entry* e, CG* cg, int files,
     s.dfd = -1
     s.dir_failed = False
     s.entry = e
+    s.keep = keep
     s.stale = False
     if not kernfs:
         for k in range(NV2):
@@ -799,7 +802,9 @@ cdef class CgroupReader:
     """Reads the same cgroups again and again (v2) through descriptors kept
     open between reads, one pread at offset 0 per file, for as many cgroups as
     `max_fds` allows (in the order they are first asked for); the others are
-    opened, read and closed every time, as parse_cgroups does. Results equal
+    opened, read and closed every time, as parse_cgroups does. Only the files
+    of `keep` (a subset of `fields`; None: all of them) are kept open: the
+    budget goes further on the files every consumer reads. Results equal
     parse_cgroups(paths, 2, root, fields=...) read at the same moment (see
     parse_kept for why a removed or re-created cgroup is never read through a
     descriptor of its former self).
@@ -809,7 +814,7 @@ cdef class CgroupReader:
     open (its files sit in one directory per controller).
     """
 
-    cdef int version, fm, files, nfiles, threads
+    cdef int version, fm, files, nfiles, threads, keep
     cdef bint kernfs
     cdef Py_ssize_t slots
     cdef bytes rootb
@@ -822,7 +827,7 @@ cdef class CgroupReader:
         self.entries = NULL
 
     def __init__(self, int version, root="/sys/fs/cgroup", fields=None, int max_fds=0,
-                 int threads=0):
+                 int threads=0, keep=None):
         cdef statfs_t sf
         cdef Py_ssize_t i
         cdef int k
@@ -831,7 +836,10 @@ cdef class CgroupReader:
         self.version = version
         self.fields = None if fields is None else frozenset(fields)
         self.fm, self.files = masks(self.fields)
-        self.nfiles = _popcount(self.files)
+        self.keep = self.files if keep is None else _fieldset(keep)[1]
+        if self.keep | self.files != self.files:
+            raise ValueError("keep: fields outside the reader's own field set")
+        self.nfiles = _popcount(self.keep)
         self.threads = threads
         self.rootb = os.fsencode(root)
         self.kernfs = False
@@ -932,6 +940,7 @@ cdef class CgroupReader:
         cdef CG* res = <CG*>malloc(max(n, 1) * sizeof(CG))
         cdef Buf* b
         cdef Entry* entries = self.entries
+        cdef int kmask = self.keep
         cdef int nt = _threads(self.threads, n)
         if cpaths == NULL or res == NULL or slot_of == NULL:
             free(cpaths)
@@ -950,7 +959,8 @@ cdef class CgroupReader:
                     if b == NULL or cpaths[i] == NULL:
                         clear(&res[i])
                     elif slot_of[i] >= 0:
-                        parse_kept(b, cpaths[i], &entries[slot_of[i]], &res[i], files, kernfs)
+                        parse_kept(b, cpaths[i], &entries[slot_of[i]], &res[i], files, kmask,
+                                   kernfs)
                     elif version == 2:
                         parse_v2(b, cpaths[i], &res[i], files)
                     else:
@@ -967,7 +977,7 @@ cdef class CgroupReader:
         pread per kept file, open + read + close for the rest; no parsing, no
         removal check, no result objects. Returns the bytes read."""
         cdef Py_ssize_t n = len(paths), i, total = 0
-        cdef int files = self.files, k
+        cdef int files = self.files, kmask = self.keep, k
         cdef Entry* e
         cdef Buf* b
         cdef Py_ssize_t* slot_of = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
@@ -992,8 +1002,10 @@ cdef class CgroupReader:
                         continue
                     e = &self.entries[slot_of[i]]
                     for k in range(NV2):
-                        if files & (1 << k) and e.fd[k] >= 0 and buf_pread(b, e.fd[k]) == 1:
+                        if kmask & (1 << k) and e.fd[k] >= 0 and buf_pread(b, e.fd[k]) == 1:
                             total += b.n
+                    if files & ~kmask:
+                        total += floor_one(b, cpaths[i], files & ~kmask)
                 buf_free(b)
             return total
         finally:

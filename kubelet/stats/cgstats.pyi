@@ -26,6 +26,7 @@ class CgroupReader:
         fields: Iterable[str] | None = None,
         max_fds: int = 0,
         threads: int = 0,
+        keep: Iterable[str] | None = None,
     ) -> None: ...
     @property
     def kept(self) -> frozenset[str]: ...

@@ -14,7 +14,8 @@ Each consumer asks for the fields it needs (kubelet.stats.types: EVICTION,
 RESOURCE_METRICS, SUMMARY, CADVISOR) and only their files are read. The
 SUMMARY files (which cover eviction and /metrics/resource) are read through a
 CgroupReader that keeps them open, one pread per file, for as many cgroups as
-the descriptor budget allows; /metrics/cadvisor's wider set opens its files.
+the descriptor budget allows (memory.current and memory.stat, which all of them
+read); /metrics/cadvisor's wider set opens its files.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,9 +126,26 @@ class StatsProvider:
             tuple[float, frozenset[str] | None, dict[str, Any], list[CgroupRow]] | None
         ) = None
         self.collections = 0
+        # Kept open: memory.current and memory.stat, which every consumer reads
+        # (the working set), so the budget covers twice the cgroups it would
+        # with all four. One thread: through kept descriptors a cgroup costs
+        # about a microsecond of system calls, less than waking OpenMP workers.
         self._reader = stats.CgroupReader(
-            self.version, self.hierarchy, fields=SUMMARY, max_fds=stats.descriptor_budget()
-        )
+            self.version, self.hierarchy, fields=SUMMARY, max_fds=stats.descriptor_budget(),
+            threads=1, keep=EVICTION,
+        )  # fmt: skip
+        # Collections run in executor threads (HTTP handlers, eviction): the
+        # reader's descriptors are used by one at a time.
+        self._lock = threading.Lock()
+        self._rels: dict[str, str] = {}  # pod UID -> its cgroup (QoS never changes)
+
+    def _pod_cgroup(self, p: Pod) -> str:
+        u = uid(p)
+        rel = self._rels.get(u)
+        if rel is None:
+            rel = PodContainerManager.name(p)
+            rel = self._rels[u] = f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel
+        return rel
 
     @property
     def kept_cgroups(self) -> int:
@@ -155,14 +174,16 @@ class StatsProvider:
                     if p["memory"]["workingSetBytes"] is not None
                 }
         pods = self.pods()
-        rels = []
-        for p in pods:
-            rel = PodContainerManager.name(p)
-            rels.append(f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel)
-        parsed = self._parse(rels, EVICTION)
+        rels = [self._pod_cgroup(p) for p in pods]
+        with self._lock:
+            parsed = self._parse(rels, EVICTION)
         # Keep the descriptors of live pods and of the cgroups inside them.
         live = set(rels)
-        self._reader.retain(live | {k for k in self._reader.kept if k.rpartition("/")[0] in live})
+        with self._lock:
+            self._reader.retain(
+                live | {k for k in self._reader.kept if k.rpartition("/")[0] in live}
+            )
+        self._rels = {u: r for u, r in self._rels.items() if r in live}
         return {
             uid(p): int(st.memory_working_set)
             for p, st in zip(pods, parsed, strict=True)
@@ -214,16 +235,18 @@ class StatsProvider:
         rels = [""]
         plan: list[tuple[Pod, str, PodStatus | None, int]] = []
         for p in pods:
-            rel = PodContainerManager.name(p)
-            rel = f"{self.cgroup_root}/{rel}" if self.cgroup_root else rel
+            rel = self._pod_cgroup(p)
             status = self.pod_status(uid(p)) if self.pod_status is not None else None
             plan.append((p, rel, status, len(rels)))
             rels.append(rel)
             if status is not None:
                 rels.extend(f"{rel}/{sb.id}" for sb in status.sandboxes if sb.ready)
                 rels.extend(f"{rel}/{c.id}" for c in status.running())
-        parsed = self._parse(rels, fields)
-        self._reader.retain(rels)
+        with self._lock:
+            parsed = self._parse(rels, fields)
+            self._reader.retain(rels)
+        live = set(rels)
+        self._rels = {u: r for u, r in self._rels.items() if r in live}
         rows: list[CgroupRow] = []
         root = parsed[0]
         if root.cpu_usage_ns is not None or root.memory_usage is not None:
@@ -287,7 +310,8 @@ class StatsProvider:
         cgroup exists) to rows; returns the container rows. network_io: read
         the pod's interfaces (only /metrics/cadvisor reports them)."""
         ns, pod_name = namespace(p), name(p)
-        res = pod_resources(p)
+        # Resources and interfaces: only /metrics/cadvisor (network_io) shows them.
+        res = pod_resources(p) if network_io else {}
         network: tuple[Interface, ...] = ()
         start = 0.0
         sandboxes = [sb for sb in status.sandboxes if sb.ready] if status else []
@@ -326,7 +350,7 @@ class StatsProvider:
                 continue
             spec = specs.get(c.name)
             shares = quota = period = limit = None
-            if spec is not None and self.container_resources is not None:
+            if spec is not None and self.container_resources is not None and network_io:
                 r = self.container_resources(p, spec)
                 shares = r.cpu_shares or None
                 quota = r.cpu_quota or None

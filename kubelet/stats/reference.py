@@ -288,6 +288,7 @@ class CgroupReader:
         fields: frozenset[str] | None = None,
         max_fds: int = 0,
         threads: int = 0,
+        keep: frozenset[str] | None = None,
     ) -> None:
         if version not in (1, 2):
             raise ValueError(f"cgroup version must be 1 or 2, not {version!r}")
@@ -295,7 +296,10 @@ class CgroupReader:
         self.root = root
         self.fields = None if fields is None else frozenset(fields)
         self._fmask, files = masks(self.fields)
-        nfiles = bin(files).count("1")
+        kept_files = files if keep is None else masks(frozenset(keep))[1]
+        if kept_files | files != files:
+            raise ValueError("keep: fields outside the reader's own field set")
+        nfiles = bin(kept_files).count("1")
         self._slots = max(0, max_fds) // nfiles if version == 2 and nfiles else 0
         self._kept: dict[str, None] = {}
 

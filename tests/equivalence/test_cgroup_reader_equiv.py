@@ -69,19 +69,23 @@ def _rewrite(path: Path, data: bytes) -> None:
     field_sets,
     st.integers(0, 40),
     st.lists(op, min_size=1, max_size=14),
+    st.booleans(),
 )
 def test_reader_equals_reference_through_changes(
     trees: list[dict[str, bytes | None]],
     fields: frozenset[str] | None,
     max_fds: int,
     ops: list[tuple[Any, ...]],
+    keep_some: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as root:
         rels = [f"kubepods/pod{i}" for i in range(K)] + ["kubepods/never"]
         for i, t in enumerate(trees):
             _put(Path(root) / rels[i], t)
-        ours = native.CgroupReader(2, root, fields=fields, max_fds=max_fds)
-        ref = reference.CgroupReader(2, root, fields=fields, max_fds=max_fds)
+        # Some files kept open, the others opened on each read.
+        keep = frozenset(sorted(fields)[::2]) if keep_some and fields else None
+        ours = native.CgroupReader(2, root, fields=fields, max_fds=max_fds, keep=keep)
+        ref = reference.CgroupReader(2, root, fields=fields, max_fds=max_fds, keep=keep)
         assert ours.capacity == ref.capacity
         try:
             for o in [*ops, ("read", list(range(K + 1)))]:
@@ -108,9 +112,9 @@ def test_reader_equals_reference_through_changes(
                     assert got == reference.parse_cgroups(paths, 2, root, fields=want_fields)
                     assert ours.kept == ref.kept
                 else:
-                    keep = {rels[i] for i in o[1]}
-                    ours.retain(keep)
-                    ref.retain(keep)
+                    wanted = {rels[i] for i in o[1]}
+                    ours.retain(wanted)
+                    ref.retain(wanted)
                     assert ours.kept == ref.kept
             assert ours.open_fds <= max(max_fds, 0)
         finally:
@@ -172,6 +176,10 @@ def test_unknown_field_and_wider_read_are_errors(tmp_path: Path) -> None:
     r = native.CgroupReader(2, str(tmp_path), fields=EVICTION, max_fds=10)
     with pytest.raises(ValueError, match="outside the reader"):
         r.read(["x"], SUMMARY)
+    with pytest.raises(ValueError, match="outside the reader"):
+        native.CgroupReader(2, str(tmp_path), fields=EVICTION, keep=SUMMARY)
+    with pytest.raises(ValueError, match="outside the reader"):
+        reference.CgroupReader(2, str(tmp_path), fields=EVICTION, keep=SUMMARY)
 
 
 def _cgroup2_root() -> str | None:
