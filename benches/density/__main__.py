@@ -2,7 +2,7 @@
 
     python -m benches.density [--quick] [--out DIR] [--n 100 1000 5000]
                               [--relist 1 0.25 0.1] [--no-upstream] [--hold 30]
-                              [--template plain volumes]
+                              [--template plain volumes] [--unthrottled]
 
 Starts the real control plane (with audit logging of node requests), then for
 each N: our kubelet at each relist period and the upstream kubelet (built from
@@ -14,6 +14,12 @@ no token, no volumes; the default) and/or volumes (a configMap, a secret, env fr
 the configMap and the projected service-account token volume). With volumes the
 control plane also runs kube-controller-manager and kube-scheduler
 (ControlPlane(controllers=True)), for the kube-root-ca.crt configMap.
+--unthrottled adds the fairness control at every N: ours (at --unthrottled-relist)
+and upstream again, both at kubeAPIQPS 2000 / burst 4000, so that neither
+client-side rate limiter can explain a startup gap. Every run also records, over
+its creation window, the kubelet's own histograms (rate limiter wait, API round
+trips, pod start, status sync) and the audit log's timing of its requests
+(result.json "evidence"; benches/density/evidence.py).
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from benches.density import evidence
 from benches.density.harness import (
     KUBE_API_BURST,
     KUBE_API_QPS,
     TEMPLATES,
+    UNTHROTTLED_BURST,
+    UNTHROTTLED_QPS,
     Result,
     Run,
     Spec,
@@ -44,14 +53,15 @@ def table(results: list[Result]) -> str:
         return "-" if v is None else f"{v * scale:.{digits}f}"
 
     head = (
-        "| template | kubelet | relist | N | running | startup p50 / p90 / p99 (s) "
+        "| template | kubelet | QPS / burst | relist | N | running | startup p50 / p90 / p99 (s) "
         "| in-kubelet p50 / p99 (s) | all Running (s) | startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 15]
     for r in results:
         lines.append(
-            f"| {r.template} | {r.kubelet} | {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
+            f"| {r.template} | {r.kubelet} | {r.kube_api_qps} / {r.kube_api_burst} "
+            f"| {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
             f"| {f(r.startup_p50_s)} / {f(r.startup_p90_s)} / {f(r.startup_p99_s)} "
             f"| {f(r.kubelet_start_p50_s)} / {f(r.kubelet_start_p99_s)} "
             f"| {f(r.all_running_s, digits=1)} | {f(r.startup_cpu_cores, digits=3)} "
@@ -142,6 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument(
+        "--unthrottled",
+        action="store_true",
+        help=f"also run both kubelets at kubeAPIQPS {UNTHROTTLED_QPS} / burst "
+        f"{UNTHROTTLED_BURST} at every N (the rate-limiter control)",
+    )
+    ap.add_argument("--unthrottled-relist", type=float, default=0.25,
+                    help="our relist period in the unthrottled rows")  # fmt: skip
+    ap.add_argument(
         "--template",
         nargs="+",
         choices=TEMPLATES,
@@ -184,10 +202,18 @@ def main(argv: list[str] | None = None) -> int:
                       for rl in args.relist]  # fmt: skip
             if have_upstream:
                 specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template))
+            if args.unthrottled:
+                specs.append(Spec("ours", args.unthrottled_relist, n, args.rate, args.hold,
+                                  args.profile, template, UNTHROTTLED_QPS, UNTHROTTLED_BURST))  # fmt: skip
+                if have_upstream:
+                    specs.append(Spec("upstream", 1.0, n, args.rate, args.hold,
+                                      template=template, qps=UNTHROTTLED_QPS, burst=UNTHROTTLED_BURST))  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="density-"))
     print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
-          f"burst={KUBE_API_BURST}; kube-apiserver --max-requests-inflight=2000 "
-          f"--max-mutating-requests-inflight=1000", flush=True)  # fmt: skip
+          f"burst={KUBE_API_BURST}"
+          + (f" (and {UNTHROTTLED_QPS}/{UNTHROTTLED_BURST})" if args.unthrottled else "")
+          + "; kube-apiserver --max-requests-inflight=2000 "
+          "--max-mutating-requests-inflight=1000", flush=True)  # fmt: skip
     controllers = needs_controllers(args.template)
     if controllers:
         print("control plane with kube-controller-manager and kube-scheduler "
@@ -200,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             r = asyncio.run(Run(cp, spec, work, i).run())
             results.append(r)
             print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)
+            if r.evidence:
+                print(evidence.brief(r.evidence), flush=True)
             dump(results, out / "result.json")
     finally:
         cp.stop()

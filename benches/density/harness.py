@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from benches.density import evidence
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
@@ -45,6 +46,10 @@ REPO = Path(__file__).resolve().parents[2]
 # 50 pods/s each pod needs about two status writes, which 50 QPS cannot carry.
 KUBE_API_QPS = 200
 KUBE_API_BURST = 400
+# The fairness control (--unthrottled): limits so high that neither kubelet's
+# client-side rate limiter can be what delays its status writes.
+UNTHROTTLED_QPS = 2000
+UNTHROTTLED_BURST = 4000
 TEMPLATES = ("plain", "volumes")
 CONFIGMAP = "density-config"
 SECRET = "density-secret"
@@ -65,6 +70,8 @@ class Spec:
     hold: float = 30.0  # steady state measured for this long
     profile: bool = False  # py-spy on our kubelet during the steady state
     template: str = "plain"  # one of TEMPLATES
+    qps: int = KUBE_API_QPS  # kubeAPIQPS / kubeAPIBurst of the kubelet
+    burst: int = KUBE_API_BURST
 
 
 @dataclass
@@ -102,6 +109,12 @@ class Result:
     # POD_START_HIST over the creation window (interpolated in coarse buckets).
     kubelet_start_p50_s: float | None = None
     kubelet_start_p99_s: float | None = None
+    kube_api_qps: int = KUBE_API_QPS
+    kube_api_burst: int = KUBE_API_BURST
+    # Over the creation window: the kubelet's own histograms (rate limiter wait,
+    # API round trips, pod start, status sync, CRI calls) and the audit log's
+    # timing of its requests (see benches/density/evidence.py).
+    evidence: dict[str, Any] = field(default_factory=dict)
     startup_latencies_s: list[float] = field(default_factory=list)
 
 
@@ -201,8 +214,8 @@ def kubelet_config(spec: Spec, ro_port: int, healthz_port: int) -> dict[str, Any
         "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [],
         "failSwapOn": False,
-        "kubeAPIQPS": KUBE_API_QPS,
-        "kubeAPIBurst": KUBE_API_BURST,
+        "kubeAPIQPS": spec.qps,
+        "kubeAPIBurst": spec.burst,
         "serializeImagePulls": False,
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
@@ -226,7 +239,8 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node = f"density-{index:02d}-{spec.kubelet}"
         self.ns = f"density-{index:02d}"
-        self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate, template=spec.template)
+        self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate, template=spec.template,
+                             kube_api_qps=spec.qps, kube_api_burst=spec.burst)  # fmt: skip
         self.created: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
         self.deleted: set[str] = set()
@@ -336,6 +350,15 @@ class Run:
             return buckets(self._metrics(), metric)
         except OSError:
             return []
+
+    def _metrics_text(self, keep_as: str) -> str:
+        """One scrape of /metrics, kept in the run directory; "" if it failed."""
+        try:
+            text = self._metrics()
+        except OSError:
+            return ""
+        (self.dir / keep_as).write_text(text)
+        return text
 
     def _metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
@@ -482,6 +505,7 @@ class Run:
         admin = APIClient(load_kubeconfig(self.cp.admin_kubeconfig), qps=0, burst=1)
         stop = asyncio.Event()
         watch: asyncio.Task[None] | None = None
+        wall0 = wall1 = 0.0  # the creation window, epoch seconds (for the audit log)
         try:
             await self._prepare_namespace(admin)
             endpoint = self._start_sim()
@@ -510,9 +534,15 @@ class Run:
             spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
             cpu0 = proc_cpu_s(kubelet.pid)
             start0 = self._buckets_or_empty(POD_START_HIST)
+            m0 = self._metrics_text("metrics-before-create.txt")
+            wall0 = time.time()
             await self._create_all(admin)
             await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
+            wall1 = time.time()
             start1 = self._buckets_or_empty(POD_START_HIST)
+            m1 = self._metrics_text("metrics-all-running.txt")
+            if m0 and m1:
+                r.evidence["histograms"] = evidence.window(m0, m1)
             if start1 and len(start0) in (0, len(start1)):
                 base = start0 or [(le, 0.0) for le, _ in start1]
                 window = [(le, c - b) for (le, c), (_, b) in zip(start1, base, strict=True)]
@@ -569,7 +599,12 @@ class Run:
                     Path(self.cp.directory).parent / "audit.log", f"system:node:{self.node}"
                 )
                 r.api_requests_per_pod = r.api_requests / max(1, self.spec.n)
-            except OSError:
+                if wall0 and wall1:
+                    r.evidence["audit"] = evidence.audit_timing(
+                        Path(self.cp.directory).parent / "audit.log",
+                        f"system:node:{self.node}", wall0, wall1 + 1.0,
+                    )  # fmt: skip
+            except (OSError, ValueError):
                 pass
             try:
                 await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}")
