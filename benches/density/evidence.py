@@ -125,7 +125,8 @@ def audit_timing(audit_log: Path, user: str, since: float, until: float) -> dict
             last = t
             cur += d
             peak = max(peak, cur)
-        span = max(spans[-1][0] - spans[0][0], 1e-6)
+        # From the first arrival to the last answer (one request has a span too).
+        span = max(max(t1 for _, t1 in spans) - spans[0][0], 1e-3)
         out[kind] = {
             "count": len(spans),
             "server_p50_ms": round(lat[len(lat) // 2] * 1000, 2),
