@@ -57,6 +57,8 @@ def _cond_view(c: dict[str, Any]) -> dict[str, Any]:
 # Top-level status fields only the kubelet writes: when it stops setting one,
 # the patch clears it (strategic merge patch: null deletes).
 _KUBELET_OWNED = ("reason", "message", "podIP", "podIPs", "initContainerStatuses")
+# PodStatus lists whose patch strategy is merge with "ip" as the key.
+_MERGE_BY_IP = ("podIPs", "hostIPs")
 
 
 def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
@@ -64,8 +66,8 @@ def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
 
     Conditions merge by type (their patch strategy), so only changed ones are
     sent, with null for the keys the API copy has and ours dropped (a merge
-    would otherwise keep, say, a stale "message"). Other lists are atomic and
-    sent whole. Fields the kubelet does not own are left to whoever set them.
+    would otherwise keep, say, a stale "message"). podIPs and hostIPs merge by
+    ip: dropped IPs are deleted by name. Other lists are atomic and sent whole. Fields the kubelet does not own are left to whoever set them.
     """
     patch: dict[str, Any] = {}
     for key, value in ours.items():
@@ -82,6 +84,19 @@ def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
                     changed.append(out)
             if changed:
                 patch["conditions"] = changed
+        elif key in _MERGE_BY_IP and isinstance(value, list):
+            before = api.get(key) or []
+            if before != value:
+                # Lists merged by "ip": an item the new list drops must be deleted
+                # by name, and the order set, or the merge keeps the old IP beside
+                # the new one (a pod recreated in a new sandbox with a new IP).
+                ips = {i.get("ip") for i in value}
+                patch[key] = list(value) + [
+                    {"$patch": "delete", "ip": i.get("ip")}
+                    for i in before
+                    if i.get("ip") not in ips
+                ]
+                patch[f"$setElementOrder/{key}"] = [{"ip": i.get("ip")} for i in value]
         elif api.get(key) != value:
             patch[key] = value
     for key in _KUBELET_OWNED:
