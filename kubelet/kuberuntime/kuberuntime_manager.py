@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -616,7 +617,13 @@ class RuntimeManager:
         image_ref, image, err = await self.ensure_image(pod, c, sandbox_cfg, res)
         if err:
             return err
-        restart = prev.restart_count + 1 if prev is not None else 0
+        if prev is not None:
+            restart = prev.restart_count + 1
+        else:
+            # No container of this name in the runtime: a runtime that lost its
+            # state (restarted empty, node reboot) must not start the count and
+            # the log file again at 0, so count on from the logs on disk.
+            restart = restart_count_from_log_dir(os.path.join(sandbox_cfg.log_directory, c["name"]))
         try:
             if image is None:  # just pulled: the user the image runs as (getImageUser)
                 image = await self.images.image_status(pb.ImageSpec(image=image_ref))
@@ -1018,6 +1025,21 @@ def pod_grace_period(pod: Pod) -> int:
     """deletionGracePeriodSeconds when the pod is being deleted, else the spec's."""
     g = pod["metadata"].get("deletionGracePeriodSeconds")
     return int(g) if g is not None else grace_period(pod)
+
+
+_RESTART_LOG = re.compile(r"^(\d+)\.log(\..*)?$")
+
+
+def restart_count_from_log_dir(path: str) -> int:
+    """One past the highest `<n>.log` (or rotated `<n>.log.<suffix>`) in a
+    container's log directory; 0 when there is none (calcRestartCountByLogDir)."""
+    try:
+        with os.scandir(path) as it:
+            names = [e.name for e in it if not e.is_dir()]
+    except OSError:
+        return 0
+    counts = [int(m.group(1)) + 1 for n in names if (m := _RESTART_LOG.match(n))]
+    return max(counts, default=0)
 
 
 def is_restartable_init(c: dict[str, Any]) -> bool:
