@@ -9,6 +9,7 @@ A drill returns a Report whose `problems` is empty when the node came through.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,63 @@ def cleanup(k: DrillKubelet, ns: str) -> None:
     finally:
         k.stop()
         k.cp.kubectl("delete", "node", k.node, "--wait=false", check=False)
+
+
+def runtime_restarted_empty(
+    cp: ControlPlane,
+    workdir: Path,
+    endpoint: str,
+    restart_runtime: Callable[[], None],
+    node: str,
+    n: int,
+    timeout: float = 120,
+) -> Report:
+    """The runtime comes back with nothing (the simulated runtime restarted, as a
+    node reboot would leave containerd): every pod gets one new sandbox and its
+    containers start again with the restart count upstream shows, one past the
+    last log file on disk (calcRestartCountByLogDir); the kubelet never exits."""
+    r = Report("runtime-restarted-empty", n)
+    k, ns = steady_node(cp, workdir, endpoint, node, n, "exec sleep 100000", timeout)
+    try:
+        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(endpoint)
+        t0 = time.monotonic()
+        restart_runtime()
+
+        def recreated() -> bool:
+            st = status_view(k.api_pods(ns))
+            return (
+                all(
+                    p["phase"] == "Running"
+                    and p["containers"]
+                    and all(
+                        c[1] != old for c, old in zip(p["containers"], _ids(st0[name]), strict=True)
+                    )
+                    and all("running" in c[3] for c in p["containers"])
+                    for name, p in st.items()
+                )
+                and len(st) == n
+            )
+
+        wait_for("every pod running again in new containers", recreated, timeout=timeout, every=1)
+        r.figures["recreated_s"] = round(time.monotonic() - t0, 1)
+        time.sleep(3)
+        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(endpoint)
+        r.check(k.alive(), "the kubelet exited")
+        r.check(not set(rt1.sandboxes) & set(rt0.sandboxes), "an old sandbox survived")
+        per_pod = rt1.ready_sandboxes_per_pod()
+        r.check(
+            len(per_pod) == n and set(per_pod.values()) == {1},
+            f"ready sandboxes per pod: {sorted(set(per_pod.values()))} over {len(per_pod)} pods",
+        )
+        counts = sorted({c[2] for p in st1.values() for c in p["containers"]})
+        r.figures["restart_counts"] = counts
+        r.check(counts == [1], f"restartCount after the wipe: {counts}, upstream shows [1]")
+        attempts = sorted({a for _, _, a, _ in rt1.containers.values()})
+        r.check(attempts == [1], f"container attempts in the runtime: {attempts}, want [1]")
+    finally:
+        cleanup(k, ns)
+    return r
+
+
+def _ids(view: dict[str, Any]) -> list[str]:
+    return [c[1] for c in view["containers"]]
