@@ -11,12 +11,12 @@ node's /etc/hosts. Both end with the pod's hostAliases.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubelet.container.runtime import Mount
 from kubelet.types import Pod
+from kubelet.util.atomicfile import write_atomic
 
 ETC_HOSTS_PATH = "/etc/hosts"
 ETC_HOSTS_FILE = "etc-hosts"
@@ -77,19 +77,10 @@ def write_file_atomically(path: str, content: bytes, mode: int) -> None:
                 return
     except FileNotFoundError:
         pass
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-        os.chmod(tmp, mode)  # not subject to the umask, as upstream's Chmod
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # Not durable: written on the event loop at each container start, and
+    # rewritten there whenever it differs, so a file emptied by a power loss is
+    # repaired before any new container mounts it.
+    write_atomic(path, content, mode, durable=False)
 
 
 def should_mount_hosts_file(pod: Pod, pod_ips: Sequence[str]) -> bool:

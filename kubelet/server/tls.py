@@ -11,6 +11,7 @@ import ssl
 from dataclasses import dataclass
 
 from kubelet.certificate.source import CertificateFile, CertificateSource
+from kubelet.util.atomicfile import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,16 @@ class TLSOptions:
     client_ca_file: str = ""
 
 
+def _unusable_pair(cert_path: str, key_path: str) -> str | None:
+    """Why the pair cannot serve (missing, unparsable, key not matching), or None."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(cert_path, key_path)
+    except (OSError, ssl.SSLError, ValueError) as err:
+        return str(err) or type(err).__name__
+    return None
+
+
 def ensure_self_signed(cert_dir: str, host: str, ips: list[str]) -> tuple[str, str]:
     """Return (cert, key) paths under cert_dir, generating them on first use.
 
@@ -30,8 +41,17 @@ def ensure_self_signed(cert_dir: str, host: str, ips: list[str]) -> tuple[str, s
     """
     cert_path = os.path.join(cert_dir, "kubelet.crt")
     key_path = os.path.join(cert_dir, "kubelet.key")
-    if os.path.exists(cert_path) and os.path.exists(key_path):
-        return cert_path, key_path
+    if os.path.exists(cert_path) or os.path.exists(key_path):
+        problem = _unusable_pair(cert_path, key_path)
+        if problem is None:
+            return cert_path, key_path
+        # Our own pair, not the operator's: made again rather than failing every
+        # start (a crash loop) over a file torn by an older version or the disk.
+        log.warning(
+            "Self-signed serving certificate in %s is unusable (%s); generating a new one",
+            cert_dir,
+            problem,
+        )
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -59,19 +79,18 @@ def ensure_self_signed(cert_dir: str, host: str, ips: list[str]) -> tuple[str, s
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    tmp_key = key_path + ".tmp"
-    with open(os.open(tmp_key, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600), "wb") as fh:
-        fh.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.TraditionalOpenSSL,
-                serialization.NoEncryption(),
-            )
-        )
-    with open(cert_path + ".tmp", "wb") as fh:
-        fh.write(cert.public_bytes(serialization.Encoding.PEM))
-    os.replace(tmp_key, key_path)
-    os.replace(cert_path + ".tmp", cert_path)
+    # The key first: a crash between the two leaves a pair that fails to load
+    # and is made again at the next start.
+    write_atomic(
+        key_path,
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        ),
+        0o600,
+    )
+    write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     log.info("Generated self-signed serving certificate %s", cert_path)
     return cert_path, key_path
 
