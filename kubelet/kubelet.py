@@ -56,6 +56,7 @@ from kubelet.prober.prober_manager import ProbeManager
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
+from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -549,9 +550,16 @@ class Kubelet:
                     self._reject(pod, rejection)
                     continue
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.CREATE))
-            elif u.op in (Op.UPDATE, Op.RECONCILE):
+            elif u.op is Op.UPDATE:
                 self.pod_manager.add_or_update(pod)
                 if pu not in self.rejected:
+                    self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
+            elif u.op is Op.RECONCILE:
+                # Only the API status changed (mostly our own writes coming back):
+                # the status manager reconciles drift itself; a sync is due only
+                # when a readiness gate's condition moved (HandlePodReconcile).
+                self.pod_manager.add_or_update(pod)
+                if pu not in self.rejected and generate.need_to_reconcile_pod_readiness(pod):
                     self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
             elif u.op is Op.DELETE:
                 self.pod_manager.add_or_update(pod)

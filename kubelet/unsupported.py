@@ -19,7 +19,6 @@ _POD_FIELDS = (
     "runtimeClassName",
     "overhead",
     "resources",
-    "readinessGates",
     "resourceClaims",
     "imagePullSecrets",
 )

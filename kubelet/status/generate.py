@@ -14,6 +14,61 @@ from kubelet.kuberuntime.termination import (
 )
 from kubelet.types import Pod, host_network, qos_class, restart_policy
 
+# Pod conditions the kubelet owns; the others (readiness gates' conditions,
+# DisruptionTarget, anything a controller adds) are kept as the API has them.
+KUBELET_CONDITIONS = frozenset(
+    {
+        "PodScheduled",
+        "Ready",
+        "Initialized",
+        "ContainersReady",
+        "PodReadyToStartContainers",
+        "PodResizeInProgress",
+        "PodResizePending",
+    }
+)
+READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
+
+
+def readiness_gates_unready(pod: Pod, conditions: list[dict[str, Any]]) -> list[str]:
+    """Why the pod's readiness gates hold it unready (one message per gate,
+    upstream's wording), given the pod's current conditions."""
+    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    if not gates:
+        return []
+    by_type = {c.get("type"): c for c in conditions}
+    out = []
+    for g in gates:
+        t = g.get("conditionType", "")
+        c = by_type.get(t)
+        if c is None:
+            out.append(f'corresponding condition of pod readiness gate "{t}" does not exist.')
+        elif c.get("status") != "True":
+            out.append(
+                f'the status of pod readiness gate "{t}" is not "True", but {c.get("status")}'
+            )
+    return out
+
+
+def need_to_reconcile_pod_readiness(pod: Pod) -> bool:
+    """A pod with readiness gates whose API Ready condition no longer says what
+    the gates and its containers say (NeedToReconcilePodReadiness): someone set
+    a gate's condition, and the kubelet must write Ready again."""
+    if not (pod.get("spec") or {}).get("readinessGates"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    by_type = {c.get("type"): c for c in conditions}
+    ready = by_type.get("Ready")
+    if ready is None:
+        return False
+    containers = by_type.get("ContainersReady") or {}
+    if containers.get("status") != "True":
+        want = (containers.get("status"), containers.get("message"))
+    else:
+        gates = readiness_gates_unready(pod, conditions)
+        want = ("False", ", ".join(gates)) if gates else ("True", None)
+    return (ready.get("status"), ready.get("message")) != want
+
 
 def ts(ns: int) -> str | None:
     if not ns:
@@ -286,10 +341,19 @@ def generate(
         )
     else:
         ready_args = (True, "", "")
+    # The API's copy of the pod carries the conditions others own.
+    api_conditions = (pod.get("status") or {}).get("conditions") or []
+    foreign = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
+    ready_cond = cond("Ready", *ready_args)
+    if ready_args[0]:
+        gates = readiness_gates_unready(pod, api_conditions)
+        if gates:
+            ready_cond = cond("Ready", False, READINESS_GATES_NOT_READY, ", ".join(gates))
     conditions = [
+        *foreign,
         cond("PodReadyToStartContainers", sandbox_ready),
         initialized,
-        cond("Ready", *ready_args),
+        ready_cond,
         cond("ContainersReady", *ready_args),
         cond("PodScheduled", True),
     ]

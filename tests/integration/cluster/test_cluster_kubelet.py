@@ -308,6 +308,47 @@ def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
     node.cp.kubectl("delete", "pod", "crasher", "-n", "default", "--wait=false")
 
 
+def test_readiness_gates_hold_ready_until_their_condition_is_true(node: ClusterKubelet) -> None:
+    """A pod with a readiness gate runs but is not Ready until someone (a load
+    balancer controller, here kubectl) sets the gate's condition; then the
+    kubelet writes Ready, and takes it back when the condition goes False."""
+    gate = "example.com/lb-ready"
+    create(node, [pod_manifest("gated", {"app": "gated"}, "sleep 1000",
+                               readinessGates=[{"conditionType": gate}])])  # fmt: skip
+
+    def conditions() -> dict[str, dict[str, Any]]:
+        p = node.kubectl_json("get", "pod", "gated", "-n", "default")
+        if p["status"].get("phase") != "Running":
+            return {}
+        return {c["type"]: c for c in p["status"].get("conditions", [])}
+
+    def ready_is(status: str) -> dict[str, dict[str, Any]] | None:
+        c = conditions()
+        return c if c.get("Ready", {}).get("status") == status else None
+
+    c = wait_for("Running and not Ready", lambda: ready_is("False"))
+    assert c["ContainersReady"]["status"] == "True"
+    assert c["Ready"]["reason"] == "ReadinessGatesNotReady"
+    assert c["Ready"]["message"] == (
+        f'corresponding condition of pod readiness gate "{gate}" does not exist.'
+    )
+
+    def set_gate(status: str) -> None:
+        patch = {"status": {"conditions": [{"type": gate, "status": status}]}}
+        node.cp.kubectl("patch", "pod", "gated", "-n", "default", "--subresource=status",
+                        "--type=strategic", "-p", json.dumps(patch))  # fmt: skip
+
+    set_gate("True")
+    c = wait_for("Ready once the gate is True", lambda: ready_is("True"), timeout=20)
+    assert c[gate]["status"] == "True"  # the kubelet's writes keep the gate's condition
+    set_gate("False")
+    c = wait_for("not Ready once the gate is False", lambda: ready_is("False"), timeout=20)
+    assert c["Ready"]["message"] == (
+        f'the status of pod readiness gate "{gate}" is not "True", but False'
+    )
+    node.cp.kubectl("delete", "pod", "gated", "-n", "default", "--wait=false")
+
+
 def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: ClusterKubelet) -> None:
     big = pod_manifest("too-big", {"app": "too-big"}, "sleep 1000")
     big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}

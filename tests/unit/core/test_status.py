@@ -45,3 +45,51 @@ BACKOFF = {
 )
 def test_get_phase(policy: str, init: list[Any], main: list[Any], phase: str) -> None:
     assert get_phase(_pod(policy), init, main) == phase
+
+
+def _gated(conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {"readinessGates": [{"conditionType": "g1"}, {"conditionType": "g2"}]},
+        "status": {"conditions": conditions},
+    }
+
+
+def test_readiness_gate_messages_as_upstream() -> None:
+    from kubelet.status.generate import readiness_gates_unready
+
+    assert readiness_gates_unready(_gated([]), []) == [
+        'corresponding condition of pod readiness gate "g1" does not exist.',
+        'corresponding condition of pod readiness gate "g2" does not exist.',
+    ]
+    conds = [{"type": "g1", "status": "True"}, {"type": "g2", "status": "Unknown"}]
+    assert readiness_gates_unready(_gated(conds), conds) == [
+        'the status of pod readiness gate "g2" is not "True", but Unknown'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("gates", "ready", "containers", "need"),
+    [
+        (["True", "True"], ("False", "x"), "True", True),  # gates opened: write Ready
+        (["True", "True"], ("True", None), "True", False),
+        (["True", "False"], ("True", None), "True", True),  # a gate closed
+        (["True", "False"], ("True", None), "False", True),  # Ready must follow containers
+        ([], ("False", "c"), "False", False),  # containers not ready, nothing new
+    ],
+)
+def test_need_to_reconcile_pod_readiness(
+    gates: list[str], ready: tuple[str, str | None], containers: str, need: bool
+) -> None:
+    from kubelet.status.generate import need_to_reconcile_pod_readiness
+
+    conds: list[dict[str, Any]] = [{"type": f"g{i + 1}", "status": s} for i, s in enumerate(gates)]
+    conds.append({"type": "ContainersReady", "status": containers, "message": "c"})
+    r: dict[str, Any] = {"type": "Ready", "status": ready[0]}
+    if ready[1] is not None:
+        r["message"] = ready[1]
+    conds.append(r)
+    assert need_to_reconcile_pod_readiness(_gated(conds)) is need
+    ungated = _gated(conds)
+    del ungated["spec"]["readinessGates"]
+    assert need_to_reconcile_pod_readiness(ungated) is False

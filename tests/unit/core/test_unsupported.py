@@ -21,6 +21,7 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
         hostAliases=[{"ip": "10.0.0.1", "hostnames": ["a"]}],
         shareProcessNamespace=True,
         activeDeadlineSeconds=30,
+        readinessGates=[{"conditionType": "example.com/ready"}],
         securityContext={
             "runAsUser": 1000,
             "fsGroup": 2000,
@@ -51,7 +52,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
     p = pod(
         imagePullSecrets=[{"name": "regcred"}],
         runtimeClassName="kata",
-        readinessGates=[{"conditionType": "x"}],
         hostUsers=False,
         securityContext={"seLinuxChangePolicy": "MountOption"},
         initContainers=[{"name": "i", "image": "busybox:1.36", "restartPolicy": "OnFailure"}],
@@ -67,7 +67,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
     )
     assert unsupported_fields(p) == [
         "spec.runtimeClassName",
-        "spec.readinessGates",
         "spec.imagePullSecrets",
         "spec.hostUsers",
         "spec.securityContext.seLinuxChangePolicy",
