@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -436,9 +437,36 @@ def healthz_app(node: Callable[[], NodeView]) -> web.Application:
     return app
 
 
+class _ClientErrorFilter(logging.Filter):
+    """aiohttp logs a request it could not parse (a bad request line, header or
+    chunk) with a traceback at ERROR, after answering it 400. That is the
+    client's fault, not the kubelet's: Go's server answers 400 and logs nothing.
+    Keep one line without the traceback, at debug level (-v=4)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True  # a handler's own exception: logged in full
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            return False
+        first = (str(exc.message).splitlines() or [""])[0]
+        record.msg = f"{record.getMessage()}: {exc.code} {first}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+_CLIENT_ERRORS = _ClientErrorFilter()
+
+
 async def serve(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
 ) -> web.AppRunner:
+    server_log = logging.getLogger("aiohttp.server")
+    if _CLIENT_ERRORS not in server_log.filters:
+        server_log.addFilter(_CLIENT_ERRORS)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
