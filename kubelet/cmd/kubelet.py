@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Sequence
-
-import orjson
+from typing import Any
 
 import kubelet
 from kubelet.apis.config import KubeletConfiguration
@@ -65,7 +63,10 @@ def build_server(argv: Sequence[str]) -> tuple[KubeletServer | None, list[str], 
     apply_flags(parsed, flags, config)
     config.feature_gates = merge_gates(file_gates, config.feature_gates)
     if flags.kubelet_config_file:
-        overridden = sorted({f.name for f, _ in parsed.values if f.target[0] == "config"})
+        # -v sets logging.verbosity but is a logging flag, not a deprecated one.
+        overridden = sorted(
+            {f.name for f, _ in parsed.values if f.target[0] == "config" and f.name != "v"}
+        )
         if overridden:
             warnings.append(
                 "flags "
@@ -133,37 +134,16 @@ def _allowed_node_label(key: str) -> bool:
     return prefix.endswith(("kubelet.kubernetes.io", "node.kubernetes.io"))
 
 
-class _JSONFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        doc = {
-            "ts": round(record.created * 1000, 3),
-            "caller": f"{record.module}:{record.lineno}",
-            "msg": record.getMessage(),
-            "v": 0 if record.levelno >= logging.INFO else 4,
-        }
-        if record.levelno >= logging.ERROR:
-            doc["err"] = doc.pop("msg")
-            doc["msg"] = record.levelname
-        if record.exc_info:
-            doc["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(doc).decode()
+def setup_logging(
+    fmt: str,
+    verbosity: int,
+    vmodule: list[Any] | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[str]:
+    """The log format and verbosity (kubelet/util/logs.py); warnings for what is ignored."""
+    from kubelet.util import logs
 
-
-def setup_logging(fmt: str, verbosity: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JSONFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter(
-                "%(levelname).1s%(asctime)s %(process)d %(module)s:%(lineno)d] %(message)s",
-                "%m%d %H:%M:%S",
-            )
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
-    logging.Formatter.converter = time.gmtime
+    return logs.setup(fmt, verbosity, vmodule, options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code is not None:
         return code
     assert server is not None
-    setup_logging(server.config.logging.format, server.flags.verbosity)
+    lc = server.config.logging
+    warnings += setup_logging(lc.format, lc.verbosity, lc.vmodule, lc.options)
     for w in warnings:
         log.warning("%s", w)
     from kubelet.cmd.run import run_command

@@ -33,7 +33,6 @@ class KubeletFlags:
     exit_on_lock_contention: bool = False
     pod_infra_container_image: str = ""
     run_once: bool = False
-    verbosity: int = 0
     show_help: bool = False
     show_version: bool = False
 
@@ -201,7 +200,13 @@ FLAGS: list[Flag] = [
         ("flags", "run_once"),
         "If true, exit after spawning pods from static pod files or remote urls.",
     ),
-    _F("v", _int, ("flags", "verbosity"), "number for the log level verbosity", shorthand="v"),
+    _F(
+        "v",
+        _int,
+        ("config", "logging.verbosity"),
+        "number for the log level verbosity",
+        shorthand="v",
+    ),
     _F("help", _bool, ("flags", "show_help"), "help for kubelet", shorthand="h"),
     _F("version", _bool, ("flags", "show_version"), "Print version information and quit."),
     # KubeletConfiguration overrides

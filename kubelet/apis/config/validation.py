@@ -129,6 +129,8 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
     if c.logging.format not in ("text", "json"):
         bad("logging.format", c.logging.format, 'unsupported log format, want "text" or "json"')
+    if c.logging.verbosity < 0:
+        bad("logging.verbosity", c.logging.verbosity, "must be 0 or greater")
     if c.hairpin_mode not in ("promiscuous-bridge", "hairpin-veth", "none"):
         bad("hairpinMode", c.hairpin_mode, "unsupported hairpin mode")
     if c.max_parallel_image_pulls is not None:
