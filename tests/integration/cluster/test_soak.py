@@ -15,7 +15,7 @@ from kubelet.testing.controlplane import Unavailable
 
 pytestmark = pytest.mark.cluster
 
-MINUTES = float(os.environ.get("KUBELET_TEST_SOAK_MINUTES", "2"))
+MINUTES = float(os.environ.get("KUBELET_TEST_SOAK_MINUTES", "1.5"))
 
 
 @pytest.mark.timeout(600)
