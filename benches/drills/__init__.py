@@ -51,10 +51,13 @@ def steady_node(
     command: str,
     timeout: float,
     config: dict[str, Any] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[DrillKubelet, str]:
     """A Ready node with `n` pods Running (an emptyDir and a configMap each)."""
     ns = node
-    k = DrillKubelet(cp, workdir, endpoint, node, max_pods=n + 20, config=config).start()
+    k = DrillKubelet(
+        cp, workdir, endpoint, node, max_pods=n + 20, config=config, extra_args=extra_args
+    ).start()
     wait_for("the node to be Ready", k.ready, timeout=90)
     create_namespace(cp, ns, workdir)
     create_pods(cp, [pod(f"p{i:04d}", ns, node, command) for i in range(n)], workdir)
@@ -84,7 +87,8 @@ def kill9(
         t0 = time.monotonic()
         k.kill9()
         k.start()
-        wait_for("the node Ready again", k.ready, timeout=90)
+        wait_for("the new kubelet serving", k.serving, timeout=90)
+        wait_for("the node Ready", k.ready, timeout=90)
         # Through the new process's own view: every pod synced (running pods gauge).
         wait_for(
             "the new kubelet to see every pod running",
@@ -188,3 +192,72 @@ def runtime_restarted_empty(
 
 def _ids(view: dict[str, Any]) -> list[str]:
     return [c[1] for c in view["containers"]]
+
+
+def corrupt_state(cp: ControlPlane, workdir: Path, endpoint: str, node: str, n: int) -> Report:
+    """kill -9, then the kubelet's files on disk torn as a crash or a bad disk
+    would leave them: the self-signed serving certificate truncated, the lock
+    file full of garbage, each pod's etc-hosts truncated, one configMap volume's
+    `..data` link gone. The new kubelet logs what it found, serves, keeps every
+    container, and sets the volume up again."""
+    r = Report("corrupt-state", n)
+    lock = workdir / "kubelet.lock"
+    k, ns = steady_node(
+        cp,
+        workdir,
+        endpoint,
+        node,
+        n,
+        "exec sleep 100000",
+        120,
+        extra_args=("--lock-file", str(lock)),
+    )
+    try:
+        pods = k.api_pods(ns)
+        st0 = status_view(pods)
+        k.kill9()
+        crt = workdir / "pki" / "kubelet.crt"
+        r.check(crt.exists(), "no self-signed certificate was written")
+        crt.write_bytes(crt.read_bytes()[:60])
+        lock.write_bytes(b"\x00garbage\xff" * 100)
+        for p in pods.values():
+            hosts = k.root / "pods" / p["metadata"]["uid"] / "etc-hosts"
+            if hosts.exists():
+                hosts.write_bytes(hosts.read_bytes()[:10])
+        victim = next(iter(pods.values()))
+        cm = k.root / "pods" / victim["metadata"]["uid"] / "volumes" / "kubernetes.io~configmap"
+        (cm / "config" / "..data").unlink()
+        k.start()
+        wait_for("the new kubelet serving", k.serving, timeout=90)
+        wait_for("the node Ready", k.ready, timeout=90)
+        log = k.log.read_text(errors="replace")
+        r.check(
+            "Self-signed serving certificate" in log and "unusable" in log,
+            "no log line about the torn serving certificate",
+        )
+        r.check(k.starts == 1 + 1 and k.alive(), "the kubelet did not stay up")
+        r.check(_serves_tls(k.port), "the kubelet port does not serve TLS")
+        wait_for(
+            "the configMap volume set up again",
+            lambda: (cm / "config" / "mode").read_text() == "drill",
+            timeout=150,
+            every=2,
+        )
+        time.sleep(3)
+        st1 = status_view(k.api_pods(ns))
+        r.check(st1 == st0, f"API statuses changed: {diff(st0, st1)}")
+        r.check(k.alive(), "the kubelet exited")
+    finally:
+        cleanup(k, ns)
+    return r
+
+
+def _serves_tls(port: int) -> bool:
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, ctx.wrap_socket(sock):
+        return True

@@ -56,6 +56,7 @@ class DrillKubelet:
         max_pods: int,
         config: dict[str, Any] | None = None,
         root_dir: Path | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.cp = cp
         self.dir = workdir
@@ -98,6 +99,7 @@ class DrillKubelet:
             )
         )
         self.kubeconfig = cp.node_kubeconfig(node)
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -125,6 +127,7 @@ class DrillKubelet:
             "--cert-dir", str(self.dir / "pki"),
             "--pod-logs-dir", str(self.dir / "logs"),
             "--port", str(self.port),
+            *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
@@ -160,6 +163,17 @@ class DrillKubelet:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"kubelet exited {self.proc.returncode}; see {self.log}")
         return self.node_conditions().get("Ready", {}).get("status") == "True"
+
+    def serving(self) -> bool:
+        """This process answers on its healthz port (the node's Ready condition in
+        the API may still be the previous process's)."""
+        import urllib.request
+
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(f"kubelet exited {self.proc.returncode}; see {self.log}")
+        url = f"http://127.0.0.1:{self.healthz_port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return bool(r.status == 200)
 
     def api_pods(self, ns: str) -> dict[str, dict[str, Any]]:
         items = self.kubectl_json("get", "pods", "-n", ns, "--field-selector",
