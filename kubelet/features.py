@@ -58,6 +58,7 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "LoggingAlphaOptions": FeatureSpec(False, "ALPHA"),
     "LoggingBetaOptions": FeatureSpec(True, "BETA"),
     "ComponentSLIs": FeatureSpec(True, "GA"),
+    "SystemdWatchdog": FeatureSpec(True, "BETA"),
     "AllAlpha": FeatureSpec(False, "ALPHA"),
     "AllBeta": FeatureSpec(False, "BETA"),
 }

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kubelet
+from kubelet import watchdog
 from kubelet.apis.config.v1beta1 import encode
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.source import CertificateSource
@@ -21,6 +22,7 @@ from kubelet.certificate.store import KeyPair
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
+from kubelet.features import FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
@@ -75,7 +77,16 @@ async def run(
 
     cleanups: list[Callable[[], Any]] = []
     failed = asyncio.Event()  # set by a loop that ends the process with an error
+    # The checks the systemd watchdog runs: none until the sync loop exists, as
+    # upstream starts its watchdog before the kubelet and adds them later.
+    watched: dict[str, watchdog.HealthCheck] = {}
     try:
+        if FeatureGate(cfg.feature_gates).enabled("SystemdWatchdog"):
+            try:
+                wd = watchdog.HealthChecker.from_environment(lambda: watched)
+            except watchdog.WatchdogError as err:
+                raise StartupError(f"create health checker: {err}") from err
+            _spawn(wd.run(stop), "systemd-watchdog", cleanups)
         if flags.lock_file_path:
             fd = await loop.run_in_executor(None, flock.acquire, flags.lock_file_path)
             cleanups.append(lambda: os.close(fd))
@@ -114,9 +125,13 @@ async def run(
         if flags.run_once:
             return await _run_once(node)
 
+        watched["syncloop"] = node.healthz_checks()["syncloop"]
         await _start_servers(s, deps, name, node, cleanups)
-        if sdnotify.notify("READY=1"):
-            log.info("Notified the service manager: READY=1")
+        try:
+            if sdnotify.notify("READY=1"):
+                log.info("Notified the service manager: READY=1")
+        except sdnotify.NotifyError as err:
+            log.error("%s", err)
         log.info("Kubelet %s started on node %s", kubelet.__version__, name)
         await stop.wait()
         log.info("Shutting down")
