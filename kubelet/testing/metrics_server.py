@@ -79,6 +79,8 @@ class MetricsServer:
             "--kubelet-preferred-address-types=InternalIP",
             "--kubelet-use-node-status-port",
             f"--metric-resolution={self.resolution}",
+            # It must stay below the resolution (10 s, the minimum).
+            "--kubelet-request-timeout=5s",
         ]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

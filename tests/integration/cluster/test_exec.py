@@ -43,8 +43,12 @@ def node(
     tmp = tmp_path_factory.mktemp("exec-kubelet")
     # Pod cgroups as on a real node, so /metrics/cadvisor has pods and containers to report.
     k = ClusterKubelet(
-        control_plane, tmp, containerd, node_name=NODE, config={"cgroupsPerQOS": True}
-    )  # type: ignore[arg-type]
+        control_plane,
+        tmp,
+        containerd,  # type: ignore[arg-type]
+        node_name=NODE,
+        config={"cgroupsPerQOS": True},
+    )
     try:
         wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
         pods = [
@@ -389,6 +393,9 @@ def test_kubectl_top_through_metrics_server(node: ClusterKubelet) -> None:
         usage = int(_cgroup_file("memory", rel, "memory.usage_in_bytes"))
         working_set = usage - int(stat["total_inactive_file"])
         _, cpu, mem = out.split()
+        print(
+            f"kubectl top pod: {cpu} {mem}; cgroup files: {cpu_rate * 1000:.0f}m {working_set / 2**20:.1f}Mi"
+        )
         # The quota holds the spin near 100m; top's window and ours differ a little.
         assert abs(_quantity(cpu) - cpu_rate) < 0.04, (out, cpu_rate)
         assert 0.05 < _quantity(cpu) <= 0.12, out
@@ -405,6 +412,7 @@ def test_kubectl_top_through_metrics_server(node: ClusterKubelet) -> None:
                 if k in ("MemTotal", "MemAvailable")
             }
         used = meminfo["MemTotal"] - meminfo["MemAvailable"]
+        print(f"kubectl top node: {ncpu} {nmem}; /proc/meminfo: {used / 2**20:.0f}Mi")
         # The whole machine is shared and busy: within 10% of /proc/meminfo.
         assert abs(_quantity(nmem) - used) < 0.1 * used, (r.stdout, used)
         assert _quantity(ncpu) > 0
