@@ -437,6 +437,12 @@ def healthz_app(node: Callable[[], NodeView]) -> web.Application:
     return app
 
 
+IDLE_TIMEOUT = 90.0
+MAX_LINE_BYTES = 64 * 1024
+MAX_FIELD_BYTES = 16 * 1024
+MAX_HEADERS = 64
+
+
 class _ClientErrorFilter(logging.Filter):
     """aiohttp logs a request it could not parse (a bad request line, header or
     chunk) with a traceback at ERROR, after answering it 400. That is the
@@ -467,7 +473,22 @@ async def serve(
     server_log = logging.getLogger("aiohttp.server")
     if _CLIENT_ERRORS not in server_log.filters:
         server_log.addFilter(_CLIENT_ERRORS)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        # Go's http.Server for these ports: IdleTimeout 90s, MaxHeaderBytes 1 MiB
+        # for the request line and headers together. aiohttp bounds a line, one
+        # header and the header count instead: 64 headers of up to 16 KiB keep the
+        # total at Go's 1 MiB while a large bearer token (aiohttp's default is
+        # 8 KiB) still fits. Past a bound the answer is a 400 and a closed
+        # connection. Go's 4 h read/write timeouts are not set: a slow client
+        # costs a socket, not the event loop.
+        keepalive_timeout=IDLE_TIMEOUT,
+        max_line_size=MAX_LINE_BYTES,
+        max_field_size=MAX_FIELD_BYTES,
+        max_headers=MAX_HEADERS,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
