@@ -33,7 +33,7 @@ from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
-from kubelet.kubelet_pods import PodRuntimeHelper
+from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -53,6 +53,7 @@ from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
+from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
@@ -92,6 +93,8 @@ log = logging.getLogger(__name__)
 
 SYNC_TICK = 1.0
 HOUSEKEEPING_PERIOD = 2.0
+# maxWaitForContainerRuntime: no passed runtime check for this long = runtime down.
+RUNTIME_DOWN_AFTER = 30.0
 # /healthz/syncloop fails when the loop has not come round for twice the sync
 # frequency, and never sooner than five minutes (SyncLoopHealthCheck upstream).
 SYNC_LOOP_MIN_THRESHOLD = 300.0
@@ -138,6 +141,7 @@ class Kubelet:
         self.secrets = WatchingObjectManager(SECRET, kube_client, config.sync_frequency)
         self.pod_manager = PodManager([self.configmaps, self.secrets])
         self.services = ServiceInformer(kube_client) if kube_client is not None else None
+        self.runtime_classes = RuntimeClassManager(kube_client) if kube_client is not None else None
         self.cache = Cache()
         self.work_queue = WorkQueue()
         # Cluster mode: the API server is a pod source, pod statuses are written
@@ -193,6 +197,7 @@ class Kubelet:
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
         self.runtime_error: str | None = "container runtime status check may not have completed yet"
+        self._runtime_synced: float | None = None  # clock.monotonic() of the last passed check
         # Probes: readiness decides `ready`, liveness and startup failures restart.
         self.probes = ProbeManager(
             Prober(runtime_service), self.status_manager.get, self._probe_changed, recorder
@@ -251,6 +256,8 @@ class Kubelet:
             is_started=self.probes.is_started,
             seccomp_root=os.path.join(root_dir, "seccomp"),
             seccomp_default=config.seccomp_default,
+            pull_secrets=PullSecretGetter(self.secrets, recorder),
+            runtime_classes=self.runtime_classes,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -262,7 +269,11 @@ class Kubelet:
         )
         # The kubelet's own pod cgroups (kubepods/<qos>/pod<uid>), cgroupfs driver.
         self.pod_cgroups = (
-            PodContainerManager(CgroupManager(config.cgroup_root))
+            PodContainerManager(
+                CgroupManager(config.cgroup_root),
+                config.cpu_cfs_quota,
+                int(config.cpu_cfs_quota_period * 1_000_000),
+            )
             if config.cgroups_per_qos
             else None
         )
@@ -363,6 +374,10 @@ class Kubelet:
         )
         if self.services is not None:
             self._tasks.append(asyncio.create_task(self.services.run(self._stop), name="services"))
+        if self.runtime_classes is not None:
+            self._tasks.append(
+                asyncio.create_task(self.runtime_classes.run(self._stop), name="runtimeclasses")
+            )
         self._start_sources()
         self._tasks.append(asyncio.create_task(self.pleg.run(self._stop), name="pleg"))
 
@@ -476,8 +491,15 @@ class Kubelet:
                 self.runtime_error = (
                     "container runtime is not ready: " + ", ".join(bad) if bad else None
                 )
+                self._runtime_synced = self.clock.monotonic()
             except Exception as err:
-                self.runtime_error = f"container runtime is down: {err}"
+                # As upstream's runtimeState: one failed check is logged; the node
+                # turns NotReady only once no check has passed for 30 s, so a
+                # runtime restart of a few seconds does not flap it.
+                log.error("Container runtime sanity check failed: %s", err)
+                last = self._runtime_synced
+                if last is not None and self.clock.monotonic() - last >= RUNTIME_DOWN_AFTER:
+                    self.runtime_error = f"container runtime is down: {err}"
             try:
                 await asyncio.wait_for(self._stop.wait(), 5.0)
             except TimeoutError:

@@ -23,9 +23,11 @@ from kubelet.container.runtime import (
     Mount,
     RunContainerOptions,
 )
+from kubelet.events import Recorder
 from kubelet.kuberuntime.termination import create_termination_log_file
 from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
-from kubelet.types import Pod, uid
+from kubelet.objectcache import ObjectGetter
+from kubelet.types import Pod, name, namespace, object_ref, uid
 from kubelet.volumemanager import MountedVolume, VolumeManager
 
 log = logging.getLogger(__name__)
@@ -118,3 +120,45 @@ class PodRuntimeHelper:
 
     def get_pod_dns(self, pod: Pod) -> DNSSettings:
         return self.dns.get_pod_dns(pod)
+
+
+class PullSecretGetter:
+    """getPullSecretsForPod: the pod's imagePullSecrets read through the
+    kubelet's secret cache (the Node authorizer allows a secret a pod bound to
+    this node references). One that cannot be read is named in a warning
+    event and the pull goes on without it, as upstream."""
+
+    def __init__(self, secrets: ObjectGetter, recorder: Recorder | None = None) -> None:
+        self.secrets = secrets
+        self.recorder = recorder
+
+    async def get_pull_secrets(self, pod: Pod) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        failed: list[str] = []
+        ns = namespace(pod)
+        for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []:
+            secret_name = (ref or {}).get("name") or ""
+            if not secret_name:
+                continue  # the API has let empty names through: nothing to read
+            try:
+                out.append(await self.secrets.get(ns, secret_name))
+            except Exception as err:
+                log.info(
+                    "Unable to retrieve pull secret %s/%s for pod %s/%s, the image pull may "
+                    "not succeed: %s",
+                    ns,
+                    secret_name,
+                    ns,
+                    name(pod),
+                    err,
+                )
+                failed.append(secret_name)
+        if failed and self.recorder is not None:
+            self.recorder.event(
+                object_ref(pod),
+                "Warning",
+                "FailedToRetrieveImagePullSecret",
+                f"Unable to retrieve some image pull secrets ({', '.join(failed)}); attempting "
+                "to pull the image may not succeed.",
+            )
+        return out

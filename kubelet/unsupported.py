@@ -16,11 +16,8 @@ Pod = dict[str, Any]
 
 # Pod-level fields, when set to anything but their zero value.
 _POD_FIELDS = (
-    "runtimeClassName",
-    "overhead",
     "resources",
     "resourceClaims",
-    "imagePullSecrets",
 )
 _POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
@@ -35,6 +32,8 @@ def unsupported_fields(pod: Pod) -> list[str]:
     for f in _POD_FIELDS:
         if spec.get(f):
             out.append(f"spec.{f}")
+    # Overhead is added to the pod cgroup; only the resources it has settings for.
+    out += [f"spec.overhead[{r}]" for r in spec.get("overhead") or {} if r not in _RESOURCES]
     if spec.get("hostUsers") is False:
         out.append("spec.hostUsers")
     psc = spec.get("securityContext") or {}

@@ -18,6 +18,8 @@ from kubelet.util.quantity import cpu_millis, to_bytes
 log = logging.getLogger(__name__)
 
 MIN_SHARES = 2
+MIN_QUOTA_PERIOD = 1000  # µs: the kernel refuses a smaller CFS quota
+DEFAULT_CPU_PERIOD = 100000  # µs
 
 
 def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> tuple[int, dict[str, str]]:
@@ -51,24 +53,50 @@ def _write(path: str, value: str) -> None:
         log.debug("cgroup write %s=%s failed: %s", path, value, err)
 
 
-def pod_resources(pod: Pod) -> dict[str, int]:
-    """cpu shares (sum of requests) and, when every container sets one, the memory limit."""
-    shares = 0
-    mem_limit = 0
-    all_limited = True
-    for c in pod["spec"].get("containers", []):
+def milli_cpu_to_quota(milli: int, period: int) -> int:
+    if milli == 0:
+        return 0
+    return max(MIN_QUOTA_PERIOD, milli * period // 1000)
+
+
+def pod_resources(
+    pod: Pod, enforce_cpu_limits: bool = True, cpu_period: int = DEFAULT_CPU_PERIOD
+) -> dict[str, int]:
+    """The pod cgroup's settings (ResourceConfigForPod): CPU shares from the
+    requests; when every container sets one, the CPU quota and the memory
+    limit from the limits. spec.overhead (what the RuntimeClass says the
+    sandbox itself costs) is added to the requests and to limits that are set.
+    A BestEffort pod gets the minimum shares and nothing else."""
+    if qos_class(pod) == "BestEffort":
+        return {"cpu_shares": MIN_SHARES}
+    spec = pod["spec"]
+    cpu_req = cpu_lim = mem_lim = 0
+    cpu_limited = mem_limited = True
+    for c in spec.get("containers", []):
         res = c.get("resources") or {}
         req, lim = res.get("requests") or {}, res.get("limits") or {}
         cpu = req.get("cpu", lim.get("cpu"))
         if cpu:
-            shares += cpu_millis(cpu) * 1024 // 1000
-        if "memory" in lim:
-            mem_limit += to_bytes(lim["memory"])
-        else:
-            all_limited = False
-    out = {"cpu_shares": max(MIN_SHARES, shares)}
-    if all_limited and mem_limit:
-        out["memory_limit"] = mem_limit
+            cpu_req += cpu_millis(cpu)
+        lim_cpu = cpu_millis(lim["cpu"]) if "cpu" in lim else 0
+        lim_mem = to_bytes(lim["memory"]) if "memory" in lim else 0
+        cpu_lim += lim_cpu
+        mem_lim += lim_mem
+        cpu_limited = cpu_limited and lim_cpu > 0
+        mem_limited = mem_limited and lim_mem > 0
+    overhead = spec.get("overhead") or {}
+    if "cpu" in overhead:
+        cpu_req += cpu_millis(overhead["cpu"])
+        if cpu_lim:
+            cpu_lim += cpu_millis(overhead["cpu"])
+    if "memory" in overhead and mem_lim:
+        mem_lim += to_bytes(overhead["memory"])
+    out = {"cpu_shares": max(MIN_SHARES, cpu_req * 1024 // 1000)}
+    if cpu_limited and cpu_lim:
+        quota = milli_cpu_to_quota(cpu_lim, cpu_period) if enforce_cpu_limits else -1
+        out["cpu_quota"], out["cpu_period"] = quota, cpu_period
+    if mem_limited and mem_lim:
+        out["memory_limit"] = mem_lim
     return out
 
 
@@ -127,6 +155,13 @@ class CgroupManager:
                 # cgroup v2 weight from shares, as runc converts them.
                 weight = 1 + ((r["cpu_shares"] - 2) * 9999) // 262142
                 _write(os.path.join(path, "cpu.weight"), str(weight))
+        if "cpu_quota" in r:
+            quota, period = r["cpu_quota"], r["cpu_period"]
+            if ctrl == "cpu":
+                _write(os.path.join(path, "cpu.cfs_period_us"), str(period))
+                _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
+            elif ctrl == "" and self.version == 2:
+                _write(os.path.join(path, "cpu.max"), f"{quota if quota > 0 else 'max'} {period}")
         if "memory_limit" in r:
             if ctrl == "memory":
                 _write(os.path.join(path, "memory.limit_in_bytes"), str(r["memory_limit"]))
@@ -156,8 +191,16 @@ class CgroupManager:
 class PodContainerManager:
     """The kubepods tree: QoS level cgroups and one cgroup per pod."""
 
-    def __init__(self, mgr: CgroupManager) -> None:
+    def __init__(
+        self,
+        mgr: CgroupManager,
+        enforce_cpu_limits: bool = True,
+        cpu_period: int = DEFAULT_CPU_PERIOD,
+    ) -> None:
         self.mgr = mgr
+        # --cpu-cfs-quota and --cpu-cfs-quota-period
+        self.enforce_cpu_limits = enforce_cpu_limits
+        self.cpu_period = cpu_period
 
     def setup_qos(self) -> None:
         self.mgr.create("kubepods")
@@ -172,7 +215,9 @@ class PodContainerManager:
         return f"kubepods/{qos.lower()}/pod{uid(pod)}"
 
     def ensure(self, pod: Pod) -> None:
-        self.mgr.create(self.name(pod), pod_resources(pod))
+        self.mgr.create(
+            self.name(pod), pod_resources(pod, self.enforce_cpu_limits, self.cpu_period)
+        )
 
     def destroy(self, pod: Pod) -> bool:
         return self.mgr.destroy(self.name(pod))

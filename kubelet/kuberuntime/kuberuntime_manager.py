@@ -30,12 +30,15 @@ from kubelet.container.runtime import (
     RuntimeHelper,
     SandboxStatus,
 )
+from kubelet.credentialprovider.config import DockerConfigError
+from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_image import PullError, PullSecretsGetter, Secret, pull_image
 from kubelet.kuberuntime.security_context import (
     SecurityContextError,
     container_security_context,
@@ -52,6 +55,7 @@ from kubelet.kuberuntime.termination import (
 )
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.network.dns import kernel_hostname
+from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.sysctl import sandbox_sysctls
 from kubelet.types import (
     Pod,
@@ -66,6 +70,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.util.duration import format_duration
+from kubelet.util.parsers import ImageNameError, parse_image_name
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
@@ -139,8 +144,14 @@ class RuntimeManager:
         hooks: HandlerRunner | None = None,
         seccomp_root: str = "/var/lib/kubelet/seccomp",
         seccomp_default: bool = False,
+        pull_secrets: PullSecretsGetter | None = None,
+        runtime_classes: RuntimeClassLookup | None = None,
     ) -> None:
         self.runtime = runtime
+        # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
+        self.pull_secrets = pull_secrets
+        # RuntimeClass name -> CRI runtime handler (None: no API server).
+        self.runtime_classes = runtime_classes
         self.images = images
         self.helper = helper
         # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
@@ -167,6 +178,8 @@ class RuntimeManager:
         # pod UID -> container name -> (reason, message) while it is not running
         self.waiting: dict[str, dict[str, tuple[str, str]]] = {}
         self._pull_locks: dict[str, asyncio.Lock] = {}
+        # pod UID -> image -> why its last pull failed, told while the back-off lasts.
+        self._prev_pull_err: dict[str, dict[str, str]] = {}
 
     async def close(self) -> None:
         await self.hooks.close()
@@ -520,8 +533,26 @@ class RuntimeManager:
         sid = a.sandbox_id
         if a.create_sandbox:
             os.makedirs(sandbox_cfg.log_directory, exist_ok=True)
+            handler = ""
+            rc_name = pod["spec"].get("runtimeClassName") or ""
+            if rc_name and self.runtime_classes is None:
+                # Standalone: no API server to read RuntimeClasses from.
+                log.warning(
+                    "Pod %s: runtimeClassName %r ignored: no API server to look it up in; "
+                    "the runtime's default handler runs the pod",
+                    format_pod(pod),
+                    rc_name,
+                )
+            elif rc_name and self.runtime_classes is not None:
+                try:
+                    handler = await self.runtime_classes.lookup_runtime_handler(rc_name)
+                except LookupError as err:  # not found, or the lookup failed
+                    msg = f"Failed to create pod sandbox: {err}"
+                    self._event(pod, "Warning", "FailedCreatePodSandBox", msg)
+                    res.errors.append(msg)
+                    return res
             try:
-                sid = await self.runtime.run_pod_sandbox(sandbox_cfg)
+                sid = await self.runtime.run_pod_sandbox(sandbox_cfg, handler)
             except errors.CRIError as err:
                 msg = f"Failed to create pod sandbox: {err.message}"
                 self._event(pod, "Warning", "FailedCreatePodSandBox", msg)
@@ -539,10 +570,16 @@ class RuntimeManager:
             except errors.CRIError as err:
                 log.warning("Pod %s: no status for its new sandbox: %s", format_pod(pod), err)
         spec = pod["spec"]
+        # Read once per sync that starts containers (getPullSecretsForPod).
+        secrets: list[Secret] = []
+        if spec.get("imagePullSecrets") and self.pull_secrets is not None:
+            secrets = await self.pull_secrets.get_pull_secrets(pod)
         # Ephemeral containers first: a debugger may be why the pod is looked at.
         for i in a.ephemeral_containers_to_start:
             ec = spec["ephemeralContainers"][i]
-            problem = await self.start_container(pod, sid, sandbox_cfg, ec, status, res, pod_ips)
+            problem = await self.start_container(
+                pod, sid, sandbox_cfg, ec, status, res, pod_ips, pull_secrets=secrets
+            )
             if problem:
                 res.errors.append(problem)
         # Init containers in order; a sidecar that fails to start does not hold
@@ -550,7 +587,7 @@ class RuntimeManager:
         init = spec.get("initContainers") or []
         for i in a.init_containers_to_start:
             problem = await self.start_container(
-                pod, sid, sandbox_cfg, init[i], status, res, pod_ips
+                pod, sid, sandbox_cfg, init[i], status, res, pod_ips, pull_secrets=secrets
             )
             if problem:
                 res.errors.append(problem)
@@ -559,7 +596,14 @@ class RuntimeManager:
         results = await asyncio.gather(
             *(
                 self.start_container(
-                    pod, sid, sandbox_cfg, spec["containers"][i], status, res, pod_ips
+                    pod,
+                    sid,
+                    sandbox_cfg,
+                    spec["containers"][i],
+                    status,
+                    res,
+                    pod_ips,
+                    pull_secrets=secrets,
                 )
                 for i in a.containers_to_start
             )
@@ -588,6 +632,7 @@ class RuntimeManager:
         status: PodStatus,
         res: SyncResult,
         pod_ips: list[str],
+        pull_secrets: list[Secret] | None = None,
     ) -> str | None:
         """Start one container; returns an error message (also kept as its waiting
         reason). A back-off that blocks it is recorded in `res`. pod_ips: the
@@ -614,7 +659,9 @@ class RuntimeManager:
                 waiting[cname] = ("CrashLoopBackOff", msg)
                 return msg
             self.crash_backoff.next(key, finished)
-        image_ref, image, err = await self.ensure_image(pod, c, sandbox_cfg, res)
+        image_ref, image, err = await self.ensure_image(
+            pod, c, sandbox_cfg, res, pull_secrets or []
+        )
         if err:
             return err
         if prev is not None:
@@ -688,51 +735,73 @@ class RuntimeManager:
         return None
 
     async def ensure_image(
-        self, pod: Pod, c: dict[str, Any], sandbox_cfg: pb.PodSandboxConfig, res: SyncResult
+        self,
+        pod: Pod,
+        c: dict[str, Any],
+        sandbox_cfg: pb.PodSandboxConfig,
+        res: SyncResult,
+        pull_secrets: list[Secret] | None = None,
     ) -> tuple[str, pb.Image | None, str | None]:
-        """EnsureImageExists with pull policies and ImagePullBackOff. Returns (ref,
-        the image when its status is known, error)."""
+        """EnsureImageExists with pull policies, pull secrets and ImagePullBackOff.
+        Returns (ref, the image when its status is known, error)."""
         image = c["image"]
         cname = c["name"]
         waiting = self.waiting.setdefault(uid(pod), {})
+
+        def fail(reason: str, msg: str) -> tuple[str, pb.Image | None, str | None]:
+            # startContainer's event: the error's name, not its message.
+            waiting[cname] = (reason, msg)
+            self._event(pod, "Warning", "Failed", f"Error: {reason}", cname)
+            return "", None, msg
+
+        try:
+            repo, _tag, _digest = parse_image_name(image)
+        except ImageNameError as err:
+            msg = f'Failed to apply default image tag "{image}": {err}'
+            self._event(pod, "Warning", "InspectFailed", msg, cname)
+            return fail("InvalidImageName", msg)
         policy = c.get("imagePullPolicy", "IfNotPresent")
         spec = pb.ImageSpec(image=image)
         try:
             present = await self.images.image_status(spec)
         except errors.CRIError as err:
             msg = f"Failed to inspect image {image!r}: {err.message}"
-            waiting[cname] = ("ImageInspectError", msg)
-            return "", None, msg
+            self._event(pod, "Warning", "InspectFailed", msg, cname)
+            return fail("ImageInspectError", msg)
         if policy == "Never":
             if present is None:
                 msg = f'Container image "{image}" is not present with pull policy of Never'
-                waiting[cname] = ("ErrImageNeverPull", msg)
                 self._event(pod, "Warning", "ErrImageNeverPull", msg, cname)
-                return "", None, msg
+                return fail("ErrImageNeverPull", msg)
             return str(present.id), present, None
         if policy == "IfNotPresent" and present is not None:
             return str(present.id), present, None
+        try:
+            credentials = make_docker_keyring(pull_secrets or []).lookup(repo)
+        except DockerConfigError as err:
+            # Upstream's error is its own reason: no pull is attempted, no back-off.
+            return fail(str(err), str(err))
         key = f"{uid(pod)}_{image}"
         # "Is the time since the last failed pull shorter than the back-off?"
         # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.
         if self.image_backoff.in_backoff_since_update(key):
             res.backoff_until(self.image_backoff.remaining(key))
             msg = f'Back-off pulling image "{image}"'
-            waiting[cname] = ("ImagePullBackOff", msg)
             self._event(pod, "Normal", "BackOff", msg, cname)
-            return "", None, msg
+            prev = self._prev_pull_err.get(uid(pod), {}).get(image)
+            return fail("ImagePullBackOff", f"{msg}: {prev}" if prev else msg)
+        self._prev_pull_err.get(uid(pod), {}).pop(image, None)
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
         try:
             async with lock:  # one pull per image at a time (serializeImagePulls per image)
-                ref = await self.images.pull_image(spec, None, sandbox_cfg)
-        except errors.CRIError as err:
+                ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
+        except PullError as err:
             self.image_backoff.next(key, self.image_backoff.now())
-            msg = f'Failed to pull image "{image}": {err.message}'
-            waiting[cname] = ("ErrImagePull", msg)
-            self._event(pod, "Warning", "Failed", msg, cname)
-            return "", None, msg
+            self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err}', cname)
+            self._prev_pull_err.setdefault(uid(pod), {})[image] = f"ErrImagePull: {err}"
+            return fail("ErrImagePull", str(err))
         self._event(
             pod,
             "Normal",
@@ -837,6 +906,7 @@ class RuntimeManager:
                 except errors.NotFoundError:
                     pass
             self.waiting.pop(status.id, None)
+            self._prev_pull_err.pop(status.id, None)
 
     # -------------------------------------------------------------- configs
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:

@@ -174,7 +174,8 @@ def _unused(path: Path) -> None:
 
 
 async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, caplog) -> None:  # type: ignore[no-untyped-def]
-    node.write("pulls", [forever()], imagePullSecrets=[{"name": "regcred"}])
+    c = {**forever(), "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]}
+    node.write("pulls", [c])
     await node.wait(lambda: node.phase("pulls") == "Running", what="pulls Running")
     # More syncs of the same pod: still one warning.
     pod = node.kubelet.pod_manager.get_by_full_name("pulls-node-a_default")
@@ -183,5 +184,5 @@ async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, 
     lines = [r.getMessage() for r in caplog.records if "not implemented" in r.getMessage()]
     assert lines == [
         "Pod pulls-node-a_default: Fields not implemented by this kubelet, ignored: "
-        "spec.imagePullSecrets"
+        "spec.containers[c].resizePolicy"
     ]

@@ -83,3 +83,48 @@ def test_pod_resources() -> None:
         "cpu_shares": 1024,
         "memory_limit": 64 << 20,
     }
+
+
+def limited(uid: str, cpu: str, mem: str, **spec: object) -> dict:
+    res = {"limits": {"cpu": cpu, "memory": mem}}
+    return {
+        "metadata": {"uid": uid},
+        "spec": {"containers": [{"name": "c", "resources": res}], **spec},
+    }
+
+
+def test_limits_give_a_cpu_quota_and_overhead_is_added(tmp_path: Path) -> None:
+    """ResourceConfigForPod: a Guaranteed pod's cgroup gets the sum of its limits
+    as CPU quota and memory limit, plus spec.overhead (also added to the
+    shares); a limit that is not set anywhere gets no overhead."""
+    plain = limited("g", "500m", "64Mi")
+    assert pod_resources(plain) == {
+        "cpu_shares": 512, "cpu_quota": 50000, "cpu_period": 100000, "memory_limit": 64 << 20,
+    }  # fmt: skip
+    heavy = limited("g", "500m", "64Mi", overhead={"cpu": "250m", "memory": "32Mi"})
+    assert pod_resources(heavy) == {
+        "cpu_shares": 768, "cpu_quota": 75000, "cpu_period": 100000, "memory_limit": 96 << 20,
+    }  # fmt: skip
+    # Burstable with requests only: overhead raises the shares, no limits appear.
+    req = pod("b", cpu="100m")
+    req["spec"]["overhead"] = {"cpu": "100m", "memory": "32Mi"}
+    assert pod_resources(req) == {"cpu_shares": 204}
+    # BestEffort: the minimum shares whatever the overhead.
+    be = pod("e")
+    be["spec"]["overhead"] = {"cpu": "1"}
+    assert pod_resources(be) == {"cpu_shares": 2}
+    # cpuCFSQuota off: no quota (max) but the period is still set.
+    assert pod_resources(heavy, enforce_cpu_limits=False)["cpu_quota"] == -1
+    for v1 in (True, False):
+        d = tmp_path / f"v1-{v1}"
+        d.mkdir()
+        pcm = PodContainerManager(CgroupManager("", mountinfo(d, v1=v1)))
+        pcm.setup_qos()
+        pcm.ensure(heavy)
+        if v1:
+            assert (d / "cpu/kubepods/podg/cpu.cfs_quota_us").read_text() == "75000"
+            assert (d / "cpu/kubepods/podg/cpu.cfs_period_us").read_text() == "100000"
+            assert (d / "memory/kubepods/podg/memory.limit_in_bytes").read_text() == str(96 << 20)
+        else:
+            assert (d / "kubepods/podg/cpu.max").read_text() == "75000 100000"
+            assert (d / "kubepods/podg/memory.max").read_text() == str(96 << 20)

@@ -22,6 +22,9 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
         shareProcessNamespace=True,
         activeDeadlineSeconds=30,
         readinessGates=[{"conditionType": "example.com/ready"}],
+        imagePullSecrets=[{"name": "regcred"}],
+        runtimeClassName="kata",
+        overhead={"cpu": "250m", "memory": "120Mi"},
         securityContext={
             "runAsUser": 1000,
             "fsGroup": 2000,
@@ -50,8 +53,7 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
 
 def test_every_unimplemented_field_is_named_with_its_container() -> None:
     p = pod(
-        imagePullSecrets=[{"name": "regcred"}],
-        runtimeClassName="kata",
+        overhead={"cpu": "250m", "hugepages-2Mi": "2Mi"},
         hostUsers=False,
         securityContext={"seLinuxChangePolicy": "MountOption"},
         initContainers=[{"name": "i", "image": "busybox:1.36", "restartPolicy": "OnFailure"}],
@@ -66,8 +68,7 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
         ],
     )
     assert unsupported_fields(p) == [
-        "spec.runtimeClassName",
-        "spec.imagePullSecrets",
+        "spec.overhead[hugepages-2Mi]",
         "spec.hostUsers",
         "spec.securityContext.seLinuxChangePolicy",
         "spec.initContainers[i].restartPolicy",

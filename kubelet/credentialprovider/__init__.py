@@ -1,0 +1,1 @@
+"""Registry credentials for image pulls (pkg/credentialprovider upstream)."""

@@ -1,0 +1,1 @@
+"""RuntimeClass lookups (pkg/kubelet/runtimeclass upstream)."""
