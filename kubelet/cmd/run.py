@@ -361,7 +361,12 @@ async def _start_servers(
         cleanups.append(r.cleanup)
     if cfg.enable_server:
         tls = deps.tls_options
-        if tls is None and cfg.server_tls_bootstrap:
+        gate = FeatureGate(cfg.feature_gates).enabled("RotateKubeletServerCertificate")
+        if tls is None and cfg.server_tls_bootstrap and not gate:
+            log.warning(
+                "serverTLSBootstrap is ignored: feature gate RotateKubeletServerCertificate is off"
+            )
+        if tls is None and cfg.server_tls_bootstrap and gate:
             ssl_ctx = _serving_certificates(s, deps, name, cleanups).context
         else:
             if tls is None:
