@@ -8,6 +8,10 @@ A drill returns a Report whose `problems` is empty when the node came through.
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ from benches.drills.harness import (
     volume_view,
     wait_for,
 )
+from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 
 
@@ -261,3 +266,77 @@ def _serves_tls(port: int) -> bool:
     ctx.verify_mode = ssl.CERT_NONE
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, ctx.wrap_socket(sock):
         return True
+
+
+def restart_containerd(ctd: Containerd, down_s: float, during: Callable[[], None]) -> None:
+    """Stop containerd (its shims and containers keep running), call `during`
+    until `down_s` has passed, start it again on the same state."""
+    assert ctd.proc is not None
+    ctd.proc.send_signal(signal.SIGTERM)
+    ctd.proc.wait(30)
+    deadline = time.monotonic() + down_s
+    while time.monotonic() < deadline:
+        during()
+        time.sleep(1)
+    log = open(os.path.join(ctd.directory, "containerd.log"), "ab")
+    ctd.proc = subprocess.Popen(
+        [shutil.which("containerd") or "containerd", "--config",
+         os.path.join(ctd.directory, "config.toml")],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    wait_for("containerd back", lambda: ctd.ctr("version", check=False).returncode == 0, 60)
+
+
+def runtime_stopped(
+    cp: ControlPlane, workdir: Path, ctd: Containerd, node: str, n: int, down_s: float
+) -> Report:
+    """containerd stopped for `down_s` with pods running under their shims, then
+    started again: no pod recreated, the node NotReady ("container runtime is
+    down") once the runtime has failed its checks for 30 s, Ready again after,
+    with NodeNotReady / NodeReady events and log lines saying so."""
+    r = Report("runtime-stopped", n)
+    k, ns = steady_node(cp, workdir, ctd.endpoint, node, n, "exec sleep 100000", 180)
+    try:
+        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint)
+        seen: list[str] = []
+
+        def watch_ready() -> None:
+            ready = k.node_conditions().get("Ready", {})
+            if ready.get("status") != "True":
+                seen.append(str(ready.get("message", "")))
+
+        t0 = time.monotonic()
+        restart_containerd(ctd, down_s, watch_ready)
+        r.figures["not_ready_samples"] = len(seen)
+        r.figures["not_ready_message"] = seen[0] if seen else None
+        r.check(k.alive(), "the kubelet exited while the runtime was down")
+        if down_s > 35:
+            r.check(
+                any("container runtime is down" in m for m in seen),
+                f"Ready never said the runtime is down: {seen[:3]}",
+            )
+        wait_for("the node Ready again", k.ready, timeout=90)
+        r.figures["ready_again_s"] = round(time.monotonic() - t0 - down_s, 1)
+        wait_for("every pod running", lambda: running(k.api_pods(ns)) == n, timeout=60)
+        time.sleep(3)
+        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint)
+        r.check(st1 == st0, f"API statuses changed: {diff(st0, st1)}")
+        r.check(rt1.running_ids() == rt0.running_ids(), "running containers changed")
+        r.check(set(rt1.sandboxes) == set(rt0.sandboxes), "sandboxes created or removed")
+        log = k.logs()
+        r.check("Container runtime sanity check failed" in log, "no log line for the outage")
+        if seen:
+            evs = [
+                e for e in k.events("default") if e.get("involvedObject", {}).get("name") == node
+            ]
+            last = {e["reason"]: e.get("lastTimestamp") or "" for e in evs}
+            r.figures["node_events"] = sorted(last)
+            # A repeated event is the first one counted again (lastTimestamp moves).
+            r.check(
+                "NodeNotReady" in last and last.get("NodeReady", "") >= last["NodeNotReady"],
+                f"no NodeNotReady then NodeReady event: {last}",
+            )
+    finally:
+        cleanup(k, ns)
+    return r
