@@ -811,7 +811,8 @@ cdef class CgroupReader:
 
     retain(paths) closes the descriptors of every cgroup not named (pods that
     are gone) and gives their budget to cgroups read later. v1 keeps nothing
-    open (its files sit in one directory per controller).
+    open (its files sit in one directory per controller). One caller at a
+    time: a reader is not to be shared by threads without a lock.
     """
 
     cdef int version, fm, files, nfiles, threads, keep
@@ -819,6 +820,7 @@ cdef class CgroupReader:
     cdef Py_ssize_t slots
     cdef bytes rootb
     cdef dict index  # path -> slot
+    cdef dict enc  # path -> the C path (None: unusable), kept with the slots
     cdef list free_slots
     cdef Entry* entries
     cdef readonly object fields
@@ -847,6 +849,7 @@ cdef class CgroupReader:
             self.kernfs = sf.f_type == CGROUP2_MAGIC or sf.f_type == CGROUP1_MAGIC
         self.slots = max(0, max_fds) // self.nfiles if version == 2 and self.nfiles else 0
         self.index = {}
+        self.enc = {}
         self.free_slots = list(range(self.slots - 1, -1, -1))
         self.entries = <Entry*>malloc(max(self.slots, 1) * sizeof(Entry))
         if self.entries == NULL:
@@ -869,6 +872,7 @@ cdef class CgroupReader:
         for s in self.index.values():
             entry_close(&self.entries[s])
         self.index.clear()
+        self.enc.clear()
         self.free_slots = list(range(self.slots - 1, -1, -1))
 
     @property
@@ -885,6 +889,8 @@ cdef class CgroupReader:
             s = index.pop(p)
             entry_close(&self.entries[s])
             self.free_slots.append(s)
+        if len(self.enc) > len(index):
+            self.enc = {p: self.enc[p] for p in index if p in self.enc}
 
     @property
     def capacity(self):
@@ -932,7 +938,7 @@ cdef class CgroupReader:
             if (self.fm | fm) != self.fm:
                 raise ValueError("fields outside the reader's own field set")
         if version == 2:
-            keep = [_cpath(rootb + b"/" + os.fsencode(p)) for p in paths]
+            keep = self._encode(paths)
         else:
             keep = [None if b"\x00" in rootb else _cpath(p) for p in paths]
         cdef const char** cpaths = <const char**>malloc(max(n, 1) * sizeof(char*))
@@ -971,6 +977,22 @@ cdef class CgroupReader:
             free(cpaths)
             free(res)
             free(slot_of)
+
+    cdef list _encode(self, paths):
+        """C paths of a batch; those of kept cgroups are remembered (a path
+        encoded once per cgroup, not once per read)."""
+        enc = self.enc
+        index = self.index
+        rootb = self.rootb
+        out = []
+        for p in paths:
+            b = enc.get(p, False)
+            if b is False:
+                b = _cpath(rootb + b"/" + os.fsencode(p))
+                if p in index or len(index) < self.slots:
+                    enc[p] = b
+            out.append(b)
+        return out
 
     def floor(self, paths):
         """The no-parse floor of read(paths) once its descriptors are open: one
