@@ -331,13 +331,27 @@ def test_metrics_endpoints_parse_and_cadvisor_matches_the_cgroup_files(
     uid = pod["metadata"]["uid"]
     cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     rel = f"kubepods/besteffort/pod{uid}/{cid}"
+    pid = int(_cgroup_file("memory", rel, "cgroup.procs").split()[0])
+
+    def eth0_rx() -> int:  # the pod's netns, read through the container's process
+        with open(f"/proc/{pid}/net/dev") as fh:
+            line = next(ln for ln in fh if ln.strip().startswith("eth0:"))
+        return int(line.split(":", 1)[1].split()[0])
+
+    time.sleep(1.1)  # past the stats cache of the scrapes above: a fresh collection next
+    rx_before = eth0_rx()
     text = _raw_get(node, "/metrics/cadvisor")
+    rx_after = eth0_rx()
     mem_file = int(_cgroup_file("memory", rel, "memory.usage_in_bytes"))
     cpu_file = int(_cgroup_file("cpuacct", rel, "cpuacct.usage"))
     shares_file = int(_cgroup_file("cpu", rel, "cpu.shares"))
     got: dict[str, float] = {}
+    pod_rx: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
+            pod_row = s.labels.get("id") == f"/kubepods/besteffort/pod{uid}"
+            if pod_row and s.name == "container_network_receive_bytes_total":
+                pod_rx[s.labels["interface"]] = s.value
             if s.labels.get("pod") == "sh" and s.labels.get("container") == "main":
                 assert s.labels["id"] == f"/{rel}" and s.labels["name"] == cid, s.labels
                 assert s.labels["namespace"] == "default" and "busybox" in s.labels["image"]
@@ -348,6 +362,12 @@ def test_metrics_endpoints_parse_and_cadvisor_matches_the_cgroup_files(
     assert got["container_spec_cpu_shares"] == shares_file == 2  # BestEffort
     assert 0 < got["container_memory_working_set_bytes"] <= got["container_memory_usage_bytes"]
     assert got["container_start_time_seconds"] > time.time() - 3600
+    # network on the pod's row, from its netns (bridge CNI: eth0; lo left out)
+    assert "lo" not in pod_rx and rx_before <= pod_rx["eth0"] <= rx_after, (
+        pod_rx,
+        rx_before,
+        rx_after,
+    )
 
 
 def _quantity(text: str) -> float:
