@@ -9,6 +9,7 @@ cgroup files of the real runc container."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -74,7 +75,7 @@ def node(
             p["spec"]["automountServiceAccountToken"] = False
         create(k, pods)
         for name in ("sh", "web", "talk", "busy"):
-            wait_for(f"pod {name} Running", lambda n=name: _phase(k, n) == "Running", timeout=90)
+            wait_for(f"pod {name} Running", functools.partial(_running, k, name), timeout=90)
         yield k
     finally:
         k.cp.kubectl("delete", "pods", "-l", "app=exec", "--wait=false", check=False)
@@ -87,6 +88,10 @@ def _ready(k: ClusterKubelet) -> bool:
         raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
     n = k.kubectl_json("get", "node", NODE)
     return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+
+
+def _running(k: ClusterKubelet, name: str) -> bool:
+    return _phase(k, name) == "Running"
 
 
 def _phase(k: ClusterKubelet, name: str) -> str:
