@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -30,6 +31,9 @@ class Registry:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     pushed: list[str] = field(default_factory=list)
+    # (user, password): htpasswd basic auth on every request (bcrypt, as the
+    # registry requires), so pulls need credentials.
+    auth: tuple[str, str] | None = None
 
     @property
     def host(self) -> str:
@@ -48,12 +52,23 @@ class Registry:
         os.makedirs(self.directory, exist_ok=True)
         self.port = self.port or _free_port()
         cfg = os.path.join(self.directory, "config.yml")
+        auth = ""
+        if self.auth is not None:
+            if not shutil.which("htpasswd"):
+                raise Unavailable("htpasswd not installed (apt-get install apache2-utils)")
+            users = os.path.join(self.directory, "htpasswd")
+            line = subprocess.run(
+                ["htpasswd", "-Bbn", *self.auth], check=True, capture_output=True, text=True
+            ).stdout
+            with open(users, "w") as fh:
+                fh.write(line.strip() + "\n")
+            auth = f"auth:\n  htpasswd:\n    realm: kubelet-py\n    path: {users}\n"
         with open(cfg, "w") as fh:
             fh.write(
                 "version: 0.1\n"
                 "log:\n  level: info\n"
                 f"storage:\n  filesystem:\n    rootdirectory: {self.directory}/data\n"
-                f"http:\n  addr: 127.0.0.1:{self.port}\n"
+                f"http:\n  addr: 127.0.0.1:{self.port}\n" + auth
             )
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([binary, "serve", cfg], stdout=log, stderr=subprocess.STDOUT)
@@ -64,6 +79,10 @@ class Registry:
                 with urllib.request.urlopen(f"http://{self.host}/v2/", timeout=2) as r:
                     if r.status == 200:
                         return self
+            except urllib.error.HTTPError as err:
+                if err.code == 401 and self.auth is not None:
+                    return self  # up, and asking for credentials
+                time.sleep(0.1)
             except OSError:
                 time.sleep(0.1)
         self.stop()
@@ -76,6 +95,7 @@ class Registry:
                 "skopeo",
                 "copy",
                 "--dest-tls-verify=false",
+                *(["--dest-creds", ":".join(self.auth)] if self.auth else []),
                 f"oci-archive:{oci_tar}",
                 f"docker://{ref}",
             ],
@@ -108,6 +128,25 @@ class Registry:
                 '  capabilities = ["pull", "resolve"]\n'
                 "  skip_verify = true\n"
             )
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            return ""
+
+    def served_manifests(self, repo: str) -> int:
+        """Manifest GETs for repo answered 200 (with auth: the credentials worked)."""
+        return sum(
+            1
+            for line in self.log_text().splitlines()
+            if f'"GET /v2/{repo}/manifests/' in line and '" 200 ' in line
+        )
+
+    def auth_failures(self, user: str) -> int:
+        """Requests that came with `user` and a wrong password."""
+        return self.log_text().count(f'error authenticating user \\"{user}\\"')
 
     def pulls(self, repo: str) -> int:
         """How many manifest GETs the registry served for repo (from its access log)."""
