@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tests.integration.core.test_command import KubeletProc, get, wait_http
 
 FUZZ = settings(
-    max_examples=120,
+    max_examples=80,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.generate],
@@ -214,7 +214,7 @@ RAW = st.one_of(
 @given(data=RAW)
 def test_raw_request_bytes(kubelet_proc: KubeletProc, data: bytes) -> None:
     k = kubelet_proc
-    with socket.create_connection(("127.0.0.1", k.ro), timeout=3) as s:
+    with socket.create_connection(("127.0.0.1", k.ro), timeout=1) as s:
         try:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
