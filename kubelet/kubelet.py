@@ -25,6 +25,7 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri import errors as cri_errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
@@ -258,6 +259,7 @@ class Kubelet:
             seccomp_default=config.seccomp_default,
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
+            node_keyring=NodeDockerKeyring(root_dir),
         )
         self.pleg = GenericPLEG(
             runtime_service,

@@ -31,6 +31,7 @@ from kubelet.container.runtime import (
     SandboxStatus,
 )
 from kubelet.credentialprovider.config import DockerConfigError
+from kubelet.credentialprovider.keyring import DockerKeyring, UnionDockerKeyring
 from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -146,12 +147,15 @@ class RuntimeManager:
         seccomp_default: bool = False,
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
+        node_keyring: DockerKeyring | None = None,
     ) -> None:
         self.runtime = runtime
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
         self.pull_secrets = pull_secrets
         # RuntimeClass name -> CRI runtime handler (None: no API server).
         self.runtime_classes = runtime_classes
+        # The node's own docker config files, after the pod's secrets.
+        self.node_keyring = node_keyring
         self.images = images
         self.helper = helper
         # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
@@ -777,7 +781,10 @@ class RuntimeManager:
         if policy == "IfNotPresent" and present is not None:
             return str(present.id), present, None
         try:
-            credentials = make_docker_keyring(pull_secrets or []).lookup(repo)
+            keyrings: list[DockerKeyring] = [make_docker_keyring(pull_secrets or [])]
+            if self.node_keyring is not None:
+                keyrings.append(self.node_keyring)
+            credentials = UnionDockerKeyring(keyrings).lookup(repo)
         except DockerConfigError as err:
             # Upstream's error is its own reason: no pull is attempted, no back-off.
             return fail(str(err), str(err))

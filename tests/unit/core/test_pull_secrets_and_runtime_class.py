@@ -191,3 +191,25 @@ async def test_the_runtime_class_handler_goes_to_run_pod_sandbox(tmp_path) -> No
     m.runtime_classes.handlers["missing"] = "runc"  # created later: the next sync works
     assert (await m.sync_pod(q, await status(m, q))).ok
     assert rt.called("run_pod_sandbox")[-1][1] == "runc"
+
+
+async def test_the_nodes_docker_config_comes_after_the_pods_secrets(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kubelet.credentialprovider.provider import NodeDockerKeyring
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "config.json").write_text(
+        json.dumps({"auths": {"reg.example.com:5000": {"username": "u", "password": "right"}}})
+    )
+    rt, img = FakeRuntimeService(), AuthImageService()
+    secrets = {"s": pull_secret("s", {"reg.example.com:5000": {"username": "u", "password": "x"}})}
+    m = manager(
+        tmp_path,
+        rt,
+        img,
+        pull_secrets=PullSecretGetter(Secrets(secrets)),
+        node_keyring=NodeDockerKeyring(str(root)),
+    )
+    p = pod([c("app", IMAGE)], imagePullSecrets=[{"name": "s"}])
+    assert (await m.sync_pod(p, await status(m, p))).ok
+    assert img.auths == [("u", "x"), ("u", "right")]

@@ -142,3 +142,27 @@ def test_a_malformed_docker_config_secret_fails_the_keyring(data: bytes) -> None
     }
     with pytest.raises(DockerConfigError):
         make_docker_keyring([config_json_secret("good", {"reg.io": {"username": "u"}}), s])
+
+
+def test_node_docker_config_files_are_read_in_order_and_cached(tmp_path: Any) -> None:
+    from kubelet.credentialprovider.provider import NodeDockerKeyring
+
+    now = [0.0]
+    root = tmp_path / "root"
+    root.mkdir()
+    dirs = ([str(root), str(tmp_path / "home-docker")], [str(root)])
+    k = NodeDockerKeyring(str(root), lifetime=300, clock=lambda: now[0], search_paths=dirs)
+    assert k.lookup("reg.io/app") == []
+    (root / ".dockercfg").write_text(json.dumps({"reg.io": {"username": "legacy"}}))
+    assert k.lookup("reg.io/app") == []  # cached for five minutes, as upstream
+    now[0] = 301
+    assert [a.username for a in k.lookup("reg.io/app")] == ["legacy"]
+    (tmp_path / "home-docker").mkdir()
+    (tmp_path / "home-docker" / "config.json").write_text(
+        json.dumps({"auths": {"reg.io": {"auth": b64("json:pw")}}})
+    )
+    now[0] = 602
+    # Any config.json wins over every .dockercfg; a broken one is passed over.
+    (root / "config.json").write_text("{broken")
+    got = k.lookup("reg.io/app")
+    assert [(a.username, a.password, a.source) for a in got] == [("json", "pw", None)]
