@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benches.drills.harness import (
+    CuttableProxy,
     DrillKubelet,
     create_namespace,
     create_pods,
@@ -57,11 +58,19 @@ def steady_node(
     timeout: float,
     config: dict[str, Any] | None = None,
     extra_args: tuple[str, ...] = (),
+    api_server: str | None = None,
 ) -> tuple[DrillKubelet, str]:
     """A Ready node with `n` pods Running (an emptyDir and a configMap each)."""
     ns = node
     k = DrillKubelet(
-        cp, workdir, endpoint, node, max_pods=n + 20, config=config, extra_args=extra_args
+        cp,
+        workdir,
+        endpoint,
+        node,
+        max_pods=n + 20,
+        config=config,
+        extra_args=extra_args,
+        api_server=api_server,
     ).start()
     wait_for("the node to be Ready", k.ready, timeout=90)
     create_namespace(cp, ns, workdir)
@@ -340,3 +349,134 @@ def runtime_stopped(
     finally:
         cleanup(k, ns)
     return r
+
+
+def api_outage(
+    cp: ControlPlane,
+    workdir: Path,
+    endpoint: str,
+    node: str,
+    n: int,
+    outage_s: float,
+    cut_every: float = 3.0,
+    timeout: float = 180,
+) -> Report:
+    """The API server gone for `outage_s` under `n` pods, and the kubelet's
+    connections to it (watches included) cut every `cut_every` seconds from
+    start to end. Meanwhile pods finish (restartPolicy Never, exiting during
+    the outage) and are deleted (just before it). Afterwards every status in the
+    API matches the runtime: none lost, none stale. `cp` must be this drill's
+    own control plane (its API server is stopped)."""
+    import threading
+    from urllib.parse import urlparse
+
+    r = Report("api-outage", n)
+    url = urlparse(cp.url)
+    proxy = CuttableProxy(url.hostname or "127.0.0.1", url.port or 443).start()
+    stop_cutting = threading.Event()
+
+    def cutter() -> None:
+        while not stop_cutting.wait(cut_every):
+            proxy.cut()
+
+    threading.Thread(target=cutter, name="cutter", daemon=True).start()
+    n_done = max(1, n // 5)  # finish during the outage
+    n_gone = max(1, n // 5)  # deleted just before it
+    n_keep = n - n_done - n_gone
+    k, ns = steady_node(
+        cp, workdir, endpoint, node, n_keep + n_gone, "exec sleep 100000", timeout,
+        api_server=f"https://127.0.0.1:{proxy.port}",
+    )  # fmt: skip
+    try:
+        finishers = [pod(f"done-{i:04d}", ns, node, f"sleep {10 + outage_s / 2:.0f}; exit 0")
+                     for i in range(n_done)]  # fmt: skip
+        for p in finishers:
+            p["spec"]["restartPolicy"] = "Never"
+        create_pods(cp, finishers, workdir)
+        wait_for("the finishers running", lambda: running(k.api_pods(ns)) == n, timeout=timeout)
+        before = status_view(k.api_pods(ns))
+        gone = [g for g in sorted(before) if not g.startswith("done-")][:n_gone]
+        cp.kubectl("delete", "pod", "-n", ns, "--wait=false", *gone)
+        time.sleep(1)
+        t_out = time.monotonic()
+        cp.stop_apiserver()
+        time.sleep(outage_s)
+        r.check(k.alive(), "the kubelet exited during the outage")
+        cp.start_apiserver()
+        t_back = time.monotonic()
+        r.figures["outage_s"] = round(t_back - t_out, 1)
+
+        def converged() -> list[str]:
+            pods = k.api_pods(ns)
+            rt = runtime_view(endpoint)
+            return _mismatches(pods, rt, set(gone), before)
+
+        last: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            last = converged()
+            if not last:
+                break
+            time.sleep(2)
+        r.figures["converged_s"] = round(time.monotonic() - t_back, 1)  # after the API is back
+        r.check(not last, f"API and runtime disagree: {last[:5]} ({len(last)} in all)")
+        create_pods(cp, [pod("after-0000", ns, node, "exec sleep 100000")], workdir)
+        wait_for(
+            "a pod created after the outage to run",
+            lambda: running({"a": k.api_pods(ns).get("after-0000", {})}) == 1,
+            timeout=60,
+        )
+        r.figures["cuts"] = proxy.cuts
+    finally:
+        stop_cutting.set()
+        cleanup(k, ns)
+        proxy.stop()
+    return r
+
+
+def _mismatches(
+    pods: dict[str, dict[str, Any]], rt: Any, gone: set[str], before: dict[str, Any]
+) -> list[str]:
+    out = []
+    for name in gone:
+        if name in pods:
+            out.append(f"{name}: deleted before the outage, still in the API")
+    ready = rt.ready_sandboxes_per_pod()
+    by_id = {cid: c for cid, c in rt.containers.items()}
+    for name, p in pods.items():
+        st = p.get("status", {})
+        uid = p["metadata"]["uid"]
+        if name.startswith("done-"):
+            cs = (st.get("containerStatuses") or [{}])[0]
+            term = cs.get("state", {}).get("terminated")
+            if st.get("phase") != "Succeeded" or not term or term.get("exitCode") != 0:
+                out.append(f"{name}: phase {st.get('phase')}, state {cs.get('state')}")
+                continue
+            cid = (cs.get("containerID") or "").split("://")[-1]
+            if cid not in by_id or by_id[cid][3] != pb_exited():
+                out.append(f"{name}: API says exited {cid[:12]}, runtime {by_id.get(cid)}")
+            continue
+        if ready.get(uid) != 1:
+            out.append(f"{name}: {ready.get(uid, 0)} ready sandboxes")
+        for cs in st.get("containerStatuses") or []:
+            cid = (cs.get("containerID") or "").split("://")[-1]
+            c = by_id.get(cid)
+            if c is None or c[3] != pb_running() or "running" not in cs.get("state", {}):
+                out.append(f"{name}: API {cs.get('state')} {cid[:12]}, runtime {c}")
+            elif cs.get("restartCount") != c[2]:
+                out.append(f"{name}: restartCount {cs.get('restartCount')} != attempt {c[2]}")
+        if name in before and before[name] != status_view({name: p})[name]:
+            out.append(f"{name}: changed across the outage: {diff(before, status_view({name: p}))}")
+    return out
+
+
+def pb_running() -> int:
+    from kubelet.cri.api import api_pb2 as pb
+
+    return int(pb.CONTAINER_RUNNING)
+
+
+def pb_exited() -> int:
+    from kubelet.cri.api import api_pb2 as pb
+
+    return int(pb.CONTAINER_EXITED)

@@ -57,6 +57,7 @@ class DrillKubelet:
         config: dict[str, Any] | None = None,
         root_dir: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        api_server: str | None = None,
     ) -> None:
         self.cp = cp
         self.dir = workdir
@@ -99,6 +100,10 @@ class DrillKubelet:
             )
         )
         self.kubeconfig = cp.node_kubeconfig(node)
+        if api_server is not None:  # through a proxy
+            self.kubeconfig = kubeconfig_via(
+                self.kubeconfig, api_server, workdir / "via.kubeconfig"
+            )
         self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -362,3 +367,80 @@ def mark_emptydirs(root: Path, pods: dict[str, dict[str, Any]]) -> None:
         marker = ed / "marker"
         if not marker.exists():
             marker.write_text(f"{name} {time.time_ns()}")
+
+
+class CuttableProxy:
+    """A TCP proxy in its own thread between the kubelet and the API server; cut()
+    drops every connection through it (watches and requests in flight), as a
+    flaky network or a load balancer's idle timeout would."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        import threading
+
+        self.upstream = (upstream_host, upstream_port)
+        self.port = free_port()
+        self.cuts = 0
+        self._loop = asyncio.new_event_loop()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cuttable-proxy", daemon=True)
+
+    def start(self) -> CuttableProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        )
+        self._ready.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            ur, uw = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, uw))
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, uw), pump(ur, writer))
+        self._writers.difference_update((writer, uw))
+
+    def cut(self) -> None:
+        def drop() -> None:
+            for w in list(self._writers):
+                w.transport.abort()
+            self._writers.clear()
+
+        self.cuts += 1
+        self._loop.call_soon_threadsafe(drop)
+
+    def stop(self) -> None:
+        self.cut()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def kubeconfig_via(path: str, server: str, out: Path) -> str:
+    """The kubeconfig at `path` with its cluster's server replaced."""
+    doc = yaml.safe_load(Path(path).read_text())
+    for c in doc["clusters"]:
+        c["cluster"]["server"] = server
+    out.write_text(yaml.safe_dump(doc))
+    return str(out)
