@@ -32,6 +32,8 @@ from kubelet.stats import cgstats as native  # noqa: E402
 from tests.equivalence.test_stats_equiv import V2_FILES, maybe, v1_tree  # noqa: E402
 
 K = 5  # cgroups in a tree
+# Trees in memory when there is a tmpfs (thousands of small files per test).
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 tree = st.fixed_dictionaries({k: maybe(v) for k, v in V2_FILES.items()})
 field_sets = st.one_of(
     st.none(),
@@ -63,7 +65,7 @@ def _rewrite(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(tree, min_size=K, max_size=K),
     field_sets,
@@ -78,7 +80,7 @@ def test_reader_equals_reference_through_changes(
     ops: list[tuple[Any, ...]],
     keep_some: bool,
 ) -> None:
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(dir=SHM) as root:
         rels = [f"kubepods/pod{i}" for i in range(K)] + ["kubepods/never"]
         for i, t in enumerate(trees):
             _put(Path(root) / rels[i], t)
@@ -122,10 +124,10 @@ def test_reader_equals_reference_through_changes(
         assert ours.open_fds == 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(tree, min_size=1, max_size=3), field_sets)
 def test_field_sets_v2(trees: list[dict[str, bytes | None]], fields: frozenset[str] | None) -> None:
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(dir=SHM) as root:
         paths = []
         for i, t in enumerate(trees):
             _put(Path(root) / f"p{i}", t)
@@ -156,7 +158,7 @@ def test_field_sets_v2(trees: list[dict[str, bytes | None]], fields: frozenset[s
 def test_field_sets_v1(
     trees: list[dict[tuple[str, str], bytes | None]], fields: frozenset[str] | None
 ) -> None:
-    with tempfile.TemporaryDirectory() as root:
+    with tempfile.TemporaryDirectory(dir=SHM) as root:
         paths = []
         for i, t in enumerate(trees):
             for (controller, name), data in t.items():
