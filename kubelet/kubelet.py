@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -26,19 +26,17 @@ from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.env import EnvContext
 from kubelet.credentialprovider.provider import NodeDockerKeyring
-from kubelet.cri import errors as cri_errors
-from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.kubelet_getters import KubeletHost
 from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
-from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_id, read_logs
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
@@ -67,7 +65,6 @@ from kubelet.types import (
     FILE_SOURCE,
     HTTP_SOURCE,
     Pod,
-    container_list,
     full_name,
     is_static,
     name,
@@ -96,9 +93,6 @@ SYNC_TICK = 1.0
 HOUSEKEEPING_PERIOD = 2.0
 # maxWaitForContainerRuntime: no passed runtime check for this long = runtime down.
 RUNTIME_DOWN_AFTER = 30.0
-# /healthz/syncloop fails when the loop has not come round for twice the sync
-# frequency, and never sooner than five minutes (SyncLoopHealthCheck upstream).
-SYNC_LOOP_MIN_THRESHOLD = 300.0
 
 
 class Kubelet:
@@ -310,6 +304,20 @@ class Kubelet:
         self._background: set[asyncio.Task[None]] = set()
         self.last_loop = 0.0
         self.sources_ready = asyncio.Event()
+        # What the servers read of this node.
+        self.host = KubeletHost(
+            self.pod_manager,
+            self.status_manager,
+            runtime_service,
+            self.stats,
+            self.resource_registry,
+            self.cadvisor_registry,
+            sync_frequency=float(config.sync_frequency),
+            streaming_idle_timeout=float(config.streaming_connection_idle_timeout),
+            last_loop=lambda: self.last_loop,
+            pleg_healthy=self.pleg.healthy,
+            clock=clock,
+        )
 
     # ------------------------------------------------------------ lifecycle
     def _start_sources(self) -> None:
@@ -753,77 +761,6 @@ class Kubelet:
             except OSError as err:
                 log.warning("Failed removing the directory of pod %s: %s", u, err)
 
-    # --------------------------------------------------------- for servers
-    def get_pods(self) -> list[dict[str, Any]]:
-        out = []
-        for pod in self.pod_manager.pods():
-            p = dict(pod)
-            st = self.status_manager.get(uid(pod))
-            if st is not None:
-                p["status"] = st
-            out.append(p)
-        return out
-
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
-        return self.pod_manager.get_by_full_name(f"{name}_{namespace_}")
-
-    @property
-    def runtime_service(self) -> RuntimeService:
-        return self.runtime
-
-    @property
-    def streaming_idle_timeout(self) -> float:
-        return float(self.config.streaming_connection_idle_timeout)
-
-    def healthz_checks(self) -> dict[str, Callable[[], str | None]]:
-        def syncloop() -> str | None:
-            if not self.last_loop:
-                return None
-            ago = self.clock.monotonic() - self.last_loop
-            threshold = max(2 * float(self.config.sync_frequency), SYNC_LOOP_MIN_THRESHOLD)
-            if ago > threshold:
-                return f"sync loop last ran {ago:.0f}s ago (threshold {threshold:.0f}s)"
-            return None
-
-        return {"syncloop": syncloop, "pleg": self.pleg.healthy}
-
-    async def container_logs(
-        self,
-        namespace_: str,
-        pod_name: str,
-        container: str,
-        opts: LogOptions,
-        write: Callable[[bytes], Awaitable[None]],
-    ) -> None:
-        """Stream a container's log (GetKubeletContainerLogs upstream). Raises
-        LogTargetError, before writing anything, when there is no log to read."""
-        pod = self.pod_manager.get_by_full_name(f"{pod_name}_{namespace_}")
-        if pod is None:
-            raise LogTargetError(f'pod "{pod_name}" does not exist', 404)
-        if container_list(pod, container) is None:
-            raise LogTargetError(f'container "{container}" not found in pod "{pod_name}"', 404)
-        cid = log_container_id(
-            self.status_manager.get(uid(pod)), pod_name, container, opts.previous
-        )
-        try:
-            path = (await self.runtime.container_status(cid)).status.log_path
-        except cri_errors.CRIError as err:
-            raise LogTargetError(f"failed to get the status of container {cid}: {err}") from err
-        if not path:
-            raise LogTargetError(f'container "{container}" in pod "{pod_name}" has no log path')
-
-        async def running() -> bool:
-            try:
-                st = (await self.runtime.container_status(cid)).status
-            except cri_errors.CRIError:
-                return False
-            return bool(st.state == pb.CONTAINER_RUNNING)
-
-        try:
-            await read_logs(path, opts, write, running)
-        except FileNotFoundError as err:
-            raise LogTargetError(f'failed to open log file "{path}": {err.strerror}') from err
-
     # -------------------------------------------------------------- runonce
     async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:
         """--runonce: start the static pods, wait until each runs or ends, report."""
@@ -835,11 +772,11 @@ class Kubelet:
                 await asyncio.sleep(0.2)
                 if not self.sources_ready.is_set() and self._sources:
                     continue
-                pods = self.get_pods()
+                pods = self.host.get_pods()
                 phases = [p.get("status", {}).get("phase") for p in pods]
                 if all(ph in ("Running", "Succeeded", "Failed") for ph in phases):
                     return pods
-            return self.get_pods()
+            return self.host.get_pods()
         finally:
             self._stop.set()
             await asyncio.gather(loop_task, return_exceptions=True)

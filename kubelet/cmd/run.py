@@ -125,7 +125,7 @@ async def run(
         if flags.run_once:
             return await _run_once(node)
 
-        watched["syncloop"] = node.healthz_checks()["syncloop"]
+        watched["syncloop"] = node.host.healthz_checks()["syncloop"]
         await _start_servers(s, deps, name, node, cleanups)
         try:
             if sdnotify.notify("READY=1"):
@@ -352,7 +352,7 @@ async def _start_servers(
     registries = [REGISTRY]
 
     def view() -> httpserver.NodeView:
-        return node
+        return node.host
 
     if cfg.healthz_port > 0:
         r = await httpserver.serve(

@@ -38,7 +38,7 @@ class Node:
         return p
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        for p in self.kubelet.get_pods():
+        for p in self.kubelet.host.get_pods():
             if p["metadata"]["name"] == f"{name}-node-a":
                 return p
         return None

@@ -50,7 +50,7 @@ async def test_200_pods_run_then_50_are_removed(node) -> None:  # type: ignore[n
     # exactly those pods' containers are gone; the others were not touched
     assert {c.id for c in containers} == kept_ids
     assert all(c.state == pb.CONTAINER_RUNNING for c in containers)
-    assert len(node.kubelet.get_pods()) == 150
+    assert len(node.kubelet.host.get_pods()) == 150
 
 
 async def test_editing_a_manifest_restarts_only_the_changed_container(node) -> None:  # type: ignore[no-untyped-def]
@@ -139,7 +139,7 @@ async def test_broken_manifest_is_reported_and_skipped(node, caplog) -> None:  #
     assert "bad-yaml.yaml" in text and "invalid YAML" in text
     assert "no-containers.yaml: spec.containers: Required value" in text
     assert "bad-name.yaml: metadata.name: Invalid value" in text
-    assert [p["metadata"]["name"] for p in node.kubelet.get_pods()] == ["good-node-a"]
+    assert [p["metadata"]["name"] for p in node.kubelet.host.get_pods()] == ["good-node-a"]
 
 
 async def test_missing_image_reports_err_image_pull_then_backoff(node) -> None:  # type: ignore[no-untyped-def]

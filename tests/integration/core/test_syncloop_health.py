@@ -16,7 +16,7 @@ from kubelet.server import server as s
 
 async def test_syncloop_check_fails_while_the_loop_is_stuck(node: Any, monkeypatch: Any) -> None:
     k = node.kubelet
-    runner = await s.serve(s.healthz_app(lambda: k), "127.0.0.1", 0)
+    runner = await s.serve(s.healthz_app(lambda: k.host), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{runner.addresses[0][1]}/healthz/syncloop"
     stuck, release = asyncio.Event(), asyncio.Event()
     real = k.housekeeping
