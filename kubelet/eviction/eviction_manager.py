@@ -30,7 +30,7 @@ from kubelet import stats
 from kubelet.lifecycle.predicate import Rejection, pod_requests
 from kubelet.types import Pod, is_static, name, namespace, object_ref, qos_class, uid
 from kubelet.util.duration import parse_duration
-from kubelet.util.quantity import parse_quantity
+from kubelet.util.quantity import parse_quantity, to_bytes
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +207,13 @@ class EvictionManager:
         if not met:
             return None
         t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
-        usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
-        victim = self._rank(pods, usage)
+        if CONDITIONS.get(t.signal) == "DiskPressure":
+            # Disk is ranked by the pods' own local storage, not by memory.
+            victim = self._rank(pods, {uid(p): self._local_storage(p) for p in pods},
+                                _ephemeral_request)  # fmt: skip
+        else:
+            usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
+            victim = self._rank(pods, usage, lambda p: pod_requests(p).memory)
         if victim is None:
             log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
             return None
@@ -226,7 +231,23 @@ class EvictionManager:
         await self.evict(victim, grace, "Evicted", message)
         return victim
 
-    def _rank(self, pods: list[Pod], usage: Mapping[str, int]) -> Pod | None:
+    def _local_storage(self, pod: Pod) -> int:
+        """Bytes in the pod's local ephemeral volumes (emptyDir on disk, configMap,
+        downwardAPI, gitRepo), from the volume stats' last pass."""
+        used = self.volume_usage(uid(pod))
+        total = 0
+        for v in (pod.get("spec") or {}).get("volumes") or []:
+            ed = v.get("emptyDir")
+            local = (ed is not None and ed.get("medium") != "Memory") or any(
+                k in v for k in ("configMap", "downwardAPI", "gitRepo")
+            )
+            if local:
+                total += used.get(v.get("name", ""), 0)
+        return total
+
+    def _rank(
+        self, pods: list[Pod], usage: Mapping[str, int], request: Callable[[Pod], int]
+    ) -> Pod | None:
         """Pods over their requests first, then lower priority, then more above request."""
         best: tuple[Any, ...] | None = None
         victim = None
@@ -234,9 +255,22 @@ class EvictionManager:
             if is_static(p) or uid(p) in self.evicted:
                 continue
             used = usage.get(uid(p), 0)
-            req = pod_requests(p).memory
+            req = request(p)
             priority = int((p.get("spec") or {}).get("priority") or 0)
             key = (not used > req, priority, -(used - req))
             if best is None or key < best:
                 best, victim = key, p
         return victim
+
+
+def _ephemeral_request(pod: Pod) -> int:
+    """The pod's ephemeral-storage request: its containers' sum (init containers
+    run before and their space is freed, so the largest of them if bigger)."""
+    spec = pod.get("spec") or {}
+
+    def req(c: dict[str, Any]) -> int:
+        r = (c.get("resources") or {}).get("requests") or {}
+        return to_bytes(r.get("ephemeral-storage", 0))
+
+    main = sum(req(c) for c in spec.get("containers") or [])
+    return max([main, *(req(c) for c in spec.get("initContainers") or [])])
