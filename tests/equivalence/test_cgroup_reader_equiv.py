@@ -65,7 +65,7 @@ def _rewrite(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(tree, min_size=K, max_size=K),
     field_sets,
