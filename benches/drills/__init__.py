@@ -480,3 +480,78 @@ def pb_exited() -> int:
     from kubelet.cri.api import api_pb2 as pb
 
     return int(pb.CONTAINER_EXITED)
+
+
+def disk_full(
+    cp: ControlPlane, workdir: Path, endpoint: str, node: str, size_mib: int = 64
+) -> Report:
+    """The root dir on a small tmpfs that a pod's emptyDir and then a filler file
+    fill to the last byte: the kubelet keeps serving, reports DiskPressure,
+    evicts the pod that filled its emptyDir (not another), the pressure clears
+    once the space is back, and no state file is left torn or half-written."""
+    r = Report("disk-full", 3)
+    root = workdir / "root"
+    root.mkdir(parents=True, exist_ok=True)
+    mnt = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(root)],
+                         capture_output=True, text=True)  # fmt: skip
+    if mnt.returncode != 0:
+        r.problems.append(f"cannot mount a tmpfs here: {mnt.stderr.strip()}")
+        return r
+    config = {
+        "evictionHard": {"nodefs.available": "30%", "memory.available": "1Mi"},
+        "evictionPressureTransitionPeriod": "5s",
+    }
+    k, ns = steady_node(cp, workdir, endpoint, node, 3, "exec sleep 100000", 120, config)
+    filler = root / "filler"
+    try:
+        pods = k.api_pods(ns)
+        hog = pods["p0000"]
+        ed = root / "pods" / hog["metadata"]["uid"] / "volumes" / "kubernetes.io~empty-dir" / "data"
+        (ed / "blob").write_bytes(b"\0" * (size_mib * 2**20 * 45 // 100))
+
+        # Volume usage is measured once a minute (upstream: volumeStatsAggPeriod);
+        # /stats/summary cannot tell when, as it lists no pod without its own
+        # cgroup (cgroupsPerQOS off here): one period and a little more.
+        time.sleep(70)
+        with open(filler, "wb") as fh:  # to the last byte
+            try:
+                while True:
+                    fh.write(b"\0" * 2**20)
+                    fh.flush()
+            except OSError as err:
+                r.figures["filler_error"] = err.strerror
+        wait_for(
+            "DiskPressure",
+            lambda: k.node_conditions().get("DiskPressure", {}).get("status") == "True",
+            timeout=90,
+        )
+        r.check(k.serving(), "the kubelet stopped serving on a full disk")
+        wait_for(
+            "a pod evicted",
+            lambda: any(
+                p.get("status", {}).get("reason") == "Evicted" for p in k.api_pods(ns).values()
+            ),
+            timeout=90,
+        )
+        evicted = sorted(
+            n for n, p in k.api_pods(ns).items() if p.get("status", {}).get("reason") == "Evicted"
+        )
+        r.figures["evicted"] = evicted
+        r.check(evicted == ["p0000"], f"evicted {evicted}, want only the hog p0000")
+        filler.unlink()
+        wait_for(
+            "DiskPressure gone",
+            lambda: k.node_conditions().get("DiskPressure", {}).get("status") == "False",
+            timeout=90,
+        )
+        r.check(k.alive() and k.serving(), "the kubelet did not come through")
+        # Nothing torn: no temp file left beside a state file, no empty etc-hosts.
+        leftovers = [str(p) for p in root.rglob(".*.*") if p.is_file() and "volumes" not in p.parts]
+        r.check(not leftovers, f"temp files left behind: {leftovers[:5]}")
+        empty = [str(p) for p in root.glob("pods/*/etc-hosts") if p.stat().st_size == 0]
+        r.check(not empty, f"empty etc-hosts: {empty}")
+    finally:
+        filler.unlink(missing_ok=True)
+        cleanup(k, ns)
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+    return r
