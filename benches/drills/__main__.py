@@ -2,6 +2,9 @@
 
     python -m benches.drills kill9 [--runtime sim|containerd] [--pods 1000]
     python -m benches.drills runtime-empty [--pods 1000]
+    python -m benches.drills api-outage [--pods 1000] [--down 60]
+    python -m benches.drills runtime-stopped --runtime containerd [--pods 100] [--down 60]
+    python -m benches.drills corrupt-state | disk-full
 
 Each starts its own control plane (with controllers) and runtime, runs the drill
 and prints its report as JSON; exit 1 when the report lists problems.
@@ -17,7 +20,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benches.drills import Report, kill9, runtime_restarted_empty
+from benches.drills import (
+    Report,
+    api_outage,
+    corrupt_state,
+    disk_full,
+    kill9,
+    runtime_restarted_empty,
+    runtime_stopped,
+)
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
@@ -25,7 +36,12 @@ from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.drills")
-    ap.add_argument("drill", choices=["kill9", "runtime-empty"])
+    ap.add_argument(
+        "drill",
+        choices=["kill9", "runtime-empty", "api-outage", "runtime-stopped", "corrupt-state",
+                 "disk-full"],
+    )  # fmt: skip
+    ap.add_argument("--down", type=float, default=60.0, help="outage seconds")
     ap.add_argument("--runtime", choices=["sim", "containerd"], default="sim")
     ap.add_argument("--pods", type=int, default=None, help="default: 1000 sim, 100 containerd")
     ap.add_argument("--timeout", type=float, default=900, help="seconds for pods to run")
@@ -45,8 +61,19 @@ def main(argv: list[str] | None = None) -> int:
             endpoint = sims[0].endpoint
         t0 = time.monotonic()
         r: Report
+        node = work / "node"
         if args.drill == "kill9":
-            r = kill9(cp, work / "node", endpoint, f"drill-{args.runtime}", n, args.timeout)
+            r = kill9(cp, node, endpoint, f"drill-{args.runtime}", n, args.timeout)
+        elif args.drill == "api-outage":
+            r = api_outage(cp, node, endpoint, "drill-api-out", n, args.down, timeout=args.timeout)
+        elif args.drill == "corrupt-state":
+            r = corrupt_state(cp, node, endpoint, "drill-corrupt", n)
+        elif args.drill == "disk-full":
+            r = disk_full(cp, node, endpoint, "drill-disk-full")
+        elif args.drill == "runtime-stopped":
+            if ctd is None:
+                ap.error("runtime-stopped needs --runtime containerd")
+            r = runtime_stopped(cp, node, ctd, "drill-ctd-down", n, args.down)
         else:
             if ctd is not None:
                 ap.error("runtime-empty runs on the simulated runtime")
@@ -57,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 sims.append(start_simruntime(work))
 
             r = runtime_restarted_empty(
-                cp, work / "node", endpoint, restart, "drill-sim-empty", n, args.timeout
+                cp, node, endpoint, restart, "drill-sim-empty", n, args.timeout
             )
         r.figures["drill_s"] = round(time.monotonic() - t0, 1)
     finally:
