@@ -944,6 +944,19 @@ class RuntimeManager:
             ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
+        overhead = spec.get("overhead") or {}
+        if overhead:
+            # What the RuntimeClass says the sandbox costs, as requests == limits,
+            # for runtimes that size a VM by it (convertOverheadToLinuxResources).
+            cpu_m = cpu_millis(overhead.get("cpu") or 0)
+            linux.overhead.CopyFrom(
+                pb.LinuxContainerResources(
+                    cpu_shares=max(2, cpu_m * 1024 // 1000),
+                    cpu_period=100000,
+                    cpu_quota=max(1000, cpu_m * 100) if cpu_m else 0,
+                    memory_limit_in_bytes=to_bytes(overhead.get("memory") or 0),
+                )
+            )
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(
                 name=name(pod), uid=uid(pod), namespace=namespace(pod), attempt=attempt

@@ -180,6 +180,7 @@ async def test_the_runtime_class_handler_goes_to_run_pod_sandbox(tmp_path) -> No
     p = pod([c("app")], runtimeClassName="kata")
     assert (await m.sync_pod(p, await status(m, p))).ok
     assert [args[1] for args in rt.called("run_pod_sandbox")] == ["kata-qemu"]
+    assert not rt.called("run_pod_sandbox")[0][0].linux.HasField("overhead")
     q = pod([c("app")], runtimeClassName="missing")
     q["metadata"]["uid"] = "other"
     res = await m.sync_pod(q, await status(m, q))
@@ -191,6 +192,15 @@ async def test_the_runtime_class_handler_goes_to_run_pod_sandbox(tmp_path) -> No
     m.runtime_classes.handlers["missing"] = "runc"  # created later: the next sync works
     assert (await m.sync_pod(q, await status(m, q))).ok
     assert rt.called("run_pod_sandbox")[-1][1] == "runc"
+
+
+async def test_overhead_is_in_the_sandbox_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _, _ = setup(tmp_path, {})
+    p = pod([c("app")], runtimeClassName="kata", overhead={"cpu": "250m", "memory": "120Mi"})
+    assert (await m.sync_pod(p, await status(m, p))).ok
+    o = rt.called("run_pod_sandbox")[0][0].linux.overhead
+    assert (o.cpu_shares, o.cpu_period, o.cpu_quota) == (256, 100000, 25000)
+    assert o.memory_limit_in_bytes == 120 << 20
 
 
 async def test_the_nodes_docker_config_comes_after_the_pods_secrets(tmp_path) -> None:  # type: ignore[no-untyped-def]
