@@ -769,7 +769,7 @@ class RuntimeManager:
         try:
             present = await self.images.image_status(spec)
         except errors.CRIError as err:
-            msg = f"Failed to inspect image {image!r}: {err.message}"
+            msg = f'Failed to inspect image "{image}": {err.message}'
             self._event(pod, "Warning", "InspectFailed", msg, cname)
             return fail("ImageInspectError", msg)
         if policy == "Never":
