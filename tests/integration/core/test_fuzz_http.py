@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tests.integration.core.test_command import KubeletProc, get, wait_http
 
 FUZZ = settings(
-    max_examples=80,
+    max_examples=50,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.generate],

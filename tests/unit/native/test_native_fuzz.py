@@ -22,7 +22,7 @@ SAMPLES = [
     ((CORPUS / f"sandboxes-{i}.bin").read_bytes(), (CORPUS / f"containers-{i}.bin").read_bytes())
     for i in range(3)
 ]
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _mutate(data: bytes, edits: list[tuple[int, int, int]]) -> bytes:
