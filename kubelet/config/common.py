@@ -60,6 +60,9 @@ def _check_json(doc: Any) -> None:
                 stack.append((v, depth + 1, f"{path}[{i}]"))
         elif node is not None and not isinstance(node, str | int | float | bool):
             raise ManifestError(f"{path or '.'}: {type(node).__name__} is not a JSON value")
+        elif isinstance(node, int) and not -(2**63) <= node < 2**64:
+            # Go's decoder has no integers past 64 bits (and orjson neither).
+            raise ManifestError(f"{path or '.'}: {node} is out of the 64-bit integer range")
 
 
 def now_rfc3339nano() -> str:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from kubelet.config.common import ManifestError, apply_defaults, decode_manifest
@@ -104,6 +104,8 @@ def _check(data: bytes) -> None:
 
 @FUZZ
 @given(st.lists(st.tuples(st.sampled_from(PATHS), json_values), max_size=4))
+@example([(("spec", "tolerations"), None)])
+@example([(("spec", "tolerations"), [-(2**63) - 1])])
 def test_structured_manifests(edits: list[tuple[tuple[Any, ...], Any]]) -> None:
     doc = _good()
     for path, value in edits:
