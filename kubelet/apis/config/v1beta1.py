@@ -13,6 +13,7 @@ import types
 import typing
 from typing import Any
 
+import orjson
 import yaml
 
 from kubelet.apis.config.types import API_VERSION, KIND, KubeletConfiguration, json_name
@@ -223,6 +224,9 @@ def convert(value: Any, hint: Any, kind: str = "") -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"want an integer, got {value!r}")
+        if not -(2**63) <= value < 2**63:
+            # Go's fields are int32/int64; past 64 bits /configz could not even encode it.
+            raise ValueError(f"{value} is out of the 64-bit integer range")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -242,6 +246,12 @@ def convert(value: Any, hint: Any, kind: str = "") -> Any:
             raise TypeError(f"want a map, got {value!r}")
         _, item = typing.get_args(hint)
         return {str(k): convert(v, item) for k, v in value.items()}
+    # Free-form fields (logging options, vmodule): whatever JSON can carry, as
+    # /configz serves them back.
+    try:
+        orjson.dumps(value)
+    except TypeError as err:
+        raise TypeError(f"not a JSON value: {err}") from None
     return value
 
 

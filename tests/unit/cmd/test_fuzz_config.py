@@ -126,6 +126,9 @@ SPECIALS = [
     b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 1e400\n",
     b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nport: .inf\n",
     b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsystemReserved: {cpu: 1e999}\n",
+    b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 1180591620717411303424\n",
+    b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nlogging: {options: {json: {a: !!binary aGk=}}}\n",
+    b"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nlogging: {options: {json: {a: 1180591620717411303424}}}\n",
     b"---\n---\n",
     b"- a\n- b\n",
 ]  # fmt: skip
