@@ -8,6 +8,7 @@ unhandled-exception 500, no "Error handling request" in the kubelet's log, and
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import ssl
 import time
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from tests.integration.core.test_command import KubeletProc, get, wait_http
 
 FUZZ = settings(
-    max_examples=50,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "50")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.generate],

@@ -4,6 +4,7 @@ problems (the command prints them and exits 1), never another exception."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from kubelet.apis.config.types import API_VERSION, KIND, KubeletConfiguration, j
 from kubelet.cmd.kubelet import UsageError, build_server
 
 FUZZ = settings(
-    max_examples=250,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "250")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],

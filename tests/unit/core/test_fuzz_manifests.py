@@ -4,6 +4,7 @@ pod that can be served as JSON (the /pods endpoint, the mirror pod)."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from kubelet.config.file import read_pods
 # No explain phase: it traces every line, and one 200,000-value walk under a
 # tracer takes minutes.
 FUZZ = settings(
-    max_examples=200,
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "200")),
     deadline=None,
     suppress_health_check=list(HealthCheck),
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],

@@ -9,6 +9,7 @@ the object usable.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,11 @@ SAMPLES = [
     ((CORPUS / f"sandboxes-{i}.bin").read_bytes(), (CORPUS / f"containers-{i}.bin").read_bytes())
     for i in range(3)
 ]
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def _mutate(data: bytes, edits: list[tuple[int, int, int]]) -> bytes:
