@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ class Reflector:
         self.resource_version = ""
         self.lists = 0
         self.watches = 0
+        self.watch_events = 0  # events the current (or last) watch delivered
         self.synced = asyncio.Event()
 
     async def list(self) -> None:
@@ -57,7 +59,9 @@ class Reflector:
             timeoutSeconds=str(int(self.watch_timeout)),
         )
         self.watches += 1
+        self.watch_events = 0
         async for etype, obj in self.client.watch(self.path, params):
+            self.watch_events += 1
             if etype == "ERROR":
                 code = int(obj.get("code", 0) or 0)
                 raise APIError(code, str(obj.get("reason", "")), str(obj.get("message", "")), obj)
@@ -71,11 +75,13 @@ class Reflector:
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.8
         need_list = True
+        started = time.monotonic()
         while not stop.is_set():
             try:
                 if need_list:
                     await self.list()
                     need_list = False
+                started = time.monotonic()
                 watch = asyncio.ensure_future(self.watch_once())
                 stopper = asyncio.ensure_future(stop.wait())
                 done, _ = await asyncio.wait({watch, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -98,6 +104,14 @@ class Reflector:
                 backoff = min(backoff * 2, 30.0)
             except Exception as err:
                 # Connection trouble: resume the watch from the last version seen.
+                # A watch that worked (an event, or open a second) and then broke
+                # resumes at once, as client-go's does; only one that fails
+                # straight away (or a list) backs off, so a connection cut every
+                # few seconds does not leave the kubelet blind for 30 s each time.
+                if not need_list and (self.watch_events > 0 or time.monotonic() - started >= 1.0):
+                    log.info("watch of %s ended: %r; resuming", self.path, err)
+                    backoff = 0.8
+                    continue
                 log.warning("list/watch %s failed, retrying in %.1fs: %r", self.path, backoff, err)
                 await self._sleep(stop, backoff)
                 backoff = min(backoff * 2, 30.0)

@@ -70,3 +70,47 @@ async def test_resumes_from_last_version_and_relists_on_gone() -> None:
     assert client.watch_rvs[:3] == ["100", "105", "200"]
     assert len(lists) == 2
     assert seen == ["ADDED", "MODIFIED"]
+
+
+async def test_a_watch_cut_after_events_resumes_at_once() -> None:
+    # A connection cut every few seconds (a proxy, a load balancer): each watch
+    # delivered an event and broke; it must resume at once, not after 0.8, 1.6,
+    # 3.2 ... 30 s of back-off.
+    client = ScriptedClient(
+        [([("MODIFIED", obj(101 + i))], ConnectionResetError()) for i in range(6)]
+    )
+    seen: list[str] = []
+
+    async def on_list(items: list[dict[str, Any]]) -> None:
+        pass
+
+    async def on_event(t: str, o: dict[str, Any]) -> None:
+        seen.append(o["metadata"]["resourceVersion"])
+
+    r = Reflector(client, "/api/v1/pods", {}, on_list, on_event)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(r.run(stop))
+    for _ in range(20):
+        if len(client.watch_rvs) >= 7:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert client.watch_rvs[:7] == ["100", "101", "102", "103", "104", "105", "106"]
+    assert seen == [str(101 + i) for i in range(6)]
+    assert client.list_rv == 100  # never re-listed
+
+
+async def test_a_watch_failing_at_once_backs_off() -> None:
+    client = ScriptedClient([([], ConnectionRefusedError()) for _ in range(5)])
+
+    async def nothing(*_: Any) -> None:
+        pass
+
+    r = Reflector(client, "/api/v1/pods", {}, nothing, nothing)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(r.run(stop))
+    await asyncio.sleep(1.0)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert len(client.watch_rvs) == 2  # at 0 s and after 0.8 s
