@@ -117,11 +117,16 @@ class AuditTail:
         self.path = path
         self.needle = f'"username":"{user}"'
         self.offset = 0
+        self.inode = 0
         self.partial = ""
 
     def new_requests(self) -> int:
         try:
             with open(self.path, errors="replace") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino != self.inode or st.st_size < self.offset:
+                    # The API server rotated its audit log (at 100 MB): a new file.
+                    self.inode, self.offset, self.partial = st.st_ino, 0, ""
                 fh.seek(self.offset)
                 data = fh.read()
                 self.offset = fh.tell()
