@@ -59,6 +59,7 @@ def steady_node(
     config: dict[str, Any] | None = None,
     extra_args: tuple[str, ...] = (),
     api_server: str | None = None,
+    max_pods: int | None = None,
 ) -> tuple[DrillKubelet, str]:
     """A Ready node with `n` pods Running (an emptyDir and a configMap each)."""
     ns = node
@@ -67,7 +68,7 @@ def steady_node(
         workdir,
         endpoint,
         node,
-        max_pods=n + 20,
+        max_pods=max_pods or n + 20,
         config=config,
         extra_args=extra_args,
         api_server=api_server,
@@ -385,7 +386,7 @@ def api_outage(
     n_keep = n - n_done - n_gone
     k, ns = steady_node(
         cp, workdir, endpoint, node, n_keep + n_gone, "exec sleep 100000", timeout,
-        api_server=f"https://127.0.0.1:{proxy.port}",
+        api_server=f"https://127.0.0.1:{proxy.port}", max_pods=n + 20,
     )  # fmt: skip
     try:
         finishers = [pod(f"done-{i:04d}", ns, node, f"sleep {10 + outage_s / 2:.0f}; exit 0")
