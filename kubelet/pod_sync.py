@@ -11,6 +11,7 @@ what the pod held (runtime objects, cgroup, directories, admission).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import logging
 import os
@@ -29,7 +30,16 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.status import generate
 from kubelet.status.status_manager import StatusManager
-from kubelet.types import Pod, full_name, is_static, name, namespace, object_ref, uid
+from kubelet.types import (
+    Pod,
+    full_name,
+    host_network,
+    is_static,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 from kubelet.unsupported import unsupported_fields
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.workqueue import PodWorkQueue
@@ -162,6 +172,11 @@ class KubeletPodSyncer:
                 error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: not set up yet "
                 "(synced again as soon as they are)"
             )
+        if host_network(pod) and not status.ips:
+            # The runtime reports no IPs for a host-network pod; its containers
+            # (status.podIP in their env, the hosts file) get the node's, as its
+            # API status does.
+            status = dataclasses.replace(status, ips=list(self.node_ips))
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)

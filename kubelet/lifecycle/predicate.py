@@ -1,4 +1,5 @@
-"""Pod admission at the door (pkg/kubelet/lifecycle/predicate.go, the resource-fit part).
+"""Pod admission at the door (pkg/kubelet/lifecycle/predicate.go: the OS checks
+and the resource fit).
 
 A pod is admitted when the node's pod count stays within maxPods and the
 requests of the admitted, non-terminal pods plus its own fit in allocatable.
@@ -63,6 +64,10 @@ class Admitter:
     def admit(self, uid: str, pod: Pod) -> Rejection | None:
         if uid in self._admitted:
             return None
+        # Checks that preemption cannot help come first, as upstream.
+        rejection = os_mismatch(pod)
+        if rejection is not None:
+            return rejection
         r = pod_requests(pod)
         n = len(self._admitted)
         if n + 1 > self.max_pods:
@@ -85,6 +90,26 @@ class Admitter:
 
     def __len__(self) -> int:
         return len(self._admitted)
+
+
+NODE_OS = "linux"
+OS_LABEL = "kubernetes.io/os"
+
+
+def os_mismatch(pod: Pod) -> Rejection | None:
+    """A pod labelled for, or declaring (spec.os), another OS than this node's."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if OS_LABEL in labels and labels[OS_LABEL] != NODE_OS:
+        return Rejection(
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+        )
+    pod_os = ((pod.get("spec") or {}).get("os") or {}).get("name")
+    if pod_os is not None and pod_os != NODE_OS:
+        return Rejection(
+            "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"
+        )
+    return None
 
 
 def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Rejection:

@@ -41,6 +41,23 @@ def test_out_of_pods_cpu_and_memory_with_upstream_reasons_and_release() -> None:
     assert a.used.cpu_m == 900 and len(a) == 2
 
 
+def test_a_pod_for_another_os_is_refused_with_upstream_reasons() -> None:
+    a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
+    windows = pod()
+    windows["spec"]["os"] = {"name": "windows"}
+    r = a.admit("w", windows)
+    assert r is not None and r.reason == "PodOSNotSupported"
+    assert r.message == "Failed to admit pod as the OS field doesn't match node OS"
+    labelled = pod()
+    labelled["metadata"]["labels"] = {"kubernetes.io/os": "windows"}
+    r = a.admit("l", labelled)
+    assert r is not None and r.reason == "PodOSSelectorNodeLabelDoesNotMatch"
+    linux = pod()
+    linux["spec"]["os"] = {"name": "linux"}
+    linux["metadata"]["labels"] = {"kubernetes.io/os": "linux"}
+    assert a.admit("x", linux) is None and len(a) == 1
+
+
 def test_status_patch_sends_only_changes_and_conditions_by_type() -> None:
     api = {
         "phase": "Pending",
