@@ -109,6 +109,9 @@ class PodActions:
     ephemeral_containers_to_start: list[int] = field(default_factory=list)
     # container ID -> (status, reason for the kill)
     containers_to_kill: dict[str, tuple[ContainerStatus, str]] = field(default_factory=dict)
+    # container ID -> grace period of a kill the probe that failed sets
+    # (its terminationGracePeriodSeconds), instead of the pod's.
+    kill_grace: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -372,6 +375,7 @@ class RuntimeManager:
                 restart = True  # a changed spec restarts whatever the policy
             elif why:
                 msg = f"Container {c['name']} {why}"
+                _probe_grace(pod, c, why, prev.id, a)
             else:
                 keep += 1
                 continue
@@ -422,7 +426,7 @@ class RuntimeManager:
             elif st.state == RUNNING:
                 if sidecar:
                     initialized = (
-                        self._sidecar_running(c, st, i, last, prev_initialized, a, start)
+                        self._sidecar_running(pod, c, st, i, last, prev_initialized, a, start)
                         or initialized
                     )
             elif st.state == EXITED:
@@ -454,6 +458,7 @@ class RuntimeManager:
 
     def _sidecar_running(
         self,
+        pod: Pod,
         c: dict[str, Any],
         st: ContainerStatus,
         i: int,
@@ -467,6 +472,7 @@ class RuntimeManager:
         why = self.must_restart(st.id)
         if "startupProbe" in c and not self.is_started(c, st.id):
             if why == "failed startup probe":
+                _probe_grace(pod, c, why, st.id, a)
                 a.containers_to_kill[st.id] = (
                     st,
                     f"Init container {c['name']} failed startup probe",
@@ -482,6 +488,7 @@ class RuntimeManager:
             a.containers_to_kill[st.id] = (st, f"Init container {c['name']} definition changed")
             start.append(i)
         elif why == "failed liveness probe":
+            _probe_grace(pod, c, why, st.id, a)
             a.containers_to_kill[st.id] = (st, f"Init container {c['name']} failed liveness probe")
             start.append(i)
         return initialized
@@ -513,7 +520,7 @@ class RuntimeManager:
         else:
             await asyncio.gather(
                 *(
-                    self.kill_container(pod, cs, None, msg)
+                    self.kill_container(pod, cs, a.kill_grace.get(cs.id), msg)
                     for cs, msg in a.containers_to_kill.values()
                 )
             )
@@ -1109,6 +1116,19 @@ def find_container_spec(pod: Pod, cname: str) -> dict[str, Any] | None:
             if c.get("name") == cname:
                 return dict(c)
     return None
+
+
+_PROBE_OF = {"failed liveness probe": "livenessProbe", "failed startup probe": "startupProbe"}
+
+
+def _probe_grace(pod: Pod, c: dict[str, Any], why: str, cid: str, a: PodActions) -> None:
+    """A probe's terminationGracePeriodSeconds governs the kill it causes, unless
+    the pod is being deleted (setTerminationGracePeriod upstream)."""
+    if pod["metadata"].get("deletionGracePeriodSeconds") is not None:
+        return
+    g = (c.get(_PROBE_OF.get(why, "")) or {}).get("terminationGracePeriodSeconds")
+    if g is not None:
+        a.kill_grace[cid] = int(g)
 
 
 def pod_grace_period(pod: Pod) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import grpc
+import yarl
 
 from kubelet.types import Pod
 
@@ -19,8 +20,14 @@ log = logging.getLogger(__name__)
 
 class Result(enum.Enum):
     SUCCESS = "Success"
+    # Counts as a success, with a ProbeWarning event (an HTTP probe that stopped
+    # at a redirect to another host).
+    WARNING = "Warning"
     FAILURE = "Failure"
     UNKNOWN = "Unknown"
+
+
+MAX_REDIRECTS = 10
 
 
 _NO_VERIFY = ssl.create_default_context()
@@ -97,21 +104,37 @@ class Prober:
             headers[hd["name"]] = hd["value"]
         if self._http is None:
             self._http = aiohttp.ClientSession()
+        # Redirects are followed on the same host only (upstream's
+        # followNonLocalRedirects=false): a probe must not be sent elsewhere by
+        # the container it checks. Stopping at one is a success with a warning.
+        target = yarl.URL(url)
         try:
-            async with self._http.get(
-                url,
-                headers=headers,
-                ssl=_NO_VERIFY if scheme == "https" else False,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-                allow_redirects=True,
-            ) as r:
-                body = (await r.content.read(10240)).decode(errors="replace")
-                if 200 <= r.status < 400:
-                    return Result.SUCCESS, body
-                return Result.FAILURE, f"HTTP probe failed with statuscode: {r.status}"
+            async with asyncio.timeout(timeout):
+                for _ in range(MAX_REDIRECTS + 1):
+                    async with self._http.get(
+                        target,
+                        headers=headers,
+                        ssl=_NO_VERIFY if target.scheme == "https" else False,
+                        allow_redirects=False,
+                    ) as r:
+                        body = (await r.content.read(10240)).decode(errors="replace")
+                        location = r.headers.get("Location")
+                        if 300 <= r.status < 400:
+                            nxt = target.join(yarl.URL(location)) if location else None
+                            if nxt is not None and nxt.host == target.host:
+                                target = nxt
+                                continue
+                            return (
+                                Result.WARNING,
+                                f"Probe terminated redirects, Response body: {body}",
+                            )
+                        if 200 <= r.status < 300:
+                            return Result.SUCCESS, body
+                        return Result.FAILURE, f"HTTP probe failed with statuscode: {r.status}"
+                return Result.FAILURE, f'Get "{target}": stopped after {MAX_REDIRECTS} redirects'
         except TimeoutError:
             return Result.FAILURE, f'Get "{url}": context deadline exceeded'
-        except aiohttp.ClientError as err:
+        except (aiohttp.ClientError, ValueError) as err:
             return Result.FAILURE, f'Get "{url}": {err}'
 
     async def _tcp(self, host: str, port: int, timeout: float) -> tuple[Result, str]:

@@ -182,6 +182,9 @@ class ProbeManager:
             return
         live_pod = dict(pod, status=st)
         result, output = await self.prober.probe(live_pod, c, cid, spec)
+        if result is Result.WARNING:
+            self._event(pod, c, kind, output, warning=True)
+            result = Result.SUCCESS
         metrics.PROBER_PROBE_TOTAL.labels(
             kind.capitalize(), _METRIC_RESULT[result], c["name"], name(pod), namespace(pod), u
         ).inc()
@@ -205,9 +208,14 @@ class ProbeManager:
             state["hold"] = True  # until the restarted container replaces this one
         self.on_change(u)
 
-    def _event(self, pod: Pod, c: dict[str, Any], kind: str, output: str) -> None:
+    def _event(
+        self, pod: Pod, c: dict[str, Any], kind: str, output: str, warning: bool = False
+    ) -> None:
         if self.recorder is None:
             return
         ref = object_ref(pod, container_field_path(pod, c["name"]))
         what = kind.capitalize()
+        if warning:
+            self.recorder.event(ref, "Warning", "ProbeWarning", f"{what} probe warning: {output}")
+            return
         self.recorder.event(ref, "Warning", "Unhealthy", f"{what} probe failed: {output}".strip())

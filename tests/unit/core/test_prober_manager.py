@@ -547,3 +547,46 @@ async def test_probe_results_are_counted_per_container_and_dropped_with_the_pod(
     await asyncio.sleep(0)
     names = {s.labels.get("pod_uid") for m in PROBER_PROBE_TOTAL.collect() for s in m.samples}
     assert "u9" not in names
+
+
+async def test_http_probe_follows_local_redirects_and_stops_at_another_host() -> None:
+    """As upstream's prober (followNonLocalRedirects=false): a redirect on the
+    same host is followed; one to another host is not (a Warning, which counts
+    as success); ten redirects are the limit."""
+    from kubelet.prober.prober import Prober, Result
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.path == "/local":
+            raise web.HTTPFound("/ok")
+        if request.path == "/away":
+            raise web.HTTPFound("http://example.invalid:81/elsewhere")
+        if request.path == "/loop":
+            raise web.HTTPFound("/loop")
+        if request.path == "/bare":
+            return web.Response(status=302)
+        return web.Response(text="fine")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    prober = Prober(None)
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "status": {"podIP": "127.0.0.1"}}
+    try:
+
+        async def probe(path: str) -> tuple[Result, str]:
+            spec = {"httpGet": {"path": path, "port": port}, "timeoutSeconds": 5}
+            return await prober.probe(pod, {"name": "c"}, "cid", spec)
+
+        assert await probe("/local") == (Result.SUCCESS, "fine")
+        result, out = await probe("/away")
+        assert result is Result.WARNING and out.startswith("Probe terminated redirects")
+        assert (await probe("/bare"))[0] is Result.WARNING
+        result, out = await probe("/loop")
+        assert result is Result.FAILURE and "stopped after 10 redirects" in out
+    finally:
+        await prober.close()
+        await runner.cleanup()

@@ -250,3 +250,26 @@ async def test_image_pull_backoff_doubles_from_each_failure(tmp_path) -> None:  
         assert retry is not None and abs(retry - 1) < 1e-6  # 1 s left of this back-off
         clock.step(1.01)
         assert (await sync())[::2] == ("ErrImagePull", pulls)
+
+
+async def test_a_failed_probe_kills_with_its_own_grace_period(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A liveness probe's terminationGracePeriodSeconds governs the kill it
+    causes, not the pod's 600 s; a pod being deleted keeps its own."""
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    why: dict[str, str] = {}
+    m = manager(tmp_path, rt, img, must_restart=lambda cid: why.get(cid))
+    probe = {"exec": {"command": ["false"]}, "terminationGracePeriodSeconds": 3}
+    p = pod([c("a", livenessProbe=probe)], terminationGracePeriodSeconds=600)
+    await m.sync_pod(p, await status(m, p))
+    cid = (await status(m, p)).containers[0].id
+    why[cid] = "failed liveness probe"
+    a = m.compute_pod_actions(p, await status(m, p))
+    assert a.kill_grace == {cid: 3} and cid in a.containers_to_kill
+    await m.sync_pod(p, await status(m, p))
+    assert rt.called("stop_container")[-1][-1] == 3
+    st = await status(m, p)
+    cid2 = next(x.id for x in st.containers if x.state == "running")
+    why[cid2] = "failed liveness probe"
+    assert m.compute_pod_actions(p, st).kill_grace == {cid2: 3}
+    p["metadata"]["deletionGracePeriodSeconds"] = 30
+    assert m.compute_pod_actions(p, st).kill_grace == {}
