@@ -24,7 +24,9 @@ log "cargo test / clippy (rust/)"
 (cd rust && cargo test --quiet && cargo clippy --quiet --all-targets -- -D warnings)
 
 log "pytest (native kernels)"
-python -m pytest -q -rs -p no:cacheprovider "$@"
+# Tests marked slow (the long fault drills, certificate rotation, the wheels)
+# run with `hack/test.sh -m slow`: a later -m wins.
+python -m pytest -q -rs -p no:cacheprovider -m "not slow" "$@"
 if [ $# -eq 0 ]; then
     # The unit suite once more on the pure-Python references.
     log "pytest (reference kernels: KUBELET_IMPL=reference, unit tests)"

@@ -15,7 +15,8 @@ from benches.drills import api_outage
 from kubelet.testing.controlplane import ControlPlane, Unavailable
 from tests.fixtures.simruntime import SimRuntimeProc
 
-pytestmark = pytest.mark.cluster
+# Long (about 3 min): behind `hack/test.sh -m slow` and python -m benches.drills.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 OUTAGE_S = float(os.environ.get("KUBELET_DRILL_OUTAGE_S", "20"))
 

@@ -13,7 +13,8 @@ from benches.drills import disk_full
 from kubelet.testing.controlplane import ControlPlane
 from tests.fixtures.simruntime import SimRuntimeProc
 
-pytestmark = pytest.mark.cluster
+# Long (about 2 min): behind `hack/test.sh -m slow` and python -m benches.drills.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.mark.timeout(420)

@@ -18,7 +18,8 @@ from benches.drills import runtime_restarted_empty
 from kubelet.testing.controlplane import ControlPlane
 from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
 
-pytestmark = pytest.mark.cluster
+# Long (about 2 min): behind `hack/test.sh -m slow` and python -m benches.drills.
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.mark.timeout(240)

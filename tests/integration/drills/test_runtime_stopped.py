@@ -19,7 +19,8 @@ from benches.drills import runtime_stopped
 from kubelet.testing.containerd import Containerd, Unavailable
 from kubelet.testing.controlplane import ControlPlane
 
-pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
+# Long (about 2 min): behind `hack/test.sh -m slow` and python -m benches.drills.
+pytestmark = [pytest.mark.cluster, pytest.mark.containerd, pytest.mark.slow]
 
 DOWN_S = float(os.environ.get("KUBELET_DRILL_DOWN_S", "40"))
 
