@@ -149,13 +149,15 @@ class Registry:
         return self.log_text().count(f'error authenticating user \\"{user}\\"')
 
     def pulls(self, repo: str) -> int:
-        """How many manifest GETs the registry served for repo (from its access log)."""
+        """How many times the registry was asked for repo's manifest (GET, or the
+        HEAD containerd resolves a tag with when it holds the content already),
+        from its access log."""
         try:
             with open(self.log_path, errors="replace") as fh:
                 text = fh.read()
         except OSError:
             return 0
-        return text.count(f'"GET /v2/{repo}/manifests/')
+        return sum(text.count(f'"{verb} /v2/{repo}/manifests/') for verb in ("GET", "HEAD"))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
