@@ -66,18 +66,12 @@ class PodRuntimeHelper:
             pod, container, dataclasses.replace(self.env, pod_ips=tuple(pod_ips))
         )
         volumes = self.volumes.get_mounted_volumes(uid(pod))
-        if has_subpath(container):
-            # Sub-paths are opened component by component and bind-mounted: a
-            # hop off the event loop.
-            mounts = await asyncio.get_running_loop().run_in_executor(
-                None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain
-            )
-        else:
-            # A handful of small writes under the kubelet's own root dir (the
-            # pod's hosts file, unchanged after the first container, and the
-            # termination-log file): cheaper in place than a thread hop and the
-            # GIL hand-offs that come with it, on the path every start takes.
-            mounts = self._mounts(pod, container, volumes, envs, pod_ips, hostname, domain)
+        # Sub-path preparation, the hosts file and the termination-log file all
+        # touch the disk: one hop off the event loop for the lot, so a slow disk
+        # (a journal stalled by someone's fsync) never stalls probes and relists.
+        mounts = await asyncio.get_running_loop().run_in_executor(
+            None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain
+        )
         return RunContainerOptions(envs=envs, mounts=mounts, hostname=hostname)
 
     def _mounts(
