@@ -94,7 +94,7 @@ def kill9(
         mark_emptydirs(k.root, pods)  # the simulated runtime runs no command
         time.sleep(3)  # a few relists and status syncs: the steady state
         pods = k.api_pods(ns)
-        st0, rt0, vol0 = status_view(pods), runtime_view(endpoint), volume_view(k.root, pods)
+        st0, rt0, vol0 = status_view(pods), runtime_view(endpoint, ns), volume_view(k.root, pods)
         r.check(
             all(v["marker"] and v["configmap_data"] for v in vol0.values()),
             f"volumes not set up before the kill: {list(vol0.items())[:2]}",
@@ -114,7 +114,7 @@ def kill9(
         r.figures["readopted_s"] = round(time.monotonic() - t0, 1)
         time.sleep(5)  # relists, housekeeping, status reconcile: anything to undo would be done
         pods = k.api_pods(ns)
-        st1, rt1, vol1 = status_view(pods), runtime_view(endpoint), volume_view(k.root, pods)
+        st1, rt1, vol1 = status_view(pods), runtime_view(endpoint, ns), volume_view(k.root, pods)
         r.check(st1 == st0, f"API statuses changed: {diff(st0, st1)}")
         r.check(
             rt1.running_ids() == rt0.running_ids(),
@@ -165,7 +165,7 @@ def runtime_restarted_empty(
     r = Report("runtime-restarted-empty", n)
     k, ns = steady_node(cp, workdir, endpoint, node, n, "exec sleep 100000", timeout)
     try:
-        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(endpoint)
+        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(endpoint, ns)
         t0 = time.monotonic()
         restart_runtime()
 
@@ -187,7 +187,7 @@ def runtime_restarted_empty(
         wait_for("every pod running again in new containers", recreated, timeout=timeout, every=1)
         r.figures["recreated_s"] = round(time.monotonic() - t0, 1)
         time.sleep(3)
-        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(endpoint)
+        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(endpoint, ns)
         r.check(k.alive(), "the kubelet exited")
         r.check(not set(rt1.sandboxes) & set(rt0.sandboxes), "an old sandbox survived")
         per_pod = rt1.ready_sandboxes_per_pod()
@@ -308,7 +308,7 @@ def runtime_stopped(
     r = Report("runtime-stopped", n)
     k, ns = steady_node(cp, workdir, ctd.endpoint, node, n, "exec sleep 100000", 180)
     try:
-        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint)
+        st0, rt0 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint, ns)
         seen: list[str] = []
 
         def watch_ready() -> None:
@@ -330,7 +330,7 @@ def runtime_stopped(
         r.figures["ready_again_s"] = round(time.monotonic() - t0 - down_s, 1)
         wait_for("every pod running", lambda: running(k.api_pods(ns)) == n, timeout=60)
         time.sleep(3)
-        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint)
+        st1, rt1 = status_view(k.api_pods(ns)), runtime_view(ctd.endpoint, ns)
         r.check(st1 == st0, f"API statuses changed: {diff(st0, st1)}")
         r.check(rt1.running_ids() == rt0.running_ids(), "running containers changed")
         r.check(set(rt1.sandboxes) == set(rt0.sandboxes), "sandboxes created or removed")

@@ -314,7 +314,11 @@ class RuntimeView:
         return {cid for cid, (_, _, _, st) in self.containers.items() if st == pb.CONTAINER_RUNNING}
 
 
-def runtime_view(endpoint: str) -> RuntimeView:
+def runtime_view(endpoint: str, namespace: str | None = None) -> RuntimeView:
+    """The runtime's sandboxes and containers; with `namespace`, only that
+    namespace's pods (a runtime shared with other tests' kubelets holds theirs
+    too, which this drill's kubelet rightly removes as pods nobody wants)."""
+
     async def run() -> RuntimeView:
         rt = RemoteRuntimeService(endpoint, 60)
         try:
@@ -322,6 +326,10 @@ def runtime_view(endpoint: str) -> RuntimeView:
             cs = await rt.list_containers()
         finally:
             await rt.close()
+        if namespace is not None:
+            sbs = [s for s in sbs if s.metadata.namespace == namespace]
+            ids = {s.id for s in sbs}
+            cs = [c for c in cs if c.pod_sandbox_id in ids]
         return RuntimeView(
             {s.id: (s.metadata.uid, s.metadata.attempt, s.state) for s in sbs},
             {c.id: (c.pod_sandbox_id, c.metadata.name, c.metadata.attempt, c.state) for c in cs},
