@@ -44,6 +44,7 @@ from kubelet.certificate.store import (
     load_private_key,
     parse_pair,
 )
+from kubelet.util.atomicfile import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +136,7 @@ def write_kubeconfig(cluster: ClusterInfo, kubeconfig_path: str, pem_path: str) 
     }
     d = os.path.dirname(os.path.abspath(kubeconfig_path))
     os.makedirs(d, mode=0o755, exist_ok=True)
-    tmp = kubeconfig_path + ".tmp"
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with open(fd, "w") as fh:
-        yaml.safe_dump(doc, fh, sort_keys=False)
-    os.replace(tmp, kubeconfig_path)
+    write_atomic(kubeconfig_path, yaml.safe_dump(doc, sort_keys=False).encode(), 0o600)
 
 
 def client_config_still_valid(kubeconfig_path: str, now: float | None = None) -> bool:
@@ -214,13 +211,7 @@ def load_or_generate_key_file(path: str) -> bytes:
     except ValueError as err:
         log.warning("Discarding unreadable private key %s: %s", path, err)
     data = key_pem(generate_key())
-    tmp = path + ".new"
-    fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-    with open(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, data, 0o600)
     return data
 
 

@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
+from kubelet.util.atomicfile import write_atomic
+
 PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
@@ -185,11 +187,7 @@ class FileStore:
         os.makedirs(self.cert_dir, mode=0o755, exist_ok=True)
         path = self._name(ts)
         data = _blocks(cert_pem, b"CERTIFICATE") + _key_block(key_pem)
-        fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
-        with open(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_atomic(path, data, 0o600)
         pair = load_pair_file(path)
         self._update_symlink(path)
         return pair

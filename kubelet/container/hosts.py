@@ -77,9 +77,9 @@ def write_file_atomically(path: str, content: bytes, mode: int) -> None:
                 return
     except FileNotFoundError:
         pass
-    # Not durable: written on the event loop at each container start, and
-    # rewritten there whenever it differs, so a file emptied by a power loss is
-    # repaired before any new container mounts it.
+    # Not durable: rewritten at each container start whenever it differs, so
+    # a file emptied by a power loss is repaired before any new container
+    # mounts it.
     write_atomic(path, content, mode, durable=False)
 
 
