@@ -501,6 +501,12 @@ async def serve(listen: str, opts: Options) -> tuple[aio.Server, SimRuntime]:
         options=[
             ("grpc.max_receive_message_length", 128 * 1024 * 1024),
             ("grpc.max_send_message_length", 128 * 1024 * 1024),
+            # gRPC core cancels new calls once more than these wait for the
+            # Python server to pick them up (defaults 1,000 and 3,000): a kubelet
+            # stopping 10,000 pods at once got thousands of CANCELLED. Go runtimes
+            # (containerd) have no such limit, and the simulated one stands in for them.
+            ("grpc.server.max_pending_requests", 1 << 20),
+            ("grpc.server.max_pending_requests_hard_limit", 1 << 20),
         ]
     )
     server.add_generic_rpc_handlers(handlers(sim))

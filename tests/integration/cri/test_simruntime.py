@@ -209,3 +209,19 @@ async def test_client_reconnects_when_the_runtime_comes_back(tmp_path: Path) -> 
     finally:
         await rt.close()
         sim.stop()
+
+
+async def test_a_burst_of_calls_is_served_not_cancelled(simruntime) -> None:  # type: ignore[no-untyped-def]
+    # A kubelet stopping thousands of pods at once has that many calls in flight;
+    # gRPC core's default pending-request limits (1,000 / 3,000) cancelled the
+    # excess, which containerd never does.
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=60)
+    try:
+        results = await asyncio.gather(
+            *(rt.list_containers(pb.ContainerFilter()) for _ in range(5000)),
+            return_exceptions=True,
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert failed == [], f"{len(failed)} calls failed, first: {failed[0]!r}"
+    finally:
+        await rt.close()
