@@ -120,6 +120,9 @@ class ReferenceCache:
     def waiting(self) -> int:
         return sum(len(v) for v in self._waiters.values())
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
 
 class NativeCache:
     """The Rust store and waiter index; one asyncio future per waiting worker here."""
@@ -175,6 +178,9 @@ class NativeCache:
 
     def waiting(self) -> int:
         return self._core.waiting()
+
+    def __len__(self) -> int:
+        return len(self._core)
 
 
 Cache: type[ReferenceCache] | type[NativeCache] = (

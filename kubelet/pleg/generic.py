@@ -43,6 +43,8 @@ class Differ(Protocol):
 
     def pod_ids(self) -> Sequence[str]: ...
 
+    def known(self, uid: str) -> bool: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,11 @@ class GenericPLEG:
             sem = asyncio.Semaphore(STATUS_CONCURRENCY)
 
             async def one(u: str) -> None:
+                if not self.differ.known(u):
+                    # Nothing of the pod is left in the runtime: drop its entry, as
+                    # upstream's updateCache does, or every pod ever run stays cached.
+                    self.cache.delete(u)
+                    return
                 async with sem:
                     try:
                         status = await self.get_status(u)

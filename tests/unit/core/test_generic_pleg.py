@@ -62,6 +62,9 @@ class RecordingDiffer:
     def pod_ids(self) -> Sequence[str]:
         return list(self.inner.pod_ids())
 
+    def known(self, uid: str) -> bool:
+        return bool(self.inner.known(uid))
+
 
 class RecordingCache:
     """A real cache that also logs set() and update_time() in call order."""
@@ -316,6 +319,38 @@ async def test_status_of_a_gone_pod_from_the_runtime_manager(
     st, err = cache.get("u1")
     assert err is None and st.sandboxes == [] and st.containers == []
     assert pleg.differ.running_pods == 0
+
+
+async def test_pods_gone_from_the_runtime_leave_no_cache_entry(
+    tmp_path: Any, differ_cls: Any, cache_cls: Any
+) -> None:
+    """Churn: every pod that was run and removed is dropped from the cache (a soak
+    found one empty entry left per pod ever run)."""
+    rt = FakeRuntimeService()
+    rm = RuntimeManager(
+        rt, FakeImageService(), standalone_runtime_helper(str(tmp_path)), str(tmp_path)
+    )
+    clock = FakeClock()
+    clock.step(1)
+    cache = cache_cls()
+    pleg = GenericPLEG(rt, differ_cls(), cache, rm.get_pod_status, 1.0, clock=clock)
+    pods = {f"u{i}": await add_pod(rt, f"u{i}", ["a", "b"]) for i in range(20)}
+    await pleg.relist()
+    assert len(cache) == 20
+    for n, ids in enumerate(pods.values()):
+        await rt.stop_pod_sandbox(ids["sandbox"])
+        if n % 2:
+            await pleg.relist()  # half seen stopped first, half go in one step
+        for cid in (ids["a"], ids["b"]):
+            await rt.remove_container(cid)
+        await rt.remove_pod_sandbox(ids["sandbox"])
+    await add_pod(rt, "kept")
+    clock.step(1)
+    await pleg.relist()
+    assert len(cache) == 1 and cache.get("kept")[0].containers
+    # A worker asking about a gone pod still gets an empty status, at once.
+    st, err = await asyncio.wait_for(cache.get_newer_than("u3", clock.time() - 1), 1)
+    assert st.id == "u3" and st.sandboxes == [] and st.containers == [] and err is None
 
 
 async def test_failed_inspection_keeps_the_old_status_with_the_error_and_retries(
