@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -257,7 +258,12 @@ class SoakRun(Run):
     async def _settle(self, seconds: float) -> dict[str, Any]:
         """Let housekeeping run, then probe."""
         await asyncio.sleep(seconds)
-        return {**self._probe(), "fd_kinds": fd_kinds(self._pid())}
+        probe = {**self._probe(), "fd_kinds": fd_kinds(self._pid())}
+        if os.environ.get("KUBELET_MEMDEBUG"):
+            # The kubelet inherited it: have it write a memory report (kubelet/util/memdebug.py).
+            os.kill(self._pid(), signal.SIGUSR2)
+            await asyncio.sleep(5)
+        return probe
 
     async def soak_run(self) -> SoakResult:
         admin = APIClient(load_kubeconfig(self.cp.admin_kubeconfig), qps=0, burst=1)

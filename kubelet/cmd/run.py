@@ -32,7 +32,7 @@ from kubelet.server.tls import (
     ensure_self_signed,
     server_context,
 )
-from kubelet.util import flock, sdnotify
+from kubelet.util import flock, memdebug, sdnotify
 from kubelet.util.oom import OOMAdjuster, adjust_self
 from kubelet.version import user_agent
 
@@ -121,6 +121,7 @@ async def run(
 
         name = node_name(s)
         node = await start_node(s, deps, name, stop, cleanups)
+        memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
         if flags.run_once:
             return await _run_once(node)
