@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
           f"burst={KUBE_API_BURST}"
           + (f" (and {UNTHROTTLED_QPS}/{UNTHROTTLED_BURST})" if args.unthrottled else "")
           + "; kube-apiserver --max-requests-inflight=2000 "
-          "--max-mutating-requests-inflight=1000", flush=True)  # fmt: skip
+          "--max-mutating-requests-inflight=1000 --delete-collection-workers=16",
+          flush=True)  # fmt: skip
     controllers = needs_controllers(args.template)
     if controllers:
         print("control plane with kube-controller-manager and kube-scheduler "
