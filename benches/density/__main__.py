@@ -3,6 +3,7 @@
     python -m benches.density [--quick] [--out DIR] [--n 100 1000 5000]
                               [--relist 1 0.25 0.1] [--no-upstream] [--hold 30]
                               [--template plain volumes] [--unthrottled]
+                              [--runtime sim|containerd] [--rate 50]
 
 Starts the real control plane (with audit logging of node requests), then for
 each N: our kubelet at each relist period and the upstream kubelet (built from
@@ -20,12 +21,18 @@ client-side rate limiter can explain a startup gap. Every run also records, over
 its creation window, the kubelet's own histograms (rate limiter wait, API round
 trips, pod start, status sync) and the audit log's timing of its requests
 (result.json "evidence"; benches/density/evidence.py).
+--runtime containerd runs every kubelet on a fresh private containerd with runc
+(pause sandbox + busybox sleep, cgroupsPerQOS on under a cgroupRoot of the run's
+own) instead of the simulated runtime, and also measures containerd's CPU and
+RSS and the sum over its shims. Its defaults: N 50 100 300, ours at 250 ms,
+pods created at 5/s (see CONTAINERD_RATE).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -35,6 +42,7 @@ from benches.density import evidence
 from benches.density.harness import (
     KUBE_API_BURST,
     KUBE_API_QPS,
+    RUNTIMES,
     TEMPLATES,
     UNTHROTTLED_BURST,
     UNTHROTTLED_QPS,
@@ -47,6 +55,16 @@ from benches.density.harness import (
     upstream_kubelet,
 )
 
+# Pods created per second on containerd. Each pod costs containerd and runc two
+# runc create/start rounds, a CNI ADD and a shim; measured on this 2-core VM the
+# runtime alone brings up about 8-10 pods/s, so at 5/s startup latency shows the
+# kubelet rather than a queue in front of the runtime that grows with N.
+CONTAINERD_RATE = 5.0
+CONTAINERD_N = [50, 100, 300]
+SIM_N = [100, 1000, 5000]
+SIM_RELIST = [1.0, 0.25, 0.1]
+CONTAINERD_RELIST = [0.25]
+
 
 def table(results: list[Result]) -> str:
     def f(v: float | None, scale: float = 1.0, digits: int = 2) -> str:
@@ -57,8 +75,23 @@ def table(results: list[Result]) -> str:
         "| in-kubelet p50 / p99 (s) | all Running (s) | startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
-    lines = [head, "|" + "---|" * 15]
+    # The runtime's columns only where a run was on containerd, so the
+    # simulated-runtime table reads as before.
+    ctd = any(r.runtime == "containerd" for r in results)
+    if ctd:
+        head += (" runtime | containerd startup / steady CPU (cores) | containerd RSS (MiB) "
+                 "| shims | shims CPU (cores) | shims RSS / PSS (MiB) | load avg 1/5/15 |")  # fmt: skip
+    lines = [head, "|" + "---|" * (22 if ctd else 15)]
     for r in results:
+        extra = ""
+        if ctd:
+            extra = (
+                f" {r.runtime} | {f(r.containerd_startup_cpu_cores, digits=3)} / "
+                f"{f(r.containerd_cpu_cores, digits=3)} | {f(r.containerd_rss_mib, digits=0)} "
+                f"| {'-' if r.shims is None else r.shims} | {f(r.shims_cpu_cores, digits=3)} "
+                f"| {f(r.shims_rss_mib, digits=0)} / {f(r.shims_pss_mib, digits=0)} "
+                f"| {' / '.join(f'{x:.2f}' for x in r.load_avg) or '-'} |"
+            )
         lines.append(
             f"| {r.template} | {r.kubelet} | {r.kube_api_qps} / {r.kube_api_burst} "
             f"| {int(r.relist_period_s * 1000)} ms | {r.n} | {r.running} "
@@ -69,6 +102,7 @@ def table(results: list[Result]) -> str:
             f"| {f(r.steady_rss_mib, digits=0)} "
             f"| {f(r.relist_p50_ms)} / {f(r.relist_p99_ms)} | {f(r.delete_all_s, digits=1)} "
             f"| {f(r.api_requests_per_pod, digits=1)} |"
+            + extra
             + (f" FailedMount events: {r.failed_mount_events}" if r.failed_mount_events else "")
             + (f" error: {r.error}" if r.error else "")
         )
@@ -112,20 +146,25 @@ def plots(results: list[Result], out: Path) -> list[Path]:
     fig.savefig(p, dpi=110)
     plt.close(fig)
     made.append(p)
-    for metric, label, fname in (
-        ("steady_cpu_cores", "steady-state CPU (cores)", "cpu_vs_n.png"),
-        ("steady_rss_mib", "RSS (MiB)", "rss_vs_n.png"),
+    for metric, ctd_metric, label, fname in (
+        ("steady_cpu_cores", "containerd_cpu_cores", "steady-state CPU (cores)", "cpu_vs_n.png"),
+        ("steady_rss_mib", "containerd_rss_mib", "RSS (MiB)", "rss_vs_n.png"),
     ):
         fig, ax = plt.subplots(figsize=(7, 4.5))
         series: dict[str, list[tuple[int, float]]] = {}
         for r in results:
-            v = getattr(r, metric)
-            if v is None or r.error:
+            if r.error:
                 continue
             key = (
                 f"{r.template} " if many else ""
             ) + f"{r.kubelet} {int(r.relist_period_s * 1000)}ms"
-            series.setdefault(key, []).append((r.n, v))
+            v = getattr(r, metric)
+            if v is not None:
+                series.setdefault(key, []).append((r.n, v))
+            # containerd beside the kubelet that drove it
+            cv = getattr(r, ctd_metric)
+            if cv is not None:
+                series.setdefault(f"containerd under {key}", []).append((r.n, cv))
         for key, pts in sorted(series.items()):
             pts.sort()
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=key)
@@ -146,9 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.density")
     ap.add_argument("--quick", action="store_true", help="N=100, ours at 250 ms + upstream")
     ap.add_argument("--out", default="density-results")
-    ap.add_argument("--n", type=int, nargs="+", default=[100, 1000, 5000])
-    ap.add_argument("--relist", type=float, nargs="+", default=[1.0, 0.25, 0.1])
-    ap.add_argument("--rate", type=float, default=50.0, help="pods created per second")
+    ap.add_argument("--runtime", choices=RUNTIMES, default="sim",
+                    help="sim: the simulated runtime; containerd: a private containerd "
+                    "with runc per run")  # fmt: skip
+    ap.add_argument("--n", type=int, nargs="+",
+                    help=f"pod counts (default {SIM_N}; containerd {CONTAINERD_N})")  # fmt: skip
+    ap.add_argument("--relist", type=float, nargs="+",
+                    help=f"our relist periods, s (default {SIM_RELIST}; containerd "
+                    f"{CONTAINERD_RELIST})")  # fmt: skip
+    ap.add_argument("--rate", type=float,
+                    help=f"pods created per second (default 50; containerd {CONTAINERD_RATE})")  # fmt: skip
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument(
@@ -177,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy on our kubelet during each steady state (top frames in result.json)",
     )
     args = ap.parse_args(argv)
+    on_ctd = args.runtime == "containerd"
+    if args.n is None:
+        args.n = CONTAINERD_N if on_ctd else SIM_N
+    if args.relist is None:
+        args.relist = CONTAINERD_RELIST if on_ctd else SIM_RELIST
+    if args.rate is None:
+        args.rate = CONTAINERD_RATE if on_ctd else 50.0
     if args.quick:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
     out = Path(args.out)
@@ -198,16 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     specs = []
     for template in args.template:
         for n in args.n:
-            specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template)
-                      for rl in args.relist]  # fmt: skip
+            specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
+                           runtime=args.runtime) for rl in args.relist]  # fmt: skip
             if have_upstream:
-                specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template))
+                specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
+                                  runtime=args.runtime))  # fmt: skip
             if args.unthrottled:
                 specs.append(Spec("ours", args.unthrottled_relist, n, args.rate, args.hold,
-                                  args.profile, template, UNTHROTTLED_QPS, UNTHROTTLED_BURST))  # fmt: skip
+                                  args.profile, template, UNTHROTTLED_QPS, UNTHROTTLED_BURST,
+                                  runtime=args.runtime))  # fmt: skip
                 if have_upstream:
                     specs.append(Spec("upstream", 1.0, n, args.rate, args.hold,
-                                      template=template, qps=UNTHROTTLED_QPS, burst=UNTHROTTLED_BURST))  # fmt: skip
+                                      template=template, qps=UNTHROTTLED_QPS, burst=UNTHROTTLED_BURST,
+                                      runtime=args.runtime))  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="density-"))
     print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
           f"burst={KUBE_API_BURST}"
@@ -224,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i, spec in enumerate(specs):
             t0 = time.monotonic()
+            if on_ctd:
+                print(f"run {i}: {spec.kubelet} N={spec.n} on containerd; load average "
+                      + " ".join(f"{x:.2f}" for x in os.getloadavg()), flush=True)  # fmt: skip
             r = asyncio.run(Run(cp, spec, work, i).run())
             results.append(r)
             print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)

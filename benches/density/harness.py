@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from benches.density import evidence
+from benches.density.containerd import ContainerdRuntime, Usage
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
@@ -51,6 +52,9 @@ KUBE_API_BURST = 400
 UNTHROTTLED_QPS = 2000
 UNTHROTTLED_BURST = 4000
 TEMPLATES = ("plain", "volumes")
+# sim: kubelet.simruntime; containerd: a private containerd with runc per run
+# (benches/density/containerd.py), pods in the kubelet's own pod cgroups.
+RUNTIMES = ("sim", "containerd")
 CONFIGMAP = "density-config"
 SECRET = "density-secret"
 
@@ -72,6 +76,7 @@ class Spec:
     template: str = "plain"  # one of TEMPLATES
     qps: int = KUBE_API_QPS  # kubeAPIQPS / kubeAPIBurst of the kubelet
     burst: int = KUBE_API_BURST
+    runtime: str = "sim"  # one of RUNTIMES
 
 
 @dataclass
@@ -116,6 +121,18 @@ class Result:
     # timing of its requests (see benches/density/evidence.py).
     evidence: dict[str, Any] = field(default_factory=dict)
     startup_latencies_s: list[float] = field(default_factory=list)
+    runtime: str = "sim"
+    # Load average (1, 5, 15 min) of the machine when the run began.
+    load_avg: list[float] = field(default_factory=list)
+    # containerd runs: containerd itself, and the sum over its shims (one per
+    # pod), over the steady state; CPU also over the creation window.
+    containerd_startup_cpu_cores: float | None = None
+    containerd_cpu_cores: float | None = None
+    containerd_rss_mib: float | None = None
+    shims: int | None = None
+    shims_cpu_cores: float | None = None
+    shims_rss_mib: float | None = None  # sum of RSS (shared pages once per shim)
+    shims_pss_mib: float | None = None  # sum of PSS
 
 
 def audit_policy(path: Path) -> None:
@@ -205,7 +222,9 @@ def upstream_kubelet() -> str | None:
     return str(path) if path.exists() else None
 
 
-def kubelet_config(spec: Spec, ro_port: int, healthz_port: int) -> dict[str, Any]:
+def kubelet_config(
+    spec: Spec, ro_port: int, healthz_port: int, cgroup_root: str = "", logs_dir: str = ""
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -231,6 +250,18 @@ def kubelet_config(spec: Spec, ro_port: int, healthz_port: int) -> dict[str, Any
     }
     if spec.kubelet == "ours":
         cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
+    if spec.runtime == "containerd":
+        # As a real node: QoS and pod cgroups kept by the kubelet, under a root
+        # of the run's own (cgroupfs, as the private containerd's runc).
+        cfg["cgroupsPerQOS"] = True
+        cfg["cgroupRoot"] = "/" + cgroup_root
+        cfg["podLogsDir"] = logs_dir
+        # The images cannot be pulled again here: never collect them; and a busy
+        # shared disk must not evict the pods.
+        cfg["imageGCHighThresholdPercent"] = 100
+        cfg["imageGCLowThresholdPercent"] = 99
+        cfg["evictionHard"] = {"memory.available": "100Mi", "nodefs.available": "1%",
+                               "imagefs.available": "1%", "nodefs.inodesFree": "1%"}  # fmt: skip
     return cfg
 
 
@@ -239,15 +270,19 @@ class Run:
         self.cp = cp
         self.spec = spec
         self.dir = workdir / f"run-{index:02d}-{spec.kubelet}-{int(spec.relist * 1000)}ms-{spec.n}"
+        if spec.runtime != "sim":
+            self.dir = self.dir.with_name(self.dir.name + f"-{spec.runtime}")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node = f"density-{index:02d}-{spec.kubelet}"
         self.ns = f"density-{index:02d}"
         self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate, template=spec.template,
-                             kube_api_qps=spec.qps, kube_api_burst=spec.burst)  # fmt: skip
+                             kube_api_qps=spec.qps, kube_api_burst=spec.burst,
+                             runtime=spec.runtime)  # fmt: skip
         self.created: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
         self.deleted: set[str] = set()
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.ctd: ContainerdRuntime | None = None
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
@@ -265,11 +300,19 @@ class Run:
             time.sleep(0.05)
         raise RuntimeError("simulated runtime did not start")
 
+    def _start_runtime(self) -> str:
+        if self.spec.runtime == "sim":
+            return self._start_sim()
+        self.ctd = ContainerdRuntime(self.dir / "ctd")
+        return self.ctd.start()
+
     def _start_kubelet(self, endpoint: str) -> subprocess.Popen[bytes]:
         self.ro = free_port()
         healthz = free_port()
         cfg = self.dir / "kubelet-config.yaml"
-        cfg.write_text(yaml.safe_dump(kubelet_config(self.spec, self.ro, healthz)))
+        cgroup_root = self.ctd.cgroup_root if self.ctd is not None else ""
+        config = kubelet_config(self.spec, self.ro, healthz, cgroup_root, str(self.dir / "logs"))
+        cfg.write_text(yaml.safe_dump(config))
         common = [
             "--config", str(cfg),
             "--kubeconfig", self.cp.node_kubeconfig(self.node),
@@ -513,6 +556,8 @@ class Run:
                 return True
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"a process exited; see {self.dir}")
+            if self.ctd is not None and not self.ctd.alive():
+                raise RuntimeError(f"containerd exited; see {self.dir}/ctd/containerd.log")
             await asyncio.sleep(0.2)
         return False
 
@@ -524,8 +569,9 @@ class Run:
         watch: asyncio.Task[None] | None = None
         wall0 = wall1 = 0.0  # the creation window, epoch seconds (for the audit log)
         try:
+            r.load_avg = [round(x, 2) for x in os.getloadavg()]
             await self._prepare_namespace(admin)
-            endpoint = self._start_sim()
+            endpoint = self._start_runtime()
             kubelet = self._start_kubelet(endpoint)
             k_start = time.monotonic()
 
@@ -550,6 +596,7 @@ class Run:
             timeout = max(180.0, self.spec.n / self.spec.rate * 4)
             spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
             cpu0 = proc_cpu_s(kubelet.pid)
+            rt0 = self.ctd.usage() if self.ctd is not None else None
             start0 = self._buckets_or_empty(POD_START_HIST)
             m0 = self._metrics_text("metrics-before-create.txt")
             wall0 = time.time()
@@ -566,6 +613,10 @@ class Run:
                 r.kubelet_start_p50_s = hist_quantile(window, 0.5)
                 r.kubelet_start_p99_s = hist_quantile(window, 0.99)
             r.startup_cpu_cores = (proc_cpu_s(kubelet.pid) - cpu0) / (time.monotonic() - t_create)
+            if rt0 is not None and self.ctd is not None and (rt1 := self.ctd.usage()):
+                r.containerd_startup_cpu_cores = (rt1.containerd_cpu_s - rt0.containerd_cpu_s) / (
+                    time.monotonic() - t_create
+                )
             if spy0 is not None:
                 r.profile_startup_top, r.profile_startup_inclusive = self._finish_profile(
                     spy0, "profile-startup", stop=True
@@ -583,9 +634,12 @@ class Run:
             before = buckets(self._metrics(), RELIST_HIST)
             spy = self._start_profile(kubelet.pid)
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
+            u0 = self.ctd.usage() if self.ctd is not None else None
             await asyncio.sleep(self.spec.hold)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
+            if u0 is not None and self.ctd is not None and (u1 := self.ctd.usage(pss=True)):
+                self._runtime_usage(u0, u1, time.monotonic() - w0)
             after = buckets(self._metrics(), RELIST_HIST)
             if spy is not None:
                 r.profile_top, _ = self._finish_profile(spy)
@@ -609,6 +663,11 @@ class Run:
                 await asyncio.gather(watch, return_exceptions=True)
             await self._failed_mounts(admin)
             self._stop_all()
+            if self.ctd is not None:
+                left = await self.ctd.remove_sandboxes()
+                if left:
+                    print(f"{self.node}: stopped {left} sandboxes still ready", file=sys.stderr)
+                self.ctd.stop()
             await asyncio.sleep(2)  # the audit log is written in batches
             try:
                 r.api_requests, r.api_by_kind = count_requests(
@@ -633,6 +692,16 @@ class Run:
                 print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
             shutil.rmtree(self.dir / "root", ignore_errors=True)
         return r
+
+    def _runtime_usage(self, u0: Usage, u1: Usage, secs: float) -> None:
+        r = self.result
+        r.containerd_cpu_cores = (u1.containerd_cpu_s - u0.containerd_cpu_s) / secs
+        r.containerd_rss_mib = u1.containerd_rss_mib
+        both = u0.shim_cpu_s.keys() & u1.shim_cpu_s.keys()
+        r.shims = len(u1.shim_cpu_s)
+        r.shims_cpu_cores = sum(u1.shim_cpu_s[p] - u0.shim_cpu_s[p] for p in both) / secs
+        r.shims_rss_mib = u1.shims_rss_mib
+        r.shims_pss_mib = u1.shims_pss_mib
 
     def _stop_all(self) -> None:
         for p in reversed(self.procs):
