@@ -57,7 +57,12 @@ class EventedPLEG:
                 status = await self.generic.get_status(uid)
             else:
                 status = await self.runtime_manager.status_from_event(ev)
-            self.cache.set(uid, status, None, time.time())
+            if not status.sandboxes and not status.containers:
+                # Nothing of the pod is left: forget it (evented.go deletes the
+                # entry when its sandbox is deleted), or it stays cached forever.
+                self.cache.delete(uid)
+            else:
+                self.cache.set(uid, status, None, time.time())
             kind = _TYPES.get(ev.container_event_type)
             if kind is not None:
                 try:
