@@ -20,7 +20,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benches.density.harness import Run, Spec, start_control_plane, unmount_under
+from benches.density.harness import (
+    Run,
+    Spec,
+    needs_controllers,
+    start_control_plane,
+    unmount_under,
+)
 from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
@@ -40,6 +46,9 @@ class SoakSpec:
     # kubelet (or a machine) that cannot keep up shows as a lower achieved rate
     # instead of a backlog whose growth would hide or fake a leak.
     max_deleting: int = 200
+    # The density benchmark's pod template: "plain", or "volumes" (configMap, secret
+    # and the projected service account token, which exercise their managers).
+    template: str = "plain"
 
 
 @dataclass
@@ -143,7 +152,9 @@ class SoakRun(Run):
     def __init__(self, cp: ControlPlane, spec: SoakSpec, workdir: Path) -> None:
         # maxPods: room for the pods still terminating while their successors start.
         room = spec.alive + int(spec.rate * 60) + 20
-        super().__init__(cp, Spec("ours", spec.relist, room, spec.rate, 0.0), workdir, 0)
+        super().__init__(
+            cp, Spec("ours", spec.relist, room, spec.rate, 0.0, template=spec.template), workdir, 0
+        )
         self.soak = spec
         self.out = SoakResult(asdict(spec), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         self.audit = AuditTail(Path(cp.directory).parent / "audit.log", f"system:node:{self.node}")
@@ -339,7 +350,7 @@ class SoakRun(Run):
 
 def run_soak(spec: SoakSpec, workdir: Path) -> SoakResult:
     """Start a control plane (with audit logging) in `workdir`, soak, stop it."""
-    cp = start_control_plane(workdir)
+    cp = start_control_plane(workdir, controllers=needs_controllers([spec.template]))
     try:
         return asyncio.run(SoakRun(cp, spec, workdir).soak_run())
     finally:

@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benches.density.harness import TEMPLATES
 from benches.soak import RESULTS, SoakSpec, run_soak, write_results
 
 
@@ -32,11 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relist", type=float, default=1.0, help="our PLEG relist period (s)")
     ap.add_argument("--max-deleting", type=int, default=200,
                     help="no new pod while this many deletions are pending")  # fmt: skip
+    ap.add_argument("--template", default="plain", choices=TEMPLATES,
+                    help="pod template (benches/density)")  # fmt: skip
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     minutes = args.minutes if args.minutes is not None else args.hours * 60
     spec = SoakSpec(minutes, args.rate, args.alive, args.interval, args.warmup, args.relist,
-                     args.max_deleting)  # fmt: skip
+                     args.max_deleting, args.template)  # fmt: skip
     # Stopped with SIGTERM (or ^C): stop the parts and write what was sampled.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
