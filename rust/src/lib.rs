@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 
 /// Times and delays from Python: NaN has no place in a time order (a heap
 /// entry at NaN would never match its key again), so it is a ValueError here
@@ -100,6 +100,18 @@ impl PyRelistDiffer {
     fn known(&self, uid: &str) -> bool {
         self.inner.known(uid)
     }
+}
+
+/// container_ids(raw: bytes) -> list[str]: the IDs of a raw ListContainersResponse,
+/// in order, without building a protobuf message per container.
+#[pyfunction]
+fn container_ids<'py>(py: Python<'py>, raw: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyList>> {
+    let buf = raw.as_bytes();
+    // Parsing touches no Python object; only the str objects need the GIL.
+    let ids = py.allow_threads(|| wire::container_ids(buf)).map_err(|e| {
+        PyValueError::new_err(format!("undecodable ListContainersResponse: {}", e.0))
+    })?;
+    PyList::new(py, ids)
 }
 
 /// The pod work queue keyed by string, with times supplied by the caller.
@@ -380,6 +392,7 @@ fn _kubelet_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyWorkQueue>()?;
     m.add_class::<PyPodCache>()?;
     m.add_class::<PyRateLimitingQueue>()?;
+    m.add_function(wrap_pyfunction!(container_ids, m)?)?;
     Ok(())
 }
 

@@ -172,3 +172,149 @@ pub fn parse_container(item: &[u8]) -> Result<ContainerRef<'_>, DecodeError> {
     }
     Ok(c)
 }
+
+/// A string field's bytes as text; proto3 strings must be UTF-8.
+pub fn utf8(b: &[u8]) -> Result<&str, DecodeError> {
+    std::str::from_utf8(b).map_err(|_| DecodeError("invalid UTF-8 in a string field"))
+}
+
+/// The containers of a ListContainersResponse (field 1, repeated Container),
+/// in order; other fields of the response are skipped.
+pub fn list_containers(buf: &[u8]) -> Result<Vec<ContainerRef<'_>>, DecodeError> {
+    let mut out = Vec::new();
+    let mut r = Reader::new(buf);
+    while let Some((field, value)) = r.next_field()? {
+        if let (1, Value::Bytes(item)) = (field, value) {
+            out.push(parse_container(item)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The container IDs of a ListContainersResponse, in order, borrowed from it.
+pub fn container_ids(buf: &[u8]) -> Result<Vec<&str>, DecodeError> {
+    list_containers(buf)?
+        .into_iter()
+        .map(|c| utf8(c.id))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn bytes_field(field: u32, data: &[u8], out: &mut Vec<u8>) {
+        varint(u64::from(field) << 3 | 2, out);
+        varint(data.len() as u64, out);
+        out.extend_from_slice(data);
+    }
+
+    fn varint_field(field: u32, v: u64, out: &mut Vec<u8>) {
+        varint(u64::from(field) << 3, out);
+        varint(v, out);
+    }
+
+    /// A Container with an id, a state, labels and one field of every other wire type.
+    fn container(id: &str, uid: &str, state: u64) -> Vec<u8> {
+        let mut c = Vec::new();
+        bytes_field(2, b"sandbox", &mut c);
+        bytes_field(1, id.as_bytes(), &mut c);
+        varint_field(6, state, &mut c);
+        varint_field(7, 1_700_000_000_000_000_000, &mut c);
+        for (k, v) in [("app", "x"), ("io.kubernetes.pod.uid", uid)] {
+            let mut e = Vec::new();
+            bytes_field(1, k.as_bytes(), &mut e);
+            bytes_field(2, v.as_bytes(), &mut e);
+            bytes_field(8, &e, &mut c);
+        }
+        c.extend_from_slice(&[0x99, 0x06, 1, 2, 3, 4, 5, 6, 7, 8]); // field 99, fixed64
+        c.extend_from_slice(&[0x9d, 0x06, 1, 2, 3, 4]); // field 99, fixed32
+        c
+    }
+
+    fn response(items: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint_field(50, 7, &mut out); // an unknown top-level field
+        for it in items {
+            bytes_field(1, it, &mut out);
+        }
+        bytes_field(51, b"unknown", &mut out);
+        out
+    }
+
+    #[test]
+    fn ids_in_order_with_unknown_fields_skipped() {
+        let buf = response(&[
+            container("c2", "u1", 1),
+            container("c1", "u2", 2),
+            container("c3", "", 0),
+        ]);
+        assert_eq!(container_ids(&buf).unwrap(), vec!["c2", "c1", "c3"]);
+        let cs = list_containers(&buf).unwrap();
+        let got: Vec<(&[u8], u64)> = cs.iter().map(|c| (c.uid, c.state)).collect();
+        assert_eq!(got, vec![(&b"u1"[..], 1), (&b"u2"[..], 2), (&b""[..], 0)]);
+    }
+
+    #[test]
+    fn empty_response_and_container_without_id() {
+        assert!(container_ids(b"").unwrap().is_empty());
+        let mut bare = Vec::new();
+        bytes_field(1, b"", &mut bare); // an empty Container: id ""
+        assert_eq!(container_ids(&bare).unwrap(), vec![""]);
+    }
+
+    #[test]
+    fn a_repeated_id_field_last_one_wins() {
+        let mut c = Vec::new();
+        bytes_field(1, b"first", &mut c);
+        bytes_field(1, b"second", &mut c);
+        assert_eq!(container_ids(&response(&[c])).unwrap(), vec!["second"]);
+    }
+
+    #[test]
+    fn malformed_input_is_an_error() {
+        let mut good = Vec::new();
+        bytes_field(1, &container("abc", "u", 1), &mut good);
+        for cut in 1..good.len() {
+            // Every strict prefix cuts the one item short.
+            assert!(container_ids(&good[..cut]).is_err(), "prefix {cut}");
+        }
+        assert_eq!(
+            container_ids(&[0x0b]).unwrap_err(),
+            DecodeError("unsupported wire type")
+        );
+        assert_eq!(
+            container_ids(&[0x02, 0x00]).unwrap_err(),
+            DecodeError("field number 0")
+        );
+        let mut bad = Vec::new();
+        bytes_field(1, &[0x0a, 0x02, 0xff, 0xfe], &mut bad);
+        assert_eq!(
+            container_ids(&bad).unwrap_err(),
+            DecodeError("invalid UTF-8 in a string field")
+        );
+        let mut bad_item = Vec::new();
+        bytes_field(1, &[0x0a, 0x05, b'x'], &mut bad_item); // the id runs past its container
+        assert!(container_ids(&bad_item).is_err());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let good = response(&[container("abc", "u", 1), container("def", "v", 2)]);
+        for i in 0..good.len() {
+            for b in [0x00, 0x01, 0x07, 0x0a, 0x7f, 0x80, 0xff] {
+                let mut m = good.clone();
+                m[i] = b;
+                let _ = container_ids(&m);
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@ from kubelet_native._kubelet_native import (
     RelistDiffer,
     WorkQueueCore,
     __version__,
+    container_ids,
 )
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "RelistDiffer",
     "WorkQueueCore",
     "__version__",
+    "container_ids",
 ]

@@ -16,6 +16,9 @@ class RelistDiffer:
     def pod_ids(self) -> list[str]: ...
     def known(self, uid: str) -> bool: ...
 
+def container_ids(raw: bytes) -> list[str]:
+    """IDs of a raw ListContainersResponse, in order; ValueError on bad bytes."""
+
 class WorkQueueCore:
     """Keys due at caller-supplied times; get_work(now) takes due keys in time order."""
 
