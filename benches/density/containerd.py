@@ -70,7 +70,9 @@ class ContainerdRuntime:
         self.cgroup_root = f"kpy-density-{slot}"
         make_cgroup_root(self.cgroup_root)
         self.ctd = Containerd(str(self.directory), subnet=subnet, bridge=f"kpd{slot}")
-        self.ctd.start()  # imports the pause and busybox images
+        # Imports the pause and busybox images; on this shared machine under load
+        # containerd has taken over 30 s to answer its first call.
+        self.ctd.start(timeout=120)
         return self.ctd.endpoint
 
     @property
