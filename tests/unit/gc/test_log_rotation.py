@@ -150,6 +150,8 @@ async def test_only_running_containers_and_paths_asked_once(tmp_path: Path) -> N
     assert await n.write_and_rotate(b"x" * 100, "a") == [run]
     assert await n.write_and_rotate(b"x" * 100, "a") == [run]
     assert n.rt.called("container_status") == [(run,)]
+    # IDs come from the raw response: no Container message built per container.
+    assert len(n.rt.called("list_containers_raw")) == 2 and n.rt.called("list_containers") == []
     assert n.files("b") == ["0.log"]
     del n.rt.containers[run]
     await n.m.rotate_logs()
