@@ -192,11 +192,24 @@ pub fn list_containers(buf: &[u8]) -> Result<Vec<ContainerRef<'_>>, DecodeError>
 }
 
 /// The container IDs of a ListContainersResponse, in order, borrowed from it.
+/// Only the IDs are read: each item's other fields are stepped over whole
+/// (labels included), which halves the work of a full `list_containers`.
 pub fn container_ids(buf: &[u8]) -> Result<Vec<&str>, DecodeError> {
-    list_containers(buf)?
-        .into_iter()
-        .map(|c| utf8(c.id))
-        .collect()
+    let mut out = Vec::new();
+    let mut r = Reader::new(buf);
+    while let Some((field, value)) = r.next_field()? {
+        if let (1, Value::Bytes(item)) = (field, value) {
+            let mut id: &[u8] = b"";
+            let mut ir = Reader::new(item);
+            while let Some((f2, v2)) = ir.next_field()? {
+                if let (1, Value::Bytes(b)) = (f2, v2) {
+                    id = b; // a repeated field: the last one wins, as in protobuf
+                }
+            }
+            out.push(utf8(id)?);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
