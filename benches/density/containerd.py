@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,13 @@ class ContainerdRuntime:
         subnet = f"10.246.{(slot * 4) % 256}.0/22"
         self.cgroup_root = f"kpy-density-{slot}"
         make_cgroup_root(self.cgroup_root)
-        self.ctd = Containerd(str(self.directory), subnet=subnet, bridge=f"kpd{slot}")
+        directory = str(self.directory)
+        if len(directory) > 80:
+            # containerd refuses unix socket paths over 104 bytes (its ttrpc
+            # socket adds 14): a short directory, linked from the run's.
+            directory = tempfile.mkdtemp(prefix="kpyd-")
+            self.directory.symlink_to(directory)
+        self.ctd = Containerd(directory, subnet=subnet, bridge=f"kpd{slot}")
         # Imports the pause and busybox images; on this shared machine under load
         # containerd has taken over 30 s to answer its first call.
         self.ctd.start(timeout=120)
