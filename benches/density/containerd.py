@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -61,6 +62,7 @@ class ContainerdRuntime:
         self.ctd: Containerd | None = None
         self.cgroup_root = ""
         self._lock = -1
+        self._short = ""  # a directory outside the run's, made by start()
 
     def start(self) -> str:
         """Start containerd; returns its CRI endpoint."""
@@ -76,6 +78,7 @@ class ContainerdRuntime:
             # socket adds 14): a short directory, linked from the run's.
             directory = tempfile.mkdtemp(prefix="kpyd-")
             self.directory.symlink_to(directory)
+            self._short = directory
         self.ctd = Containerd(directory, subnet=subnet, bridge=f"kpd{slot}")
         # Imports the pause and busybox images; on this shared machine under load
         # containerd has taken over 30 s to answer its first call.
@@ -158,6 +161,10 @@ class ContainerdRuntime:
     def stop(self) -> None:
         if self.ctd is not None:
             self.ctd.stop()
+        if self._short:
+            # Nothing outside the run's directory is left but the log and config.
+            for sub in ("root", "state", "images", "cni"):
+                shutil.rmtree(os.path.join(self._short, sub), ignore_errors=True)
         if self.cgroup_root:
             self._kill_cgroup_procs()
             remove_cgroup_root(self.cgroup_root)
