@@ -290,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)
             if r.evidence:
                 print(evidence.brief(r.evidence), flush=True)
+            if r.sim_startup_cpu_cores is not None:
+                print(f"  simulated runtime CPU: {r.sim_startup_cpu_cores:.3f} cores while pods "
+                      f"started, {r.sim_cpu_cores or 0:.3f} steady", flush=True)  # fmt: skip
             dump(results, out / "result.json")
     finally:
         cp.stop()
