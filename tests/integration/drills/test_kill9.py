@@ -28,10 +28,9 @@ def test_kill9_on_the_simulated_runtime(
     assert not r.problems, r
 
 
-# Behind `hack/test.sh -m slow` until af44312 is seen to fix it: in two full
-# runs it found 7 of 10 containers gone after the restart (passing alone), and
-# the cause (other tests' pods in the shared containerd) is inferred only.
-@pytest.mark.slow
+# Two full runs once found 7 of 10 containers gone after the restart (passing
+# alone): other tests' pods in the session's containerd, which the drill's kubelet
+# rightly removed, were counted as its own. The view is the drill's namespace only.
 @pytest.mark.containerd
 @pytest.mark.timeout(240)
 def test_kill9_on_containerd(
