@@ -99,10 +99,6 @@ fn transition(old: State, new: State) -> &'static [EventType] {
     }
 }
 
-fn utf8(b: &[u8]) -> Result<&str, DecodeError> {
-    std::str::from_utf8(b).map_err(|_| DecodeError("invalid UTF-8 in a string field"))
-}
-
 /// A parsed item, or the slot of a byte-identical item in the previous relist.
 enum Item<'a> {
     Same(u32),
@@ -276,7 +272,7 @@ impl Differ {
                 let c = wire::parse_container(bytes)?;
                 (c.id, c.uid, container_state(c.state))
             };
-            out.push(Item::New(utf8(id)?, utf8(uid)?, st));
+            out.push(Item::New(wire::utf8(id)?, wire::utf8(uid)?, st));
         }
         Ok((heads, spans, out))
     }
