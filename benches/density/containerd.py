@@ -95,22 +95,7 @@ class ContainerdRuntime:
         return self.ctd is not None and self.ctd.proc is not None and self.ctd.proc.poll() is None
 
     def shim_pids(self) -> list[int]:
-        """The shims serving this containerd (their command line names its socket)."""
-        if self.ctd is None:
-            return []
-        sock = self.ctd.socket.encode()
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    cmd = fh.read().split(b"\0")
-            except OSError:
-                continue
-            if cmd and b"containerd-shim" in cmd[0] and sock in cmd:
-                pids.append(int(entry))
-        return pids
+        return [] if self.ctd is None else self.ctd.shim_pids()
 
     def usage(self, pss: bool = False) -> Usage | None:
         pid = self.pid

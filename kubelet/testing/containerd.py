@@ -187,19 +187,27 @@ state = "{d}/state"
         for t in tasks:
             self.ctr("tasks", "kill", "-s", "SIGKILL", t, check=False)
 
-    def _kill_our_shims(self) -> None:
-        # Shims outlive containerd by design; ours are the ones naming our socket.
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+    def shim_pids(self) -> list[int]:
+        """The shims serving this containerd: their command line names its socket."""
+        sock = self.socket.encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
                 continue
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
                     cmd = fh.read().split(b"\0")
             except OSError:
                 continue
-            if cmd and b"containerd-shim" in cmd[0] and self.socket.encode() in b" ".join(cmd):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            if cmd and b"containerd-shim" in cmd[0] and sock in cmd:
+                pids.append(int(entry))
+        return pids
+
+    def _kill_our_shims(self) -> None:
+        # Shims outlive containerd by design.
+        for pid in self.shim_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _unmount_all(self) -> None:
         try:
