@@ -269,6 +269,7 @@ class Kubelet:
                 CgroupManager(config.cgroup_root),
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
+                pod_pids_limit=config.pod_pids_limit,
             )
             if config.cgroups_per_qos
             else None

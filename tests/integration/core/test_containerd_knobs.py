@@ -1,0 +1,76 @@
+"""KubeletConfiguration knobs that reach real containers (containerd + runc),
+with the pod cgroups under a cgroup root private to the test."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kubelet.cm.cgroup_manager import CgroupManager
+from kubelet.testing.images import BUSYBOX_REF
+from tests.integration.core.conftest import Node, _node
+
+pytestmark = pytest.mark.containerd
+
+
+def _remove_tree(name: str) -> None:
+    for _ctrl, path in CgroupManager("")._paths(name):
+        for dirpath, _d, _f in sorted(os.walk(path), key=lambda t: -len(t[0])):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+
+
+def _pod_cgroups(root: str) -> list[str]:
+    base = Path(f"/sys/fs/cgroup/pids/{root}/kubepods")
+    return [str(p) for p in base.glob("**/pod*")]
+
+
+@pytest.fixture
+async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    root = f"kpy-knobs-pids-{os.getpid()}-{time.monotonic_ns() % 100000}"
+    try:
+        async for n in _node(
+            containerd, tmp_path, cgroups_per_qos=True, cgroup_root=f"/{root}", pod_pids_limit=20
+        ):
+            yield n
+            # Remove the pods so that their cgroups can go.
+            for p in n.manifests.iterdir():
+                p.unlink()
+            await n.wait(lambda: not _pod_cgroups(root), timeout=60, what="pod cgroups gone")
+    finally:
+        _remove_tree(root)
+
+
+async def test_pod_pids_limit_stops_a_fork_loop(pids_node: Node) -> None:
+    """podPidsLimit: pids.max of the pod cgroup, which the kernel enforces on
+    every process of the pod: a subshell that forks 40 sleepers runs into it
+    (its fork fails and it exits), the sleepers it made stay, and the pod
+    never holds more than 20 tasks."""
+    node = pids_node
+    script = (
+        "(i=0; while [ $i -lt 40 ]; do sleep 600 & i=$((i+1)); done); "
+        "echo subshell ended; exec sleep 600"
+    )
+    node.write("forky", [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", script]}])
+    await node.wait(lambda: node.phase("forky") == "Running", timeout=60, what="Running")
+    uid = node.pod("forky")["metadata"]["uid"]
+    root = node.kubelet.config.cgroup_root.strip("/")
+    pod_dir = Path(f"/sys/fs/cgroup/pids/{root}/kubepods/besteffort/pod{uid}")
+    assert (pod_dir / "pids.max").read_text().strip() == "20"
+    log = node.manifests.parent / "logs" / f"default_forky-node-a_{uid}" / "c" / "0.log"
+    await node.wait(lambda: "subshell ended" in log.read_text(), timeout=30, what="loop end")
+    assert "can't fork" in log.read_text()
+    # The kernel refused forks at the limit (counted in the forking task's own
+    # cgroup, the container's, below the pod's); the sleepers made before it stay.
+    refused = 0
+    for f in pod_dir.glob("**/pids.events"):
+        refused += int(dict(line.split() for line in f.read_text().splitlines())["max"])
+    assert refused > 0
+    assert 15 <= int((pod_dir / "pids.current").read_text()) <= 20
+    assert node.container("forky", "c")["restartCount"] == 0
