@@ -116,15 +116,9 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
     if c.cgroup_driver not in ("cgroupfs", "systemd"):
         bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
-    if not c.cgroups_per_qos and c.enforce_node_allocatable:
-        bad(
-            "enforceNodeAllocatable",
-            c.enforce_node_allocatable,
-            "must be empty when cgroupsPerQOS is false",
-        )
-    for item in c.enforce_node_allocatable:
-        if item not in ("pods", "system-reserved", "kube-reserved", "none"):
-            bad("enforceNodeAllocatable", item, "unsupported option")
+    errs += _validate_enforce_node_allocatable(c)
+    if c.system_cgroups and not c.cgroup_root:
+        bad("systemCgroups", c.system_cgroups, "was specified and cgroupRoot was not specified")
     if c.authorization.mode not in ("AlwaysAllow", "Webhook"):
         bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
     if c.logging.format not in ("text", "json"):
@@ -194,6 +188,52 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             errs.append(f"invalid configuration: featureGates: {problem}")
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
+    return errs
+
+
+_ENFORCE_KEYS = (
+    "pods",
+    "system-reserved",
+    "system-reserved-compressible",
+    "kube-reserved",
+    "kube-reserved-compressible",
+    "none",
+)
+
+
+def _validate_enforce_node_allocatable(c: KubeletConfiguration) -> list[str]:
+    """enforceNodeAllocatable as upstream checks it: known keys, once each,
+    "none" alone, each reserved key with its cgroup, and cgroupsPerQOS on."""
+    errs: list[str] = []
+    keys = c.enforce_node_allocatable
+
+    def bad(why: str) -> None:
+        errs.append(f"invalid configuration: enforceNodeAllocatable ({keys!r}): {why}")
+
+    for plain in ("system-reserved", "kube-reserved"):
+        if plain in keys and f"{plain}-compressible" in keys:
+            bad(f'both "{plain}" and "{plain}-compressible" cannot be specified together')
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            bad(f'duplicated enforcement "{key}"')
+            continue
+        seen.add(key)
+        if key not in _ENFORCE_KEYS:
+            bad(f'option "{key}" is not one of ' + ", ".join(f'"{k}"' for k in _ENFORCE_KEYS))
+            continue
+        if key == "none":
+            if len(keys) > 1:
+                bad('may not contain additional enforcements when "none" is specified')
+            continue
+        for prefix, cgroup, path in (
+            ("system-reserved", c.system_reserved_cgroup, "systemReservedCgroup"),
+            ("kube-reserved", c.kube_reserved_cgroup, "kubeReservedCgroup"),
+        ):
+            if key.startswith(prefix) and not cgroup:
+                bad(f'{path} must be specified when "{key}" is included')
+        if not c.cgroups_per_qos:
+            bad(f'cgroupsPerQOS must be set to true when "{key}" is included')
     return errs
 
 
