@@ -32,6 +32,7 @@ from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
 from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
@@ -254,6 +255,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            image_puller=ImagePuller.from_config(config),
         )
         self.pleg = GenericPLEG(
             runtime_service,
