@@ -43,6 +43,7 @@ from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -157,7 +158,7 @@ class Kubelet:
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
-            config.max_pods,
+            int(alloc.get("pods", max_pods(config, machine_info().num_cores))),
             cpu_millis(alloc.get("cpu", "1000000")),
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )

@@ -99,11 +99,19 @@ def initial_node(inp: NodeInputs) -> dict[str, Any]:
     return node
 
 
+def max_pods(config: KubeletConfiguration, num_cores: int) -> int:
+    """The node's pod capacity: maxPods, lowered to podsPerCore times the cores
+    when podsPerCore is set."""
+    if config.pods_per_core > 0:
+        return min(num_cores * config.pods_per_core, config.max_pods)
+    return config.max_pods
+
+
 def capacity(inp: NodeInputs) -> dict[str, str]:
     cap = {
         "cpu": str(inp.machine.num_cores),
         "memory": format_bytes(inp.machine.memory_capacity),
-        "pods": str(inp.config.max_pods),
+        "pods": str(max_pods(inp.config, inp.machine.num_cores)),
     }
     rootfs = inp.rootfs_capacity()
     if rootfs:
