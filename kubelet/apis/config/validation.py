@@ -160,6 +160,16 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
                 bad(f"{field_name}[{signal}]", threshold, "unsupported eviction signal")
                 continue
             _check_threshold(f"{field_name}[{signal}]", threshold, bad)
+    for signal, amount in c.eviction_minimum_reclaim.items():
+        path = f"evictionMinimumReclaim[{signal}]"
+        if signal not in EVICTION_SIGNALS:
+            bad(path, amount, "unsupported eviction signal")
+        elif amount.strip().endswith("%"):
+            share = _percent(amount)
+            if share is None or not 0 < share <= 100:
+                bad(path, amount, "eviction percentage minimum reclaim must be positive")
+        else:
+            _check_threshold(path, amount, bad)
     for signal in c.eviction_soft:
         if signal not in c.eviction_soft_grace_period:
             bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
@@ -235,6 +245,13 @@ def _validate_enforce_node_allocatable(c: KubeletConfiguration) -> list[str]:
         if not c.cgroups_per_qos:
             bad(f'cgroupsPerQOS must be set to true when "{key}" is included')
     return errs
+
+
+def _percent(text: str) -> float | None:
+    try:
+        return float(text.strip()[:-1])
+    except ValueError:
+        return None
 
 
 def _check_threshold(path: str, value: str, bad: object) -> None:
