@@ -74,3 +74,61 @@ async def test_pod_pids_limit_stops_a_fork_loop(pids_node: Node) -> None:
     assert refused > 0
     assert 15 <= int((pod_dir / "pids.current").read_text()) <= 20
     assert node.container("forky", "c")["restartCount"] == 0
+
+
+@pytest.fixture
+async def knob_node(
+    containerd, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+    async for n in _node(containerd, tmp_path, **request.param):
+        yield n
+
+
+def _status_line(text: str, key: str) -> str:
+    return next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(key))
+
+
+@pytest.mark.parametrize(
+    ("knob_node", "mode"),
+    [({"seccomp_default": True}, "2"), ({"seccomp_default": False}, "0")],
+    indirect=["knob_node"],
+)
+async def test_seccomp_default_confines_containers_that_name_no_profile(
+    knob_node: Node, mode: str
+) -> None:
+    """seccompDefault: a container without a seccomp profile runs under the
+    runtime's default filter (Seccomp: 2 in its status), else unconfined (0)."""
+    node = knob_node
+    cmd = "grep Seccomp: /proc/self/status; sleep 600"
+    node.write("sc", [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", cmd]}])
+    await node.wait(lambda: node.phase("sc") == "Running", timeout=60, what="Running")
+    uid = node.pod("sc")["metadata"]["uid"]
+    log = node.manifests.parent / "logs" / f"default_sc-node-a_{uid}" / "c" / "0.log"
+    await node.wait(lambda: "Seccomp:" in log.read_text(), timeout=10, what="status line")
+    assert _status_line(log.read_text().split(" stdout F ", 1)[1], "Seccomp") == mode
+
+
+@pytest.mark.parametrize(
+    "knob_node", [{"allowed_unsafe_sysctls": ["net.core.somaxconn"]}], indirect=True
+)
+async def test_allowed_unsafe_sysctls_reach_the_pod_and_others_are_refused(
+    knob_node: Node,
+) -> None:
+    node = knob_node
+    cmd = ["sh", "-c", "cat /proc/sys/net/core/somaxconn; sleep 600"]
+    node.write(
+        "allowed",
+        [{"name": "c", "image": BUSYBOX_REF, "command": cmd}],
+        securityContext={"sysctls": [{"name": "net.core.somaxconn", "value": "1234"}]},
+    )
+    node.write(
+        "refused",
+        [{"name": "c", "image": BUSYBOX_REF, "command": cmd}],
+        securityContext={"sysctls": [{"name": "net.ipv4.tcp_max_syn_backlog", "value": "99"}]},
+    )
+    await node.wait(lambda: node.phase("allowed") == "Running", timeout=60, what="Running")
+    uid = node.pod("allowed")["metadata"]["uid"]
+    log = node.manifests.parent / "logs" / f"default_allowed-node-a_{uid}" / "c" / "0.log"
+    await node.wait(lambda: " stdout F 1234" in log.read_text(), timeout=10, what="sysctl value")
+    await node.wait(lambda: node.phase("refused") == "Failed", timeout=30, what="refused")
+    assert node.pod("refused")["status"]["reason"] == "SysctlForbidden"
