@@ -113,7 +113,9 @@ def capacity(inp: NodeInputs) -> dict[str, str]:
         "memory": format_bytes(inp.machine.memory_capacity),
         "pods": str(max_pods(inp.config, inp.machine.num_cores)),
     }
-    rootfs = inp.rootfs_capacity()
+    # localStorageCapacityIsolation: false leaves local storage out of the
+    # node's resources altogether, as upstream.
+    rootfs = inp.rootfs_capacity() if inp.config.local_storage_capacity_isolation else 0
     if rootfs:
         cap["ephemeral-storage"] = format_bytes(rootfs)
     for name, size in inp.machine.hugepages.items():
