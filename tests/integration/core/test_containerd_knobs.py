@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from kubelet.cm.cgroup_manager import CgroupManager
-from kubelet.testing.images import BUSYBOX_REF
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.remote import RemoteImageService
+from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy
+from kubelet.testing.images import BUSYBOX_REF, write_oci_tar
 from tests.integration.core.conftest import Node, _node
 
 pytestmark = pytest.mark.containerd
@@ -132,3 +135,50 @@ async def test_allowed_unsafe_sysctls_reach_the_pod_and_others_are_refused(
     await node.wait(lambda: " stdout F 1234" in log.read_text(), timeout=10, what="sysctl value")
     await node.wait(lambda: node.phase("refused") == "Failed", timeout=30, what="refused")
     assert node.pod("refused")["status"]["reason"] == "SysctlForbidden"
+
+
+class _OnlyThese(RemoteImageService):
+    """The image service, listing only the test's own images, so that GC on the
+    shared containerd can never pick another test's image."""
+
+    def __init__(self, endpoint: str, refs: set[str]) -> None:
+        super().__init__(endpoint, 60)
+        self.refs = refs
+
+    async def list_images(self, filter: pb.ImageFilter | None = None) -> list[pb.Image]:
+        return [i for i in await super().list_images(filter) if self.refs & set(i.repo_tags)]
+
+
+async def test_image_maximum_gc_age_removes_unused_images_from_containerd(
+    containerd,
+    containerd_node: Node,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """imageMaximumGCAge: once the kubelet has watched that long, an image no
+    container used for longer is removed from the runtime whatever the disk
+    usage; an image in use stays; nothing goes before the age has passed."""
+    node = containerd_node
+    victim = f"docker.io/library/age-victim:{os.getpid()}"
+    write_oci_tar(str(tmp_path / "v.tar"), victim, b"\0" * 1024, ["/none"], [])
+    containerd.ctr("images", "import", str(tmp_path / "v.tar"))
+    node.write("user", [{"name": "c", "image": BUSYBOX_REF, "command": ["sleep", "600"]}])
+    await node.wait(lambda: node.phase("user") == "Running", timeout=60, what="Running")
+    img = _OnlyThese(containerd.endpoint, {victim, BUSYBOX_REF})
+    now = [0.0]
+    gc = ImageGCManager(
+        img, node.rt,
+        ImageGCPolicy(high_threshold_percent=100, low_threshold_percent=99, min_age=0,
+                      max_age=300.0),
+        clock=lambda: now[0],
+    )  # fmt: skip
+    try:
+        now[0] = 299.0
+        assert (await gc.garbage_collect()).removed == []  # not watched 5 minutes yet
+        now[0] = 301.0
+        removed = (await gc.garbage_collect()).removed
+        gone = await img.image_status(pb.ImageSpec(image=victim))
+        assert gone is None and len(removed) == 1
+        assert await img.image_status(pb.ImageSpec(image=BUSYBOX_REF)) is not None
+    finally:
+        containerd.ctr("images", "rm", victim, check=False)
+        await img.close()
