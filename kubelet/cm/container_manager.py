@@ -76,6 +76,7 @@ class NodeConfig:
     kubelet_oom_score_adj: int = -999
     protect_kernel_defaults: bool = False
     fail_swap_on: bool = True
+    pod_pids_limit: int = -1
     allocatable: nac.NodeAllocatableConfig = field(default_factory=nac.NodeAllocatableConfig)
     # KubeletInUserNamespace: a kernel tunable that cannot be set is not fatal.
     tolerate_userns: bool = False
@@ -95,6 +96,7 @@ class NodeConfig:
             kubelet_oom_score_adj=cfg.oom_score_adj,
             protect_kernel_defaults=cfg.protect_kernel_defaults,
             fail_swap_on=cfg.fail_swap_on,
+            pod_pids_limit=cfg.pod_pids_limit,
             allocatable=nac.NodeAllocatableConfig(
                 enforce=enforce,
                 system_reserved=nac.parse_resource_list(cfg.system_reserved),
@@ -154,6 +156,24 @@ class ContainerManager:
             log.info("Container manager verified user specified cgroup-root exists: %s",
                      nc.cgroup_root)  # fmt: skip
         self.kubepods_enforced = False
+        self._log_config_caveats()
+
+    def _log_config_caveats(self) -> None:
+        nc = self.nc
+        reserved = nc.allocatable.system_reserved.keys() | nc.allocatable.kube_reserved.keys()
+        v1_without_pids = self.host_mgr.version == 1 and "pids" not in self.host_mgr.mounts
+        if (nc.pod_pids_limit > 0 or "pid" in reserved) and v1_without_pids:
+            log.warning(
+                "The pids cgroup controller is not mounted: podPidsLimit and pid reservations "
+                "cannot be enforced on this host"
+            )
+        if any(r.startswith("hugepages-") for r in reserved):
+            log.warning(
+                "Reserved hugepages are taken off allocatable but not set as hugetlb limits"
+            )
+        kc, krc = nc.kubelet_cgroups, nc.allocatable.kube_reserved_cgroup
+        if kc and krc and not kc.startswith(krc):
+            log.info("unsupported configuration: kubeletCgroups is not within kubeReservedCgroup")
 
     def _check_swap(self) -> None:
         try:

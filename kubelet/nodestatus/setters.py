@@ -146,6 +146,8 @@ def allocatable(inp: NodeInputs, cap: dict[str, str]) -> dict[str, str]:
         disk = Decimal(inp.rootfs_capacity()) - reserved("ephemeral-storage")
         disk -= _eviction(cfg.eviction_hard.get("nodefs.available"), inp.rootfs_capacity())
         out["ephemeral-storage"] = str(max(0, int(disk)))
+    for name, size in inp.machine.hugepages.items():
+        out[name] = format_bytes(max(0, int(Decimal(size) - reserved(name))))
     return out
 
 

@@ -1,6 +1,6 @@
-"""localStorageCapacityIsolation: false takes ephemeral-storage out of the node's
-capacity and allocatable (local storage eviction is off too: the eviction
-manager's own tests)."""
+"""Node capacity and allocatable knobs: localStorageCapacityIsolation (false takes
+ephemeral-storage out of both; local storage eviction is off too, in the
+eviction manager's own tests) and reserved hugepages."""
 
 from __future__ import annotations
 
@@ -28,3 +28,11 @@ def test_ephemeral_storage_only_with_isolation() -> None:
     off = inputs(False)
     assert "ephemeral-storage" not in capacity(off)
     assert "ephemeral-storage" not in allocatable(off, capacity(off))
+
+
+def test_reserved_hugepages_come_off_allocatable() -> None:
+    inp = inputs(True)
+    inp.machine.hugepages = {"hugepages-2Mi": 64 << 20}
+    inp.config.system_reserved = {"hugepages-2Mi": "16Mi"}
+    assert capacity(inp)["hugepages-2Mi"] == "64Mi"
+    assert allocatable(inp, capacity(inp))["hugepages-2Mi"] == "48Mi"
