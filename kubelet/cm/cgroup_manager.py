@@ -45,6 +45,30 @@ def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> tuple[int, dict[st
     return 2, {"": unified} if unified else {}
 
 
+def runtime_only_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """On a v1 host, the hierarchies runc also puts containers in that carry no
+    controller the kubelet sets: named ones (name=systemd) and, on a hybrid
+    host, the unified mount. A pod's cgroup is removed from these too."""
+    out: list[str] = []
+    v1 = False
+    with open(mountinfo) as fh:
+        for line in fh:
+            pre, _, post = line.partition(" - ")
+            fields, post_fields = pre.split(), post.split()
+            if len(fields) < 5 or len(post_fields) < 3:
+                continue
+            if post_fields[0] == "cgroup":
+                v1 = True
+                opts = post_fields[2].split(",")
+                if any(o.startswith("name=") for o in opts) and not any(
+                    o in VALIDATED_V1_CONTROLLERS for o in opts
+                ):
+                    out.append(fields[4])
+            elif post_fields[0] == "cgroup2":
+                out.append(fields[4])
+    return out if v1 else []
+
+
 def _write(path: str, value: str) -> None:
     try:
         with open(path, "w") as fh:
@@ -143,6 +167,7 @@ class CgroupManager:
     def __init__(self, cgroup_root: str = "", mountinfo: str = "/proc/self/mountinfo") -> None:
         self.version, self.mounts = cgroup_mounts(mountinfo)
         self.root = cgroup_root.strip("/")
+        self.runtime_only = runtime_only_mounts(mountinfo)
 
     def _paths(self, name: str) -> list[tuple[str, str]]:
         rel = "/".join(p for p in (self.root, name.strip("/")) if p)
@@ -237,7 +262,9 @@ class CgroupManager:
     def destroy(self, name: str) -> bool:
         """Remove the cgroup and any children the runtime left; False if some are busy."""
         ok = True
-        for _, path in self._paths(name):
+        rel = "/".join(p for p in (self.root, name.strip("/")) if p)
+        extra = [("", os.path.join(m, rel)) for m in self.runtime_only]
+        for _, path in self._paths(name) + extra:
             for dirpath, _dirs, _files in sorted(
                 os.walk(path), key=lambda t: len(t[0]), reverse=True
             ):

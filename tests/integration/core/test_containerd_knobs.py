@@ -21,7 +21,9 @@ pytestmark = pytest.mark.containerd
 
 
 def _remove_tree(name: str) -> None:
-    for _ctrl, path in CgroupManager("")._paths(name):
+    mgr = CgroupManager("")
+    paths = [p for _c, p in mgr._paths(name)] + [f"{m}/{name}" for m in mgr.runtime_only]
+    for path in paths:
         for dirpath, _d, _f in sorted(os.walk(path), key=lambda t: -len(t[0])):
             try:
                 os.rmdir(dirpath)
@@ -46,6 +48,9 @@ async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type:
             for p in n.manifests.iterdir():
                 p.unlink()
             await n.wait(lambda: not _pod_cgroups(root), timeout=60, what="pod cgroups gone")
+            # ...from runc's own hierarchies too (name=systemd, unified).
+            for m in CgroupManager("").runtime_only:
+                assert not list(Path(m, root).glob("kubepods/**/pod*")), m
     finally:
         _remove_tree(root)
 

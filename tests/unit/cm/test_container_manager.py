@@ -240,3 +240,21 @@ def test_enforce_none_and_per_qos_off_touch_no_cgroup(tmp_path: Path) -> None:
         node_config(cgroups_per_qos=False, enforce_node_allocatable=["none"]), CAPACITY, host=h
     ).start()
     assert not (tmp_path / "cg/memory/kubepods").exists()
+
+
+def test_pod_cgroup_removal_covers_the_hierarchies_only_runc_uses(tmp_path: Path) -> None:
+    """runc also makes the pod's directory under name=systemd (and, on a hybrid
+    host, the unified mount); removing the pod removes those too."""
+    info = mountinfo(tmp_path, v1=True)
+    (tmp_path / "unified").mkdir()
+    with open(info, "a") as fh:
+        fh.write(f"41 25 0:41 / {tmp_path}/unified rw - cgroup2 cgroup2 rw\n")
+    pcm = PodContainerManager(CgroupManager("", info))
+    pcm.ensure(pod("u9"))
+    for hierarchy in ("systemd", "unified"):
+        (tmp_path / hierarchy / "kubepods/besteffort/podu9/ctr").mkdir(parents=True)
+    # (On a fixture tree the controllers' own directories hold files, so only
+    # the runtime-only ones, which hold none, can go.)
+    pcm.destroy(pod("u9"))
+    for hierarchy in ("systemd", "unified"):
+        assert not (tmp_path / hierarchy / "kubepods/besteffort/podu9").exists(), hierarchy
