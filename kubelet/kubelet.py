@@ -32,6 +32,7 @@ from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
 from kubelet.features import FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
 from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
@@ -42,6 +43,7 @@ from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -156,7 +158,7 @@ class Kubelet:
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
-            config.max_pods,
+            int(alloc.get("pods", max_pods(config, machine_info().num_cores))),
             cpu_millis(alloc.get("cpu", "1000000")),
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
@@ -254,6 +256,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            image_puller=ImagePuller.from_config(config),
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -269,6 +272,7 @@ class Kubelet:
                 CgroupManager(config.cgroup_root),
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
+                pod_pids_limit=config.pod_pids_limit,
             )
             if config.cgroups_per_qos
             else None

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from kubelet import metrics
-from kubelet.cm.cgroup_manager import PodContainerManager
+from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
 from kubelet.events import Recorder
@@ -154,7 +154,16 @@ class KubeletPodSyncer:
             return PodSyncResult(terminal=True)
         if self.pod_cgroups is not None and u not in self._cgroups_made:
             # Before the sandbox: the runtime puts the pod under this cgroup.
-            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            except (OSError, CgroupError) as err:
+                if self.recorder is not None:
+                    msg = f"unable to ensure pod container exists: {err}"
+                    self.recorder.event(object_ref(pod), "Warning", "FailedCreatePodContainer", msg)
+                return PodSyncResult(
+                    error=f"failed to ensure that the pod: {u} cgroups exist and are correctly "
+                    f"applied: {err}"
+                )
             self._cgroups_made.add(u)
         if self.mirror_client is not None and is_static(pod):
             await self._ensure_mirror(pod)

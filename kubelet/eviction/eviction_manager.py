@@ -8,10 +8,13 @@
   quantities or percentages of capacity;
 - node conditions MemoryPressure / DiskPressure / PIDPressure, held for
   evictionPressureTransitionPeriod after the signal recovers;
+- evictionMinimumReclaim: a threshold acted on stays met until its value plus
+  the minimum reclaim is available;
 - at most one pod evicted per cycle while a threshold is met: static pods never;
   otherwise pods using more than they request first, then lower priority, then
   larger usage above request, as upstream ranks memory; the pod is killed
-  (grace 0 for hard thresholds, evictionMaxPodGracePeriod for soft), reported
+  (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod or the
+  pod's terminationGracePeriodSeconds when shorter), reported
   Failed with reason Evicted and an Evicted event;
 - admission under memory pressure refuses BestEffort pods (reason Evicted).
 """
@@ -59,19 +62,49 @@ class Threshold:
     value: str  # "100Mi" or "10%"
     hard: bool
     grace: float = 0.0
+    # evictionMinimumReclaim: once acted on, the threshold holds until this much
+    # more than its value is available again.
+    min_reclaim: str | None = None
 
-    def limit(self, capacity: int) -> float:
-        if self.value.endswith("%"):
-            return capacity * float(self.value[:-1]) / 100.0
-        return float(parse_quantity(self.value))
+    def limit(self, capacity: int, reclaiming: bool = False) -> float:
+        out = _amount(self.value, capacity)
+        if reclaiming and self.min_reclaim is not None:
+            out += _amount(self.min_reclaim, capacity)
+        return out
+
+    @property
+    def key(self) -> str:
+        return self.signal + str(self.hard)
+
+
+def _amount(value: str, capacity: int) -> float:
+    if value.endswith("%"):
+        return capacity * float(value[:-1]) / 100.0
+    return float(parse_quantity(value))
 
 
 def thresholds(config: Any) -> list[Threshold]:
-    out = [Threshold(s, v, True) for s, v in (config.eviction_hard or {}).items()]
+    reclaim = config.eviction_minimum_reclaim or {}
+    out = [
+        Threshold(s, v, True, 0.0, reclaim.get(s)) for s, v in (config.eviction_hard or {}).items()
+    ]
     for s, v in (config.eviction_soft or {}).items():
         grace = (config.eviction_soft_grace_period or {}).get(s, "0s")
-        out.append(Threshold(s, v, False, parse_duration(grace)))
+        out.append(Threshold(s, v, False, parse_duration(grace), reclaim.get(s)))
     return out
+
+
+# Hard thresholds and local storage: how long an evicted pod gets to stop.
+IMMEDIATE_GRACE = 1
+
+
+def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
+    """Hard: immediate; soft: evictionMaxPodGracePeriod, or the pod's own
+    terminationGracePeriodSeconds when that is shorter."""
+    if t.hard:
+        return IMMEDIATE_GRACE
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return min(max_pod_grace, int(own)) if own is not None else max_pod_grace
 
 
 def observe(root_dir: str) -> dict[str, Observation]:
@@ -125,6 +158,9 @@ class EvictionManager:
         self.clock = clock
         self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
         self._pressure_until: dict[str, float] = {}  # condition -> held until
+        # Thresholds acted on in the last pass (met past their grace period):
+        # they hold until their minimum reclaim is available too.
+        self._acting: set[str] = set()
         # UIDs of pods this manager evicted that are still active: they are not
         # picked twice, and they leave the set once they are gone.
         self.evicted: set[str] = set()
@@ -193,17 +229,16 @@ class EvictionManager:
         met: list[tuple[Threshold, Observation]] = []
         for t in self.thresholds:
             o = obs.get(t.signal)
-            if o is None or o.available >= t.limit(o.capacity):
-                self._met_since.pop(t.signal + str(t.hard), None)
+            if o is None or o.available >= t.limit(o.capacity, t.key in self._acting):
+                self._met_since.pop(t.key, None)
                 continue
-            since = self._met_since.setdefault(t.signal + str(t.hard), now)
+            since = self._met_since.setdefault(t.key, now)
             cond = CONDITIONS.get(t.signal)
             if cond:
-                self._pressure_until[cond] = now + max(
-                    self.config.eviction_pressure_transition_period, MONITORING_PERIOD
-                )
+                self._pressure_until[cond] = now + self.config.eviction_pressure_transition_period
             if t.hard or now - since >= t.grace:
                 met.append((t, o))
+        self._acting = {t.key for t, _ in met}
         if not met:
             return None
         t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
@@ -223,7 +258,7 @@ class EvictionManager:
             f"The node was low on resource: {resource}. Threshold quantity: {t.value}, "
             f"available: {o.available // 1024}Ki."
         )
-        grace = 0 if t.hard else int(self.config.eviction_max_pod_grace_period)
+        grace = eviction_grace(t, victim, int(self.config.eviction_max_pod_grace_period))
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
         if self.recorder is not None:
             self.recorder.event(object_ref(victim), "Warning", "Evicted", message)

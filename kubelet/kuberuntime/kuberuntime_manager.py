@@ -37,6 +37,7 @@ from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
+from kubelet.images.puller import ImagePuller, PullQPSExceeded
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_image import PullError, PullSecretsGetter, Secret, pull_image
@@ -151,8 +152,11 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        image_puller: ImagePuller | None = None,
     ) -> None:
         self.runtime = runtime
+        # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
+        self.image_puller = image_puller or ImagePuller()
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
         self.pull_secrets = pull_secrets
         # RuntimeClass name -> CRI runtime handler (None: no API server).
@@ -808,10 +812,16 @@ class RuntimeManager:
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
+
+        async def timed_pull() -> tuple[str, float]:
+            start = time.monotonic()
+            ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
+            return ref, time.monotonic() - start
+
         try:
-            async with lock:  # one pull per image at a time (serializeImagePulls per image)
-                ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
-        except PullError as err:
+            async with lock:  # never two pulls of one image at once
+                ref, took = await self.image_puller.pull(timed_pull)
+        except (PullError, PullQPSExceeded) as err:
             self.image_backoff.next(key, self.image_backoff.now())
             self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err}', cname)
             self._prev_pull_err.setdefault(uid(pod), {})[image] = f"ErrImagePull: {err}"
@@ -820,7 +830,8 @@ class RuntimeManager:
             pod,
             "Normal",
             "Pulled",
-            f'Successfully pulled image "{image}" in {time.monotonic() - t:.3f}s',
+            f'Successfully pulled image "{image}" in {took:.3f}s '
+            f"({time.monotonic() - t:.3f}s including waiting)",
             cname,
         )
         return ref, None, None

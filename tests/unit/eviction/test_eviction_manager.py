@@ -64,7 +64,7 @@ async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
     h.available = 50 * MiB
     await h.m.synchronize()
     # Over its request by the most (40 MiB more than "besteffort"'s 30 MiB).
-    assert h.evictions[-1][:3] == ("over-request", 0, "Evicted")
+    assert h.evictions[-1][:3] == ("over-request", 1, "Evicted")  # immediate: 1 s
     assert h.evictions[-1][3].startswith("The node was low on resource: memory.")
     assert h.m.under("MemoryPressure")
     await h.m.synchronize()
