@@ -17,6 +17,7 @@ import aiohttp
 import yarl
 
 from kubelet.probe.dial import Resolver, ip_family, join_host_port
+from kubelet.util.httpio import read_at_most
 
 MAX_BODY = 10 * 1024  # upstream reads at most this much of a reply
 MAX_REDIRECTS = 10  # Go's http.Client
@@ -47,16 +48,6 @@ def host_header(url: yarl.URL) -> str:
     if port is None:
         return f"[{host}]" if ":" in host else host
     return join_host_port(host, port)
-
-
-async def read_at_most(content: aiohttp.StreamReader, limit: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < limit:
-        chunk = await content.read(limit - len(buf))
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf)
 
 
 class HTTPGetter:
