@@ -6,6 +6,10 @@ shared in a way that one pod can use up:
   most one lookup per pod at a time. A lookup outlives a probe that gave up on
   it (getaddrinfo cannot be cancelled): that pod's next lookup waits for the
   thread, no other pod's does, and no shared executor is involved;
+- at most PER_POD_CONNECTIONS probe and hook connections per pod at a time
+  (PodSlots): the kubelet's descriptors (RLIMIT_NOFILE, 20,000 on these
+  machines) are shared by every pod, and a pod with hundreds of containers
+  whose endpoints never answer would otherwise hold one per probe;
 - sockets close the ordinary way. Upstream's dialer sets SO_LINGER to 1 s
   against TIME-WAIT build-up, but a lingering close() blocks the calling
   thread until the peer acknowledges, and here that thread is the event loop:
@@ -17,11 +21,14 @@ shared in a way that one pod can use up:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import threading
+from collections.abc import AsyncIterator
 
 LookupResult = list[tuple[int, str]] | BaseException
+PER_POD_CONNECTIONS = 64
 
 
 class LookupError_(OSError):
@@ -98,3 +105,30 @@ class Resolver:
         if not result:
             raise LookupError_(f"lookup {host}: no such host")
         return result[0]
+
+
+class PodSlots:
+    """At most `limit` connections in flight per owner (pod UID); a probe waits
+    for a slot within its own timeout. Entries live only while in use."""
+
+    def __init__(self, limit: int = PER_POD_CONNECTIONS) -> None:
+        self.limit = limit
+        self._slots: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    def in_use(self) -> int:
+        return len(self._slots)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, owner: str) -> AsyncIterator[None]:
+        entry = self._slots.get(owner)
+        if entry is None:
+            entry = self._slots[owner] = (asyncio.Semaphore(self.limit), [0])
+        sem, users = entry
+        users[0] += 1
+        try:
+            async with sem:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._slots[owner]

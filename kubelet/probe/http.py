@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 import yarl
 
-from kubelet.probe.dial import Resolver, ip_family, join_host_port
+from kubelet.probe.dial import PodSlots, Resolver, ip_family, join_host_port
 from kubelet.util.httpio import read_at_most
 
 MAX_BODY = 10 * 1024  # upstream reads at most this much of a reply
@@ -51,8 +51,10 @@ def host_header(url: yarl.URL) -> str:
 
 
 class HTTPGetter:
-    def __init__(self, resolver: Resolver | None = None) -> None:
+    def __init__(self, resolver: Resolver | None = None, slots: PodSlots | None = None) -> None:
         self.resolver = resolver or Resolver()
+        # Shared with the prober's TCP and gRPC probes: one bound per pod for all.
+        self.slots = slots or PodSlots()
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -84,7 +86,8 @@ class HTTPGetter:
         the reply. Raises aiohttp.ClientError, OSError or RedirectError."""
         first = url.host
         for _ in range(MAX_REDIRECTS + 1):
-            reply, location = await self._once(owner, url, headers)
+            async with self.slots.hold(owner):
+                reply, location = await self._once(owner, url, headers)
             if reply.status not in _FOLLOWED or not location:
                 return reply
             nxt = url.join(yarl.URL(location))

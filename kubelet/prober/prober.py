@@ -79,7 +79,8 @@ class Prober:
                 return await self._tcp(owner, host, port, timeout)
             if "grpc" in spec:
                 g = spec["grpc"]
-                return await self._grpc(pod_ip, int(g["port"]), g.get("service") or "", timeout)
+                service = g.get("service") or ""
+                return await self._grpc(owner, pod_ip, int(g["port"]), service, timeout)
         except ValueError as err:
             return Result.FAILURE, str(err)
         log.warning("probe with no handler for container %s", container.get("name"))
@@ -122,7 +123,7 @@ class Prober:
         addr = join_host_port(host, port)
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout), self.http.slots.hold(owner):
                 family, ip = await self.http.resolver.resolve(owner, host, port)
                 sock = probe_socket(family)
                 try:
@@ -135,7 +136,9 @@ class Prober:
             return Result.FAILURE, f"dial tcp {addr}: {err.strerror or err}"
         return Result.SUCCESS, ""
 
-    async def _grpc(self, host: str, port: int, service: str, timeout: float) -> tuple[Result, str]:
+    async def _grpc(
+        self, owner: str, host: str, port: int, service: str, timeout: float
+    ) -> tuple[Result, str]:
         # grpc.health.v1.Health/Check by hand: request field 1 = service, reply
         # field 1 = status (1 = SERVING); no generated stubs needed for two fields.
         svc = service.encode()
@@ -143,16 +146,22 @@ class Prober:
         scheme = "ipv6" if ip_family(host) == socket.AF_INET6 else "ipv4"
         hostport = join_host_port(host, port)
         target = f"{scheme}:{hostport}" if ip_family(host) else hostport
-        async with grpc.aio.insecure_channel(target, options=_GRPC_OPTIONS) as ch:
-            call = ch.unary_unary(
-                "/grpc.health.v1.Health/Check",
-                request_serializer=lambda b: b,
-                response_deserializer=lambda b: b,
+        try:
+            async with asyncio.timeout(timeout), self.http.slots.hold(owner):
+                async with grpc.aio.insecure_channel(target, options=_GRPC_OPTIONS) as ch:
+                    call = ch.unary_unary(
+                        "/grpc.health.v1.Health/Check",
+                        request_serializer=lambda b: b,
+                        response_deserializer=lambda b: b,
+                    )
+                    raw = await call(req, timeout=timeout)
+        except TimeoutError:
+            return (
+                Result.FAILURE,
+                "rpc error: code = DeadlineExceeded desc = context deadline exceeded",
             )
-            try:
-                raw = await call(req, timeout=timeout)
-            except grpc.aio.AioRpcError as err:
-                return Result.FAILURE, f"rpc error: code = {err.code().name} desc = {err.details()}"
+        except grpc.aio.AioRpcError as err:
+            return Result.FAILURE, f"rpc error: code = {err.code().name} desc = {err.details()}"
         status = raw[1] if len(raw) >= 2 and raw[0] == 0x08 else 0
         if status == 1:
             return Result.SUCCESS, ""

@@ -3,8 +3,8 @@
 A hostile pod points 200 HTTP readiness probes at a port that accepts and never
 answers, half of them through a host name whose lookup hangs; 50 other pods
 probe a healthy server, half by IP and half by a host name. None of the 50 may
-fail a probe or run late by more than one period, and the hostile pod's
-lookups may hold at most one thread.
+fail a probe or run late by more than one period; the hostile pod's lookups
+may hold at most one thread and its probes at most PER_POD_CONNECTIONS sockets.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from kubelet.probe.dial import PER_POD_CONNECTIONS
 from tests.integration.core.test_probes import c, record
 
 HOSTILE = 200
@@ -76,6 +77,20 @@ async def _healthy_server(port: int, hits: dict[str, list[float]]) -> web.AppRun
     return runner
 
 
+def _connections_to(port: int) -> int:
+    """This process's established TCP connections to 127.0.0.1:port (client side)."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return sum(1 for r in rows if r[2] == want and r[3] == "01")
+
+
+async def _watch_connections(port: int, peak: list[int]) -> None:
+    while True:
+        peak[0] = max(peak[0], _connections_to(port))
+        await asyncio.sleep(0.2)
+
+
 def _probe(host: str, port: int, path: str, period: int, timeout: int) -> dict[str, Any]:
     return {
         "httpGet": {"host": host, "port": port, "path": path},
@@ -111,8 +126,12 @@ async def test_hanging_probes_of_one_pod_do_not_starve_other_pods(  # type: igno
     healthy = await _healthy_server(ok_port, hits)
     try:
         _write_hostile(node, hang_port)
-        # The attack is under way: the silent port holds a hundred probe connections.
-        await node.wait(lambda: len(held) >= 100, timeout=90, what="hostile probes connected")
+        # The attack is under way: the silent port holds as many connections as one pod may.
+        await node.wait(
+            lambda: len(held) >= PER_POD_CONNECTIONS, timeout=90, what="hostile probes connected"
+        )
+        peak = [0]
+        watcher = asyncio.create_task(_watch_connections(hang_port, peak))
         _write_victims(node, ok_port)
         await node.wait(
             lambda: all(node.container(f"ok{i}", "app")["ready"] for i in range(VICTIMS)),
@@ -122,6 +141,7 @@ async def test_hanging_probes_of_one_pod_do_not_starve_other_pods(  # type: igno
         start = time.monotonic()
         await asyncio.sleep(WINDOW)
         end = time.monotonic()
+        watcher.cancel()
 
         not_ready = [i for i in range(VICTIMS) if not node.container(f"ok{i}", "app")["ready"]]
         assert not not_ready, f"victim pods lost readiness: {not_ready}"
@@ -138,6 +158,7 @@ async def test_hanging_probes_of_one_pod_do_not_starve_other_pods(  # type: igno
         # never held more than the one thread a pod may have.
         assert any(r == "Unhealthy" and n.startswith("hostile") for n, _t, r, _m in rec.events)
         assert dns.slow_max == 1, f"one pod held {dns.slow_max} lookup threads"
+        assert 0 < peak[0] <= PER_POD_CONNECTIONS, f"one pod held {peak[0]} connections"
     finally:
         for w in held:
             w.close()
