@@ -291,6 +291,18 @@ FLAGS: list[Flag] = [
         "File containing x509 private key matching --tls-cert-file.",
     ),
     _F(
+        "tls-min-version",
+        str,
+        ("config", "tls_min_version"),
+        "Minimum TLS version supported. Possible values: VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13.",
+    ),
+    _F(
+        "tls-cipher-suites",
+        _list,
+        ("config", "tls_cipher_suites"),
+        "Comma-separated list of cipher suites for the server (Go crypto/tls names). If omitted, the default suites will be used.",
+    ),
+    _F(
         "rotate-certificates",
         _bool,
         ("config", "rotate_certificates"),
@@ -313,6 +325,24 @@ FLAGS: list[Flag] = [
         str,
         ("config", "authentication.x509.client_ca_file"),
         "If set, any request presenting a client certificate signed by one of the authorities in the client-ca-file is authenticated.",
+    ),
+    _F(
+        "authentication-token-webhook-cache-ttl",
+        parse_duration,
+        ("config", "authentication.webhook.cache_ttl"),
+        "The duration to cache responses from the webhook token authenticator.",
+    ),
+    _F(
+        "authorization-webhook-cache-authorized-ttl",
+        parse_duration,
+        ("config", "authorization.webhook.cache_authorized_ttl"),
+        "The duration to cache 'authorized' responses from the webhook authorizer.",
+    ),
+    _F(
+        "authorization-webhook-cache-unauthorized-ttl",
+        parse_duration,
+        ("config", "authorization.webhook.cache_unauthorized_ttl"),
+        "The duration to cache 'unauthorized' responses from the webhook authorizer.",
     ),
     _F(
         "authorization-mode",

@@ -12,6 +12,7 @@ from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.features import FeatureGate
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.util.quantity import parse_quantity
+from kubelet.util.tlsconfig import problems as tls_problems
 
 # The project's floor for the relist period; below it the relist cost dominates.
 MIN_PLEG_RELIST_PERIOD = 0.05
@@ -46,6 +47,9 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             c.container_log_monitor_interval,
             "must be a positive time duration greater than or equal to 3s",
         )
+    errs += [
+        f"invalid configuration: {p}" for p in tls_problems(c.tls_min_version, c.tls_cipher_suites)
+    ]
     try:
         SysctlAllowlist(c.allowed_unsafe_sysctls)
     except ValueError as err:
