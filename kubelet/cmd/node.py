@@ -91,7 +91,7 @@ async def start_node(
         node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
     )
-    if s.flags.run_once:
+    if s.config.run_once:
         return k
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]

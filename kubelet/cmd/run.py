@@ -15,14 +15,14 @@ from typing import Any
 
 import kubelet
 from kubelet import watchdog
-from kubelet.apis.config.v1beta1 import encode
+from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
@@ -81,7 +81,7 @@ async def run(
     # upstream starts its watchdog before the kubelet and adds them later.
     watched: dict[str, watchdog.HealthCheck] = {}
     try:
-        if FeatureGate(cfg.feature_gates).enabled("SystemdWatchdog"):
+        if FeatureGate(cfg.feature_gates).enabled(Feature.SystemdWatchdog):
             try:
                 wd = watchdog.HealthChecker.from_environment(lambda: watched)
             except watchdog.WatchdogError as err:
@@ -123,7 +123,7 @@ async def run(
         node = await start_node(s, deps, name, stop, cleanups)
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
-        if flags.run_once:
+        if cfg.run_once:
             return await _run_once(node)
 
         watched["syncloop"] = node.host.healthz_checks()["syncloop"]
@@ -362,7 +362,7 @@ async def _start_servers(
         cleanups.append(r.cleanup)
     if cfg.enable_server:
         tls = deps.tls_options
-        gate = FeatureGate(cfg.feature_gates).enabled("RotateKubeletServerCertificate")
+        gate = FeatureGate(cfg.feature_gates).enabled(Feature.RotateKubeletServerCertificate)
         if tls is None and cfg.server_tls_bootstrap and not gate:
             log.warning(
                 "serverTLSBootstrap is ignored: feature gate RotateKubeletServerCertificate is off"
@@ -379,7 +379,7 @@ async def _start_servers(
                 deps.tls_options = tls
             ssl_ctx = server_context(tls)
         assert deps.auth is not None  # built by run() before the servers start
-        app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth)
+        app = httpserver.kubelet_app(view, lambda: document(cfg, s.document), registries, deps.auth)
         r = await httpserver.serve(app, cfg.address, cfg.port, ssl_ctx)
         cleanups.append(r.cleanup)
         if cfg.read_only_port > 0:
