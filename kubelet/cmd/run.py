@@ -177,10 +177,23 @@ async def client_certificates(
         raise StartupError("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")
     name = node_name(s)
     if flags.bootstrap_kubeconfig:
-        try:
-            await bootstrap.load_client_cert(
+        # Bootstrapping retries while the API server is away; a signal must
+        # still stop the kubelet meanwhile.
+        task = asyncio.create_task(
+            bootstrap.load_client_cert(
                 flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
             )
+        )
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise StartupError("stopped while bootstrapping the client certificate")
+        try:
+            task.result()
         except bootstrap.BootstrapError as err:
             raise StartupError(f"failed to run Kubelet: {err}") from err
     if not cfg.rotate_certificates:
