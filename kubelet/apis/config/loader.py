@@ -143,7 +143,8 @@ def set_defaults(doc: Doc, *, from_file: bool) -> Doc:
     loadConfigFile fills it in."""
     out = copy.deepcopy(doc)
     for path, fld in upstream.fields().items():
-        if fld.default is None or fld.default_when == "never":
+        # "never" with a default: Go's zero value, which its JSON still carries.
+        if fld.default is None:
             continue
         parent, _, key = path.rpartition(".")
         holder = _holder(out, parent) if parent else out
