@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubelet.apis.config import account, loader
+from kubelet.apis.config import account, loader, upstream
 from kubelet.apis.config.types import KubeletConfiguration
-from kubelet.apis.config.v1beta1 import check_modeled, decode, document, encode
+from kubelet.apis.config.v1beta1 import check_modeled, decode, document, encode, modeled_paths
 from kubelet.apis.config.validation import validate_kubelet_configuration
 from kubelet.cmd.options import KubeletFlags, ParsedArgs, flag_overlay
 from kubelet.features import FeatureGate, gate_problems, gate_set_warnings
@@ -42,14 +42,14 @@ def _source_doc(path: str, what: str, problems: list[str]) -> dict[str, Any] | N
 
 def _drop(doc: dict[str, Any], path: str) -> None:
     *parents, last = path.split(".")
+    holder: Any = doc
     for part in parents:
-        doc = doc.get(part) if isinstance(doc.get(part), dict) else {}
-    doc.pop(last, None)
+        holder = holder.get(part) if isinstance(holder, dict) else None
+    if isinstance(holder, dict):
+        holder.pop(last, None)
 
 
 def _modeled() -> list[str]:
-    from kubelet.apis.config.v1beta1 import modeled_paths
-
     return list(modeled_paths())
 
 
@@ -134,6 +134,4 @@ def _judge(loaded: Loaded, parsed: ParsedArgs) -> None:
 
 
 def _gate_names() -> list[str]:
-    from kubelet.apis.config import upstream
-
     return list(upstream.gates())
