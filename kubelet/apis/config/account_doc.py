@@ -21,9 +21,10 @@ drop-ins as they are. Every KubeletConfiguration field, flag and feature gate of
 kubelet ({version}: {sources}) is in one of three states:
 
 - **implemented**: it does what upstream does; the named test proves it.
-- **warned**: accepted, but not acted on yet. When it is set to anything but upstream's
-  default, the kubelet logs one line at start naming it (`... is not implemented by this
-  kubelet and has no effect: <why>`). The reason column says why not yet.
+- **warned**: accepted, but not (or not provably) acted on yet. When it is set to anything
+  but upstream's default, the kubelet logs one line at start naming it (`config field
+  <name>=<value> is not supported by this kubelet yet: <why>`; likewise `flag --<name>` and
+  `feature gate <name>`). The reason column says why not yet.
 - **refused**: the kubelet exits 1 naming it when it is set to anything but its default,
   because running without it would be unsafe or misleading.
 
