@@ -124,11 +124,7 @@ def test_the_node_files_load_with_only_the_accounts_warnings(tmp_path: Path, nod
         }
         assert s.flags.node_ip == "172.18.0.2"
         named = [w.split("=")[0] for w in account_lines if w.startswith("config field")]
-        assert named == [
-            "config field cgroupDriver",
-            "config field failSwapOn",
-            "config field providerID",
-        ]
+        assert named == ["config field cgroupDriver", "config field failSwapOn"]
 
 
 def test_the_kubeadm_command_line_starts_and_retries_bootstrap(tmp_path: Path) -> None:
