@@ -18,6 +18,8 @@ from kubelet.apis.config import account
 from kubelet.cmd.kubelet import build_server
 
 DATA = Path(__file__).with_name("testdata")
+# The kubelet unit's drop-in this project ships, laid out as kubeadm's packages do.
+DROPIN = Path(__file__).resolve().parents[3] / "packaging/systemd/kubelet.service.d/10-kubeadm.conf"
 
 
 def _env_file(path: Path) -> dict[str, str]:
@@ -44,9 +46,7 @@ def node_command(node: str, root: Path, extra_args: str) -> list[str]:
     (root / "default").mkdir()
     (root / "default" / "kubelet").write_text(f'KUBELET_EXTRA_ARGS="{extra_args}"\n')
     env: dict[str, str] = {}
-    unit = rebase((DATA / "10-kubeadm.conf").read_text()).replace(
-        "/etc/default", str(root / "default")
-    )
+    unit = rebase(DROPIN.read_text()).replace("/etc/default", str(root / "default"))
     exec_start = ""
     for line in unit.splitlines():
         if line.startswith("Environment="):
