@@ -14,6 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet.apis.config import upstream
 from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.cmd.flags_table import Flag, flags, shorthands
 
@@ -163,13 +164,25 @@ def usage() -> str:
     for fl in sorted(flags().values(), key=lambda x: x.name):
         head = f"-{fl.shorthand}, --{fl.name}" if fl.shorthand else f"    --{fl.name}"
         text = fl.usage
-        if fl.default and fl.default not in ("[]", "false", "0", "0s"):
-            text += f" (default {fl.default})"
+        default = _default_text(fl)
+        if default:
+            text += f" (default {default})"
         if fl.deprecated:
             text += f" (DEPRECATED: {fl.deprecated})"
         lines.append(f"  {head}")
         lines.append(f"        {text}")
     return "\n".join(lines) + "\n"
+
+
+def _default_text(fl: Flag) -> str:
+    """The default this kubelet uses: for a config field its v1beta1 default
+    (not upstream's legacy flag default, see docs/configuration.md)."""
+    if fl.field and not fl.extension:
+        fld = upstream.fields()[fl.field]
+        if fld.default in (None, "", [], {}, False, 0, "0s", "0"):
+            return ""
+        return str(fld.default).lower() if isinstance(fld.default, bool) else str(fld.default)
+    return "" if fl.default in ("", "[]", "false", "0", "0s") else fl.default
 
 
 @dataclass
