@@ -60,7 +60,8 @@ Where this kubelet differs on purpose:
 - Every problem in the flags, the file, the drop-ins and the gates is reported in one run;
   upstream stops at the first.
 - `plegRelistPeriod` (`--pleg-relist-period`) is this kubelet's own: the generic PLEG's
-  relist period (upstream fixes it at 1s).
+  relist period (upstream fixes it at 1s). `--pod-logs-dir` is a flag for the upstream field
+  `podLogsDir`, which upstream sets only in the file.
 
 """
 

@@ -80,61 +80,35 @@ def source() -> dict[str, str]:
     return dict(header["source"])
 
 
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def _build(cls: type[Any], row: dict[str, Any]) -> Any:
+    """A dataclass from a generated row, whose keys are the fields in camelCase."""
+    return cls(**{_snake(k): v for k, v in row.items()})
+
+
 @functools.cache
 def fields() -> dict[str, UpstreamField]:
     _, rows = _lines("fields.jsonl")
-    return {
-        r["path"]: UpstreamField(
-            r["path"],
-            r["go"],
-            r["type"],
-            r["default"],
-            r["defaultWhen"],
-            bool(r["relativePath"]),
-        )
-        for r in rows
-    }
+    return {r["path"]: _build(UpstreamField, r) for r in rows}
 
 
 @functools.cache
 def flags() -> dict[str, UpstreamFlag]:
     _, rows = _lines("flags.jsonl")
-    return {
-        r["name"]: UpstreamFlag(
-            r["name"],
-            r["shorthand"],
-            r["type"],
-            r["default"],
-            r["noOptValue"],
-            r["deprecated"],
-            r["hidden"],
-            r["group"],
-            r["field"],
-            r["instance"],
-            r["usage"],
-        )
-        for r in rows
-    }
+    return {r["name"]: _build(UpstreamFlag, r) for r in rows}
 
 
 @functools.cache
 def gates() -> dict[str, UpstreamGate]:
     _, rows = _lines("gates.jsonl")
-    return {
-        r["name"]: UpstreamGate(
-            r["name"],
-            r["default"],
-            r["stage"],
-            r["locked"],
-            tuple(
-                GateVersion(v["version"], v["default"], v["stage"], v["locked"])
-                for v in r["versions"]
-            ),
-            r["nodeReads"],
-            r["linkedReads"],
-        )
-        for r in rows
-    }
+    out = {}
+    for r in rows:
+        versions = tuple(GateVersion(**v) for v in r["versions"])
+        out[r["name"]] = _build(UpstreamGate, {**r, "versions": versions})
+    return out
 
 
 def kubernetes_version() -> str:
