@@ -82,3 +82,38 @@ def test_kubelet_periods_from_the_config(tmp_path: Path) -> None:
     assert k.pod_workers.resync_interval == 30
     assert k.host.sync_frequency == 30
     assert k.pod_cgroups is not None and k.pod_cgroups.cpu_period == 50_000
+
+
+async def test_manifest_url_source_from_the_config(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import kubelet.kubelet as kubelet_mod
+
+    made: list[tuple[object, ...]] = []
+
+    class Recorded:
+        def __init__(self, *args: object) -> None:
+            made.append(args)
+
+        async def run(self, stop: object) -> None:
+            return None
+
+    monkeypatch.setattr(kubelet_mod, "HTTPSource", Recorded)
+    s, _, _ = build_server(
+        [
+            "--manifest-url=http://127.0.0.1:1/pods",
+            "--manifest-url-header=a:1,b:2",
+            "--manifest-url-header=a:3",
+            "--http-check-frequency=7s",
+        ]
+    )
+    assert s is not None
+    k = Kubelet(s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService())
+    k._start_sources()
+    for t in k._tasks:
+        await t
+    url, headers, node, period, _ = made[0]
+    assert (url, headers, node, period) == (
+        "http://127.0.0.1:1/pods",
+        {"a": ["1", "3"], "b": ["2"]},
+        "n1",
+        7.0,
+    )
