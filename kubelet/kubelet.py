@@ -30,7 +30,7 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
@@ -458,7 +458,7 @@ class Kubelet:
         self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
-        if self.features.enabled("EventedPLEG"):
+        if self.features.enabled(Feature.EventedPLEG):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(
                 asyncio.create_task(self.evented.run(self._stop), name="evented-pleg")
