@@ -34,6 +34,7 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "KubeletServiceAccountTokenForCredentialProviders": FeatureSpec(True, "BETA"),
     "KubeletEnsureSecretPulledImages": FeatureSpec(False, "ALPHA"),
     "PodReadyToStartContainersCondition": FeatureSpec(True, "BETA"),
+    "PodObservedGenerationTracking": FeatureSpec(True, "BETA"),
     "PodLifecycleSleepAction": FeatureSpec(True, "GA"),
     "PodLifecycleSleepActionAllowZero": FeatureSpec(True, "BETA"),
     "ContainerStopSignals": FeatureSpec(False, "ALPHA"),

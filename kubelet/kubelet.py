@@ -56,7 +56,7 @@ from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
-from kubelet.status import generate
+from kubelet.status import generate, generation
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -70,6 +70,7 @@ from kubelet.types import (
     name,
     namespace,
     object_ref,
+    qos_class,
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
@@ -153,6 +154,7 @@ class Kubelet:
             desired_pod=self.pod_manager.get,
             mirror_of=self.pod_manager.get_mirror,
             can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+            tracking=self.features.enabled(generation.GATE),
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
@@ -628,6 +630,7 @@ class Kubelet:
         log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
         if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Warning", r.reason, r.message)
+        # rejectPod: only the QoS class is kept; startTime as any first status has.
         self.status_manager.set_pod_status(
             u,
             {
@@ -635,7 +638,10 @@ class Kubelet:
                 "reason": r.reason,
                 "message": f"Pod was rejected: {r.message}",
                 "conditions": [],
+                "qosClass": qos_class(pod),
+                "startTime": generate.now(),
             },
+            pod,
         )
 
     def _handle_mirror(self, op: Op, mirror: Pod) -> None:
@@ -676,7 +682,7 @@ class Kubelet:
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
         self.status_manager.set_pod_status(
-            u, {**old, "phase": "Failed", "reason": reason, "message": message}
+            u, {**old, "phase": "Failed", "reason": reason, "message": message}, pod
         )
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 

@@ -12,6 +12,7 @@ from kubelet.kuberuntime.termination import (
     pod_message_budget,
     truncate_message,
 )
+from kubelet.status.generation import condition_observed_generation, generation
 from kubelet.types import Pod, host_network, qos_class, restart_policy
 
 # Pod conditions the kubelet owns; the others (readiness gates' conditions,
@@ -28,6 +29,9 @@ KUBELET_CONDITIONS = frozenset(
     }
 )
 READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
+# Set once by whoever disrupts the pod (eviction, shutdown, preemption) and
+# carried from the kubelet's previous status, never regenerated.
+DISRUPTION_TARGET = "DisruptionTarget"
 
 
 def readiness_gates_unready(pod: Pod, conditions: list[dict[str, Any]]) -> list[str]:
@@ -247,6 +251,22 @@ def get_phase(
     return "Pending"
 
 
+def _foreign_conditions(
+    api_conditions: list[dict[str, Any]], disruption: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The conditions others own, as the API has them, with the DisruptionTarget
+    the kubelet set itself (on eviction) taken from its own previous status: the
+    API copy may not carry it yet."""
+    out = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
+    if disruption is None:
+        return out
+    at = next((i for i, c in enumerate(out) if c.get("type") == DISRUPTION_TARGET), None)
+    if at is None:
+        return [*out, disruption]
+    out[at] = disruption
+    return out
+
+
 def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
     return any(
@@ -263,7 +283,10 @@ def generate(
     node_ips: list[str],
     old: dict[str, Any] | None,
     probes: Any = None,
+    tracking: bool = True,
 ) -> dict[str, Any]:
+    """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
+    kubelet condition then reports the pod generation the status was made from)."""
     old = old or {}
     spec = pod["spec"]
     init_specs = spec.get("initContainers") or []
@@ -285,7 +308,9 @@ def generate(
     if old.get("phase") in ("Succeeded", "Failed"):
         phase = old["phase"]
     sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
-    prev_conds = {c["type"]: c for c in old.get("conditions", [])}
+    old_conditions = old.get("conditions") or []
+    prev_conds = {c["type"]: c for c in old_conditions}
+    gen = generation(pod)
 
     def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
         status_s = "True" if ok else "False"
@@ -298,6 +323,9 @@ def generate(
             if before and before["status"] == status_s
             else now(),
         }
+        observed = condition_observed_generation(old_conditions, gen, ctype, tracking)
+        if observed:
+            c["observedGeneration"] = observed
         if reason:
             c["reason"] = reason
         if message:
@@ -343,7 +371,7 @@ def generate(
         ready_args = (True, "", "")
     # The API's copy of the pod carries the conditions others own.
     api_conditions = (pod.get("status") or {}).get("conditions") or []
-    foreign = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
+    foreign = _foreign_conditions(api_conditions, prev_conds.get(DISRUPTION_TARGET))
     ready_cond = cond("Ready", *ready_args)
     if ready_args[0]:
         gates = readiness_gates_unready(pod, api_conditions)
