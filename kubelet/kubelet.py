@@ -54,6 +54,7 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status import generate, generation
@@ -166,13 +167,14 @@ class Kubelet:
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
-        # Volume usage per pod, measured once a minute off the loop.
+        # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
         self.volume_stats = VolumeStatsCalculator(
             lambda: list(self.pod_manager.uids()),
             lambda u: {
                 n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
             },
             os.path.join(root_dir, "pods"),
+            period=config.volume_stats_agg_period,
         )
         self.stats = StatsProvider(
             self.pod_manager.pods,
@@ -185,11 +187,16 @@ class Kubelet:
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
-        # Node-pressure eviction: conditions, one eviction per cycle, admission.
+        # Node-pressure eviction: conditions, one eviction per cycle, admission;
+        # local storage limits measured for the pods that have them.
+        ephemeral = EphemeralStorageStats(
+            runtime_service, config.pod_logs_dir, os.path.join(root_dir, "pods"),
+            lambda u: self.cache.get(u)[0], self._volume_bytes,
+        )  # fmt: skip
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
-            recorder=recorder,
-            volume_usage=lambda u: {v.name: v.used_bytes for v in self.volume_stats.usage(u)},
+            recorder=recorder, volume_usage=self._volume_bytes,
+            local_storage_usage=ephemeral.measure,
         )  # fmt: skip
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
@@ -671,19 +678,27 @@ class Kubelet:
                 out.append(p)
         return out
 
+    def _volume_bytes(self, pod_uid: str) -> dict[str, int]:
+        """Bytes in each of the pod's volumes, from the volume stats' last pass."""
+        return {v.name: v.used_bytes for v in self.volume_stats.usage(pod_uid)}
+
     def _pods_memory(self) -> dict[str, int]:
         """Working set per pod UID from one stats pass (for eviction ranking):
         memory.current and memory.stat of each pod cgroup, nothing else."""
         return self.stats.pod_working_sets()
 
-    async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
+    async def _evict_pod(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         u = uid(pod)
         self.pod_syncer.mark_evicted(u, reason, message)
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
-        self.status_manager.set_pod_status(
-            u, {**old, "phase": "Failed", "reason": reason, "message": message}, pod
+        status = generate.failed_status(
+            old, pod, reason, message, condition, self.status_manager.tracking
         )
+        self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
     def _volumes_ready(self, pod_uid: str) -> None:

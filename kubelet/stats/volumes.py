@@ -138,6 +138,10 @@ class VolumeStatsCalculator:
         self._usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.period <= 0:
+            # volumeStatsAggPeriod 0 turns volume measuring off, as upstream.
+            log.info("volumeStatsAggPeriod is %ss: volume usage is not measured", self.period)
+            return
         while not stop.is_set():
             try:
                 await self.refresh()

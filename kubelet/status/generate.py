@@ -267,6 +267,41 @@ def _foreign_conditions(
     return out
 
 
+def failed_status(
+    old: dict[str, Any],
+    pod: Pod,
+    reason: str,
+    message: str,
+    condition: dict[str, Any] | None = None,
+    tracking: bool = True,
+) -> dict[str, Any]:
+    """The status a kill by the kubelet leaves (killPodFunc's status function):
+    Failed with reason and message, plus a condition such as DisruptionTarget,
+    which takes the place of one of its type (keeping its transition time when
+    its status is the same)."""
+    out = {**old, "phase": "Failed", "reason": reason, "message": message}
+    if condition is None:
+        return out
+    conditions = list(old.get("conditions") or [])
+    at = next((i for i, c in enumerate(conditions) if c.get("type") == condition["type"]), None)
+    before = conditions[at] if at is not None else None
+    c = {"lastProbeTime": None, **condition}
+    c["lastTransitionTime"] = (
+        before["lastTransitionTime"]
+        if before and before.get("status") == c["status"] and before.get("lastTransitionTime")
+        else now()
+    )
+    gen = condition_observed_generation(conditions, generation(pod), c["type"], tracking)
+    if gen:
+        c["observedGeneration"] = gen
+    if at is None:
+        conditions.append(c)
+    else:
+        conditions[at] = c
+    out["conditions"] = conditions
+    return out
+
+
 def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
     return any(

@@ -134,3 +134,22 @@ def test_the_status_patch_sends_the_new_generation() -> None:
         "observedGeneration": 2
     }
     assert status_patch(api, {"phase": "Running", "observedGeneration": 1}) == {}
+
+
+def test_a_kill_by_the_kubelet_fails_the_pod_with_its_disruption_condition() -> None:
+    from kubelet.status.generate import failed_status
+
+    old = generate(pod(2), PodStatus("u"), {}, [], None)
+    cond = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+            "message": "low"}  # fmt: skip
+    st = failed_status(old, pod(2), "Evicted", "low", cond)
+    assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Evicted", "low")
+    got = [c for c in st["conditions"] if c["type"] == "DisruptionTarget"]
+    assert len(got) == 1 and got[0]["observedGeneration"] == 2
+    assert {k: got[0][k] for k in cond} == cond and got[0]["lastTransitionTime"]
+    # Kubelet conditions are kept as they were; without a condition nothing is added.
+    assert len(st["conditions"]) == len(old["conditions"]) + 1
+    assert failed_status(old, pod(2), "Evicted", "m")["conditions"] == old["conditions"]
+    # Gate off: no generation on it.
+    st = failed_status(old, pod(2), "Evicted", "low", cond, tracking=False)
+    assert "observedGeneration" not in st["conditions"][-1]
