@@ -260,11 +260,7 @@ class KubeletPodSyncer:
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
-        if api["phase"] not in TERMINAL and (
-            pod["metadata"].get("deletionTimestamp") or self.pod_manager.get(u) is None
-        ):
-            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
-        self.status_manager.set_pod_status(u, api, pod)
+        self.status_manager.set_pod_status(u, generate.terminate_pod(pod, api), pod)
 
     # ----------------------------------------------------------- terminated
     async def sync_terminated_pod(self, pod: Pod) -> None:

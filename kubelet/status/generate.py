@@ -13,7 +13,7 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Pod, host_network, qos_class, restart_policy
+from kubelet.types import Pod, host_network, is_static, qos_class, restart_policy
 
 # Pod conditions the kubelet owns; the others (readiness gates' conditions,
 # DisruptionTarget, anything a controller adds) are kept as the API has them.
@@ -264,6 +264,66 @@ def _foreign_conditions(
     if at is None:
         return [*out, disruption]
     out[at] = disruption
+    return out
+
+
+UNKNOWN_TERMINATION = {
+    "exitCode": 137,
+    "reason": "ContainerStatusUnknown",
+    "message": "The container could not be located when the pod was terminated",
+}
+
+
+def _has_initialized(pod: Pod, status: dict[str, Any]) -> bool:
+    """hasPodInitialized: a regular container ever left Waiting, or the last init
+    container completed (a sidecar: started)."""
+    init_specs = pod["spec"].get("initContainers") or []
+    if not init_specs:
+        return True
+    for c in status.get("containerStatuses") or []:
+        if "terminated" in (c.get("lastState") or {}) or "waiting" not in c.get("state", {}):
+            return True
+    inits = status.get("initContainerStatuses") or []
+    if not inits or len(inits) > len(init_specs):
+        return False
+    last, spec = inits[-1], init_specs[len(inits) - 1]
+    if is_sidecar(spec):
+        return "running" in last.get("state", {}) and bool(last.get("started"))
+    ends = [
+        (last.get("lastState") or {}).get("terminated"),
+        last.get("state", {}).get("terminated"),
+    ]
+    return any(t is not None and t.get("exitCode") == 0 for t in ends)
+
+
+def _tried(c: dict[str, Any]) -> bool:
+    return "waiting" not in c.get("state", {}) or "terminated" in (c.get("lastState") or {})
+
+
+def terminate_pod(pod: Pod, status: dict[str, Any]) -> dict[str, Any]:
+    """TerminatePod: the status a pod ends with once its containers are stopped.
+    Once it has initialized, a regular container with no final state ended
+    unknown (137); so did every init container up to the last one that tried
+    to start (at least the first); regular containers of a pod that never
+    initialized keep waiting. A pod that is not static and not yet Succeeded
+    or Failed is Failed."""
+    out = dict(status)
+
+    def unknown(c: dict[str, Any]) -> dict[str, Any]:
+        if "terminated" in c.get("state", {}):
+            return c
+        return {**c, "state": {"terminated": dict(UNKNOWN_TERMINATION)}}
+
+    if _has_initialized(pod, status):
+        out["containerStatuses"] = [unknown(c) for c in status.get("containerStatuses") or []]
+    inits = list(status.get("initContainerStatuses") or [])
+    if inits:
+        tried = max((i for i, c in enumerate(inits) if _tried(c)), default=0)
+        out["initContainerStatuses"] = [
+            unknown(c) if i <= tried else c for i, c in enumerate(inits)
+        ]
+    if not is_static(pod) and out.get("phase") not in ("Succeeded", "Failed"):
+        out["phase"] = "Failed"
     return out
 
 
