@@ -26,13 +26,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from kubelet.client.rest import APIClient, load_kubeconfig
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from tests.integration.cluster.podwatch import Event, PodWatch
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
+from tests.integration.cluster.test_cluster_kubelet import (
+    ClusterKubelet,
+    create,
+    pod_manifest,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -70,33 +74,17 @@ def node(
 
 
 def _ready(k: ClusterKubelet) -> bool:
-    if k.proc.poll() is not None:
-        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
-    n = k.kubectl_json("get", "node", NODE)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
+    assert k.proc.poll() is None, f"kubelet exited: {k.log.read_text()[-3000:]}"
+    jsonpath = '{.status.conditions[?(@.type=="Ready")].status}'
+    got = k.cp.kubectl("get", "node", NODE, "-o", f"jsonpath={jsonpath}", check=False)
+    return got.stdout.strip() == "True"
 
 
 def pod(name: str, case: str, command: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"podstatus": case}},
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": False,
-            "containers": [
-                {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
-            ],
-            **spec,
-        },
-    }
-
-
-def apply(k: ClusterKubelet, objs: list[dict[str, Any]]) -> None:
-    path = k.tmp / f"objs-{time.monotonic_ns()}.yaml"
-    path.write_text(yaml.safe_dump_all(objs))
-    k.cp.kubectl("create", "-f", str(path))
+    p = pod_manifest(name, {"podstatus": case}, command, **spec)
+    p["spec"].update(nodeName=NODE, terminationGracePeriodSeconds=1)
+    p["spec"]["automountServiceAccountToken"] = False
+    return p
 
 
 def api(k: ClusterKubelet, *requests: tuple[str, str, Any]) -> list[Any]:
@@ -163,7 +151,7 @@ def test_observed_generation_follows_spec_updates(node: ClusterKubelet) -> None:
         # Starts on an image that cannot be pulled (upstream's e2e does the same).
         fixed = pod("gen-image", "generation", "sleep 100000")
         fixed["spec"]["containers"][0]["image"] = "example.invalid/no-such-image:1"
-        apply(k, [gen, fixed])
+        create(k, [gen, fixed])
         w.wait_for("gen Running at generation 1", lambda _: _is(w.last("gen"), "Running", 1))
         # The image fix is a spec update the kubelet acts on: a new generation.
         w.wait_for("gen-image's conditions at generation 1", lambda _: _observed(w, "gen-image", 1))
@@ -211,7 +199,7 @@ def test_a_rejected_pod_reports_the_generation_it_was_rejected_at(node: ClusterK
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=rejected") as w:
         big = pod("too-big", "rejected", "sleep 100000")
         big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000000"}}
-        apply(k, [big])
+        create(k, [big])
         p = w.wait_for("too-big rejected",
                        lambda _: _failed(w.last("too-big")))  # fmt: skip
     st = p["status"]
@@ -275,7 +263,7 @@ def test_pods_over_their_ephemeral_storage_limits_are_evicted(
         "es-container": 'Container main exceeded its local ephemeral storage limit "5Mi". ',
     }
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=ephemeral") as w:
-        apply(k, pods)
+        create(k, pods)
         for name in want:
             w.wait_for(f"{name} evicted, its containers stopped",
                        functools.partial(_stopped, w, name), timeout=180)  # fmt: skip
@@ -341,11 +329,11 @@ def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
     }
     ss["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=ports") as w:
-        apply(k, [holder])
+        create(k, [holder])
         w.wait_for("the port holder Running",
                    lambda _: (w.last("port-holder") or {}).get("status", {}).get("phase")
                    == "Running")  # fmt: skip
-        apply(k, [ss])
+        create(k, [ss])
 
         def refused_and_replaced(_: list[Event]) -> bool:
             uids = {p["metadata"]["uid"] for _k, p in w.of("ss-ports-0")}
@@ -441,7 +429,7 @@ def test_a_failed_init_container_never_reports_a_regular_container_started(
     names: list[str] = []
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=initfail") as w:
         # One pod left to fail on its own first, then deleted.
-        apply(k, [_init_fail_pod("initfail-slow")])
+        create(k, [_init_fail_pod("initfail-slow")])
         w.wait_for("initfail-slow Failed", lambda _: _failed(w.last("initfail-slow")))
         k.cp.kubectl("delete", "pod", "initfail-slow", "-n", NS, "--wait=false")
         names.append("initfail-slow")
@@ -453,7 +441,7 @@ def test_a_failed_init_container_never_reports_a_regular_container_started(
             for attempt in range(4):
                 n = f"initfail-{i}-{attempt}"
                 names.append(n)
-                apply(k, [_init_fail_pod(n)])
+                create(k, [_init_fail_pod(n)])
                 time.sleep(rnd.random() * 2)
                 k.cp.kubectl("delete", "pod", n, "-n", NS, "--wait=false")
                 w.wait_for(f"{n} deleted", functools.partial(_deleted, w, n), timeout=120)
