@@ -398,6 +398,9 @@ def verify_init_failure_stream(name: str, events: list[Event]) -> list[str]:
                 or ("waiting" not in c.get("state", {}))
             ):
                 errs.append(f"{name} {kind}: the blocked container was reported started: {c}")
+            elif c["state"]["waiting"].get("reason") != "PodInitializing":
+                # The conformance spec's own check (init_container.go).
+                errs.append(f"{name} {kind}: blocked container not PodInitializing: {c}")
         for c in inits:
             t = c.get("state", {}).get("terminated")
             if terminated and t is None:
