@@ -41,6 +41,7 @@ from tests.integration.cluster.test_cluster_kubelet import (
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
 NODE = "py-podstatus-node"
+STRATEGIC = "application/strategic-merge-patch+json"  # containers merge by name
 NS = "default"
 KUBELET_CONDITIONS = (
     "PodReadyToStartContainers",
@@ -95,7 +96,7 @@ def api(k: ClusterKubelet, *requests: tuple[str, str, Any]) -> list[Any]:
         try:
             out = []
             for method, path, body in requests:
-                ctype = "application/merge-patch+json" if method == "PATCH" else "application/json"
+                ctype = STRATEGIC if method == "PATCH" else "application/json"
                 out.append(await client.request(method, path, body, content_type=ctype))
             return out
         finally:
