@@ -372,10 +372,12 @@ def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
 
 
 def _init_fail_pod(name: str) -> dict[str, Any]:
+    """Upstream's pod for this scenario (podFastDeleteScenario with an init container)."""
+    requests = {"requests": {"cpu": "5m", "memory": "10Mi"}}
     p = pod(name, "initfail", "true", restartPolicy="Never")
-    p["spec"]["containers"][0]["name"] = "blocked"
+    p["spec"]["containers"][0].update(name="blocked", command=["/bin/true"], resources=requests)
     p["spec"]["initContainers"] = [{"name": "fail", "image": "busybox:1.36",
-                                    "command": ["/bin/false"]}]  # fmt: skip
+                                    "command": ["/bin/false"], "resources": requests}]  # fmt: skip
     return p
 
 
@@ -386,12 +388,18 @@ def _deleted(w: PodWatch, name: str, _: list[Event]) -> bool:
 def verify_init_failure_stream(name: str, events: list[Event]) -> list[str]:
     """Upstream's podStartVerifier with an init container, on one pod's events."""
     errs: list[str] = []
-    terminated = terminal = False
+    terminated = terminal = had_inits = had_mains = False
     for kind, p in events:
         st = p.get("status") or {}
         inits, mains = st.get("initContainerStatuses") or [], st.get("containerStatuses") or []
-        if len(inits) > 1 or len(mains) > 1:
-            errs.append(f"{name} {kind}: wrong container statuses {st}")
+        if (
+            len(inits) > 1
+            or len(mains) > 1
+            or (had_inits and not inits)
+            or (had_mains and not mains)
+        ):
+            errs.append(f"{name} {kind}: wrong or vanished container statuses {st}")
+        had_inits, had_mains = had_inits or bool(inits), had_mains or bool(mains)
         for c in mains:
             if (
                 c.get("started")
@@ -442,7 +450,7 @@ def test_a_failed_init_container_never_reports_a_regular_container_started(
         # several workers at once.
         def worker(i: int) -> None:
             rnd = random.Random(i)
-            for attempt in range(4):
+            for attempt in range(6):
                 n = f"initfail-{i}-{attempt}"
                 names.append(n)
                 create(k, [_init_fail_pod(n)])
