@@ -139,7 +139,8 @@ class VolumeStatsCalculator:
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.period <= 0:
-            # volumeStatsAggPeriod 0 turns volume measuring off, as upstream.
+            # A negative volumeStatsAggPeriod turns volume measuring off, as upstream
+            # (0 is defaulted to 1m before it gets here).
             log.info("volumeStatsAggPeriod is %ss: volume usage is not measured", self.period)
             return
         while not stop.is_set():
