@@ -56,9 +56,10 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
-from kubelet.status import generate
+from kubelet.status import generate, generation
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -72,6 +73,7 @@ from kubelet.types import (
     name,
     namespace,
     object_ref,
+    qos_class,
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
@@ -155,6 +157,7 @@ class Kubelet:
             desired_pod=self.pod_manager.get,
             mirror_of=self.pod_manager.get_mirror,
             can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+            tracking=self.features.enabled(generation.GATE),
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
@@ -166,13 +169,14 @@ class Kubelet:
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
-        # Volume usage per pod, measured once a minute off the loop.
+        # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
         self.volume_stats = VolumeStatsCalculator(
             lambda: list(self.pod_manager.uids()),
             lambda u: {
                 n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
             },
             os.path.join(root_dir, "pods"),
+            period=config.volume_stats_agg_period,
         )
         self.stats = StatsProvider(
             self.pod_manager.pods,
@@ -185,11 +189,16 @@ class Kubelet:
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
-        # Node-pressure eviction: conditions, one eviction per cycle, admission.
+        # Node-pressure eviction: conditions, one eviction per cycle, admission;
+        # local storage limits measured for the pods that have them.
+        ephemeral = EphemeralStorageStats(
+            runtime_service, config.pod_logs_dir, os.path.join(root_dir, "pods"),
+            lambda u: self.cache.get(u)[0], self._volume_bytes,
+        )  # fmt: skip
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
-            recorder=recorder,
-            volume_usage=lambda u: {v.name: v.used_bytes for v in self.volume_stats.usage(u)},
+            recorder=recorder, volume_usage=self._volume_bytes,
+            local_storage_usage=ephemeral.measure,
         )  # fmt: skip
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
@@ -632,6 +641,7 @@ class Kubelet:
         log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
         if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Warning", r.reason, r.message)
+        # rejectPod: only the QoS class is kept; startTime as any first status has.
         self.status_manager.set_pod_status(
             u,
             {
@@ -639,7 +649,10 @@ class Kubelet:
                 "reason": r.reason,
                 "message": f"Pod was rejected: {r.message}",
                 "conditions": [],
+                "qosClass": qos_class(pod),
+                "startTime": generate.now(),
             },
+            pod,
         )
 
     def _handle_mirror(self, op: Op, mirror: Pod) -> None:
@@ -669,19 +682,27 @@ class Kubelet:
                 out.append(p)
         return out
 
+    def _volume_bytes(self, pod_uid: str) -> dict[str, int]:
+        """Bytes in each of the pod's volumes, from the volume stats' last pass."""
+        return {v.name: v.used_bytes for v in self.volume_stats.usage(pod_uid)}
+
     def _pods_memory(self) -> dict[str, int]:
         """Working set per pod UID from one stats pass (for eviction ranking):
         memory.current and memory.stat of each pod cgroup, nothing else."""
         return self.stats.pod_working_sets()
 
-    async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
+    async def _evict_pod(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         u = uid(pod)
         self.pod_syncer.mark_evicted(u, reason, message)
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
-        self.status_manager.set_pod_status(
-            u, {**old, "phase": "Failed", "reason": reason, "message": message}
+        status = generate.failed_status(
+            old, pod, reason, message, condition, self.status_manager.tracking
         )
+        self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
     def _volumes_ready(self, pod_uid: str) -> None:

@@ -146,10 +146,11 @@ class KubeletPodSyncer:
         if old is not None and self._past_deadline(pod, old):
             # Failed before anything more is started; the worker then kills it.
             api = generate.generate(
-                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old
-            )
+                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old,
+                tracking=self.status_manager.tracking,
+            )  # fmt: skip
             self._fail_past_deadline(pod, api)
-            self.status_manager.set_pod_status(u, api)
+            self.status_manager.set_pod_status(u, api, pod)
             self.admitter.release(u)
             return PodSyncResult(terminal=True)
         if self.pod_cgroups is not None and u not in self._cgroups_made:
@@ -175,8 +176,8 @@ class KubeletPodSyncer:
         unmounted = self.volumes.unmounted_volumes(pod)
         if unmounted:
             waiting = self.runtime_manager.waiting.get(u, {})
-            api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
-            self.status_manager.set_pod_status(u, api)
+            api = self._generate(pod, status, waiting, old)
+            self.status_manager.set_pod_status(u, api, pod)
             return PodSyncResult(
                 error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: not set up yet "
                 "(synced again as soon as they are)"
@@ -188,8 +189,8 @@ class KubeletPodSyncer:
             status = dataclasses.replace(status, ips=list(self.node_ips))
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
-        api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
-        self.status_manager.set_pod_status(u, api)
+        api = self._generate(pod, status, waiting, old)
+        self.status_manager.set_pod_status(u, api, pod)
         self._arm_deadline(pod, api)
         if api["phase"] == "Running" and u not in self._started_running:
             self._started_running.add(u)
@@ -202,6 +203,15 @@ class KubeletPodSyncer:
         if not result.ok:
             return PodSyncResult(error="; ".join(result.errors), retry_after=result.retry_after)
         return PodSyncResult()
+
+    def _generate(
+        self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]],
+        old: dict[str, Any] | None,
+    ) -> dict[str, Any]:  # fmt: skip
+        return generate.generate(
+            pod, status, waiting, self.node_ips, old, self.probes,
+            tracking=self.status_manager.tracking,
+        )  # fmt: skip
 
     def _warn_unsupported(self, pod: Pod) -> None:
         """Nothing silently ignored: name every field this kubelet does not
@@ -248,7 +258,9 @@ class KubeletPodSyncer:
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)
-        api = generate.generate(pod, final, {}, self.node_ips, old)
+        api = generate.generate(
+            pod, final, {}, self.node_ips, old, tracking=self.status_manager.tracking
+        )
         evicted = self._evicted.get(u)
         if evicted is not None:
             api["phase"] = "Failed"
@@ -257,11 +269,7 @@ class KubeletPodSyncer:
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
-        if api["phase"] not in TERMINAL and (
-            pod["metadata"].get("deletionTimestamp") or self.pod_manager.get(u) is None
-        ):
-            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
-        self.status_manager.set_pod_status(u, api)
+        self.status_manager.set_pod_status(u, generate.terminate_pod(pod, api), pod)
 
     # ----------------------------------------------------------- terminated
     async def sync_terminated_pod(self, pod: Pod) -> None:

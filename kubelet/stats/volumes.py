@@ -138,6 +138,11 @@ class VolumeStatsCalculator:
         self._usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.period <= 0:
+            # A negative volumeStatsAggPeriod turns volume measuring off, as upstream
+            # (0 is defaulted to 1m before it gets here).
+            log.info("volumeStatsAggPeriod is %ss: volume usage is not measured", self.period)
+            return
         while not stop.is_set():
             try:
                 await self.refresh()
