@@ -84,3 +84,14 @@ def set_volume_ownership(
         for name in dirnames + filenames:
             set_one(os.path.join(dirpath, name), gid, read_only)
     return True
+
+
+def set_fd(fd: int, gid: int, read_only: bool) -> None:
+    """set_one for a file or directory the caller holds open (never a link)."""
+    st = os.fstat(fd)
+    if st.st_gid != gid:
+        os.fchown(fd, -1, gid)
+    mode = stat.S_IMODE(st.st_mode)
+    want = mode | _wanted_bits(stat.S_ISDIR(st.st_mode), read_only)
+    if want != mode:
+        os.fchmod(fd, want)
