@@ -16,7 +16,7 @@ from typing import Any
 from kubelet.container.env import EnvContext, make_environment_variables
 from kubelet.container.expansion import expand_subpath_expr
 from kubelet.container.hosts import make_hosts_mount
-from kubelet.container.mounts import has_subpath, make_mounts
+from kubelet.container.mounts import make_mounts
 from kubelet.container.runtime import (
     ContainerConfigError,
     DNSSettings,
@@ -93,9 +93,7 @@ class PodRuntimeHelper:
             except ValueError as err:
                 raise ContainerConfigError(str(err)) from err
 
-        mounts = make_mounts(
-            pod, container, volumes, expand, pod_dir if has_subpath(container) else None
-        )
+        mounts = make_mounts(pod, container, volumes, expand, pod_dir)
         try:
             hosts = make_hosts_mount(pod, container, pod_dir, pod_ips, hostname, domain)
         except OSError as err:

@@ -15,6 +15,7 @@ import errno
 import os
 import stat
 
+from kubelet.util import filesystem
 from kubelet.volumemanager import mountutil
 
 SUBPATH_DIR = "volume-subpaths"
@@ -37,8 +38,13 @@ def bind_subpath(fd: int, pod_dir: str, volume: str, container: str, index: int)
         except OSError:
             pass
         mountutil.umount(target)
-    os.makedirs(os.path.dirname(target), 0o750, exist_ok=True)
+    filesystem.mkdir_all(os.path.dirname(target), 0o750)
     created = False
+    try:
+        if stat.S_ISDIR(os.lstat(target).st_mode) != stat.S_ISDIR(held.st_mode):
+            _remove(target)  # left from a subPath of the other kind
+    except FileNotFoundError:
+        pass
     if not os.path.lexists(target):
         # A file is enough to mount any non-directory over.
         if stat.S_ISDIR(held.st_mode):
