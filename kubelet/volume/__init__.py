@@ -41,6 +41,11 @@ class VolumePlugin(Protocol):
     # True for volumes whose content follows API objects (configMap, secret,
     # downwardAPI, projected): the reconciler re-runs set_up periodically.
     requires_remount: bool
+    # Mounted read-only in every container whatever the volumeMount says
+    # (GetAttributes().ReadOnly upstream): the API-backed volumes, whose files
+    # the kubelet rewrites and a container must never be able to alter
+    # (CVE-2017-1002102).
+    read_only: bool
 
     def can_support(self, spec: VolumeSpec) -> bool: ...
 

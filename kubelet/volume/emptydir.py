@@ -45,6 +45,7 @@ def tmpfs_size(pod: Pod, spec: VolumeSpec, node_allocatable_memory: int) -> int:
 class EmptyDirPlugin:
     name = PLUGIN_NAME
     requires_remount = False
+    read_only = False
     selinux_relabel = True
 
     def __init__(

@@ -334,6 +334,7 @@ class VolumeManagerImpl:
                 mounted = MountedVolume(
                     name=vol.name,
                     host_path=vol.dir,
+                    read_only=plugin.read_only,
                     selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
                 )
         except asyncio.CancelledError:
@@ -498,6 +499,7 @@ class VolumeManagerImpl:
         entry.volume = MountedVolume(
             name=vol.name,
             host_path=entry.dir,
+            read_only=plugin.read_only,
             selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
         )
         if plugin.requires_remount:
