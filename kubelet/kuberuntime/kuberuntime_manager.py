@@ -51,6 +51,7 @@ from kubelet.kuberuntime.security_context import (
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
+    pod_container_dir,
     read_termination_message,
     termination_message_host_path,
 )
@@ -286,6 +287,7 @@ class RuntimeManager:
                 st.exit_code,
                 st.reason,
                 cri_log_tail_reader(st.log_path),
+                pod_container_dir(self.helper.get_pod_dir(st.labels.get(L.POD_UID, "")), c_name),
             )
             message = container_status_message(st.message, text)
         return ContainerStatus(
