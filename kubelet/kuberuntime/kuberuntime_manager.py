@@ -268,6 +268,14 @@ class RuntimeManager:
             st, c.annotations, c.labels.get(L.CONTAINER_NAME, "")
         )
 
+    def _termination_dir(self, pod_uid: str, container_name: str) -> str:
+        """Where this container's termination-log files are ("" when its labels
+        name no usable pod uid or container: then none is read)."""
+        try:
+            return pod_container_dir(self.helper.get_pod_dir(pod_uid), container_name)
+        except ValueError:
+            return ""
+
     async def convert_container_status(
         self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
     ) -> ContainerStatus:
@@ -287,7 +295,7 @@ class RuntimeManager:
                 st.exit_code,
                 st.reason,
                 cri_log_tail_reader(st.log_path),
-                pod_container_dir(self.helper.get_pod_dir(st.labels.get(L.POD_UID, "")), c_name),
+                self._termination_dir(st.labels.get(L.POD_UID, ""), c_name),
             )
             message = container_status_message(st.message, text)
         return ContainerStatus(

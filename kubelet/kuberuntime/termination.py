@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kubelet.kuberuntime.logs import LogOptions, read_logs
+from kubelet.util import filesystem
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,23 @@ LogTailReader = Callable[[int, int], Awaitable[str]]
 
 
 def pod_container_dir(pod_dir: str, container_name: str) -> str:
-    return os.path.join(pod_dir, CONTAINERS_DIR, container_name)
+    return os.path.join(
+        pod_dir, CONTAINERS_DIR, filesystem.component(container_name, "container name")
+    )
 
 
 def create_termination_log_file(pod_dir: str, container_name: str) -> str:
     """A new empty termination-log file for one instance of the container, its
     mode 0666 whatever the umask. Returns "" when it cannot be made: upstream
     then starts the container without the mount and only logs the error."""
-    directory = pod_container_dir(pod_dir, container_name)
+    directory = os.path.join(pod_dir, CONTAINERS_DIR, container_name)
     try:
-        os.makedirs(directory, CONTAINER_DIR_MODE, exist_ok=True)
+        directory = pod_container_dir(pod_dir, container_name)
+        filesystem.mkdir_all(directory, CONTAINER_DIR_MODE)
         path = os.path.join(directory, f"{secrets.randbits(32):08x}")
-        with open(path, "wb"):
-            pass
-    except OSError as err:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(path, flags, 0o600))
+    except (OSError, ValueError) as err:
         log.error("error on creating termination-log file in %s: %s", directory, err)
         return ""
     try:
@@ -89,7 +93,7 @@ def _read_tail(path: str, limit: int, container_dir: str) -> bytes:
     that directory, never through a link (O_NOFOLLOW on both), without
     blocking on a FIFO or a device (O_NONBLOCK), and read only if it is a
     regular file."""
-    if os.path.dirname(path) != container_dir.rstrip("/"):
+    if not container_dir or os.path.dirname(path) != container_dir.rstrip("/"):
         raise OSError(errno.EACCES, "not in the container's termination-log directory", path)
     dir_fd = os.open(container_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

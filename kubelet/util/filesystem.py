@@ -33,6 +33,16 @@ def is_component(name: str) -> bool:
     return name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
+def component(name: str, what: str) -> str:
+    """`name`, when it is one plain path component; ValueError naming `what`
+    otherwise. The guard wherever a host path is built from a pod's names
+    (its uid, volume and container names): the sources validate them first,
+    this makes sure nothing slipped past."""
+    if not is_component(name):
+        raise ValueError(f"{what} {name!r} cannot be used in a path")
+    return name
+
+
 def components(rel: str) -> list[str]:
     return [c for c in rel.split("/") if c not in ("", ".")]
 

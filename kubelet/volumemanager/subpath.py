@@ -23,7 +23,13 @@ MS_BIND = 4096
 
 
 def target_path(pod_dir: str, volume: str, container: str, index: int) -> str:
-    return os.path.join(pod_dir, SUBPATH_DIR, volume, container, str(index))
+    return os.path.join(
+        pod_dir,
+        SUBPATH_DIR,
+        filesystem.component(volume, "volume name"),
+        filesystem.component(container, "container name"),
+        str(index),
+    )
 
 
 def bind_subpath(fd: int, pod_dir: str, volume: str, container: str, index: int) -> str:
