@@ -8,6 +8,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +197,36 @@ def test_mkdir_all_gives_every_new_dir_the_mode(tmp_path: Path) -> None:
     os.chmod(tmp_path / "a", 0o700)
     filesystem.mkdir_all(str(tmp_path / "a" / "b"), 0o750)  # existing ones keep theirs
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+
+
+def test_fs_group_walk_never_changes_what_a_swapped_in_link_points_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container swaps a file of its volume for a link to a host file just
+    as the kubelet changes the file's mode: the host file keeps its mode."""
+    from kubelet.volume import ownership
+
+    vol = tmp_path / "vol"
+    (vol / "sub").mkdir(parents=True)
+    (vol / "sub" / "f").write_text("mine")
+    (vol / "sub" / "f").chmod(0o600)
+    host = tmp_path / "host-file"
+    host.write_text("host")
+    host.chmod(0o600)
+    real_chmod = os.chmod
+    swapped: list[str] = []
+
+    def swap_then_chmod(path: Any, mode: int, **kw: Any) -> None:
+        target = vol / "sub" / "f"
+        # The chmod meant for sub/f (by name, or by a descriptor's /proc path).
+        if not swapped and os.path.realpath(str(path)) == str(target):
+            target.rename(vol / "sub" / "f.moved")
+            target.symlink_to(host)
+            swapped.append(str(path))
+        real_chmod(path, mode, **kw)
+
+    monkeypatch.setattr(os, "chmod", swap_then_chmod)
+    ownership.set_volume_ownership(str(vol), os.getgid())
+    assert swapped  # the race was run
+    assert stat.S_IMODE(host.stat().st_mode) == 0o600
+    assert stat.S_IMODE((vol / "sub" / "f.moved").stat().st_mode) == 0o660
