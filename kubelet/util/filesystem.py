@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -141,6 +141,53 @@ def scan(dir_fd: int) -> Iterator[tuple[str, int]]:
                 yield e.name, e.stat(follow_symlinks=False).st_mode
             except FileNotFoundError:
                 continue
+
+
+def _stat_entries(fd: int) -> list[tuple[str, os.stat_result]]:
+    out = []
+    with os.scandir(fd) as it:
+        for e in it:
+            try:
+                out.append((e.name, e.stat(follow_symlinks=False)))
+            except FileNotFoundError:
+                continue
+    return out
+
+
+def walk(
+    top: int, descend: Callable[[os.stat_result], bool] = lambda st: True
+) -> Iterator[tuple[int, str, os.stat_result]]:
+    """(directory fd, name, lstat) of every entry below the open directory
+    `top`, depth first. Links are reported, never followed; a subdirectory is
+    entered (when `descend` says so) only by opening it O_NOFOLLOW from its
+    parent, so one swapped for a link meanwhile is skipped. One descriptor
+    per level is held; the one yielded is valid until the next step."""
+    stack: list[tuple[int, list[str]]] = []
+    fd: int | None = os.dup(top)
+    try:
+        while True:
+            if fd is not None:
+                subdirs: list[str] = []
+                stack.append((fd, subdirs))
+                for name, st in _stat_entries(fd):
+                    yield fd, name, st
+                    if stat.S_ISDIR(st.st_mode) and descend(st):
+                        subdirs.append(name)
+                subdirs.reverse()
+                fd = None
+            if not stack:
+                return
+            parent, left = stack[-1]
+            if not left:
+                os.close(stack.pop()[0])
+                continue
+            try:
+                fd = open_dir_at(parent, left.pop())
+            except OSError:
+                fd = None  # swapped for a link, or gone
+    finally:
+        for held, _ in stack:
+            os.close(held)
 
 
 def remove_all_at(parent_fd: int, name: str) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterator
 
 from kubelet.util import filesystem
 
@@ -88,37 +87,13 @@ def set_volume_ownership(
         log.debug("fsGroup: %s already owned by group %d, not walking it", root, gid)
         return False
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    # Depth first, one open descriptor per level: (dir, its subdirs left).
-    stack: list[tuple[int, Iterator[str]]] = [(top, iter(()))]
     try:
         set_fd(top, gid, read_only)
-        stack[0] = (top, iter(_set_entries(top, gid, read_only)))
-        while stack:
-            fd, subdirs = stack[-1]
-            name = next(subdirs, None)
-            if name is None:
-                os.close(stack.pop()[0])
-                continue
-            try:
-                child = filesystem.open_dir_at(fd, name)
-            except OSError as err:  # swapped for a link meanwhile, or gone
-                log.error("fsGroup: open directory %s failed: %s", name, err)
-                continue
-            stack.append((child, iter(_set_entries(child, gid, read_only))))
+        for dir_fd, name, _ in filesystem.walk(top):
+            _set_at(dir_fd, name, gid, read_only)
     finally:
-        for fd, _ in stack:
-            os.close(fd)
+        os.close(top)
     return True
-
-
-def _set_entries(fd: int, gid: int, read_only: bool) -> list[str]:
-    """Apply fsGroup to every entry of the open directory; its subdirs' names."""
-    subdirs = []
-    for name, mode in filesystem.scan(fd):
-        _set_at(fd, name, gid, read_only)
-        if stat.S_ISDIR(mode):
-            subdirs.append(name)
-    return subdirs
 
 
 def set_fd(fd: int, gid: int, read_only: bool) -> None:

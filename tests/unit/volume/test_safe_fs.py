@@ -230,3 +230,28 @@ def test_fs_group_walk_never_changes_what_a_swapped_in_link_points_at(
     assert swapped  # the race was run
     assert stat.S_IMODE(host.stat().st_mode) == 0o600
     assert stat.S_IMODE((vol / "sub" / "f.moved").stat().st_mode) == 0o660
+
+
+def test_walk_never_enters_a_link_even_one_swapped_in_mid_walk(
+    tmp_path: Path, victim: Path
+) -> None:
+    vol = tmp_path / "vol"
+    (vol / "a" / "sub").mkdir(parents=True)
+    (vol / "a" / "sub" / "x").write_text("x")
+    (vol / "link").symlink_to(victim)
+    fd = filesystem.open_dir(str(vol))
+    seen = []
+    try:
+        for _, name, _st in filesystem.walk(fd):
+            seen.append(name)
+            if name == "sub":
+                # Listed as a directory; swapped for a link before the walk enters it.
+                (vol / "a" / "sub").rename(vol / "a" / "moved")
+                (vol / "a" / "sub").symlink_to(victim)
+    finally:
+        os.close(fd)
+    assert sorted(seen) == ["a", "link", "sub"]  # nothing of the victim's
+    from kubelet.stats.volumes import du
+
+    _, inodes = du(str(vol))
+    assert inodes == 6  # vol, a, moved, moved/x, a/sub (link), link
