@@ -71,6 +71,7 @@ from kubelet.types import (
     restart_policy,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.duration import format_duration
 from kubelet.util.parsers import ImageNameError, parse_image_name
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -980,7 +981,10 @@ class RuntimeManager:
             ),
             hostname=hostname,
             log_directory=os.path.join(
-                self.pod_logs_dir, f"{namespace(pod)}_{name(pod)}_{uid(pod)}"
+                self.pod_logs_dir,
+                filesystem.component(
+                    f"{namespace(pod)}_{name(pod)}_{uid(pod)}", "pod log directory"
+                ),
             ),
             dns_config=self._dns(pod),
             port_mappings=ports,
@@ -1045,7 +1049,7 @@ class RuntimeManager:
             mounts=mounts,
             labels=L.container_labels(pod, c),
             annotations=L.container_annotations(pod, c, restart, chash),
-            log_path=f"{c['name']}/{restart}.log",
+            log_path=f"{filesystem.component(c['name'], 'container name')}/{restart}.log",
             stdin=bool(c.get("stdin")),
             stdin_once=bool(c.get("stdinOnce")),
             tty=bool(c.get("tty")),
