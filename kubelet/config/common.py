@@ -155,6 +155,16 @@ def validate_uid(uid: Any) -> None:
         )
 
 
+def _named_once(obj: Any, path: str, seen: set[str]) -> None:
+    """An object whose name is a DNS-1123 label not used before in `seen`."""
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{path}: must be an object")
+    _label_errors(obj.get("name"), f"{path}.name")
+    if obj["name"] in seen:
+        raise ManifestError(f"{path}.name: Duplicate value: {obj['name']!r}")
+    seen.add(obj["name"])
+
+
 def _validate_meta(md: Any) -> None:
     if not isinstance(md, dict):
         raise ManifestError("metadata is required")
@@ -188,12 +198,7 @@ def _validate_containers(spec: dict[str, Any]) -> dict[str, str]:
             raise ManifestError(f"spec.{field}: must be a list")
         for i, c in enumerate(items):
             path = f"spec.{field}[{i}]"
-            if not isinstance(c, dict):
-                raise ManifestError(f"{path}: must be an object")
-            _label_errors(c.get("name"), f"{path}.name")
-            if c["name"] in seen:
-                raise ManifestError(f"{path}.name: Duplicate value: {c['name']!r}")
-            seen.add(c["name"])
+            _named_once(c, path, seen)
             if not c.get("image"):
                 raise ManifestError(f"{path}.image: Required value")
             if not isinstance(c["image"], str):
@@ -231,12 +236,7 @@ def _validate_volumes(spec: dict[str, Any], mounted: dict[str, str]) -> None:
     _list_or_null(spec, "volumes", "spec.volumes")
     names: set[str] = set()
     for i, v in enumerate(spec.get("volumes") or []):
-        if not isinstance(v, dict):
-            raise ManifestError(f"spec.volumes[{i}]: must be an object")
-        _label_errors(v.get("name"), f"spec.volumes[{i}].name")
-        if v["name"] in names:
-            raise ManifestError(f"spec.volumes[{i}].name: Duplicate value: {v['name']!r}")
-        names.add(v["name"])
+        _named_once(v, f"spec.volumes[{i}]", names)
     missing = sorted(set(mounted) - names)
     if missing:
         raise ManifestError(f"{mounted[missing[0]]}: Not found: {missing[0]!r}")

@@ -21,6 +21,7 @@ from kubelet.volume.atomic_writer import (
     PayloadError,
     VolumeWriter,
 )
+from tests.unit.volume.conftest import assert_intact
 
 POD = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
 OLD_TS = "..2020_01_01_00_00_00.123"
@@ -31,26 +32,10 @@ def fp(data: str) -> FileProjection:
 
 
 @pytest.fixture
-def victim(tmp_path: Path) -> Path:
-    v = tmp_path / "victim"
-    (v / "sub").mkdir(parents=True)
-    (v / "a").write_text("precious a")
-    (v / "sub" / "b").write_text("precious b")
-    return v
-
-
-@pytest.fixture
 def vol(tmp_path: Path) -> Path:
     d = tmp_path / "pods" / "uid" / "volumes" / "kubernetes.io~configmap" / "v"
     d.mkdir(parents=True)
     return d
-
-
-def assert_intact(victim: Path) -> None:
-    assert sorted(p.name for p in victim.iterdir()) == ["a", "sub"]
-    assert (victim / "a").read_text() == "precious a"
-    assert (victim / "sub" / "b").read_text() == "precious b"
-    assert not (victim / "sub").is_symlink()
 
 
 def assert_correct(vol: Path, files: dict[str, str]) -> None:
@@ -75,6 +60,17 @@ def restart_write(vol: Path, files: dict[str, str]) -> bool:
     return asyncio.run(VolumeWriter().write(POD, "v", str(vol), payload))
 
 
+def rewrite(vol: Path, restart: bool) -> dict[str, str]:
+    """Trigger the rewrite: the same payload from a fresh writer (a restarted
+    kubelet), or a new payload; returns the files the volume must then hold."""
+    files = {"a": "1", "d/x": "2"} if restart else {"a": "new"}
+    if restart:
+        assert restart_write(vol, files)
+    else:
+        assert AtomicWriter(str(vol)).write({k: fp(v) for k, v in files.items()})
+    return files
+
+
 def first_version(vol: Path) -> str:
     AtomicWriter(str(vol)).write({"a": fp("1"), "d/x": fp("2")})
     return os.readlink(vol / DATA_DIR)
@@ -85,12 +81,8 @@ def test_data_link_to_absolute_victim(vol: Path, victim: Path, restart: bool, ca
     first_version(vol)
     os.unlink(vol / DATA_DIR)
     os.symlink(str(victim), vol / DATA_DIR)
-    files = {"a": "1", "d/x": "2"} if restart else {"a": "new", "d/x": "2"}
     with caplog.at_level(logging.WARNING):
-        if restart:
-            assert restart_write(vol, files)
-        else:
-            assert AtomicWriter(str(vol)).write({k: fp(v) for k, v in files.items()})
+        files = rewrite(vol, restart)
     assert_intact(victim)
     assert_correct(vol, files)
     assert any(DATA_DIR in r.getMessage() for r in caplog.records)
@@ -103,11 +95,7 @@ def test_data_link_backstepping_to_victim(vol: Path, victim: Path, restart: bool
     assert rel.startswith("../")
     os.unlink(vol / DATA_DIR)
     os.symlink(rel, vol / DATA_DIR)
-    files = {"a": "1", "d/x": "2"} if restart else {"a": "new"}
-    if restart:
-        assert restart_write(vol, files)
-    else:
-        assert AtomicWriter(str(vol)).write({k: fp(v) for k, v in files.items()})
+    files = rewrite(vol, restart)
     assert_intact(victim)
     assert_correct(vol, files)
 
@@ -121,11 +109,7 @@ def test_timestamped_dir_that_is_a_symlink_out(vol: Path, victim: Path, restart:
     os.symlink(str(victim), vol / OLD_TS)  # looks like one of the writer's own
     os.unlink(vol / DATA_DIR)
     os.symlink(OLD_TS, vol / DATA_DIR)
-    files = {"a": "1", "d/x": "2"} if restart else {"a": "new"}
-    if restart:
-        assert restart_write(vol, files)
-    else:
-        assert AtomicWriter(str(vol)).write({k: fp(v) for k, v in files.items()})
+    files = rewrite(vol, restart)
     assert_intact(victim)
     assert_correct(vol, files)  # the planted link is gone too
 

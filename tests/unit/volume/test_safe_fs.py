@@ -14,20 +14,7 @@ import pytest
 
 from kubelet.util import filesystem
 from kubelet.volumemanager import mountutil
-
-
-@pytest.fixture
-def victim(tmp_path: Path) -> Path:
-    v = tmp_path / "victim"
-    (v / "sub").mkdir(parents=True)
-    (v / "f").write_text("precious")
-    (v / "sub" / "g").write_text("precious too")
-    return v
-
-
-def assert_intact(victim: Path) -> None:
-    assert (victim / "f").read_text() == "precious"
-    assert (victim / "sub" / "g").read_text() == "precious too"
+from tests.unit.volume.conftest import assert_intact
 
 
 @pytest.fixture
