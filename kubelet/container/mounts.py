@@ -119,10 +119,10 @@ def _prepare_subpath(
             f'failed to prepare subPath for volumeMount "{name}" of container "{cname}"'
         ) from err
     try:
-        if not os.path.exists(os.path.join(volume_path, sub)):
-            _safe_make_dir(root, sub, name, cname)
         try:
-            fd = filesystem.open_beneath(root, sub)
+            # Existence is judged by the safe lookup too: stat(2) on the joined
+            # path would tell the pod whether a host path behind its link exists.
+            fd = _open_or_make(root, sub, name, cname)
             try:
                 return bind_subpath(fd, pod_dir, name, cname, index)
             finally:
@@ -135,6 +135,14 @@ def _prepare_subpath(
             ) from err
     finally:
         os.close(root)
+
+
+def _open_or_make(root: int, sub: str, name: str, cname: str) -> int:
+    try:
+        return filesystem.open_beneath(root, sub)
+    except FileNotFoundError:
+        _safe_make_dir(root, sub, name, cname)
+    return filesystem.open_beneath(root, sub)
 
 
 def _safe_make_dir(root: int, sub: str, name: str, cname: str) -> None:

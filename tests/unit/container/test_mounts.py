@@ -157,9 +157,11 @@ def test_subpath_symlink_escapes_refused(vol: MountedVolume, tmp_path: Path):
             error(ctr({"name": "data", "mountPath": "/x", "subPath": sub}), {"data": vol})
             == prepare
         )
-    # A missing dir under a link that leads out is not created out there.
-    msg = error(ctr({"name": "data", "mountPath": "/x", "subPath": "abs/newdir"}), {"data": vol})
-    assert msg == 'failed to create subPath directory for volumeMount "data" of container "app"'
+    # A missing dir under a link that leads out is not created out there, and
+    # the answer does not tell whether the host path behind the link exists.
+    for sub in ("abs/newdir", "abs/key", "rel/newdir"):
+        msg = error(ctr({"name": "data", "mountPath": "/x", "subPath": sub}), {"data": vol})
+        assert msg == prepare
     assert not (secret / "newdir").exists()
 
 
@@ -261,29 +263,31 @@ def test_subpath_that_cannot_be_bind_mounted_fails_the_container(
     assert not os.path.lexists(target({"data": vol}, 0))
 
 
-def test_subpath_link_swapped_after_the_existence_check_is_caught(
+def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
     vol: MountedVolume, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The container replaces the subPath with a link out between the
-    kubelet's checks: the descriptor walk still refuses it."""
-    from kubelet.container import mounts as mounts_mod
+    """The container replaces the subPath with a link out after the kubelet
+    resolved it: what is bound (and handed to the runtime) is the directory
+    the kubelet opened, not where the link now points."""
+    from kubelet.volumemanager import mountutil
 
+    if not _can_mount(tmp_path):
+        pytest.skip("this test needs CAP_SYS_ADMIN to make a bind mount")
     base = Path(vol.host_path)
     (base / "conf").mkdir()
+    (base / "conf" / "app.ini").write_text("mine")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret").write_text("host secret")
-    real_exists = os.path.exists
+    real_mount = mountutil.mount
 
-    def swap_then_answer(path: str) -> bool:
-        answer = real_exists(path)
-        if path.endswith("/conf"):
-            (base / "conf").rename(base / "conf.old")
-            (base / "conf").symlink_to(outside)
-        return answer
+    def swap_then_mount(source: str, target: str, fstype: str, options: str = "", flags: int = 0):
+        (base / "conf").rename(base / "conf.old")
+        (base / "conf").symlink_to(outside)
+        real_mount(source, target, fstype, options, flags)
 
-    monkeypatch.setattr(mounts_mod.os.path, "exists", swap_then_answer)
-    c = ctr({"name": "data", "mountPath": "/conf", "subPath": "conf"})
-    assert error(c, {"data": vol}) == (
-        'failed to prepare subPath for volumeMount "data" of container "app"'
-    )
+    monkeypatch.setattr(mountutil, "mount", swap_then_mount)
+    out = mounts(ctr({"name": "data", "mountPath": "/conf", "subPath": "conf"}), {"data": vol})
+    bound = Path(out[0].host_path)
+    assert sorted(os.listdir(bound)) == ["app.ini"]
+    assert (bound / "app.ini").read_text() == "mine"
