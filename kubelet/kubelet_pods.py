@@ -43,9 +43,6 @@ DATA_SUBDIRS = ("pods", "plugins", "plugins_registry", "pod-resources")
 def setup_data_dirs(root_dir: str, pod_logs_dir: str) -> None:
     """The kubelet's directories, made 0750 where missing (existing ones keep
     their mode, as upstream's MkdirAll). Blocking."""
-    if os.path.normpath(root_dir) != root_dir:
-        raise ValueError(f"rootDirectory not in canonical form: expected "
-                         f"{os.path.normpath(root_dir)}, was {root_dir}")  # fmt: skip
     filesystem.mkdir_all(root_dir, DATA_DIR_MODE)
     filesystem.mkdir_all(pod_logs_dir, DATA_DIR_MODE)
     for sub in DATA_SUBDIRS:
