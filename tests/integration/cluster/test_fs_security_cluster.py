@@ -5,6 +5,7 @@ writing into any of them gets EROFS, whatever its volumeMount's readOnly says.""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +34,16 @@ def node(
         yield k
     finally:
         k.stop()
+        # A stopped kubelet leaves its pods' tmpfs volumes mounted (as upstream).
+        _unmount_under(str(tmp))
         print(f"kubelet log: {k.log}")
+
+
+def _unmount_under(base: str) -> None:
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4] for line in fh]
+    for point in sorted((p for p in points if p.startswith(base + "/")), reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 def _ready(k: ClusterKubelet) -> bool:
@@ -113,4 +123,4 @@ def test_writes_into_configmap_secret_and_token_volumes_fail_with_erofs(
     assert len(errors) == 7 and all("Read-only file system" in e for e in errors), errors
     for d in dirs:
         assert any(f"{d}/planted" in e for e in errors), (d, errors)
-    node.cp.kubectl("delete", "pod", "secfs-erofs", "-n", "default", "--wait=false")
+    node.cp.kubectl("delete", "pod", "secfs-erofs", "-n", "default", "--timeout=120s")
