@@ -34,7 +34,7 @@ from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
+from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -384,7 +384,9 @@ class Kubelet:
     async def _start_core(self) -> None:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
-        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        await asyncio.get_running_loop().run_in_executor(
+            None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir
+        )
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)

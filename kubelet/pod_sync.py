@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-import os
 from typing import Any
 
 from kubelet import metrics
@@ -22,6 +21,7 @@ from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
 from kubelet.events import Recorder
+from kubelet.kubelet_pods import make_pod_data_dirs, pod_dir
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.predicate import Admitter
 from kubelet.mirror_client import MirrorClient, mirror_matches
@@ -114,7 +114,7 @@ class KubeletPodSyncer:
         return pod_uid in self._evicted
 
     def pod_dir(self, pod_uid: str) -> str:
-        return os.path.join(self.root_dir, "pods", pod_uid)
+        return pod_dir(self.root_dir, pod_uid)
 
     def _previous_status(self, pod: Pod) -> dict[str, Any] | None:
         """The basis of the next status: the status manager's, or before this
@@ -133,9 +133,7 @@ class KubeletPodSyncer:
         u = uid(pod)
         if u not in self._pod_dirs:
             # Once per pod: a couple of mkdirs, not worth a thread hop.
-            pod_dir = self.pod_dir(u)
-            os.makedirs(os.path.join(pod_dir, "volumes"), exist_ok=True)
-            os.makedirs(os.path.join(pod_dir, "plugins"), exist_ok=True)
+            make_pod_data_dirs(self.root_dir, u)
             self._pod_dirs.add(u)
         if u not in self._warned:
             self._warned.add(u)
