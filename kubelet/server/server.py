@@ -25,6 +25,7 @@ from kubelet.server import debugging
 from kubelet.server.auth import AuthorizationError, ServerAuth, api_verb
 from kubelet.server.debugging import DebugHandlers
 from kubelet.server.host import HealthCheck, NodeView, NoPods, SummaryProvider
+from kubelet.server.tlsproto import TLSSite
 
 __all__ = ["DebugHandlers", "HealthCheck", "NoPods", "NodeView", "SummaryProvider"]
 
@@ -241,7 +242,10 @@ async def serve(
         max_headers=MAX_HEADERS,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
+    # With TLS, a site whose sessions exec/attach/port-forward can hand to their
+    # relay threads (kubelet/server/tlsproto.py).
+    site_type = TLSSite if ssl_context is not None else web.TCPSite
+    site = site_type(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
     log.info("Serving %s on %s:%d", "https" if ssl_context else "http", host or "0.0.0.0", port)
     return runner
