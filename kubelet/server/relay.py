@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,16 @@ class TLSState:
 
 
 class Endpoint:
-    """One end of the relay: a socket, plain or TLS, and what waits to go out."""
+    """One end of the relay: a socket, plain or TLS, and what waits to go out.
+
+    Reads land in a buffer of the endpoint's own; what is written is sent at
+    once and only what the socket does not take is copied into `out`."""
 
     def __init__(self, sock: socket.socket, tls: TLSState | None = None) -> None:
         self.sock = sock
         self.tls = tls
+        self.buf = bytearray(CHUNK)
+        self.view = memoryview(self.buf)
         self.out = bytearray()  # bytes for the socket (ciphertext under TLS)
         self.eof_in = False  # nothing more comes from this side
         self.want_shut = False  # half-close this side once `out` is sent
@@ -71,28 +77,35 @@ class Endpoint:
         t = self.tls
         return t is not None and (t.incoming.pending > 0 or t.obj.pending() > 0)
 
-    def read(self) -> bytes | None:
-        """Plaintext from this side: b"" at its end, None when none is ready."""
-        data = self._read()
-        self.starved = data is None
-        return data
+    def read(self) -> memoryview | None:
+        """Plaintext from this side, valid until the next read: empty at its end,
+        None when none is ready. Raises OSError (ssl.SSLError) if it broke."""
+        n = self._read()
+        self.starved = n is None
+        return None if n is None else self.view[:n]
 
-    def _read(self) -> bytes | None:
+    def _read(self) -> int | None:
         if self.tls is None:
             try:
-                return self.sock.recv(CHUNK)
+                return self.sock.recv_into(self.buf)
             except (BlockingIOError, InterruptedError):
                 return None
         t = self.tls
-        while True:
+        got = 0
+        while got < CHUNK:
             try:
-                data = t.obj.read(CHUNK)
-                self._take_tls_output()  # a key update or an alert to answer
-                return data  # b"": the peer's close_notify
+                # With a buffer, read() returns a count (the stubs say bytes).
+                n = cast(int, t.obj.read(CHUNK - got, self.view[got:]))  # type: ignore[arg-type]
+                if n == 0:
+                    return got  # the peer's close_notify (0 once the data is out)
+                got += n
+                continue
             except ssl.SSLWantReadError:
                 pass
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return b""
+                return got
+            if got:
+                break  # deliver what there is before waiting on the socket
             try:
                 raw = self.sock.recv(CHUNK)
             except (BlockingIOError, InterruptedError):
@@ -101,10 +114,14 @@ class Endpoint:
                 t.incoming.write(raw)
             else:
                 t.incoming.write_eof()  # the next read ends the session
+        self._take_tls_output()  # a key update or an alert to answer
+        return got
 
-    def queue(self, data: bytes) -> None:
+    def queue(self, data: memoryview | bytes) -> None:
+        """Send `data` (encrypted under TLS), keeping what the socket does not take.
+        A broken socket marks the endpoint lost instead of raising."""
         if self.tls is None:
-            self.out += data
+            self._send_or_keep(data)
         else:
             self.tls.obj.write(data)
             self._take_tls_output()
@@ -112,7 +129,23 @@ class Endpoint:
     def _take_tls_output(self) -> None:
         assert self.tls is not None
         if self.tls.outgoing.pending:
-            self.out += self.tls.outgoing.read()
+            self._send_or_keep(self.tls.outgoing.read())
+
+    def _send_or_keep(self, data: memoryview | bytes) -> None:
+        if self.lost:
+            return
+        if not self.out:
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                self.lost = True
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+        self.out += data
 
     def flush(self) -> None:
         """Send what the socket takes now; half-close when asked and all is sent."""
@@ -394,9 +427,13 @@ class _Pump:
                         self.close_soon()  # TLS here cannot half-close: end both
                     break
                 dst.queue(data)
-        except (OSError, ssl.SSLError):
+                if dst.lost:
+                    break
+        except OSError:  # ssl.SSLError is one
             self._lose(src)
-        if not dst.lost:
+        if dst.lost:
+            self._lose(dst)
+        else:
             try:
                 dst.flush()
             except OSError:
@@ -481,7 +518,7 @@ def _recv_until(ep: Endpoint, deadline: float) -> bytes:
         raise TimeoutError("timed out")
     ep.sock.settimeout(left)
     data = ep.read()
-    return b"" if data is None else data
+    return b"" if data is None else bytes(data)
 
 
 def _read_head(ep: Endpoint, deadline: float) -> bytes:
