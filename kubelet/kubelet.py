@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
@@ -77,6 +78,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
 from kubelet.volume import VolumeHost
@@ -148,8 +150,10 @@ class Kubelet:
         self.kube_client = kube_client
         self.api_source: APIServerSource | None = None
         mirror_client: MirrorClient | None = None
+        # kubelet_pod_start_sli_duration_seconds: the watch, the status set, the pulls.
+        self.startup = PodStartupLatencyTracker()
         if kube_client is not None:
-            self.api_source = APIServerSource(kube_client, node_name, self.pod_config)
+            self.api_source = APIServerSource(kube_client, node_name, self.pod_config, self.startup)
             mirror_client = MirrorClient(kube_client, node_name, node_uid)
         self.status_manager = StatusManager(
             kube_client,
@@ -158,6 +162,7 @@ class Kubelet:
             mirror_of=self.pod_manager.get_mirror,
             can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
             tracking=self.features.enabled(generation.GATE),
+            on_status_set=self.startup.record_status_updated,
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
@@ -266,6 +271,7 @@ class Kubelet:
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
             image_puller=ImagePuller.from_config(config),
+            startup=self.startup,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -668,6 +674,17 @@ class Kubelet:
             self.pod_workers.update_pod(PodWork(static, UpdateType.SYNC))
             self.status_manager.enqueue(uid(static))
 
+    def pod_counts(self) -> metrics.PodCounts:
+        """Desired, active and mirror pods, for /metrics (read at scrape time)."""
+        desired = self.pod_manager.pods()
+        active = self._active_pods()
+        static = sum(1 for p in desired if is_static(p))
+        active_static = sum(1 for p in active if is_static(p))
+        return metrics.PodCounts(
+            len(desired) - static, static, len(active) - active_static, active_static,
+            len(self.pod_manager.mirrors()),
+        )  # fmt: skip
+
     def _active_pods(self) -> list[Pod]:
         """Admitted pods that are not finished or being killed."""
         out = []
@@ -741,6 +758,7 @@ class Kubelet:
         workers = self.pod_workers.known()
         for u in self.pleg.differ.pod_ids():
             if u and u not in desired and u not in workers and u not in self._orphans_killing:
+                metrics.ORPHANED_RUNTIME_PODS.inc()
                 self._orphans_killing.add(u)
                 task = asyncio.create_task(self._kill_orphan(u))
                 self._background.add(task)

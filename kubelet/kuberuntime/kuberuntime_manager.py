@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet import metrics
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import (
     CREATED,
@@ -75,6 +76,7 @@ from kubelet.types import (
 from kubelet.util import filesystem
 from kubelet.util.duration import format_duration
 from kubelet.util.parsers import ImageNameError, parse_image_name
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
@@ -155,8 +157,11 @@ class RuntimeManager:
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
         image_puller: ImagePuller | None = None,
+        startup: PodStartupLatencyTracker | None = None,
     ) -> None:
         self.runtime = runtime
+        # The pod startup SLI leaves image pulls out: it hears of each.
+        self.startup = startup
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
@@ -725,9 +730,12 @@ class RuntimeManager:
             cfg.linux.security_context.namespace_options.CopyFrom(
                 namespace_options(pod, pid_target=target.id)
             )
+        kind = metrics.container_type(pod["spec"], c)
+        metrics.STARTED_CONTAINERS.labels(kind).inc()
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
         except errors.CRIError as e:
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, e.code_name).inc()
             msg = e.message
             waiting[cname] = ("CreateContainerError", msg)
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
@@ -736,6 +744,7 @@ class RuntimeManager:
         try:
             await self.runtime.start_container(cid)
         except errors.CRIError as e:
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, e.code_name).inc()
             msg = e.message
             waiting[cname] = ("RunContainerError", msg)
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
@@ -829,9 +838,13 @@ class RuntimeManager:
             ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
             return ref, time.monotonic() - start
 
+        if self.startup is not None:
+            self.startup.record_image_started_pulling(uid(pod))
         try:
             async with lock:  # never two pulls of one image at once
                 ref, took = await self.image_puller.pull(timed_pull)
+            if self.startup is not None:
+                self.startup.record_image_finished_pulling(uid(pod))
         except (PullError, PullQPSExceeded) as err:
             self.image_backoff.next(key, self.image_backoff.now())
             self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err}', cname)
