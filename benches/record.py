@@ -52,7 +52,7 @@ def start() -> dict[str, Any]:
     """What a record says about the start of its run; call before measuring."""
     return {
         "commit": commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
     }
