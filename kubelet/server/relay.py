@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import select
 import socket
 import ssl
@@ -249,7 +250,7 @@ class Relay:
 
     # ------------------------------------------------------------ event loop side
     def start(self) -> None:
-        threading.Thread(target=self._main, name="stream-relay", daemon=True).start()
+        _WORKERS.submit(self._main)
 
     def attach(self, client: Endpoint, to_client: bytes, to_runtime: bytes) -> None:
         """Hand over the client's connection: `to_client` (the runtime's answer)
@@ -365,6 +366,39 @@ class Relay:
 
     def _is_aborted(self) -> bool:
         return self._aborted
+
+
+class _Workers:
+    """Daemon threads that run relays, kept when idle (up to KEEP_IDLE) so that a
+    new exec seldom starts a thread: Thread.start() waits until the new thread
+    runs, which on a loaded node is a wait the event loop would make."""
+
+    KEEP_IDLE = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # that worker's next get() is this one
+                self._queue.put(fn)
+                return
+        threading.Thread(target=self._work, args=(fn,), name="stream-relay", daemon=True).start()
+
+    def _work(self, fn: Callable[[], None]) -> None:
+        while True:
+            fn()
+            with self._lock:
+                if self._idle >= self.KEEP_IDLE:
+                    return
+                self._idle += 1
+            fn = self._queue.get()
+
+
+_WORKERS = _Workers()
 
 
 class _Pump:
