@@ -3,9 +3,13 @@ at which commit, when, and on what machine (cores, memory, kernel, load average
 when it started), so that every published figure can be traced and compared.
 
     python -m benches.record NAME -- python -m benches.streaming --execs 100
+    python -m benches.record NAME --result OUT/result.json [--result OUT/ceiling.json] \
+        -- python -m benches.density --out OUT ...
 
-runs the command, takes the JSON object it prints last on stdout as its result,
-and writes benches/results/NAME-<date>.json. Benchmarks may also call `record()`.
+runs the command and writes benches/results/NAME-<date>.json with, as its result,
+the JSON object the command printed last on stdout, or the JSON files named by
+--result (one: its content; several: {file name: content}). Benchmarks may also
+call `record()`.
 """
 
 from __future__ import annotations
@@ -92,21 +96,33 @@ def _last_json(text: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if "--" not in args or args.index("--") != 1:
-        print("usage: python -m benches.record NAME -- COMMAND...", file=sys.stderr)
+    if "--" not in args or not args or args[0].startswith("-"):
+        print("usage: python -m benches.record NAME [--result FILE]... -- COMMAND...",
+              file=sys.stderr)  # fmt: skip
         return 2
-    name, cmd = args[0], args[2:]
+    split = args.index("--")
+    name, opts, cmd = args[0], args[1:split], args[split + 1 :]
+    files = [opts[i + 1] for i, o in enumerate(opts) if o == "--result" and i + 1 < len(opts)]
     head = start()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     sys.stdout.write(proc.stdout)
-    result = _last_json(proc.stdout)
-    if proc.returncode != 0 or result is None:
-        print(f"not recorded: exit {proc.returncode}, result {'found' if result else 'missing'}",
-              file=sys.stderr)  # fmt: skip
+    result: Any
+    try:
+        if len(files) == 1:
+            result = json.loads(Path(files[0]).read_text())
+        elif files:
+            result = {Path(f).name: json.loads(Path(f).read_text()) for f in files}
+        else:
+            result = _last_json(proc.stdout)
+    except (OSError, ValueError) as err:
+        print(f"not recorded: {err}", file=sys.stderr)
         return proc.returncode or 1
-    path = record(name, " ".join(cmd), head, result)
+    if result is None:
+        print(f"not recorded: exit {proc.returncode}, no result", file=sys.stderr)
+        return proc.returncode or 1
+    path = record(name, " ".join(cmd), head, result, exit_code=proc.returncode)
     print(f"record: {path}", file=sys.stderr)
-    return 0
+    return proc.returncode
 
 
 if __name__ == "__main__":

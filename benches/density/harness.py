@@ -33,13 +33,15 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benches.density import evidence
+from benches.density import evidence, kwok
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
+# Upstream's kubelet_perf.go polls container stats every 10 s.
+CPU_SAMPLE_S = float(os.environ.get("DENSITY_CPU_SAMPLE_S", "10"))
 # Both kubelets: first seen by the kubelet -> its containers running, as the
 # kubelet sees it (no status write, no watch): the kubelet's own share of startup.
 POD_START_HIST = "kubelet_pod_start_duration_seconds"
@@ -68,7 +70,7 @@ def needs_controllers(templates: list[str]) -> bool:
 
 @dataclass
 class Spec:
-    kubelet: str  # "ours" | "upstream"
+    kubelet: str  # "ours" | "upstream" | "kwok" (the ceiling)
     relist: float  # seconds
     n: int
     rate: float = 50.0  # pods created per second
@@ -138,6 +140,10 @@ class Result:
     # and the steady state (it answers every CRI call, in Python).
     sim_startup_cpu_cores: float | None = None
     sim_cpu_cores: float | None = None
+    # The steady state in CPU_SAMPLE_S intervals (kubelet_perf.go's way).
+    steady_cpu_samples: int = 0
+    steady_cpu_p50_cores: float | None = None
+    steady_cpu_p95_cores: float | None = None
 
 
 def audit_policy(path: Path) -> None:
@@ -289,6 +295,7 @@ class Run:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ctd: ContainerdRuntime | None = None
         self.sim_pid: int | None = None
+        self.ro: int | None = None  # the kubelet's read-only port (none for kwok)
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
@@ -414,6 +421,8 @@ class Run:
         return text
 
     def _metrics(self) -> str:
+        if self.ro is None:
+            raise OSError("no kubelet metrics (kwok)")
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
             return str(r.read().decode())
 
@@ -583,8 +592,14 @@ class Run:
         try:
             r.load_avg = [round(x, 2) for x in os.getloadavg()]
             await self._prepare_namespace(admin)
-            endpoint = self._start_runtime()
-            kubelet = self._start_kubelet(endpoint)
+            if self.spec.kubelet == "kwok":
+                # No runtime and no kubelet: kwok manages a Node we create.
+                await admin.create("/api/v1/nodes", kwok.node_object(self.node))
+                kubelet = kwok.start(self.dir, self.cp.admin_kubeconfig, self.node, free_port())
+                self.procs.append(kubelet)
+            else:
+                endpoint = self._start_runtime()
+                kubelet = self._start_kubelet(endpoint)
             k_start = time.monotonic()
 
             async def ready() -> bool:
@@ -648,19 +663,21 @@ class Run:
             if self.running_at:
                 r.all_running_s = max(self.running_at.values()) - t_create
             await asyncio.sleep(5)  # let start-up work drain
-            before = buckets(self._metrics(), RELIST_HIST)
+            before = self._buckets_or_empty(RELIST_HIST)
             spy = self._start_profile(kubelet.pid)
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
             s0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
             u0 = self.ctd.usage() if self.ctd is not None else None
-            await asyncio.sleep(self.spec.hold)
+            await self._sample_cpu(kubelet.pid)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             if self.sim_pid is not None:
                 r.sim_cpu_cores = (proc_cpu_s(self.sim_pid) - s0) / (time.monotonic() - w0)
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
             if u0 is not None and self.ctd is not None and (u1 := self.ctd.usage(pss=True)):
                 self._runtime_usage(u0, u1, time.monotonic() - w0)
-            after = buckets(self._metrics(), RELIST_HIST)
+            after = self._buckets_or_empty(RELIST_HIST)
+            if r.kubelet != "kwok":
+                self._metrics_text("metrics-steady.txt")  # for the metric parity check
             if spy is not None:
                 r.profile_top, _ = self._finish_profile(spy)
             if before and after and len(before) == len(after):
@@ -715,6 +732,20 @@ class Run:
             shutil.rmtree(self.dir / "root", ignore_errors=True)
         return r
 
+    async def _sample_cpu(self, pid: int) -> None:
+        """The steady state: the kubelet's CPU in CPU_SAMPLE_S intervals, as upstream's
+        kubelet_perf.go samples it (every 10 s), for its p50 and p95."""
+        r, samples = self.result, []
+        end = time.monotonic() + self.spec.hold
+        while (left := end - time.monotonic()) > 0:
+            c0, t0 = proc_cpu_s(pid), time.monotonic()
+            await asyncio.sleep(min(CPU_SAMPLE_S, left))
+            if time.monotonic() - t0 >= CPU_SAMPLE_S / 2:
+                samples.append((proc_cpu_s(pid) - c0) / (time.monotonic() - t0))
+        r.steady_cpu_samples = len(samples)
+        r.steady_cpu_p50_cores = perf_percentile(samples, 0.50)
+        r.steady_cpu_p95_cores = perf_percentile(samples, 0.95)
+
     def _runtime_usage(self, u0: Usage, u1: Usage, secs: float) -> None:
         r = self.result
         r.containerd_cpu_cores = (u1.containerd_cpu_s - u0.containerd_cpu_s) / secs
@@ -735,6 +766,12 @@ class Run:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def perf_percentile(samples: list[float], q: float) -> float | None:
+    """kubelet_perf.go's percentile: the sorted sample at int(len * q) - 1."""
+    i = int(len(samples) * q) - 1
+    return sorted(samples)[i] if i >= 0 else None
 
 
 def result_record(r: Result) -> dict[str, Any]:
