@@ -320,6 +320,8 @@ class Kubelet:
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
         self._orphans_killing: set[str] = set()
+        # What the last scan for runtime orphans saw (see _kill_runtime_orphans).
+        self._orphan_scan_key: tuple[int, int, int, int] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.last_loop = 0.0
         self.sources_ready = asyncio.Event()
@@ -756,13 +758,7 @@ class Kubelet:
         if not self.sources_ready.is_set() and self._sources:
             return  # never judge runtime pods before every source has spoken
         workers = self.pod_workers.known()
-        for u in self.pleg.differ.pod_ids():
-            if u and u not in desired and u not in workers and u not in self._orphans_killing:
-                metrics.ORPHANED_RUNTIME_PODS.inc()
-                self._orphans_killing.add(u)
-                task = asyncio.create_task(self._kill_orphan(u))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+        self._kill_runtime_orphans(desired, workers)
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
         removable = await self.volume_manager.cleanup_orphaned_pods(desired | workers)
@@ -781,6 +777,24 @@ class Kubelet:
                 self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
+
+    def _kill_runtime_orphans(self, desired: set[str], workers: set[str]) -> None:
+        """Kill runtime pods no source wants and no worker runs. The scan over
+        every runtime pod is skipped while nothing it depends on changed: the
+        runtime's pods (the differ's change count), the desired pods, the
+        workers and the kills under way."""
+        key = (self.pleg.differ.changes, self.pod_manager.generation,
+               self.pod_workers.generation, len(self._orphans_killing))  # fmt: skip
+        if key == self._orphan_scan_key:
+            return
+        for u in self.pleg.differ.pod_ids():
+            if u and u not in desired and u not in workers and u not in self._orphans_killing:
+                metrics.ORPHANED_RUNTIME_PODS.inc()
+                self._orphans_killing.add(u)
+                task = asyncio.create_task(self._kill_orphan(u))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+        self._orphan_scan_key = (key[0], key[1], key[2], len(self._orphans_killing))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -104,6 +104,9 @@ class PodWorkers:
         self.clock = clock
         self._sem = asyncio.Semaphore(max_concurrency)
         self.states: dict[str, _State] = {}
+        # Bumped whenever a pod gets or loses its worker: housekeeping skips
+        # work that depends only on which pods have workers.
+        self.generation = 0
         # Told when a pod's containers are all stopped (the status manager may
         # then finish a graceful deletion).
         self.on_terminated = on_terminated
@@ -116,6 +119,7 @@ class PodWorkers:
             # containers may be running in the runtime.
             st = _State(work.pod)
             self.states[u] = st
+            self.generation += 1
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")
         if work.type is UpdateType.KILL:
             # The newest copy of the pod (a deletion bumps its generation): the
@@ -177,6 +181,7 @@ class PodWorkers:
                     except Exception:
                         log.exception("cleanup of pod %s failed", u)
                     self.states.pop(u, None)
+                    self.generation += 1
                     st.done.set()
                     return
 
