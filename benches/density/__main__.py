@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"pods created per second (default 50; containerd {CONTAINERD_RATE})")  # fmt: skip
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument("--changes", type=int, default=0, metavar="K",
+                    help="after the steady state, stop K containers through the CRI "
+                    "(10/s) and time each change to the watch")  # fmt: skip
     ap.add_argument("--kwok", action="store_true",
                     help="also run kwok (the ceiling: no runtime) at every N; "
                     "ratios to it in ceiling.json")  # fmt: skip
@@ -291,10 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     for template in args.template:
         for n in args.n:
             specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
-                           runtime=args.runtime) for rl in args.relist]  # fmt: skip
+                           runtime=args.runtime, changes=args.changes)
+                      for rl in args.relist]  # fmt: skip
             if have_upstream:
                 specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
-                                  runtime=args.runtime))  # fmt: skip
+                                  runtime=args.runtime, changes=args.changes))  # fmt: skip
             if args.kwok:
                 specs.append(Spec("kwok", 0.0, n, args.rate, args.hold, template=template))
             if args.unthrottled:
@@ -327,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             r = asyncio.run(Run(cp, spec, work, i).run())
             results.append(r)
             print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)
+            if r.container_change:
+                print(f"  container change -> API: {r.container_change}", flush=True)
             if r.evidence:
                 print(evidence.brief(r.evidence), flush=True)
             if r.sim_startup_cpu_cores is not None:

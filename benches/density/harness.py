@@ -34,12 +34,15 @@ import aiohttp
 import yaml
 
 from benches.density import evidence, kwok
+from benches.density.changes import ChangeProbe
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
+# Containers stopped per second after the steady state (Spec.changes).
+CHANGE_RATE = 10.0
 # Upstream's kubelet_perf.go polls container stats every 10 s.
 CPU_SAMPLE_S = float(os.environ.get("DENSITY_CPU_SAMPLE_S", "10"))
 # Both kubelets: first seen by the kubelet -> its containers running, as the
@@ -80,6 +83,7 @@ class Spec:
     qps: int = KUBE_API_QPS  # kubeAPIQPS / kubeAPIBurst of the kubelet
     burst: int = KUBE_API_BURST
     runtime: str = "sim"  # one of RUNTIMES
+    changes: int = 0  # containers stopped after the steady state (benches/density/changes.py)
 
 
 @dataclass
@@ -144,6 +148,8 @@ class Result:
     steady_cpu_samples: int = 0
     steady_cpu_p50_cores: float | None = None
     steady_cpu_p95_cores: float | None = None
+    # Container stopped through the CRI -> the change seen on the watch (changes.py).
+    container_change: dict[str, Any] = field(default_factory=dict)
 
 
 def audit_policy(path: Path) -> None:
@@ -296,6 +302,8 @@ class Run:
         self.ctd: ContainerdRuntime | None = None
         self.sim_pid: int | None = None
         self.ro: int | None = None  # the kubelet's read-only port (none for kwok)
+        self.endpoint = ""  # the runtime's CRI endpoint
+        self.changes = ChangeProbe()
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
@@ -527,8 +535,10 @@ class Run:
                         params["resourceVersion"] = obj["metadata"]["resourceVersion"]
                     if etype == "DELETED":
                         self.deleted.add(name)
-                    elif obj.get("status", {}).get("phase") == "Running":
-                        self.running_at.setdefault(name, now)
+                    else:
+                        if obj.get("status", {}).get("phase") == "Running":
+                            self.running_at.setdefault(name, now)
+                        self.changes.observe(obj, now)
                     if stop.is_set():
                         return
             except asyncio.CancelledError:
@@ -598,8 +608,8 @@ class Run:
                 kubelet = kwok.start(self.dir, self.cp.admin_kubeconfig, self.node, free_port())
                 self.procs.append(kubelet)
             else:
-                endpoint = self._start_runtime()
-                kubelet = self._start_kubelet(endpoint)
+                self.endpoint = self._start_runtime()
+                kubelet = self._start_kubelet(self.endpoint)
             k_start = time.monotonic()
 
             async def ready() -> bool:
@@ -685,6 +695,10 @@ class Run:
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
                 r.relist_p50_ms = None if p50 is None else p50 * 1000
                 r.relist_p99_ms = None if p99 is None else p99 * 1000
+            if self.spec.changes and self.endpoint:
+                await self.changes.trigger(self.endpoint, self.spec.changes, CHANGE_RATE)
+                await self.changes.wait(60)
+                r.container_change = self.changes.result()
             t_del = time.monotonic()
             await self._delete_all(admin)
             names = set(self.created)
