@@ -119,3 +119,37 @@ def test_every_other_skip_goes_through_the_part_mechanism() -> None:
     )
     stale = {k: v for k, v in ALLOWED_SKIPS.items() if found.get(k, 0) < v}
     assert not stale, f"ALLOWED_SKIPS lists skips that are gone: {stale}"
+
+
+def run_parts(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
+    """hack/lib.sh's prepare_parts + report_parts on a part that sets up and one that fails."""
+    parts = tmp_path / "parts"
+    parts.mkdir(exist_ok=True)
+    (parts / "fine.sh").write_text("echo fine\n")
+    (parts / "broken.sh").write_text(
+        "echo 'fetching the part'\necho 'broken on purpose' >&2\nexit 7\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["KUBELET_CACHE"] = str(tmp_path / "cache")
+    if ci is not None:
+        env["CI"] = ci
+    script = f"source {REPO}/hack/lib.sh && prepare_parts {tmp_path}/log {parts}/*.sh && report_parts {tmp_path}/log"
+    return subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_hack_fails_under_ci_when_a_part_cannot_be_set_up(tmp_path: Path) -> None:
+    r = run_parts(tmp_path, "true")
+    assert r.returncode == 1, r
+    assert "part fine ready" in r.stderr
+    assert "part broken: set-up FAILED (exit 7" in r.stderr
+    assert "broken on purpose" in r.stderr  # the tail of its log
+    assert "CI=true: real parts that cannot be set up fail the run: broken" in r.stderr
+
+
+def test_hack_warns_locally_when_a_part_cannot_be_set_up(tmp_path: Path) -> None:
+    r = run_parts(tmp_path, None)
+    assert r.returncode == 0, r
+    assert "broken on purpose" in r.stderr
+    assert "WARNING: broken not set up; tests that need them will skip and say why" in r.stderr

@@ -1,0 +1,45 @@
+"""A record of how long one run of hack/test.sh took.
+
+    python -m benches.ci_time out/test-timings.json [--cold] [--note TEXT]
+
+hack/test.sh writes out/test-timings.json at the end of every run (the machine
+and its load at the start, the time of each phase and of each part's set-up);
+this turns one into benches/results/ci-time-<time>.json. `--cold`: the run
+started from a fresh clone with no venv, no ~/.cache/kubelet-py and no Go
+module or build cache (say so only when it is true).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benches import records
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benches.ci_time")
+    ap.add_argument("timings", type=Path)
+    ap.add_argument("--cold", action="store_true", help="the run started from nothing cached")
+    ap.add_argument("--note", default="", help="what else a reader should know about the run")
+    args = ap.parse_args(argv)
+    t = json.loads(args.timings.read_text())
+    command = ("CI=true " if t["ci"] else "") + " ".join(["hack/test.sh", t["args"]]).strip()
+    started = records.Started(command, t["commit"], t["started"], t["machine"])
+    figures = {
+        "cold": args.cold,
+        "total_s": t["total_s"],
+        "total_min": round(t["total_s"] / 60, 1),
+        "phases_s": t["phases_s"],
+        "parts_s": t["parts_s"],
+    }
+    if args.note:
+        figures["note"] = args.note
+    records.write(started, "ci-time", figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
