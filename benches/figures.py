@@ -20,9 +20,17 @@ measurement outside any block: a number with a unit (ms, s, MiB, core, x, %,
 Placeholders: `{EXPR}` or `{EXPR | FORMAT}` (a Python format spec). EXPR is
 arithmetic (+ - * / and parentheses) over numbers and references. A reference
 starts with a record's alias and walks into it: `.key`, `["any key"]`, `[3]`
-(a list index) or `[k=v,k2=v2]` (the one list element whose fields match).
+(a list index) or `[k=v,k2=v2]` (the one list element whose fields match);
+`.key?` is null (rendered "-") where the key is absent.
 `ALIAS@link` is the record file's path relative to the Markdown file.
-`{{` and `}}` are literal braces. A null value renders as "-".
+`{{` and `}}` are literal braces. A null value renders as "-". Formats of
+their own: `count` (the length of a list), `join` (its items, comma-separated),
+`loadavg` (the load averages of an `uptime` line).
+
+Rows of a list: the template lines between `{each ROW in EXPR}` and `{end}`
+(each on a line of its own) are rendered once for every element of the list
+EXPR names, in the record's order, with ROW referring to the element; a last
+`[k=v]` in EXPR keeps every element that matches.
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ BLOCK = re.compile(
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(?P<expr>[^{}|]+)(?:\|(?P<fmt>[^{}]*))?\}")
 TOKEN = re.compile(
     r"\s*(?:(?P<num>\d+(?:\.\d+)?(?:e-?\d+)?)|(?P<ident>[A-Za-z_]\w*)"
-    r"|(?P<key>\.[A-Za-z0-9_]\w*)|(?P<bracket>\[[^\]]*\])|(?P<at>@\w+)|(?P<op>[-+*/()]))"
+    r"|(?P<key>\.[A-Za-z0-9_]\w*\??)|(?P<bracket>\[[^\]]*\])|(?P<at>@\w+)|(?P<op>[-+*/()]))"
 )
 # A measurement: a number with a unit.
 MEASUREMENT = re.compile(
@@ -69,7 +77,7 @@ class Context:
     md_dir: Path
 
 
-def _select(value: Any, inner: str, where: str) -> Any:
+def _select(value: Any, inner: str, where: str, many: bool = False) -> Any:
     inner = inner.strip()
     if re.fullmatch(r"-?\d+", inner):
         return value[int(inner)]
@@ -90,6 +98,8 @@ def _select(value: Any, inner: str, where: str) -> Any:
         return True
 
     found = [item for item in value if matches(item)]
+    if many:
+        return found
     if len(found) != 1:
         raise FigureError(f"{where}: [{inner}] matches {len(found)} elements, not 1")
     return found[0]
@@ -98,8 +108,8 @@ def _select(value: Any, inner: str, where: str) -> Any:
 class _Parser:
     """Recursive descent over the tokens of one placeholder expression."""
 
-    def __init__(self, expr: str, ctx: Context) -> None:
-        self.expr, self.ctx, self.pos = expr, ctx, 0
+    def __init__(self, expr: str, ctx: Context, many: bool = False) -> None:
+        self.expr, self.ctx, self.pos, self.many = expr, ctx, 0, many
         self.tokens: list[tuple[str, str]] = []
         while self.pos < len(expr.rstrip()):
             m = TOKEN.match(expr, self.pos)
@@ -164,11 +174,15 @@ class _Parser:
         while self.peek()[0] in ("key", "bracket", "at"):
             kind, text = self.take()
             try:
-                if kind == "key":
+                if kind == "key" and text.endswith("?"):  # optional: null when absent
+                    value = value.get(text[1:-1]) if isinstance(value, dict) else None
+                    where += text
+                elif kind == "key":
                     value = value[text[1:]]
                     where += text
                 elif kind == "bracket":
-                    value = _select(value, text[1:-1], where)
+                    last = self.many and self.peek()[0] == "end"
+                    value = _select(value, text[1:-1], where, last)
                     where += text
                 elif text == "@link":
                     target = records.RESULTS / f"{self.ctx.names[alias]}.json"
@@ -184,11 +198,20 @@ def render_value(value: Any, fmt: str | None) -> str:
     if value is None:
         return "-"
     spec = (fmt or "").strip()
+    if spec == "count":
+        return str(len(value))
+    if spec == "join":
+        return ", ".join(map(str, value))
+    if spec == "loadavg":  # from `uptime` output
+        return str(value).rsplit("load average:", 1)[-1].strip().replace(", ", " / ")
     if not spec:
         return (
             f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
         )
     return format(value, spec)
+
+
+EACH = re.compile(r"\{each (?P<alias>[A-Za-z_]\w*) in (?P<expr>[^{}]+)\}")
 
 
 def render(template: str, ctx: Context) -> str:
@@ -197,7 +220,27 @@ def render(template: str, ctx: Context) -> str:
             return m.group(0)[0]
         return render_value(_Parser(m.group("expr"), ctx).parse(), m.group("fmt"))
 
-    return PLACEHOLDER.sub(one, template)
+    out: list[str] = []
+    lines = template.split("\n")
+    i = 0
+    while i < len(lines):
+        m = EACH.fullmatch(lines[i].strip())
+        if not m:
+            out.append(PLACEHOLDER.sub(one, lines[i]))
+            i += 1
+            continue
+        try:
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "{end}")
+        except StopIteration:
+            raise FigureError(f"{lines[i]!r} without its {{end}}") from None
+        body = "\n".join(lines[i + 1 : end])
+        alias, expr = m.group("alias"), m.group("expr")
+        root = expr.strip().split(".")[0].split("[")[0]
+        for item in _Parser(expr, ctx, many=True).parse():
+            names = {**ctx.names, alias: ctx.names.get(root, alias)}
+            out.append(render(body, Context({**ctx.records, alias: item}, names, ctx.md_dir)))
+        i = end + 1
+    return "\n".join(out)
 
 
 def _context(refs: str, md_dir: Path, cache: dict[str, dict[str, Any]]) -> Context:
@@ -257,7 +300,7 @@ def _strip(text: str, pattern: str, keep_lines: bool = True) -> str:
 
 def stray_measurements(text: str) -> list[str]:
     """Measurements outside blocks, code and the file's listed settings."""
-    settings = set()
+    settings: set[str] = set()
     for m in SETTINGS.finditer(text):
         settings.update(s.strip().replace(" ", "") for s in m.group(1).split(","))
     plain = _strip(text, r"<!-- figures .*?<!-- /figures -->")

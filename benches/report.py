@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable, "-m", "pytest", here, "-q", "-p", "no:cacheprovider",
             f"--benchmark-json={raw}", "--benchmark-disable-gc", "--benchmark-warmup=on",
             "-o", "testpaths=benches", "-o", "python_files=bench_*.py",
+            # Benchmarks are not tests: no per-test timeout (a loaded machine
+            # once spent it tearing down the 10,000-cgroup tree).
+            "-o", "timeout=0",
         ]  # fmt: skip
         if args.quick:
             cmd += ["--benchmark-min-rounds=3", "--benchmark-max-time=0.2"]

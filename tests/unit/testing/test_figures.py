@@ -95,3 +95,26 @@ def test_a_record_without_its_machine_or_commit_fails(repo: Path) -> None:
     problems = figures.run(write=False)
     assert "demo: no commit" in problems
     assert any("machine lacks kernel and no note says why" in p for p in problems)
+
+
+def test_each_renders_a_row_per_element(repo: Path) -> None:
+    doc = repo / "docs" / "benchmarks.md"
+    doc.write_text(
+        "<!-- figures d=demo\n"
+        "| kubelet | p99 |\n"
+        "{each row in d.figures.rows}\n"
+        "| {row.kubelet} | {row.p99_s | .1f} s |\n"
+        "{end}\n"
+        "{each row in d.figures.rows[kubelet=upstream]}\n"
+        "only {row.kubelet}\n"
+        "{end}\n"
+        "-->\n<!-- /figures -->\n"
+    )
+    assert figures.run(write=True) == []
+    assert "| kubelet | p99 |\n| ours | 0.5 s |\n| upstream | 31.1 s |\nonly upstream\n" in (
+        doc.read_text()
+    )
+
+
+def test_this_repository_passes_its_own_check() -> None:
+    assert figures.run(write=False) == []
