@@ -5,6 +5,8 @@ fails with containerd's log tail; locally it is skipped, saying why."""
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,18 @@ exit 3
 """
 
 
+def _remove_broken_runs() -> None:
+    """The fixture's directories of the broken containerd (its own path under /tmp)."""
+    for d in Path("/tmp").glob("kpy-ctd-*"):
+        log = d / "containerd.log"
+        if log.is_file() and "fake containerd: broken on purpose" in log.read_text(
+            errors="replace"
+        ):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
-def broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("containerd", "runc", "ctr"):
@@ -36,7 +48,8 @@ def broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     work = tmp_path / "run"
     work.mkdir()
-    return work
+    yield work
+    _remove_broken_runs()
 
 
 CONFTEST = 'pytest_plugins = ["tests.fixtures.containerd"]\n'
