@@ -25,7 +25,8 @@ starts with a record's alias and walks into it: `.key`, `["any key"]`, `[3]`
 `ALIAS@link` is the record file's path relative to the Markdown file.
 `{{` and `}}` are literal braces. A null value renders as "-". Formats of
 their own: `count` (the length of a list), `join` (its items, comma-separated),
-`loadavg` (the load averages of an `uptime` line).
+`loadavg` (the load averages of an `uptime` line), `short` (a commit's
+7 hex digits, with `-dirty` when the record says so).
 
 Rows of a list: the template lines between `{each ROW in EXPR}` and `{end}`
 (each on a line of its own) are rendered once for every element of the list
@@ -202,6 +203,9 @@ def render_value(value: Any, fmt: str | None) -> str:
         return str(len(value))
     if spec == "join":
         return ", ".join(map(str, value))
+    if spec == "short":  # a commit: 7 hex digits, and -dirty when the tree was
+        head, _, dirty = str(value).partition("-")
+        return head[:7] + (f"-{dirty}" if dirty else "")
     if spec == "loadavg":  # from `uptime` output
         return str(value).rsplit("load average:", 1)[-1].strip().replace(", ", " / ")
     if not spec:

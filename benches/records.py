@@ -53,17 +53,21 @@ def machine() -> Machine:
     )
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def dirty_files() -> list[str]:
+    """Tracked files that differ from HEAD."""
+    return [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()]
+
+
 def commit() -> str:
     """HEAD of this checkout, `-dirty` when tracked files differ from it."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    head = git("rev-parse", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return f"{head}-dirty" if dirty else head
+    head = _git("rev-parse", "HEAD") or "unknown"
+    return f"{head}-dirty" if dirty_files() else head
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Started:
     commit: str
     date: str
     machine: Machine
+    dirty: tuple[str, ...] = ()  # the files that differed from the commit
 
 
 def begin(argv: list[str] | None = None, module: str | None = None) -> Started:
@@ -86,6 +91,7 @@ def begin(argv: list[str] | None = None, module: str | None = None) -> Started:
         commit=commit(),
         date=now.isoformat().replace("+00:00", "Z"),
         machine=machine(),
+        dirty=tuple(dirty_files()),
     )
 
 
@@ -103,6 +109,8 @@ def write(started: Started, name: str, figures: Any, out: Path | None = None) ->
         "machine": started.machine,
         "figures": figures,
     }
+    if started.dirty:
+        record["dirty_files"] = list(started.dirty)
     path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
     print(f"record: {path}", file=sys.stderr)
     return path
