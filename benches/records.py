@@ -95,8 +95,11 @@ def begin(argv: list[str] | None = None, module: str | None = None) -> Started:
     )
 
 
-def write(started: Started, name: str, figures: Any, out: Path | None = None) -> Path:
-    """benches/results/<name>-<UTC time>.json (or under `out`); returns its path."""
+def write(
+    started: Started, name: str, figures: Any, out: Path | None = None, note: str = ""
+) -> Path:
+    """benches/results/<name>-<UTC time>.json (or under `out`); returns its path.
+    `note`: what a reader should know about the run that the fields do not say."""
     directory = RESULTS if out is None else out
     directory.mkdir(parents=True, exist_ok=True)
     stamp = started.date.replace("-", "").replace(":", "")
@@ -111,6 +114,8 @@ def write(started: Started, name: str, figures: Any, out: Path | None = None) ->
     }
     if started.dirty:
         record["dirty_files"] = list(started.dirty)
+    if note:
+        record["note"] = note
     path.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
     print(f"record: {path}", file=sys.stderr)
     return path
