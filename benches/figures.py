@@ -20,7 +20,7 @@ measurement outside any block: a number with a unit (ms, s, MiB, core, x, %,
 Placeholders: `{EXPR}` or `{EXPR | FORMAT}` (a Python format spec). EXPR is
 arithmetic (+ - * / and parentheses) over numbers and references. A reference
 starts with a record's alias and walks into it: `.key`, `["any key"]`, `[3]`
-(a list index) or `[k=v,k2=v2]` (the one list element whose fields match);
+(a list index), `[0:10]` (a slice) or `[k=v,k2=v2]` (the one list element whose fields match);
 `.key?` is null (rendered "-") where the key is absent.
 `ALIAS@link` is the record file's path relative to the Markdown file.
 `{{` and `}}` are literal braces. A null value renders as "-". Formats of
@@ -88,6 +88,9 @@ def _select(value: Any, inner: str, where: str, many: bool = False) -> Any:
     inner = inner.strip()
     if re.fullmatch(r"-?\d+", inner):
         return value[int(inner)]
+    if re.fullmatch(r"-?\d*:-?\d*", inner):  # a slice of a list
+        a, b = (int(x) if x else None for x in inner.split(":"))
+        return value[a:b]
     if inner[:1] in "\"'":
         return value[inner.strip("\"'")]
     want = dict(pair.split("=", 1) for pair in inner.split(","))
