@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kubelet.testing.parts import on_ci
+
 REPO = Path(__file__).resolve().parents[3]
 
 BROKEN_PART = """
@@ -54,12 +56,24 @@ def test_a_part_that_cannot_start_fails_under_ci_with_its_log_tail(tmp_path: Pat
     assert "CI=true: a real part that cannot start fails the run" in out, out
 
 
-@pytest.mark.parametrize("ci", [None, "", "false"])
-def test_locally_the_same_part_is_a_skip_that_says_why(tmp_path: Path, ci: str | None) -> None:
-    out = run_generated(tmp_path, BROKEN_PART, ci)
+def test_locally_the_same_part_is_a_skip_that_says_why(tmp_path: Path) -> None:
+    out = run_generated(tmp_path, BROKEN_PART, None)
     assert "1 skipped" in out, out
     assert "failed" not in out, out
     assert "the part unavailable: exited with 3" in out, out  # -rs prints the reason
+
+
+@pytest.mark.parametrize(
+    ("value", "ci"),
+    [(None, False), ("", False), ("0", False), ("false", False), ("no", False),
+     ("true", True), ("1", True), ("yes", True)],
+)  # fmt: skip
+def test_what_counts_as_ci(monkeypatch: pytest.MonkeyPatch, value: str | None, ci: bool) -> None:
+    if value is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", value)
+    assert on_ci() is ci
 
 
 # Skips that are not about a missing part: a host feature or privilege this
