@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = {
         "cold": args.cold,
         "total_s": t["total_s"],
-        "total_min": round(t["total_s"] / 60, 1),
+        # null: the run had not ended when it was recorded
+        "total_min": None if t["total_s"] is None else round(t["total_s"] / 60, 1),
         "phases_s": t["phases_s"],
         "parts_s": t["parts_s"],
     }
