@@ -9,6 +9,10 @@ kept in an HTML comment just above, names the record and the field:
     | startup p99 at 1,000 pods | 0.48 s |
     <!-- /figures -->
 
+A block may keep its template in a file instead, so the Markdown around it
+stays short (the README does): `<!-- figures use=NAME -->` renders
+benches/templates/NAME.md, whose first line names the records.
+
 `python -m benches.report --write` renders every block from the records;
 `--check` fails when a block differs from its rendering (a figure edited by
 hand, a record changed or gone), when a record lacks its command, commit, date
@@ -58,7 +62,8 @@ FIGURE_DOCS = (
 )
 
 BLOCK = re.compile(
-    r"<!-- figures (?P<refs>[^\n]*)\n(?P<template>.*?)-->\n(?P<body>.*?)<!-- /figures -->",
+    r"<!-- figures (?:use=(?P<use>[\w.-]+) -->\n|(?P<refs>[^\n]*)\n(?P<template>.*?)-->\n)"
+    r"(?P<body>.*?)<!-- /figures -->",
     re.S,
 )
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(?P<expr>[^{}|]+)(?:\|(?P<fmt>[^{}]*))?\}")
@@ -277,6 +282,16 @@ class Outcome:
     used: set[str]  # record names the file's blocks read
 
 
+def _template_file(name: str) -> tuple[str, str]:
+    """benches/templates/<name>.md: the references on its first line, the template after."""
+    path = REPO / "benches" / "templates" / f"{name}.md"
+    try:
+        refs, _, template = path.read_text().partition("\n")
+    except FileNotFoundError:
+        raise FigureError(f"no template {os.path.relpath(path, REPO)}") from None
+    return refs, template
+
+
 def process(path: Path, cache: dict[str, dict[str, Any]] | None = None) -> Outcome:
     """Render every block of one Markdown file and list what is wrong in it."""
     cache = {} if cache is None else cache
@@ -288,8 +303,11 @@ def process(path: Path, cache: dict[str, dict[str, Any]] | None = None) -> Outco
     def block(m: re.Match[str]) -> str:
         line = original.count("\n", 0, m.start()) + 1
         try:
-            ctx = _context(m.group("refs"), path.parent, cache)
-            body = render(m.group("template"), ctx)
+            refs, template = m.group("refs"), m.group("template")
+            if m.group("use"):
+                refs, template = _template_file(m.group("use"))
+            ctx = _context(refs, path.parent, cache)
+            body = render(template, ctx)
         except FigureError as err:
             problems.append(f"{rel}:{line}: {err}")
             return m.group(0)

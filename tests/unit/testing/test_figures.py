@@ -118,3 +118,16 @@ def test_each_renders_a_row_per_element(repo: Path) -> None:
 
 def test_this_repository_passes_its_own_check() -> None:
     assert figures.run(write=False) == []
+
+
+def test_a_block_may_keep_its_template_in_a_file(repo: Path) -> None:
+    templates = repo / "benches" / "templates"
+    templates.mkdir(parents=True)
+    (templates / "status.md").write_text("d=demo\np99 {d.figures.rows[0].p99_s | .2f} s\n")
+    doc = repo / "README.md"
+    doc.write_text("<!-- figures use=status -->\n<!-- /figures -->\n")
+    assert any("differ" in p for p in figures.run(write=False))
+    assert figures.run(write=True) == []
+    assert doc.read_text() == "<!-- figures use=status -->\np99 0.48 s\n<!-- /figures -->\n"
+    doc.write_text("<!-- figures use=gone -->\n<!-- /figures -->\n")
+    assert any("no template benches/templates/gone.md" in p for p in figures.run(write=False))
