@@ -15,6 +15,7 @@ from typing import Any
 from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.features import parse_gates
 from kubelet.util.duration import parse_duration
+from kubelet.util.quantity import parse_quantity
 
 
 @dataclass
@@ -78,6 +79,42 @@ def _map(sep: str) -> Callable[[str], dict[str, str]]:
         return out
 
     return parse
+
+
+def _reserved_memory(v: str) -> list[dict[str, Any]]:
+    """--reserved-memory "0:memory=1Gi,hugepages-1M=2Gi;1:memory=2Gi" (ReservedMemoryVar)."""
+    out: list[dict[str, Any]] = []
+    for reservation in v.split(";") if v else []:
+        numa, sep, limits_text = reservation.partition(":")
+        if not sep or ":" in limits_text:
+            raise ValueError(
+                "the reserved memory has incorrect format, expected "
+                f"numaNodeID:type=quantity[,type=quantity...], got {reservation}"
+            )
+        try:
+            node = int(numa)
+        except ValueError:
+            raise ValueError(
+                f"failed to convert the NUMA node ID, exptected integer, got {numa}"
+            ) from None
+        limits: dict[str, str] = {}
+        for item in limits_text.split(","):
+            name, eq, qty = item.partition("=")
+            if not eq or "=" in qty:
+                raise ValueError(
+                    f"the reserved limit has incorrect value, expected type=quantatity, got {item}"
+                )
+            if name != "memory" and not name.startswith("hugepages-"):
+                raise ValueError(f'memory type conversion error, unknown type: "{name}"')
+            try:
+                parse_quantity(qty)
+            except ValueError:
+                raise ValueError(
+                    f"failed to parse the quantatity, expected quantatity, got {qty}"
+                ) from None
+            limits[name] = qty
+        out.append({"numaNode": node, "limits": limits})
+    return out
 
 
 def _taints(v: str) -> list[dict[str, str]]:
@@ -378,6 +415,65 @@ FLAGS: list[Flag] = [
     ),
     _F("cgroup-root", str, ("config", "cgroup_root"), "Optional root cgroup to use for pods."),
     _F(
+        "cpu-manager-policy",
+        str,
+        ("config", "cpu_manager_policy"),
+        "The CPU manager policy to use. Possible values: 'none', 'static'.",
+    ),
+    _F(
+        "cpu-manager-policy-options",
+        _map("="),
+        ("config", "cpu_manager_policy_options"),
+        "A set of key=value CPU manager policy options to use, to fine tune their behaviour.",
+        merge=True,
+    ),
+    _F(
+        "cpu-manager-reconcile-period",
+        parse_duration,
+        ("config", "cpu_manager_reconcile_period"),
+        "CPU manager reconciliation period (e.g. '10s').",
+    ),
+    _F(
+        "memory-manager-policy",
+        str,
+        ("config", "memory_manager_policy"),
+        "Memory Manager policy to use. Possible values: 'None', 'Static'.",
+    ),
+    _F(
+        "reserved-memory",
+        _reserved_memory,
+        ("config", "reserved_memory"),
+        "A list of memory reservations for NUMA nodes "
+        "(e.g. --reserved-memory 0:memory=1Gi,hugepages-1M=2Gi --reserved-memory 1:memory=2Gi).",
+        merge=True,
+    ),
+    _F(
+        "topology-manager-policy",
+        str,
+        ("config", "topology_manager_policy"),
+        "Topology Manager policy: 'none', 'best-effort', 'restricted', 'single-numa-node'.",
+    ),
+    _F(
+        "topology-manager-scope",
+        str,
+        ("config", "topology_manager_scope"),
+        "Scope to which topology hints are applied: 'container' or 'pod'.",
+    ),
+    _F(
+        "topology-manager-policy-options",
+        _map("="),
+        ("config", "topology_manager_policy_options"),
+        "A set of key=value Topology Manager policy options to use.",
+        merge=True,
+    ),
+    _F(
+        "reserved-cpus",
+        str,
+        ("config", "reserved_system_cpus"),
+        "A comma-separated list of CPUs or CPU ranges reserved for system and kubernetes "
+        "usage; overrides the cpu of --system-reserved and --kube-reserved.",
+    ),
+    _F(
         "cgroups-per-qos",
         _bool,
         ("config", "cgroups_per_qos"),
@@ -583,6 +679,8 @@ def _assign(obj: Any, path: str, value: Any, accumulate: bool) -> None:
             else:
                 current[k] = v
         value = current
+    elif accumulate and isinstance(value, list):
+        value = list(getattr(obj, last)) + value
     setattr(obj, last, value)
 
 

@@ -19,6 +19,7 @@ from kubelet.apis.config.v1beta1 import encode
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
+from kubelet.cm.container_manager import ResourceManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
@@ -120,7 +121,10 @@ async def run(
         adjust_self(deps.oom_adjuster or OOMAdjuster(), cfg.oom_score_adj)
 
         name = node_name(s)
-        node = await start_node(s, deps, name, stop, cleanups)
+        try:
+            node = await start_node(s, deps, name, stop, cleanups)
+        except ResourceManagerError as err:  # upstream: NewContainerManager / Start failed
+            raise StartupError(str(err)) from None
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
         if flags.run_once:

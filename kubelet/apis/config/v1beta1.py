@@ -24,17 +24,9 @@ UPSTREAM_ONLY_FIELDS = frozenset(
     {
         "iptablesMasqueradeBit",
         "iptablesDropBit",
-        "cpuManagerPolicy",
-        "cpuManagerPolicyOptions",
-        "cpuManagerReconcilePeriod",
-        "memoryManagerPolicy",
-        "topologyManagerPolicy",
-        "topologyManagerScope",
-        "topologyManagerPolicyOptions",
         "qosReserved",
         "singleProcessOOMKill",
         "memorySwap",
-        "reservedSystemCPUs",
         "showHiddenMetricsForVersion",
         "volumePluginDir",
         "kernelMemcgNotification",
@@ -42,7 +34,6 @@ UPSTREAM_ONLY_FIELDS = frozenset(
         "enableSystemLogQuery",
         "shutdownGracePeriodByPodPriority",
         "crashLoopBackOff",
-        "reservedMemory",
         "enableProfilingHandler",
         "enableDebugFlagsHandler",
         "memoryThrottlingFactor",
@@ -97,6 +88,11 @@ ZERO_MEANS_DEFAULT = frozenset(
         "logging.format",
         "logging.flushFrequency",
         "plegRelistPeriod",
+        "cpuManagerPolicy",
+        "cpuManagerReconcilePeriod",
+        "memoryManagerPolicy",
+        "topologyManagerPolicy",
+        "topologyManagerScope",
     }
 )
 
