@@ -16,9 +16,18 @@ from typing import Any
 
 import orjson
 
+from kubelet.active_pods import ActivePods
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
+from kubelet.cm.container_manager import (
+    ResourceManagerConfig,
+    apply_reserved_cpus,
+    new_resource_managers,
+)
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.sysinfo import discover as discover_machine
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
@@ -116,6 +125,7 @@ class Kubelet:
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Clock = REAL_CLOCK,
         sandbox_image: str = "",
+        machine_topology: MachineTopology | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -161,6 +171,26 @@ class Kubelet:
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
+        # CPU, memory and topology managers: admission allocates, container
+        # creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
+        # ValueError (a setting or state file they refuse) is fatal at startup.
+        topo = machine_topology or discover_machine()
+        self.active_pods = ActivePods(
+            self.pod_manager, self.rejected, lambda: self.pod_workers, self.status_manager.get,
+            self.cache,
+        )  # fmt: skip
+        self.resource_managers = new_resource_managers(
+            config,
+            ResourceManagerConfig(
+                topo,
+                machine_info().memory_capacity,
+                root_dir,
+                apply_reserved_cpus(config, discover_cpus(topo)),
+            ),
+            self.features,
+            self.active_pods,
+            lambda: self.sources_ready.is_set() or not self._sources,
+        )
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
@@ -254,6 +284,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            container_resources=self.resource_managers,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -452,6 +483,11 @@ class Kubelet:
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
         self._tasks.append(
+            asyncio.create_task(
+                self.resource_managers.run(self._stop, self.runtime), name="cpu-manager"
+            )
+        )
+        self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
         if self.features.enabled("EventedPLEG"):
@@ -603,6 +639,7 @@ class Kubelet:
             elif u.op is Op.REMOVE:
                 self.pod_manager.remove(pod)
                 self.admitter.release(pu)
+                self.resource_managers.remove_pod(pu)
                 self.rejected.discard(pu)
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
 
@@ -617,6 +654,10 @@ class Kubelet:
         forbidden = self.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden
+        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
+        unaligned = self.resource_managers.admit(pod)
+        if unaligned is not None:
+            return unaligned
         try:
             return self.admitter.admit(uid(pod), pod)
         except ValueError as err:
