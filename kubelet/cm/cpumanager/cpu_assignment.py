@@ -28,14 +28,15 @@ import math
 from collections.abc import Callable
 
 from kubelet.cm.cpumanager.topology import CPUDetails, CPUTopology
+from kubelet.cm.topologymanager.topology_manager import AdmissionError
 from kubelet.util.cpuset import EMPTY, CPUSet
 
 PACKED = "packed"
 SPREAD = "spread"
 
 
-class AllocationError(Exception):
-    pass
+class AllocationError(AdmissionError):
+    """Not enough CPUs: the pod's UnexpectedAdmissionError, as upstream."""
 
 
 def _round3(x: float) -> float:
