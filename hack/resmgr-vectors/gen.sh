@@ -32,6 +32,13 @@ install memstate_vectors_test.go memorymanager/state
 install topology_vectors_test.go topologymanager
 
 cd "$work"
+if [ "${1:-}" = read ]; then
+    # gen.sh read DIR: upstream's state code reads DIR/<case>/{cpu,memory}_manager_state
+    # (with the policy in DIR/<case>/policy) and writes DIR/upstream-read-{cpu,memory}.json.
+    READ_DIR="$2" GOFLAGS=-mod=mod go test -count=1 -run 'TestZZReadDir$' k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state
+    READ_DIR="$2" GOFLAGS=-mod=mod go test -count=1 -run 'TestZZReadDirMemory$' k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state
+    exit 0
+fi
 for pkg in cpumanager cpumanager/state memorymanager/state topologymanager; do
     VECTORS_DIR="$out" GOFLAGS=-mod=mod go test -count=1 -timeout 30m -run TestZZWriteVectors "k8s.io/kubernetes/pkg/kubelet/cm/$pkg"
 done
