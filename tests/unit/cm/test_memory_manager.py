@@ -181,3 +181,98 @@ def test_file_written_by_upstream_is_taken_over(tmp_path: Path) -> None:
     assert (
         blocks is not None and blocks[0].numa_affinity == [0, 1] and blocks[0].size == 18253611008
     )
+
+
+def _vec_machine(m: dict[str, Any]) -> MachineTopology:
+    nodes = [
+        Node(i, [Core(i, 0, [i])], mem, [HugePages(2048, pages // 1 if pages else 0)], None)
+        for i, (mem, pages) in enumerate(zip(m["nodes"], m["hugepages"], strict=True))
+    ]
+    return MachineTopology(nodes, len(nodes), 1)
+
+
+def _machine_json(st: Any) -> dict[str, Any]:
+    out = {}
+    for n, ns in st.items():
+        out[str(n)] = {
+            "numberOfAssignments": ns.number_of_assignments,
+            "memoryMap": {
+                r: {
+                    "total": t.total, "systemReserved": t.system_reserved,
+                    "allocatable": t.allocatable, "reserved": t.reserved, "free": t.free,
+                }
+                for r, t in ns.memory_map.items()
+            },
+            "cells": ns.cells,
+        }  # fmt: skip
+    return out
+
+
+def _vec_pod(uid: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"initContainers": [], "containers": []}
+    for c in containers:
+        res: dict[str, Any] = {"cpu": "1", "memory": str(c["memory"])}
+        if c.get("hugepages"):
+            res["hugepages-2Mi"] = str(c["hugepages"])
+        ctr = {"name": c["name"], "resources": {"requests": res, "limits": res}}
+        spec["initContainers" if c.get("init") else "containers"].append(ctr)
+    return {"metadata": {"uid": uid}, "spec": spec}
+
+
+def test_static_policy_matches_go_vectors() -> None:
+    """Hints, allocations (blocks, errors) and the whole machine state after
+    every step of sequences the upstream policy went through."""
+    scenarios = vectors("memorymanager.json")["scenarios"]
+    assert len(scenarios) >= 50
+    for sc in scenarios:
+        m = sc["machine"]
+        aff = Affinity()
+        p = StaticPolicy(
+            _vec_machine(m), {i: {"memory": r} for i, r in enumerate(m["reserved"])}, aff
+        )
+        s = MemoryManagerState("Static")
+        p.start(s)
+        pods: dict[str, dict[str, Any]] = {}
+        for step in sc["steps"]:
+            if step["op"] == "remove":
+                p.remove_container(s, step["pod"], step["container"])
+                assert _machine_json(s.get_machine_state()) == step["machine"], (
+                    sc["machine"],
+                    step,
+                )
+                continue
+            if step.get("containers"):
+                pods[step["pod"]] = _vec_pod(step["pod"], step["containers"])
+                for c in step["containers"]:
+                    if c.get("hint"):
+                        aff.hints[(step["pod"], c["name"])] = TopologyHint(
+                            bitmask.new_bitmask(c["hint"]), bool(c.get("preferred"))
+                        )
+            pod = pods[step["pod"]]
+            ctr = next(
+                c for c in pod["spec"]["initContainers"] + pod["spec"]["containers"]
+                if c["name"] == step["container"]
+            )  # fmt: skip
+            hints = p.get_topology_hints(s, pod, ctr)
+            got_hints = None if hints is None else {
+                r: [f"{str(bitmask.get_bits(h.numa_affinity or 0)).replace(',', '')}:{str(h.preferred).lower()}" for h in hs]
+                for r, hs in hints.items()
+            }  # fmt: skip
+            # An empty answer is omitted from the JSON (omitempty), as is none.
+            assert (got_hints or None) == step.get("hints"), (sc["machine"], step)
+            err = ""
+            try:
+                p.allocate(s, pod, ctr)
+            except Exception as e:  # compared with the Go error text
+                err = str(e)
+            assert err == step.get("err", ""), (sc["machine"], step)
+            blocks = s.get_memory_blocks(step["pod"], step["container"])
+            got = None if blocks is None else [
+                {"numaAffinity": b.numa_affinity, "type": b.type, "size": b.size} for b in blocks
+            ]  # fmt: skip
+            # Go appends the blocks in map order (random): compare them by type.
+            def by_type(bs: list[dict[str, Any]] | None) -> Any:
+                return None if bs is None else sorted(bs, key=lambda b: b["type"])
+
+            assert by_type(got) == by_type(step["blocks"]), (sc["machine"], step)
+            assert _machine_json(s.get_machine_state()) == step["machine"], (sc["machine"], step)
