@@ -219,6 +219,10 @@ def _vec_pod(uid: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
     return {"metadata": {"uid": uid}, "spec": spec}
 
 
+def _by_type(blocks: list[dict[str, Any]] | None) -> Any:
+    return None if blocks is None else sorted(blocks, key=lambda b: b["type"])
+
+
 def test_static_policy_matches_go_vectors() -> None:
     """Hints, allocations (blocks, errors) and the whole machine state after
     every step of sequences the upstream policy went through."""
@@ -271,8 +275,5 @@ def test_static_policy_matches_go_vectors() -> None:
                 {"numaAffinity": b.numa_affinity, "type": b.type, "size": b.size} for b in blocks
             ]  # fmt: skip
             # Go appends the blocks in map order (random): compare them by type.
-            def by_type(bs: list[dict[str, Any]] | None) -> Any:
-                return None if bs is None else sorted(bs, key=lambda b: b["type"])
-
-            assert by_type(got) == by_type(step["blocks"]), (sc["machine"], step)
+            assert _by_type(got) == _by_type(step["blocks"]), (sc["machine"], step)
             assert _machine_json(s.get_machine_state()) == step["machine"], (sc["machine"], step)
