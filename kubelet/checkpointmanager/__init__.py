@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubelet.util.atomicfile import write_atomic
@@ -64,6 +64,32 @@ class CheckpointStore:
             os.unlink(self._path(key))
         except FileNotFoundError:
             pass
+
+
+def restore_checkpoint(
+    store: CheckpointStore, key: str, what: str, load: Callable[[bytes], None]
+) -> bool:
+    """Hand the checkpoint's bytes to `load` (False: there is none). Anything
+    wrong with it is upstream's restore error, naming the file to delete."""
+    try:
+        blob = store.read(key)
+        if blob is None:
+            return False
+        load(blob)
+        return True
+    except (CheckpointError, OSError, ValueError) as err:
+        path = os.path.join(store.directory, key)
+        raise ValueError(
+            f"could not restore state from checkpoint: {err}, please drain this node and "
+            f'delete the {what} checkpoint file "{path}" before restarting Kubelet'
+        ) from None
+
+
+def check_policy(configured: str, stored: str, prefix: str = "") -> None:
+    if configured != stored:
+        raise CheckpointError(
+            f'{prefix}configured policy "{configured}" differs from state checkpoint policy "{stored}"'
+        )
 
 
 # ---------------------------------------------------------------- Go JSON out

@@ -11,10 +11,11 @@ reconcile loop keeps running containers' cpusets in line with the shared pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -151,6 +152,34 @@ class ResourceManagers:
         await self.cpu.run(stop, runtime)
 
 
+@contextlib.contextmanager
+def _refused(prefix: str = "") -> Iterator[None]:
+    """A ValueError from a manager's constructor is the kubelet's refusal to start."""
+    try:
+        yield
+    except ValueError as err:
+        raise ResourceManagerError(prefix + str(err)) from None
+
+
+def _new_topology(
+    cfg: KubeletConfiguration, machine: MachineTopology, gates: FeatureGate
+) -> TopologyManager:
+    options = cfg.topology_manager_policy_options
+    if options and not gates.enabled("TopologyManagerPolicyOptions"):
+        raise ValueError(
+            f"topology manager policy options {options} require feature gates "
+            '"TopologyManagerPolicyOptions" enabled'
+        )
+    return new_topology_manager(
+        [n.id for n in machine.nodes],
+        {n.id: n.distances or [] for n in machine.nodes},
+        cfg.topology_manager_policy,
+        cfg.topology_manager_scope,
+        options,
+        gates,
+    )
+
+
 def new_resource_managers(
     cfg: KubeletConfiguration,
     rc: ResourceManagerConfig,
@@ -160,33 +189,11 @@ def new_resource_managers(
 ) -> ResourceManagers:
     """NewContainerManager's part and Start: ResourceManagerError with upstream's
     message, prefixed as the Go kubelet prefixes it, for anything it refuses."""
-    try:
-        return _new_resource_managers(cfg, rc, gates, pods, sources_ready)
-    except ValueError as err:
-        raise ResourceManagerError(str(err)) from None
-
-
-def _new_resource_managers(
-    cfg: KubeletConfiguration,
-    rc: ResourceManagerConfig,
-    gates: FeatureGate,
-    pods: PodLookup,
-    sources_ready: Callable[[], bool],
-) -> ResourceManagers:
-    nodes = [n.id for n in rc.machine.nodes]
-    distances = {n.id: n.distances or [] for n in rc.machine.nodes}
-    options = cfg.topology_manager_policy_options
-    if options and not gates.enabled("TopologyManagerPolicyOptions"):
-        raise ValueError(
-            f"topology manager policy options {options} require feature gates "
-            '"TopologyManagerPolicyOptions" enabled'
-        )
-    topology = new_topology_manager(
-        nodes, distances, cfg.topology_manager_policy, cfg.topology_manager_scope, options, gates
-    )
+    with _refused():
+        topology = _new_topology(cfg, rc.machine, gates)
     reservation = node_allocatable_reservation(cfg, rc.memory_capacity)
     cpu_millis = reservation.get("cpu")
-    try:
+    with _refused("start cpu manager error: "):
         cpu = new_cpu_manager(
             cfg.cpu_manager_policy,
             cfg.cpu_manager_policy_options,
@@ -201,9 +208,7 @@ def _new_resource_managers(
             pods,
             sources_ready,
         )
-    except ValueError as err:
-        raise ValueError(f"start cpu manager error: {err}") from None
-    try:
+    with _refused("start memory manager error: "):
         memory = new_memory_manager(
             cfg.memory_manager_policy,
             rc.machine,
@@ -214,8 +219,6 @@ def _new_resource_managers(
             pods,
             sources_ready,
         )
-    except ValueError as err:
-        raise ValueError(f"start memory manager error: {err}") from None
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)
     return ResourceManagers(topology, cpu, memory)

@@ -54,3 +54,14 @@ def cpu_millis(text: str | int | float) -> int:
 def to_bytes(text: str | int | float) -> int:
     v = parse_quantity(text)
     return int(v.to_integral_value(rounding="ROUND_CEILING"))
+
+
+_BINARY = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def format_binary(n: int) -> str:
+    """A byte count with the largest binary suffix that divides it ("2Mi", "1536Mi")."""
+    for unit, factor in _BINARY:
+        if n and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return str(n)

@@ -114,41 +114,36 @@ class CPUAccumulator:
         """By free CPUs ascending, then ID."""
         return sorted(ids, key=lambda i: (len(cpus_in(i)), i))
 
+    def _nested(
+        self, outer: list[int], members: Callable[[int], CPUSet], cpus_in: Callable[..., CPUSet]
+    ) -> list[int]:
+        """Each outer unit's members, sorted within it; outer order kept."""
+        out: list[int] = []
+        for o in outer:
+            out += self._sort(list(members(o)), cpus_in)
+        return out
+
     def sort_numa_nodes(self) -> list[int]:
         d = self.details
         if self.numa_first:
             return self._sort(list(d.numa_nodes()), d.cpus_in_numa_nodes)
-        out: list[int] = []
-        for socket in self.sort_sockets():
-            out += self._sort(list(d.numa_nodes_in_sockets(socket)), d.cpus_in_numa_nodes)
-        return out
+        return self._nested(self.sort_sockets(), d.numa_nodes_in_sockets, d.cpus_in_numa_nodes)
 
     def sort_sockets(self) -> list[int]:
         d = self.details
         if not self.numa_first:
             return self._sort(list(d.sockets()), d.cpus_in_sockets)
-        out: list[int] = []
-        for numa in self.sort_numa_nodes():
-            out += self._sort(list(d.sockets_in_numa_nodes(numa)), d.cpus_in_sockets)
-        return out
+        return self._nested(self.sort_numa_nodes(), d.sockets_in_numa_nodes, d.cpus_in_sockets)
 
     def sort_cores(self) -> list[int]:
         d = self.details
-        out: list[int] = []
         if self.numa_first:
-            for socket in self.sort_sockets():
-                out += self._sort(list(d.cores_in_sockets(socket)), d.cpus_in_cores)
-        else:
-            for numa in self.sort_numa_nodes():
-                out += self._sort(list(d.cores_in_numa_nodes(numa)), d.cpus_in_cores)
-        return out
+            return self._nested(self.sort_sockets(), d.cores_in_sockets, d.cpus_in_cores)
+        return self._nested(self.sort_numa_nodes(), d.cores_in_numa_nodes, d.cpus_in_cores)
 
     def sort_uncore_caches(self) -> list[int]:
         d = self.details
-        out: list[int] = []
-        for numa in self.sort_numa_nodes():
-            out += self._sort(list(d.uncore_in_numa_nodes(numa)), d.cpus_in_uncore_caches)
-        return out
+        return self._nested(self.sort_numa_nodes(), d.uncore_in_numa_nodes, d.cpus_in_uncore_caches)
 
     def sort_cpus(self) -> list[int]:
         d = self.details
@@ -160,23 +155,6 @@ class CPUAccumulator:
             for core in self.sort_cores():
                 out += sorted(d.cpus_in_cores(core))
         return out
-
-    # ---------------------------------------------------------- free units
-    def _numa_free(self, numa: int) -> bool:
-        return len(self.details.cpus_in_numa_nodes(numa)) == len(
-            self.topo.details.cpus_in_numa_nodes(numa)
-        )
-
-    def _socket_free(self, socket: int) -> bool:
-        return len(self.details.cpus_in_sockets(socket)) == self.topo.cpus_per_socket()
-
-    def _uncore_free(self, uncore: int) -> bool:
-        return len(self.details.cpus_in_uncore_caches(uncore)) == len(
-            self.topo.details.cpus_in_uncore_caches(uncore)
-        )
-
-    def _core_free(self, core: int) -> bool:
-        return len(self.details.cpus_in_cores(core)) == self.topo.cpus_per_core()
 
     # -------------------------------------------------------------- taking
     def take(self, cpus: CPUSet) -> None:
@@ -193,17 +171,30 @@ class CPUAccumulator:
     def is_failed(self) -> bool:
         return self.needed > len(self.details)
 
-    def take_full_numa_nodes(self) -> None:
-        for numa in [n for n in self.sort_numa_nodes() if self._numa_free(n)]:
-            cpus = self.topo.details.cpus_in_numa_nodes(numa)
+    def _take_whole(
+        self,
+        ids: list[int],
+        cpus_in: Callable[[CPUDetails, int], CPUSet],
+        size: Callable[[int], int],
+    ) -> None:
+        """Take each unit whose CPUs are all free (`size` of them) while the
+        request still needs at least a whole unit; the free ones are listed first."""
+        free = [i for i in ids if len(cpus_in(self.details, i)) == size(i)]
+        for i in free:
+            cpus = cpus_in(self.topo.details, i)
             if self.needs_at_least(len(cpus)):
                 self.take(cpus)
 
+    def _topo_size(self, cpus_in: Callable[[CPUDetails, int], CPUSet]) -> Callable[[int], int]:
+        return lambda i: len(cpus_in(self.topo.details, i))
+
+    def take_full_numa_nodes(self) -> None:
+        f = CPUDetails.cpus_in_numa_nodes
+        self._take_whole(self.sort_numa_nodes(), f, self._topo_size(f))
+
     def take_full_sockets(self) -> None:
-        for socket in [s for s in self.sort_sockets() if self._socket_free(s)]:
-            cpus = self.topo.details.cpus_in_sockets(socket)
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        per = self.topo.cpus_per_socket()
+        self._take_whole(self.sort_sockets(), CPUDetails.cpus_in_sockets, lambda _: per)
 
     def take_full_first_level(self) -> None:
         if self.numa_first:
@@ -218,10 +209,8 @@ class CPUAccumulator:
             self.take_full_numa_nodes()
 
     def take_full_uncore(self) -> None:
-        for uncore in [u for u in self.sort_uncore_caches() if self._uncore_free(u)]:
-            cpus = self.topo.details.cpus_in_uncore_caches(uncore)
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        f = CPUDetails.cpus_in_uncore_caches
+        self._take_whole(self.sort_uncore_caches(), f, self._topo_size(f))
 
     def take_partial_uncore(self, uncore: int) -> None:
         per_core = self.topo.cpus_per_core()
@@ -249,10 +238,8 @@ class CPUAccumulator:
                 return
 
     def take_full_cores(self) -> None:
-        for core in [c for c in self.sort_cores() if self._core_free(c)]:
-            cpus = self.topo.details.cpus_in_cores(core)
-            if self.needs_at_least(len(cpus)):
-                self.take(cpus)
+        per = self.topo.cpus_per_core()
+        self._take_whole(self.sort_cores(), CPUDetails.cpus_in_cores, lambda _: per)
 
     def take_remaining_cpus(self) -> None:
         for cpu in self.sort_cpus():
@@ -270,17 +257,25 @@ class CPUAccumulator:
         return (groups_needed - 1) // groups_per_numa + 1, min(groups_needed, available_numa)
 
 
-def take_by_topology_numa_packed(
-    topo: CPUTopology, available: CPUSet, num_cpus: int, sorting: str, prefer_uncore: bool
-) -> CPUSet:
+def _accumulator(
+    topo: CPUTopology, available: CPUSet, num_cpus: int, sorting: str
+) -> CPUAccumulator:
+    """A new accumulator; AllocationError when the request cannot fit at all."""
     acc = CPUAccumulator(topo, available, num_cpus, sorting)
-    if acc.is_satisfied():
-        return acc.result
-    if acc.is_failed():
+    if not acc.is_satisfied() and acc.is_failed():
         raise AllocationError(
             f"not enough cpus available to satisfy request: requested={num_cpus}, "
             f"available={len(available)}"
         )
+    return acc
+
+
+def take_by_topology_numa_packed(
+    topo: CPUTopology, available: CPUSet, num_cpus: int, sorting: str, prefer_uncore: bool
+) -> CPUSet:
+    acc = _accumulator(topo, available, num_cpus, sorting)
+    if acc.is_satisfied():
+        return acc.result
     steps: list[Callable[[], None]] = [acc.take_full_first_level, acc.take_full_second_level]
     if prefer_uncore:
         steps.append(acc.take_uncore_cache)
@@ -390,14 +385,9 @@ def take_by_topology_numa_distributed(
 ) -> CPUSet:
     if num_cpus % group != 0:
         return take_by_topology_numa_packed(topo, available, num_cpus, sorting, False)
-    acc = CPUAccumulator(topo, available, num_cpus, sorting)
+    acc = _accumulator(topo, available, num_cpus, sorting)
     if acc.is_satisfied():
         return acc.result
-    if acc.is_failed():
-        raise AllocationError(
-            f"not enough cpus available to satisfy request: requested={num_cpus}, "
-            f"available={len(available)}"
-        )
     numas = acc.sort_numa_nodes()
     lo, hi = acc.range_numa_nodes_needed(group)
     for k in range(lo, hi + 1):

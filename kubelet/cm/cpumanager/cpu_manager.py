@@ -23,9 +23,9 @@ from kubelet.cm.containermap import ContainerMap
 from kubelet.cm.cpumanager.policy_static import StaticPolicy, num_reserved_cpus
 from kubelet.cm.cpumanager.state import CPUManagerState
 from kubelet.cm.cpumanager.topology import CPUTopology
-from kubelet.cm.interfaces import ContainerUpdater, PodLookup
+from kubelet.cm.interfaces import ContainerUpdater, PodLookup, stale_refs
 from kubelet.cm.topologymanager.policy import ProviderHints
-from kubelet.cm.topologymanager.topology_manager import Store, all_containers
+from kubelet.cm.topologymanager.topology_manager import Store
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError
 from kubelet.features import FeatureGate
@@ -125,13 +125,10 @@ class CPUManager:
         every pod source has spoken (before, a pod may just not be known yet)."""
         if self.policy is None or not self.sources_ready():
             return
-        refs = {(p, n) for p, names in self.state.get_assignments().items() for n in names}
-        refs.update(self.containers.refs())
-        for pod_uid, name in sorted(refs):
-            pod = self.pods.active_pod(pod_uid)
-            if pod is None or all(c.get("name") != name for c in all_containers(pod)):
-                log.info("Releasing the CPUs of %s/%s: no longer active", pod_uid, name)
-                self._remove_by_ref(pod_uid, name)
+        held = [(p, n) for p, names in self.state.get_assignments().items() for n in names]
+        for pod_uid, name in stale_refs([*held, *self.containers.refs()], self.pods):
+            log.info("Releasing the CPUs of %s/%s: no longer active", pod_uid, name)
+            self._remove_by_ref(pod_uid, name)
 
     async def reconcile(self, runtime: ContainerUpdater) -> list[tuple[str, str]]:
         """reconcileState: bring every running container's cpuset in line with

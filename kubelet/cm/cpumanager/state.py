@@ -17,12 +17,14 @@ from kubelet.checkpointmanager import (
     CheckpointError,
     CheckpointStore,
     CorruptCheckpointError,
+    check_policy,
     clean_string,
     go_map,
     go_object,
     go_string,
     go_uint,
     load_json,
+    restore_checkpoint,
     struct_fields,
 )
 from kubelet.checkpointmanager.checksum import GoMap, GoPtr, GoScalar, GoStruct, GoValue, checksum
@@ -178,24 +180,14 @@ class CPUManagerState:
         """NewCheckpointState: read the file (creating it when absent). ValueError
         with upstream's message when it is corrupt or from another policy."""
         st = cls(policy_name, store)
-        path = f"{store.directory.rstrip('/')}/{STATE_FILE}"
-        try:
-            blob = store.read(STATE_FILE)
-            if blob is None:
-                st._store()
-                return st
+
+        def load(blob: bytes) -> None:
             cp = decode(blob, containers)
-            if cp.policy_name != policy_name:
-                raise CheckpointError(
-                    f'configured policy "{policy_name}" differs from state checkpoint '
-                    f'policy "{cp.policy_name}"'
-                )
+            check_policy(policy_name, cp.policy_name)
             st._load(cp)
-        except (CheckpointError, OSError, ValueError) as err:
-            raise ValueError(
-                f"could not restore state from checkpoint: {err}, please drain this node and "
-                f'delete the CPU manager checkpoint file "{path}" before restarting Kubelet'
-            ) from None
+
+        if not restore_checkpoint(store, STATE_FILE, "CPU manager", load):
+            st._store()
         return st
 
     def _load(self, cp: Checkpoint) -> None:

@@ -16,13 +16,13 @@ from typing import Any
 
 from kubelet.checkpointmanager import CheckpointStore
 from kubelet.cm.containermap import ContainerMap
-from kubelet.cm.interfaces import PodLookup
+from kubelet.cm.interfaces import PodLookup, stale_refs
 from kubelet.cm.memorymanager.policy_static import Hints, StaticPolicy, is_memory_resource
 from kubelet.cm.memorymanager.state import Block, MemoryManagerState
 from kubelet.cm.sysinfo import MachineTopology
-from kubelet.cm.topologymanager.topology_manager import Store, all_containers
+from kubelet.cm.topologymanager.topology_manager import Store
 from kubelet.types import Pod, uid
-from kubelet.util.quantity import parse_quantity
+from kubelet.util.quantity import format_binary, parse_quantity
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +33,7 @@ POLICY_STATIC = "Static"
 
 def _format_quantity(v: Decimal) -> str:
     """How resource.Quantity prints a byte count (binary suffix when exact)."""
-    n = int(v)
-    if n != v:
-        return str(v)
-    for unit, factor in (
-        ("Ei", 2**60),
-        ("Pi", 2**50),
-        ("Ti", 2**40),
-        ("Gi", 2**30),
-        ("Mi", 2**20),
-        ("Ki", 2**10),
-    ):
-        if n and n % factor == 0:
-            return f"{n // factor}{unit}"
-    return str(n)
+    return format_binary(int(v)) if int(v) == v else str(v)
 
 
 def reserved_by_numa(
@@ -150,13 +137,10 @@ class MemoryManager:
     def remove_stale_state(self) -> None:
         if self.policy is None or not self.sources_ready():
             return
-        refs = {(p, n) for p, names in self.state.get_assignments().items() for n in names}
-        refs.update(self.containers.refs())
-        for pod_uid, name in sorted(refs):
-            pod = self.pods.active_pod(pod_uid)
-            if pod is None or all(c.get("name") != name for c in all_containers(pod)):
-                log.info("Releasing the memory of %s/%s: no longer active", pod_uid, name)
-                self._remove_by_ref(pod_uid, name)
+        held = [(p, n) for p, names in self.state.get_assignments().items() for n in names]
+        for pod_uid, name in stale_refs([*held, *self.containers.refs()], self.pods):
+            log.info("Releasing the memory of %s/%s: no longer active", pod_uid, name)
+            self._remove_by_ref(pod_uid, name)
 
 
 def new_memory_manager(

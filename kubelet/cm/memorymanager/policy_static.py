@@ -24,7 +24,7 @@ from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
 from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
 from kubelet.types import Pod, qos_class, uid
-from kubelet.util.quantity import to_bytes
+from kubelet.util.quantity import format_binary, to_bytes
 
 log = logging.getLogger(__name__)
 
@@ -41,18 +41,7 @@ class MemoryAllocationError(AdmissionError):
 
 def hugepage_resource_name(page_size_kb: int) -> str:
     """hugepages-2Mi, hugepages-1Gi (as the API's HugePageResourceName formats a size)."""
-    size = page_size_kb * 1024
-    for unit, factor in (
-        ("Ei", 2**60),
-        ("Pi", 2**50),
-        ("Ti", 2**40),
-        ("Gi", 2**30),
-        ("Mi", 2**20),
-        ("Ki", 2**10),
-    ):
-        if size % factor == 0:
-            return f"hugepages-{size // factor}{unit}"
-    return f"hugepages-{size}"
+    return f"hugepages-{format_binary(page_size_kb * 1024)}"
 
 
 def is_memory_resource(name: str) -> bool:
@@ -426,6 +415,14 @@ def _violates_numa_allocations(machine: MachineState, mask: int) -> bool:
     return False
 
 
+def _take_free(t: MemoryTable, size: int) -> int:
+    """Move up to `size` free bytes to reserved; answers what is still to place."""
+    taken = min(max(t.free, 0), size)
+    t.reserved += taken
+    t.free -= taken
+    return size - taken
+
+
 def _reserve(machine: MachineState, bits: list[int], resource: str, size: int) -> None:
     """updateMachineState: count the assignment on every node, take the bytes in node order."""
     for n in bits:
@@ -433,19 +430,9 @@ def _reserve(machine: MachineState, bits: list[int], resource: str, size: int) -
         assert st is not None and st.memory_map is not None
         st.number_of_assignments += 1
         st.cells = list(bits)
-        if size == 0:
-            continue
         t = st.memory_map.get(resource)
-        if t is None or t.free <= 0:
-            continue
-        if t.free >= size:
-            t.reserved += size
-            t.free -= size
-            size = 0
-            continue
-        size -= t.free
-        t.reserved += t.free
-        t.free = 0
+        if t is not None:
+            size = _take_free(t, size)
 
 
 def _replay_block(machine: MachineState, b: Block, pod: str, name: str) -> None:
@@ -465,16 +452,7 @@ def _replay_block(machine: MachineState, b: Block, pod: str, name: str) -> None:
                 f"[memorymanager] (pod: {pod}, container: {name}) the memory assignment uses "
                 "memory resource that does not exist"
             )
-        if size == 0 or t.free <= 0:
-            continue
-        if t.free >= size:
-            t.reserved += size
-            t.free -= size
-            size = 0
-            continue
-        size -= t.free
-        t.reserved += t.free
-        t.free = 0
+        size = _take_free(t, size)
 
 
 def machine_states_equal(a: MachineState, b: MachineState) -> bool:

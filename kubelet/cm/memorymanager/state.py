@@ -18,6 +18,7 @@ from typing import Any
 from kubelet.checkpointmanager import (
     CheckpointError,
     CheckpointStore,
+    check_policy,
     clean_string,
     go_int,
     go_list,
@@ -26,6 +27,7 @@ from kubelet.checkpointmanager import (
     go_string,
     go_uint,
     load_json,
+    restore_checkpoint,
     struct_fields,
 )
 from kubelet.checkpointmanager import (
@@ -360,28 +362,18 @@ class MemoryManagerState:
     @classmethod
     def restore(cls, store: CheckpointStore, policy_name: str) -> MemoryManagerState:
         st = cls(policy_name, store)
-        path = f"{store.directory.rstrip('/')}/{STATE_FILE}"
-        try:
-            blob = store.read(STATE_FILE)
-            if blob is None:
-                st._store()
-                return st
+
+        def load(blob: bytes) -> None:
             cp = decode(blob)
-            if cp.policy_name != policy_name:
-                raise CheckpointError(
-                    f'[memorymanager] configured policy "{policy_name}" differs from state '
-                    f'checkpoint policy "{cp.policy_name}"'
-                )
-        except (CheckpointError, OSError, ValueError) as err:
-            raise ValueError(
-                f"could not restore state from checkpoint: {err}, please drain this node and "
-                f'delete the memory manager checkpoint file "{path}" before restarting Kubelet'
-            ) from None
-        st._machine = cp.machine_state or {}
-        st._assignments = {
-            pod: {n: list(b or []) for n, b in (c or {}).items()}
-            for pod, c in (cp.entries or {}).items()
-        }
+            check_policy(policy_name, cp.policy_name, "[memorymanager] ")
+            st._machine = cp.machine_state or {}
+            st._assignments = {
+                pod: {n: list(b or []) for n, b in (c or {}).items()}
+                for pod, c in (cp.entries or {}).items()
+            }
+
+        if not restore_checkpoint(store, STATE_FILE, "memory manager", load):
+            st._store()
         return st
 
     def _store(self) -> None:
