@@ -44,6 +44,7 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "CPUManagerPolicyAlphaOptions": FeatureSpec(False, "ALPHA"),
     "CPUManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),
     "CPUManagerPolicyOptions": FeatureSpec(True, "GA", locked=True),
+    "DisableCPUQuotaWithExclusiveCPUs": FeatureSpec(True, "BETA"),
     "MemoryManager": FeatureSpec(True, "GA", locked=True),
     "TopologyManagerPolicyAlphaOptions": FeatureSpec(False, "ALPHA"),
     "TopologyManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),

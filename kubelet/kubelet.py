@@ -300,6 +300,7 @@ class Kubelet:
                 CgroupManager(config.cgroup_root),
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
+                exclusive_cpus=self.resource_managers.pod_has_exclusive_cpus,
             )
             if config.cgroups_per_qos
             else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 
 from kubelet.types import Pod, qos_class, uid
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -196,11 +197,14 @@ class PodContainerManager:
         mgr: CgroupManager,
         enforce_cpu_limits: bool = True,
         cpu_period: int = DEFAULT_CPU_PERIOD,
+        exclusive_cpus: Callable[[Pod], bool] = lambda _pod: False,
     ) -> None:
         self.mgr = mgr
         # --cpu-cfs-quota and --cpu-cfs-quota-period
         self.enforce_cpu_limits = enforce_cpu_limits
         self.cpu_period = cpu_period
+        # Pods with CPUs of their own get no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
+        self.exclusive_cpus = exclusive_cpus
 
     def setup_qos(self) -> None:
         self.mgr.create("kubepods")
@@ -215,9 +219,8 @@ class PodContainerManager:
         return f"kubepods/{qos.lower()}/pod{uid(pod)}"
 
     def ensure(self, pod: Pod) -> None:
-        self.mgr.create(
-            self.name(pod), pod_resources(pod, self.enforce_cpu_limits, self.cpu_period)
-        )
+        enforce = self.enforce_cpu_limits and not self.exclusive_cpus(pod)
+        self.mgr.create(self.name(pod), pod_resources(pod, enforce, self.cpu_period))
 
     def destroy(self, pod: Pod) -> bool:
         return self.mgr.destroy(self.name(pod))

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
@@ -27,7 +27,11 @@ from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.interfaces import ContainerUpdater, PodLookup
 from kubelet.cm.memorymanager.memory_manager import MemoryManager, new_memory_manager
 from kubelet.cm.sysinfo import MachineTopology
-from kubelet.cm.topologymanager.topology_manager import TopologyManager, new_topology_manager
+from kubelet.cm.topologymanager.topology_manager import (
+    TopologyManager,
+    all_containers,
+    new_topology_manager,
+)
 from kubelet.features import FeatureGate
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.types import Pod, uid
@@ -44,12 +48,19 @@ class ResourceManagerError(Exception):
     """A setting or state file the managers refuse: the kubelet does not start."""
 
 
+class CPUPinning(NamedTuple):
+    """A container's CPU and memory placement for its CRI config."""
+
+    cpuset_cpus: str = ""  # "" leaves it unset
+    cpuset_mems: str = ""
+    # It has CPUs of its own: no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
+    unlimited_quota: bool = False
+
+
 class ContainerResourceManager(Protocol):
     """What the runtime manager asks when it creates and removes containers."""
 
-    def container_cpuset(self, pod: Pod, container: Container) -> tuple[str, str]:
-        """(cpuset_cpus, cpuset_mems) for the container's CRI config; "" leaves one unset."""
-        ...
+    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning: ...
 
     def container_created(self, pod: Pod, container: Container, container_id: str) -> None: ...
 
@@ -119,21 +130,38 @@ class ResourceManagerConfig:
 class ResourceManagers:
     """ContainerResourceManager for the runtime, admission for the kubelet."""
 
-    def __init__(self, topology: TopologyManager, cpu: CPUManager, memory: MemoryManager) -> None:
+    def __init__(
+        self,
+        topology: TopologyManager,
+        cpu: CPUManager,
+        memory: MemoryManager,
+        unlimited_quota_when_pinned: bool = True,
+    ) -> None:
         self.topology = topology
         self.cpu = cpu
         self.memory = memory
+        self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
         """The topology manager's admit handler (upstream's TopologyAffinityError)."""
         return self.topology.admit(pod)
 
-    def container_cpuset(self, pod: Pod, container: Container) -> tuple[str, str]:
+    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
+        """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
         if self.cpu.policy is None and self.memory.policy is None:
-            return "", ""
-        cpus = format_cpus(self.cpu.cpu_affinity(uid(pod), container["name"]))
-        mems = ",".join(str(n) for n in self.memory.memory_numa_nodes(uid(pod), container["name"]))
-        return cpus, mems
+            return CPUPinning()
+        name = container["name"]
+        return CPUPinning(
+            format_cpus(self.cpu.cpu_affinity(uid(pod), name)),
+            ",".join(str(n) for n in self.memory.memory_numa_nodes(uid(pod), name)),
+            self.unlimited_quota_when_pinned and bool(self.cpu.exclusive_cpus(uid(pod), name)),
+        )
+
+    def pod_has_exclusive_cpus(self, pod: Pod) -> bool:
+        """The pod cgroup then gets no CFS quota (DisableCPUQuotaWithExclusiveCPUs)."""
+        if self.cpu.policy is None or not self.unlimited_quota_when_pinned:
+            return False
+        return any(self.cpu.exclusive_cpus(uid(pod), c["name"]) for c in all_containers(pod))
 
     def container_created(self, pod: Pod, container: Container, container_id: str) -> None:
         self.cpu.add_container(pod, container, container_id)
@@ -221,4 +249,6 @@ def new_resource_managers(
         )
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)
-    return ResourceManagers(topology, cpu, memory)
+    return ResourceManagers(
+        topology, cpu, memory, gates.enabled("DisableCPUQuotaWithExclusiveCPUs")
+    )

@@ -698,8 +698,11 @@ class RuntimeManager:
                 pod, c, restart, image_ref or c["image"], chash, opts, image_uid, image_username
             )
             if self.container_resources is not None:  # PreCreateContainer
-                cpus, mems = self.container_resources.container_cpuset(pod, c)
-                cfg.linux.resources.cpuset_cpus, cfg.linux.resources.cpuset_mems = cpus, mems
+                pin = self.container_resources.container_cpuset(pod, c)
+                lr = cfg.linux.resources
+                lr.cpuset_cpus, lr.cpuset_mems = pin.cpuset_cpus, pin.cpuset_mems
+                if pin.unlimited_quota and lr.cpu_quota:
+                    lr.cpu_quota = -1
         except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             waiting[cname] = (ContainerConfigError.reason, msg)

@@ -38,19 +38,35 @@ async def static_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # typ
         yield n
 
 
-async def container_cpus(node: Node, pod: str, name: str) -> tuple[str, str]:
-    """(cpuset.cpus of the container's cgroup, Cpus_allowed_list of its process)."""
+async def cgroup_of(node: Node, pod: str, name: str, controller: str) -> tuple[int, Path]:
+    """The container's main process and its cgroup directory in a v1 hierarchy."""
     cid = node.container(pod, name)["containerID"].split("://")[1]
     info = (await node.rt.container_status(cid, verbose=True)).info
     pid = json.loads(info["info"])["pid"]
-    cgroup = ""
     with open(f"/proc/{pid}/cgroup") as fh:
         for line in fh:
             _, controllers, path = line.rstrip("\n").split(":", 2)
-            if "cpuset" in controllers.split(","):
-                cgroup = path
-    assert cgroup, "no cpuset cgroup (cgroup v1 with a cpuset hierarchy expected here)"
-    cpus = Path(f"/sys/fs/cgroup/cpuset{cgroup}/cpuset.cpus").read_text().strip()
+            if controller in controllers.split(","):
+                mount = "cpu,cpuacct" if controller == "cpu" else controller
+                base = Path(f"/sys/fs/cgroup/{mount}")
+                if not base.exists():
+                    base = Path(f"/sys/fs/cgroup/{controller}")
+                return pid, Path(f"{base}{path}")
+    raise AssertionError(f"no {controller} cgroup (cgroup v1 expected here)")
+
+
+async def cfs_quota(node: Node, pod: str, name: str) -> tuple[int, int]:
+    """cpu.cfs_quota_us of the container's cgroup and of its pod's."""
+    _, d = await cgroup_of(node, pod, name, "cpu")
+    return int((d / "cpu.cfs_quota_us").read_text()), int(
+        (d.parent / "cpu.cfs_quota_us").read_text()
+    )
+
+
+async def container_cpus(node: Node, pod: str, name: str) -> tuple[str, str]:
+    """(cpuset.cpus of the container's cgroup, Cpus_allowed_list of its process)."""
+    pid, d = await cgroup_of(node, pod, name, "cpuset")
+    cpus = (d / "cpuset.cpus").read_text().strip()
     allowed = ""
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
@@ -85,6 +101,8 @@ async def test_static_policy_pins_guaranteed_and_moves_the_shared_pool(static_no
         lambda: node.phase("pinned") == "Running", timeout=90, what="Guaranteed Running"
     )
     assert await container_cpus(node, "pinned", "c") == ("1", "1")
+    # DisableCPUQuotaWithExclusiveCPUs: no CFS quota on the pinned container nor its pod.
+    assert await cfs_quota(node, "pinned", "c") == (-1, -1)
     uid = node.pod("pinned")["metadata"]["uid"]
     doc = json.loads(state_file.read_text())
     assert (doc["defaultCpuSet"], doc["entries"]) == ("0", {uid: {"c": "1"}})
@@ -101,6 +119,12 @@ async def test_static_policy_pins_guaranteed_and_moves_the_shared_pool(static_no
     st = node.pod("nomore")["status"]
     assert st["reason"] == "UnexpectedAdmissionError"
     assert "not enough cpus available to satisfy request: requested=1, available=0" in st["message"]
+
+    # A Guaranteed pod with a fractional CPU runs on the shared pool, quota kept.
+    node.write("fraction", [guaranteed("500m")])
+    await node.wait(lambda: node.phase("fraction") == "Running", timeout=90, what="500m Running")
+    assert await container_cpus(node, "fraction", "c") == ("0", "0")
+    assert await cfs_quota(node, "fraction", "c") == (50000, 50000)
 
     path.unlink()
     await node.wait(lambda: node.pod("pinned") is None, timeout=90, what="Guaranteed pod gone")
