@@ -45,6 +45,10 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "CPUManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),
     "CPUManagerPolicyOptions": FeatureSpec(True, "GA", locked=True),
     "DisableCPUQuotaWithExclusiveCPUs": FeatureSpec(True, "BETA"),
+    # Only the resource managers act on it (they leave pods with pod-level
+    # resources to the shared pools); the pod-level fields themselves are
+    # still named unsupported on the pod (kubelet/unsupported.py).
+    "PodLevelResources": FeatureSpec(True, "BETA"),
     "MemoryManager": FeatureSpec(True, "GA", locked=True),
     "TopologyManagerPolicyAlphaOptions": FeatureSpec(False, "ALPHA"),
     "TopologyManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),

@@ -246,6 +246,7 @@ def new_resource_managers(
             topology,
             pods,
             sources_ready,
+            gates.enabled("PodLevelResources"),
         )
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)

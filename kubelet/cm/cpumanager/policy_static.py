@@ -117,6 +117,8 @@ class StaticPolicy:
     ) -> None:
         """NewStaticPolicy; ValueError with upstream's message when it cannot be built."""
         self.opts: StaticPolicyOptions = new_static_policy_options(options, gates)
+        # PodLevelResources: pods with pod-level resources stay on the shared pool.
+        self.pod_level_resources = gates.enabled("PodLevelResources")
         validate_static_policy_options(self.opts, topo, affinity.policy_name)
         self.topo = topo
         self.affinity = affinity
@@ -146,6 +148,9 @@ class StaticPolicy:
             format_cpus(self.reserved_physical),
             self.opts,
         )
+
+    def _pod_level(self, pod: Pod) -> bool:
+        return self.pod_level_resources and pod_level_resources_set(pod)
 
     # --------------------------------------------------------------- state
     def start(self, s: CPUManagerState) -> None:
@@ -216,7 +221,7 @@ class StaticPolicy:
 
     def allocate(self, s: CPUManagerState, pod: Pod, c: Container) -> None:
         n = guaranteed_cpus(pod, c)
-        if n == 0 or pod_level_resources_set(pod):
+        if n == 0 or self._pod_level(pod):
             return  # the shared pool
         if self.opts.full_pcpus_only:
             if n % self.group:
@@ -274,7 +279,7 @@ class StaticPolicy:
     # ---------------------------------------------------------------- hints
     def get_topology_hints(self, s: CPUManagerState, pod: Pod, c: Container) -> ProviderHints:
         n = guaranteed_cpus(pod, c)
-        if n == 0 or pod_level_resources_set(pod):
+        if n == 0 or self._pod_level(pod):
             return None
         allocated = s.get_cpuset(uid(pod), c["name"])
         if allocated is not None:
@@ -286,7 +291,7 @@ class StaticPolicy:
 
     def get_pod_topology_hints(self, s: CPUManagerState, pod: Pod) -> ProviderHints:
         requested = pod_guaranteed_cpus(pod)
-        if requested == 0 or pod_level_resources_set(pod):
+        if requested == 0 or self._pod_level(pod):
             return None
         assigned: CPUSet = EMPTY
         for c in all_containers(pod):

@@ -152,13 +152,13 @@ def new_memory_manager(
     affinity: Store,
     pods: PodLookup,
     sources_ready: Callable[[], bool],
+    pod_level_resources: bool = True,
 ) -> MemoryManager:
     """NewManager and Start: ValueError with upstream's message."""
     policy: StaticPolicy | None = None
     if policy_name == POLICY_STATIC:
-        policy = StaticPolicy(
-            machine, reserved_by_numa(machine, node_reservation, reservations), affinity
-        )
+        reserved = reserved_by_numa(machine, node_reservation, reservations)
+        policy = StaticPolicy(machine, reserved, affinity, pod_level_resources)
     elif policy_name != POLICY_NONE:
         raise ValueError(f'unknown policy: "{policy_name}"')
     state = MemoryManagerState.restore(CheckpointStore(state_dir), policy_name)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from kubelet.cm.cpumanager.policy_static import pod_level_resources_set
 from kubelet.cm.memorymanager.state import (
     Block,
     MachineState,
@@ -79,13 +80,6 @@ def pod_requested_resources(pod: Pod) -> dict[str, int]:
     }
 
 
-def pod_level_resources_set(pod: Pod) -> bool:
-    res = (pod.get("spec") or {}).get("resources") or {}
-    return any(
-        r in ("cpu", "memory") for part in ("requests", "limits") for r in res.get(part) or {}
-    )
-
-
 def find_best_hint(hints: list[TopologyHint]) -> TopologyHint:
     best: TopologyHint | None = None
     for h in hints:
@@ -107,14 +101,25 @@ def is_hint_in_group(hint: list[int], group: list[int]) -> bool:
 class StaticPolicy:
     name = POLICY_STATIC
 
-    def __init__(self, machine: MachineTopology, reserved: SystemReserved, affinity: Store) -> None:
+    def __init__(
+        self,
+        machine: MachineTopology,
+        reserved: SystemReserved,
+        affinity: Store,
+        pod_level_resources: bool = True,
+    ) -> None:
         if sum(r.get("memory", 0) for r in reserved.values()) <= 0:
             raise ValueError("[memorymanager] you should specify the system reserved memory")
+        # PodLevelResources: pods with pod-level resources are left out.
+        self.pod_level_resources = pod_level_resources
         self.machine = machine
         self.reserved = reserved
         self.affinity = affinity
         # pod UID -> NUMA mask -> resource -> bytes its init containers freed up
         self.reusable: dict[str, dict[int, dict[str, int]]] = {}
+
+    def _pod_level(self, pod: Pod) -> bool:
+        return self.pod_level_resources and pod_level_resources_set(pod)
 
     # -------------------------------------------------------------- state
     def default_machine_state(self) -> MachineState:
@@ -171,7 +176,7 @@ class StaticPolicy:
 
     # --------------------------------------------------------- allocation
     def allocate(self, s: MemoryManagerState, pod: Pod, c: Container) -> None:
-        if qos_class(pod) != "Guaranteed" or pod_level_resources_set(pod):
+        if qos_class(pod) != "Guaranteed" or self._pod_level(pod):
             return
         pu = uid(pod)
         existing = s.get_memory_blocks(pu, c["name"])
@@ -249,7 +254,7 @@ class StaticPolicy:
 
     # -------------------------------------------------------------- hints
     def get_topology_hints(self, s: MemoryManagerState, pod: Pod, c: Container) -> Hints | None:
-        if qos_class(pod) != "Guaranteed" or pod_level_resources_set(pod):
+        if qos_class(pod) != "Guaranteed" or self._pod_level(pod):
             return None
         requested = requested_resources(c)
         blocks = s.get_memory_blocks(uid(pod), c["name"])
@@ -258,7 +263,7 @@ class StaticPolicy:
         return self.calculate_hints(s.get_machine_state(), pod, requested)
 
     def get_pod_topology_hints(self, s: MemoryManagerState, pod: Pod) -> Hints | None:
-        if qos_class(pod) != "Guaranteed" or pod_level_resources_set(pod):
+        if qos_class(pod) != "Guaranteed" or self._pod_level(pod):
             return None
         requested = pod_requested_resources(pod)
         for c in all_containers(pod):

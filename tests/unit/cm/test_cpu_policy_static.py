@@ -263,3 +263,16 @@ def test_allocate_and_remove_sequences_match_go_vectors() -> None:
             assert (cpuset.format_cpus(got) if got is not None else "") == step.get(
                 "assigned", ""
             ), (sc, step)
+
+
+def test_pod_level_resources_gate_off_allocates_as_before() -> None:
+    p = StaticPolicy(
+        topology("DualSocketHT"), 1, cpuset.EMPTY, Affinity(), {},
+        FeatureGate({"PodLevelResources": False}),
+    )  # fmt: skip
+    s = CPUManagerState("static")
+    p.start(s)
+    pod = gpod("u1", [{"name": "a", "cpu": "2"}])
+    pod["spec"]["resources"] = {"limits": {"cpu": "2", "memory": "1Gi"}}
+    p.allocate(s, pod, pod["spec"]["containers"][0])
+    assert s.get_cpuset("u1", "a") is not None
