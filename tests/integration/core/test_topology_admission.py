@@ -1,7 +1,8 @@
 """Topology manager admission in the running kubelet (simulated runtime), on a
 fake machine of two NUMA nodes with two CPUs each: single-numa-node admits a
 Guaranteed pod whose CPUs fit one node and pins it there (cpuset_cpus in the
-CRI config), and refuses one that would span both with upstream's reason."""
+CRI config, and cpuset_mems from the Static memory manager), and refuses one
+that would span both with upstream's reason."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ async def numa_node(simruntime, tmp_path: Path) -> AsyncIterator[KubeletNode]:  
         cpu_manager_policy="static",
         reserved_system_cpus="0",
         topology_manager_policy="single-numa-node",
+        memory_manager_policy="Static",
+        # = the default hard eviction threshold (memory.available<100Mi)
+        reserved_memory=[{"numaNode": 0, "limits": {"memory": "100Mi"}}],
     ):
         yield n
 
@@ -55,8 +59,9 @@ async def test_single_numa_node_pins_or_refuses(numa_node: KubeletNode) -> None:
     await node.wait(lambda: node.phase("fits") == "Running", timeout=60, what="fits Running")
     cid = node.container("fits", "c")["containerID"].split("://")[1]
     st = (await node.rt.container_status(cid)).status
-    # NUMA node 0 has CPU 0 reserved: two CPUs fit only on node 1.
-    assert st.resources.linux.cpuset_cpus == "2-3"
+    # NUMA node 0 has CPU 0 reserved: two CPUs fit only on node 1, and the
+    # memory manager places the memory there too.
+    assert (st.resources.linux.cpuset_cpus, st.resources.linux.cpuset_mems) == ("2-3", "1")
 
     node.write("spans", gu("3"))
     await node.wait(lambda: node.phase("spans") == "Failed", timeout=60, what="spans refused")
