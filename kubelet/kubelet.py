@@ -596,9 +596,15 @@ class Kubelet:
                 f.cancel()
 
     def handle_update(self, u: PodUpdate) -> None:
+        self._handle_pods(u)
+        # Ready once this update is handled, as upstream (AddSource after the
+        # handler): admitting the first pods of a restart must not see the
+        # others as gone (the CPU and memory managers would release their state).
         if u.source in self._sources and u.source in self.pod_config.sources_seen:
             if all(s in self.pod_config.sources_seen for s in self._sources):
                 self.sources_ready.set()
+
+    def _handle_pods(self, u: PodUpdate) -> None:
         for pod in u.pods:
             if is_mirror(pod):
                 self._handle_mirror(u.op, pod)

@@ -100,7 +100,7 @@ async def _node(
     simruntime, tmp_path: Path, machine_topology: Any = None, **overrides: Any
 ) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "manifests"
-    manifests.mkdir()
+    manifests.mkdir(exist_ok=True)  # a second kubelet on the same dirs: a restart
     cfg = KubeletConfiguration()
     cfg.static_pod_path = str(manifests)
     cfg.pleg_relist_period = 0.1
