@@ -176,7 +176,9 @@ func TestZZWriteVectors(t *testing.T) {
 				if err := pol.Allocate(ctx, st, pod, c); err != nil {
 					s.Err = err.Error()
 				}
+				// Go appends blocks in map order: sorted here so the file is reproducible.
 				s.Blocks = st.GetMemoryBlocks(uid, c.Name)
+				sort.Slice(s.Blocks, func(i, j int) bool { return s.Blocks[i].Type < s.Blocks[j].Type })
 				s.Machine = st.GetMachineState()
 				if k == 0 {
 					s.Containers = cs
