@@ -20,12 +20,14 @@ from kubelet.active_pods import ActivePods
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
-from kubelet.cm.container_manager import (
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.resource_managers import (
     ResourceManagerConfig,
     apply_reserved_cpus,
     new_resource_managers,
+    node_reservation,
 )
-from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cm.sysinfo import discover as discover_machine
 from kubelet.config.apiserver import APIServerSource
@@ -39,10 +41,11 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
+from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -51,6 +54,7 @@ from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -63,9 +67,10 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
-from kubelet.status import generate
+from kubelet.status import generate, generation
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -79,6 +84,7 @@ from kubelet.types import (
     name,
     namespace,
     object_ref,
+    qos_class,
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
@@ -126,6 +132,7 @@ class Kubelet:
         clock: Clock = REAL_CLOCK,
         sandbox_image: str = "",
         machine_topology: MachineTopology | None = None,
+        container_manager: ContainerManager | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -163,30 +170,33 @@ class Kubelet:
             desired_pod=self.pod_manager.get,
             mirror_of=self.pod_manager.get_mirror,
             can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+            tracking=self.features.enabled(generation.GATE),
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
-            config.max_pods,
+            int(alloc.get("pods", max_pods(config, machine_info().num_cores))),
             cpu_millis(alloc.get("cpu", "1000000")),
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
         # CPU, memory and topology managers: admission allocates, container
         # creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
-        # ValueError (a setting or state file they refuse) is fatal at startup.
+        # They reserve what the container manager's node allocatable reserves.
+        # ContainerManagerError (a setting or state file they refuse) is fatal.
         topo = machine_topology or discover_machine()
+        reserved_cpus = apply_reserved_cpus(config, discover_cpus(topo))
+        reservation = (
+            container_manager.reservation()
+            if container_manager is not None
+            else node_reservation(config, topo)
+        )
         self.active_pods = ActivePods(
             self.pod_manager, self.rejected, lambda: self.pod_workers, self.status_manager.get,
             self.cache,
         )  # fmt: skip
         self.resource_managers = new_resource_managers(
             config,
-            ResourceManagerConfig(
-                topo,
-                machine_info().memory_capacity,
-                root_dir,
-                apply_reserved_cpus(config, discover_cpus(topo)),
-            ),
+            ResourceManagerConfig(topo, reservation, root_dir, reserved_cpus),
             self.features,
             self.active_pods,
             lambda: self.sources_ready.is_set() or not self._sources,
@@ -194,13 +204,14 @@ class Kubelet:
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
-        # Volume usage per pod, measured once a minute off the loop.
+        # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
         self.volume_stats = VolumeStatsCalculator(
             lambda: list(self.pod_manager.uids()),
             lambda u: {
                 n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
             },
             os.path.join(root_dir, "pods"),
+            period=config.volume_stats_agg_period,
         )
         self.stats = StatsProvider(
             self.pod_manager.pods,
@@ -213,11 +224,16 @@ class Kubelet:
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
-        # Node-pressure eviction: conditions, one eviction per cycle, admission.
+        # Node-pressure eviction: conditions, one eviction per cycle, admission;
+        # local storage limits measured for the pods that have them.
+        ephemeral = EphemeralStorageStats(
+            runtime_service, config.pod_logs_dir, os.path.join(root_dir, "pods"),
+            lambda u: self.cache.get(u)[0], self._volume_bytes,
+        )  # fmt: skip
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
-            recorder=recorder,
-            volume_usage=lambda u: {v.name: v.used_bytes for v in self.volume_stats.usage(u)},
+            recorder=recorder, volume_usage=self._volume_bytes,
+            local_storage_usage=ephemeral.measure,
         )  # fmt: skip
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
@@ -284,6 +300,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            image_puller=ImagePuller.from_config(config),
             container_resources=self.resource_managers,
         )
         self.pleg = GenericPLEG(
@@ -300,6 +317,7 @@ class Kubelet:
                 CgroupManager(config.cgroup_root),
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
+                pod_pids_limit=config.pod_pids_limit,
                 exclusive_cpus=self.resource_managers.pod_has_exclusive_cpus,
             )
             if config.cgroups_per_qos
@@ -403,7 +421,9 @@ class Kubelet:
     async def _start_core(self) -> None:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
-        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        await asyncio.get_running_loop().run_in_executor(
+            None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir
+        )
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
@@ -491,7 +511,7 @@ class Kubelet:
         self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
-        if self.features.enabled("EventedPLEG"):
+        if self.features.enabled(Feature.EventedPLEG):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(
                 asyncio.create_task(self.evented.run(self._stop), name="evented-pleg")
@@ -676,6 +696,7 @@ class Kubelet:
         log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
         if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Warning", r.reason, r.message)
+        # rejectPod: only the QoS class is kept; startTime as any first status has.
         self.status_manager.set_pod_status(
             u,
             {
@@ -683,7 +704,10 @@ class Kubelet:
                 "reason": r.reason,
                 "message": f"Pod was rejected: {r.message}",
                 "conditions": [],
+                "qosClass": qos_class(pod),
+                "startTime": generate.now(),
             },
+            pod,
         )
 
     def _handle_mirror(self, op: Op, mirror: Pod) -> None:
@@ -713,19 +737,27 @@ class Kubelet:
                 out.append(p)
         return out
 
+    def _volume_bytes(self, pod_uid: str) -> dict[str, int]:
+        """Bytes in each of the pod's volumes, from the volume stats' last pass."""
+        return {v.name: v.used_bytes for v in self.volume_stats.usage(pod_uid)}
+
     def _pods_memory(self) -> dict[str, int]:
         """Working set per pod UID from one stats pass (for eviction ranking):
         memory.current and memory.stat of each pod cgroup, nothing else."""
         return self.stats.pod_working_sets()
 
-    async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
+    async def _evict_pod(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         u = uid(pod)
         self.pod_syncer.mark_evicted(u, reason, message)
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
-        self.status_manager.set_pod_status(
-            u, {**old, "phase": "Failed", "reason": reason, "message": message}
+        status = generate.failed_status(
+            old, pod, reason, message, condition, self.status_manager.tracking
         )
+        self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
     def _volumes_ready(self, pod_uid: str) -> None:

@@ -1,255 +1,336 @@
-"""The resource managers of the container manager (pkg/kubelet/cm/container_manager_linux.go):
-the topology manager with the CPU and memory managers as its hint providers,
-and the narrow interface the runtime manager calls when it creates and removes
-containers (InternalContainerLifecycle upstream).
+"""The node-level container manager (pkg/kubelet/cm/container_manager_linux.go):
+what the kubelet checks and sets up on the host before it runs pods.
 
-Admission (the topology manager's admit handler) allocates; creating a
-container reads the allocation (cpuset_cpus, cpuset_mems); the CPU manager's
-reconcile loop keeps running containers' cpusets in line with the shared pool.
+At construction (NewContainerManager): swap (failSwapOn), the cgroup driver
+(systemd needs systemd as init), the cgroup root (must exist when
+cgroupsPerQOS). At start: the reservations fit in the capacity, the kernel
+tunables (protectKernelDefaults: check; otherwise set), the kubepods cgroup
+with node allocatable limits, the reserved cgroups' limits
+(enforceNodeAllocatable), and the system containers (systemCgroups,
+kubeletCgroups). Each failure is a ContainerManagerError: the command exits 1
+with it. Afterwards `run` keeps the kubepods limits, the system containers and
+the kubelet's OOM score in place.
+
+Its node allocatable reservation (`reservation`, GetNodeAllocatableReservation)
+is what the CPU and memory managers (resource_managers.py) reserve; those are
+bound to the kubelet's active pods when the Kubelet is built, as upstream's
+Start binds them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
-import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, NamedTuple, Protocol
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from kubelet.apis.config import KubeletConfiguration
-from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
-from kubelet.cm.cpumanager.topology import CPUTopology
-from kubelet.cm.cpumanager.topology import discover as discover_cpus
-from kubelet.cm.interfaces import ContainerUpdater, PodLookup
-from kubelet.cm.memorymanager.memory_manager import MemoryManager, new_memory_manager
-from kubelet.cm.sysinfo import MachineTopology
-from kubelet.cm.topologymanager.topology_manager import (
-    TopologyManager,
-    all_containers,
-    new_topology_manager,
+from kubelet.cm import node_container_manager as nac
+from kubelet.cm.cgroup_manager import CgroupError, CgroupManager
+from kubelet.cm.interfaces import ContainerManagerError
+from kubelet.cm.system_containers import (
+    SystemContainerError,
+    ensure_process_in_container,
+    ensure_system_cgroups,
 )
-from kubelet.features import FeatureGate
-from kubelet.lifecycle.predicate import Rejection
-from kubelet.types import Pod, uid
-from kubelet.util import cpuset
-from kubelet.util.cpuset import format_cpus
-from kubelet.util.quantity import parse_quantity
+from kubelet.features import Feature, FeatureGate
+from kubelet.util.oom import OOMAdjuster
+from kubelet.util.swap import PROC_SWAPS, is_swap_on
+from kubelet.util.sysctl import PROC_SYS, KernelTunableBehavior, Sysctl, setup_kernel_tunables
+
+if TYPE_CHECKING:
+    from kubelet.apis.config import KubeletConfiguration
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
+KUBEPODS = "kubepods"
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"  # sd_booted(): systemd is init
+ENFORCE_RETRY = 60.0  # s between attempts to set the kubepods limits
+SYSTEM_CONTAINERS_PERIOD = 60.0
+KUBELET_OOM_PERIOD = 300.0
 
-
-class ResourceManagerError(Exception):
-    """A setting or state file the managers refuse: the kubelet does not start."""
-
-
-class CPUPinning(NamedTuple):
-    """A container's CPU and memory placement for its CRI config."""
-
-    cpuset_cpus: str = ""  # "" leaves it unset
-    cpuset_mems: str = ""
-    # It has CPUs of its own: no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
-    unlimited_quota: bool = False
-
-
-class ContainerResourceManager(Protocol):
-    """What the runtime manager asks when it creates and removes containers."""
-
-    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning: ...
-
-    def container_created(self, pod: Pod, container: Container, container_id: str) -> None: ...
-
-    def remove_container(self, container_id: str) -> None: ...
-
-
-def _float32(x: float) -> float:
-    return float(struct.unpack("f", struct.pack("f", x))[0])
-
-
-def _eviction_reservation(threshold: str | None, capacity: int) -> Decimal:
-    """hardEvictionReservation for one signal; a percentage as Go computes it (float32)."""
-    if not threshold:
-        return Decimal(0)
-    if threshold.endswith("%"):
-        pct = _float32(_float32(float(threshold.rstrip("%"))) / 100)
-        return Decimal(int(float(capacity) * pct))
-    return parse_quantity(threshold)
-
-
-def node_allocatable_reservation(
-    cfg: KubeletConfiguration, memory_capacity: int
-) -> dict[str, Decimal]:
-    """GetNodeAllocatableReservation: kube + system reserved + hard eviction, non-zero only."""
-    out: dict[str, Decimal] = {}
-    for m in (cfg.system_reserved, cfg.kube_reserved):
-        for name, q in m.items():
-            out[name] = out.get(name, Decimal(0)) + parse_quantity(q)
-    mem = _eviction_reservation(cfg.eviction_hard.get("memory.available"), memory_capacity)
-    out["memory"] = out.get("memory", Decimal(0)) + mem
-    return {k: v for k, v in out.items() if v != 0}
-
-
-def apply_reserved_cpus(cfg: KubeletConfiguration, topo: CPUTopology) -> cpuset.CPUSet:
-    """reservedSystemCPUs replaces kube- and system-reserved cpu with its size
-    (as upstream's server.go does; applying it twice changes nothing)."""
-    if not cfg.reserved_system_cpus:
-        return cpuset.EMPTY
-    try:
-        reserved = cpuset.parse(cfg.reserved_system_cpus)
-    except ValueError as err:
-        raise ResourceManagerError(f"unable to parse reserved-cpus list: {err}") from None
-    online = topo.details.cpus()
-    if not reserved <= online:
-        raise ResourceManagerError(
-            f"reserved-cpus: {cfg.reserved_system_cpus} is not a subset of online-cpus: "
-            f"{format_cpus(online)}"
-        )
-    if reserved:
-        log.info("reservedSystemCPUs %s overrides the cpu of kubeReserved and systemReserved",
-                 format_cpus(reserved))  # fmt: skip
-        cfg.kube_reserved.pop("cpu", None)
-        cfg.system_reserved["cpu"] = str(len(reserved))
-    return reserved
+NodeEvent = Callable[[str, str, str], None]
 
 
 @dataclass(frozen=True)
-class ResourceManagerConfig:
-    """What the managers are built from besides the KubeletConfiguration."""
+class HostPaths:
+    """Where the container manager reads and writes the host; tests point them
+    at fixtures and private cgroups."""
 
-    machine: MachineTopology
-    memory_capacity: int
-    state_dir: str  # the kubelet's root dir, where upstream keeps the state files
-    reserved_cpus: cpuset.CPUSet
+    mountinfo: str = "/proc/self/mountinfo"
+    proc_swaps: str = PROC_SWAPS
+    proc_sys: str = PROC_SYS
+    proc: str = "/proc"
+    systemd_runtime_dir: str = SYSTEMD_RUNTIME_DIR
+    # The cgroup whose processes systemCgroups takes in (upstream: "/").
+    system_root_cgroup: str = "/"
 
 
-class ResourceManagers:
-    """ContainerResourceManager for the runtime, admission for the kubelet."""
+@dataclass(frozen=True)
+class NodeConfig:
+    node_name: str
+    cgroups_per_qos: bool = True
+    cgroup_root: str = "/"
+    cgroup_driver: str = "cgroupfs"
+    system_cgroups: str = ""
+    kubelet_cgroups: str = ""
+    kubelet_oom_score_adj: int = -999
+    protect_kernel_defaults: bool = False
+    fail_swap_on: bool = True
+    pod_pids_limit: int = -1
+    allocatable: nac.NodeAllocatableConfig = field(default_factory=nac.NodeAllocatableConfig)
+    # KubeletInUserNamespace: a kernel tunable that cannot be set is not fatal.
+    tolerate_userns: bool = False
 
+    @classmethod
+    def from_config(cls, cfg: KubeletConfiguration, node_name: str) -> NodeConfig:
+        """Raises ValueError when kubeReserved/systemReserved do not parse."""
+        return cls(
+            node_name=node_name,
+            cgroups_per_qos=cfg.cgroups_per_qos,
+            # Upstream defaults an empty cgroupRoot to "/" when cgroupsPerQOS.
+            cgroup_root=cfg.cgroup_root or "/",
+            cgroup_driver=cfg.cgroup_driver,
+            system_cgroups=cfg.system_cgroups,
+            kubelet_cgroups=cfg.kubelet_cgroups,
+            kubelet_oom_score_adj=cfg.oom_score_adj,
+            protect_kernel_defaults=cfg.protect_kernel_defaults,
+            fail_swap_on=cfg.fail_swap_on,
+            pod_pids_limit=cfg.pod_pids_limit,
+            allocatable=nac.NodeAllocatableConfig.from_config(cfg),
+            tolerate_userns=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletInUserNamespace),
+        )
+
+
+def pid_capacity(proc_sys: str = PROC_SYS) -> int | None:
+    """The system-wide task limit: the lower of pid_max and threads-max."""
+    values = []
+    for name in ("kernel/pid_max", "kernel/threads-max"):
+        try:
+            values.append(Sysctl(proc_sys).get(name))
+        except (OSError, ValueError):
+            continue
+    return min(values) if values else None
+
+
+class ContainerManager:
     def __init__(
         self,
-        topology: TopologyManager,
-        cpu: CPUManager,
-        memory: MemoryManager,
-        unlimited_quota_when_pinned: bool = True,
+        nc: NodeConfig,
+        capacity: nac.ResourceList,
+        *,
+        host: HostPaths | None = None,
+        node_event: NodeEvent | None = None,
+        oom: OOMAdjuster | None = None,
     ) -> None:
-        self.topology = topology
-        self.cpu = cpu
-        self.memory = memory
-        self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
+        """`capacity` is the node's (cpu in millicores, memory, ephemeral-storage,
+        hugepages-*); the pid capacity is added from the host."""
+        self.nc = nc
+        self.host = host or HostPaths()
+        self.node_event: NodeEvent = node_event if node_event is not None else (lambda *_: None)
+        self.oom = oom or OOMAdjuster(self.host.proc)
+        self.capacity = dict(capacity)
+        self.internal_capacity = dict(capacity)
+        pids = pid_capacity(self.host.proc_sys)
+        if pids is not None:
+            self.internal_capacity["pid"] = pids
+        self._check_swap()
+        self._check_driver()
+        # Pods' cgroups live under <cgroupRoot>/kubepods; reserved and system
+        # cgroups are absolute paths from the hierarchy roots.
+        self.pods_mgr = CgroupManager(nc.cgroup_root if nc.cgroups_per_qos else "",
+                                      self.host.mountinfo)  # fmt: skip
+        self.host_mgr = CgroupManager("", self.host.mountinfo)
+        if nc.cgroups_per_qos:
+            try:
+                self.pods_mgr.validate("")
+            except CgroupError as err:
+                raise ContainerManagerError(f"invalid configuration: {err}") from err
+            log.info("Container manager verified user specified cgroup-root exists: %s",
+                     nc.cgroup_root)  # fmt: skip
+        self.kubepods_enforced = False
+        self._log_config_caveats()
 
-    def admit(self, pod: Pod) -> Rejection | None:
-        """The topology manager's admit handler (upstream's TopologyAffinityError)."""
-        return self.topology.admit(pod)
+    def _log_config_caveats(self) -> None:
+        nc = self.nc
+        reserved = nc.allocatable.system_reserved.keys() | nc.allocatable.kube_reserved.keys()
+        v1_without_pids = self.host_mgr.version == 1 and "pids" not in self.host_mgr.mounts
+        if (nc.pod_pids_limit > 0 or "pid" in reserved) and v1_without_pids:
+            log.warning(
+                "The pids cgroup controller is not mounted: podPidsLimit and pid reservations "
+                "cannot be enforced on this host"
+            )
+        if any(r.startswith("hugepages-") for r in reserved):
+            log.warning(
+                "Reserved hugepages are taken off allocatable but not set as hugetlb limits"
+            )
+        kc, krc = nc.kubelet_cgroups, nc.allocatable.kube_reserved_cgroup
+        if kc and krc and not kc.startswith(krc):
+            log.info("unsupported configuration: kubeletCgroups is not within kubeReservedCgroup")
 
-    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
-        """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
-        if self.cpu.policy is None and self.memory.policy is None:
-            return CPUPinning()
-        name = container["name"]
-        return CPUPinning(
-            format_cpus(self.cpu.cpu_affinity(uid(pod), name)),
-            ",".join(str(n) for n in self.memory.memory_numa_nodes(uid(pod), name)),
-            self.unlimited_quota_when_pinned and bool(self.cpu.exclusive_cpus(uid(pod), name)),
+    def _check_swap(self) -> None:
+        try:
+            swap = is_swap_on(self.host.proc_swaps)
+        except OSError as err:
+            raise ContainerManagerError(f"failed to determine if swap is on: {err}") from err
+        if not swap:
+            return
+        if self.nc.fail_swap_on:
+            raise ContainerManagerError(
+                "running with swap on is not supported, please disable swap or set "
+                "--fail-swap-on flag to false"
+            )
+        # This kubelet mounts memory-backed volumes without tmpfs's noswap option.
+        self.node_event(
+            "Warning",
+            "PossibleMemoryBackedVolumesOnDisk",
+            "The tmpfs noswap option is not supported. Memory-backed volumes (e.g. secrets, "
+            "emptyDirs, etc.) might be swapped to disk and should no longer be considered secure.",
         )
 
-    def pod_has_exclusive_cpus(self, pod: Pod) -> bool:
-        """The pod cgroup then gets no CFS quota (DisableCPUQuotaWithExclusiveCPUs)."""
-        if self.cpu.policy is None or not self.unlimited_quota_when_pinned:
+    def _check_driver(self) -> None:
+        if self.nc.cgroup_driver != "systemd":
+            return
+        if not os.path.isdir(self.host.systemd_runtime_dir):
+            raise ContainerManagerError(
+                f'cgroupDriver is "systemd" but systemd is not running as init '
+                f"({self.host.systemd_runtime_dir} does not exist): set cgroupDriver: cgroupfs "
+                "(--cgroup-driver=cgroupfs) and configure the container runtime for cgroupfs"
+            )
+        raise ContainerManagerError(
+            'cgroupDriver "systemd" is not implemented by this kubelet yet (transient slices '
+            "through systemd's D-Bus API): use cgroupfs, with the runtime configured to match"
+        )
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """validateNodeAllocatable, then setupNode; raises ContainerManagerError."""
+        problem = nac.validate_node_allocatable(self.nc.allocatable, self.capacity)
+        if problem:
+            raise ContainerManagerError(problem)
+        self._kernel_tunables()
+        if self.nc.cgroups_per_qos:
+            self._node_allocatable_cgroup()
+        try:
+            nac.enforce_reserved_cgroups(self.nc.allocatable, self.host_mgr, self.node_event)
+        except nac.EnforcementError as err:
+            raise ContainerManagerError(str(err)) from err
+        if self.nc.system_cgroups == "/":
+            raise ContainerManagerError('system container cannot be root ("/")')
+        self.ensure_system_containers()
+
+    def _kernel_tunables(self) -> None:
+        behavior = (
+            KernelTunableBehavior.ERROR
+            if self.nc.protect_kernel_defaults
+            else KernelTunableBehavior.MODIFY
+        )
+        problems = setup_kernel_tunables(
+            Sysctl(self.host.proc_sys), behavior, tolerate_set_failure=self._tolerate_userns()
+        )
+        if problems:
+            raise ContainerManagerError("; ".join(problems))
+
+    def _tolerate_userns(self) -> bool:
+        if not self.nc.tolerate_userns:
             return False
-        return any(self.cpu.exclusive_cpus(uid(pod), c["name"]) for c in all_containers(pod))
+        try:
+            with open(os.path.join(self.host.proc, "self/uid_map")) as fh:
+                return fh.read().split() != ["0", "0", "4294967295"]
+        except OSError:
+            return False
 
-    def container_created(self, pod: Pod, container: Container, container_id: str) -> None:
-        self.cpu.add_container(pod, container, container_id)
-        self.memory.add_container(pod, container, container_id)
-        self.topology.add_container(pod, container, container_id)
+    def reservation(self) -> nac.ResourceList:
+        """GetNodeAllocatableReservation: reserved + hard eviction, per resource
+        of the capacity (cpu in millicores)."""
+        return nac.reservation(self.nc.allocatable, self.capacity)
 
-    def remove_container(self, container_id: str) -> None:
-        self.topology.remove_container(container_id)
-
-    def remove_pod(self, pod_uid: str) -> None:
-        """The pod left every source: forget its hints. Its CPUs and memory are
-        released by the managers' stale-state pass, once it is no longer active."""
-        self.topology.remove_pod(pod_uid)
-
-    async def run(self, stop: asyncio.Event, runtime: ContainerUpdater) -> None:
-        await self.cpu.run(stop, runtime)
-
-
-@contextlib.contextmanager
-def _refused(prefix: str = "") -> Iterator[None]:
-    """A ValueError from a manager's constructor is the kubelet's refusal to start."""
-    try:
-        yield
-    except ValueError as err:
-        raise ResourceManagerError(prefix + str(err)) from None
-
-
-def _new_topology(
-    cfg: KubeletConfiguration, machine: MachineTopology, gates: FeatureGate
-) -> TopologyManager:
-    options = cfg.topology_manager_policy_options
-    if options and not gates.enabled("TopologyManagerPolicyOptions"):
-        raise ValueError(
-            f"topology manager policy options {options} require feature gates "
-            '"TopologyManagerPolicyOptions" enabled'
+    def kubepods_settings(self) -> dict[str, int]:
+        return nac.kubepods_config(
+            self.nc.allocatable, self.internal_capacity, self.nc.cgroups_per_qos
         )
-    return new_topology_manager(
-        [n.id for n in machine.nodes],
-        {n.id: n.distances or [] for n in machine.nodes},
-        cfg.topology_manager_policy,
-        cfg.topology_manager_scope,
-        options,
-        gates,
-    )
 
+    def _node_allocatable_cgroup(self) -> None:
+        """createNodeAllocatableCgroups, then one attempt at the limits; `run`
+        retries them (usage may be above a lowered limit until evictions)."""
+        settings = self.kubepods_settings()
+        if not self.pods_mgr.exists(KUBEPODS):
+            try:
+                self.pods_mgr.create(KUBEPODS, settings)
+            except (OSError, CgroupError) as err:
+                raise ContainerManagerError(f"failed to create {KUBEPODS} cgroup: {err}") from err
+            self._kubepods_done()
+            return
+        self.update_kubepods()
 
-def new_resource_managers(
-    cfg: KubeletConfiguration,
-    rc: ResourceManagerConfig,
-    gates: FeatureGate,
-    pods: PodLookup,
-    sources_ready: Callable[[], bool],
-) -> ResourceManagers:
-    """NewContainerManager's part and Start: ResourceManagerError with upstream's
-    message, prefixed as the Go kubelet prefixes it, for anything it refuses."""
-    with _refused():
-        topology = _new_topology(cfg, rc.machine, gates)
-    reservation = node_allocatable_reservation(cfg, rc.memory_capacity)
-    cpu_millis = reservation.get("cpu")
-    with _refused("start cpu manager error: "):
-        cpu = new_cpu_manager(
-            cfg.cpu_manager_policy,
-            cfg.cpu_manager_policy_options,
-            cfg.cpu_manager_reconcile_period,
-            discover_cpus(rc.machine),
-            Reservation(
-                rc.reserved_cpus, None if cpu_millis is None else math.ceil(cpu_millis * 1000)
-            ),
-            rc.state_dir,
-            topology,
-            gates,
-            pods,
-            sources_ready,
+    def update_kubepods(self) -> bool:
+        try:
+            self.pods_mgr.update(KUBEPODS, self.kubepods_settings())
+        except (OSError, CgroupError) as err:
+            self.node_event(
+                "Warning",
+                "FailedNodeAllocatableEnforcement",
+                f"Failed to update Node Allocatable Limits "
+                f"{self.pods_mgr.literal(KUBEPODS)!r}: {err}",
+            )
+            return False
+        self._kubepods_done()
+        return True
+
+    def _kubepods_done(self) -> None:
+        self.kubepods_enforced = True
+        self.node_event(
+            "Normal", "NodeAllocatableEnforced", "Updated Node Allocatable limit across pods"
         )
-    with _refused("start memory manager error: "):
-        memory = new_memory_manager(
-            cfg.memory_manager_policy,
-            rc.machine,
-            reservation,
-            cfg.reserved_memory,
-            rc.state_dir,
-            topology,
-            pods,
-            sources_ready,
-            gates.enabled("PodLevelResources"),
+
+    def ensure_system_containers(self) -> list[str]:
+        """Processes into systemCgroups, the kubelet into kubeletCgroups (with its
+        OOM score); the problems, which are logged, not fatal, as upstream."""
+        problems: list[str] = []
+        try:
+            if self.nc.system_cgroups:
+                ensure_system_cgroups(
+                    self.host_mgr, self.host.system_root_cgroup, self.nc.system_cgroups,
+                    self.host.proc,
+                )  # fmt: skip
+        except SystemContainerError as err:
+            problems.append(str(err))
+        problems += self.ensure_kubelet_container()
+        for p in problems:
+            log.info("Failed to ensure state of system containers: %s", p)
+        return problems
+
+    def ensure_kubelet_container(self) -> list[str]:
+        return ensure_process_in_container(
+            os.getpid(),
+            self.nc.kubelet_oom_score_adj,
+            self.host_mgr,
+            self.nc.kubelet_cgroups or None,
+            self.oom,
+            self.host.proc,
         )
-    topology.add_hint_provider(cpu)
-    topology.add_hint_provider(memory)
-    return ResourceManagers(
-        topology, cpu, memory, gates.enabled("DisableCPUQuotaWithExclusiveCPUs")
-    )
+
+    # -------------------------------------------------------------------- run
+    async def run(self, stop: asyncio.Event) -> None:
+        """The periodic part: kubepods limits until they hold, the system
+        containers every minute, the kubelet's OOM score every 5 minutes."""
+        loop = asyncio.get_running_loop()
+        last_oom = loop.time()
+        last_enforce = loop.time()
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), SYSTEM_CONTAINERS_PERIOD)
+                return
+            except TimeoutError:
+                pass
+            now = loop.time()
+            if (self.nc.cgroups_per_qos and not self.kubepods_enforced
+                    and now - last_enforce >= ENFORCE_RETRY):  # fmt: skip
+                last_enforce = now
+                await loop.run_in_executor(None, self.update_kubepods)
+            if self.nc.system_cgroups or self.nc.kubelet_cgroups:
+                await loop.run_in_executor(None, self.ensure_system_containers)
+            elif now - last_oom >= KUBELET_OOM_PERIOD:
+                last_oom = now
+                await loop.run_in_executor(None, self.ensure_kubelet_container)

@@ -1,13 +1,20 @@
-"""What the resource managers need of the kubelet and the runtime (narrow, typed)."""
+"""What the container manager's parts need of the kubelet and the runtime (narrow, typed)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import Pod
+
+Container = dict[str, Any]
+
+
+class ContainerManagerError(Exception):
+    """The node or the resource managers cannot be set up as configured (a
+    setting, a host check, a state file): the kubelet must not start."""
 
 
 @dataclass(frozen=True)
@@ -45,3 +52,22 @@ def stale_refs(refs: Iterable[tuple[str, str]], pods: PodLookup) -> list[tuple[s
         if pod is None or name not in names:
             out.append((pod_uid, name))
     return out
+
+
+class CPUPinning(NamedTuple):
+    """A container's CPU and memory placement for its CRI config."""
+
+    cpuset_cpus: str = ""  # "" leaves it unset
+    cpuset_mems: str = ""
+    # It has CPUs of its own: no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
+    unlimited_quota: bool = False
+
+
+class ContainerResourceManager(Protocol):
+    """What the runtime manager asks when it creates and removes containers."""
+
+    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning: ...
+
+    def container_created(self, pod: Pod, container: Container, container_id: str) -> None: ...
+
+    def remove_container(self, container_id: str) -> None: ...

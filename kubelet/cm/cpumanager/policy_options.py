@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.topologymanager.policy import POLICY_SINGLE_NUMA_NODE, parse_bool
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 
 FULL_PCPUS_ONLY = "full-pcpus-only"
 DISTRIBUTE_CPUS_ACROSS_NUMA = "distribute-cpus-across-numa"
@@ -57,11 +57,11 @@ class StaticPolicyOptions:
 def check_option_available(name: str, gates: FeatureGate) -> None:
     if name not in ALPHA_OPTIONS | BETA_OPTIONS | STABLE_OPTIONS:
         raise ValueError(f'unknown CPU Manager Policy option: "{name}"')
-    if name in ALPHA_OPTIONS and not gates.enabled("CPUManagerPolicyAlphaOptions"):
+    if name in ALPHA_OPTIONS and not gates.enabled(Feature.CPUManagerPolicyAlphaOptions):
         raise ValueError(
             f'CPU Manager Policy Alpha-level Options not enabled, but option "{name}" provided'
         )
-    if name in BETA_OPTIONS and not gates.enabled("CPUManagerPolicyBetaOptions"):
+    if name in BETA_OPTIONS and not gates.enabled(Feature.CPUManagerPolicyBetaOptions):
         raise ValueError(
             f'CPU Manager Policy Beta-level Options not enabled, but option "{name}" provided'
         )

@@ -26,7 +26,7 @@ from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
 from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.types import Pod, qos_class, uid
 from kubelet.util.cpuset import EMPTY, CPUSet, format_cpus
 from kubelet.util.quantity import cpu_millis
@@ -118,7 +118,7 @@ class StaticPolicy:
         """NewStaticPolicy; ValueError with upstream's message when it cannot be built."""
         self.opts: StaticPolicyOptions = new_static_policy_options(options, gates)
         # PodLevelResources: pods with pod-level resources stay on the shared pool.
-        self.pod_level_resources = gates.enabled("PodLevelResources")
+        self.pod_level_resources = gates.enabled(Feature.PodLevelResources)
         validate_static_policy_options(self.opts, topo, affinity.policy_name)
         self.topo = topo
         self.affinity = affinity

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kubelet.cm.topologymanager import bitmask
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,11 @@ class PolicyOptions:
 def check_option_available(name: str, gates: FeatureGate) -> None:
     if name not in _ALPHA_OPTIONS | _BETA_OPTIONS | _STABLE_OPTIONS:
         raise ValueError(f'unknown Topology Manager Policy option: "{name}"')
-    if name in _ALPHA_OPTIONS and not gates.enabled("TopologyManagerPolicyAlphaOptions"):
+    if name in _ALPHA_OPTIONS and not gates.enabled(Feature.TopologyManagerPolicyAlphaOptions):
         raise ValueError(
             f'topology manager policy alpha-level options not enabled, but option "{name}" provided'
         )
-    if name in _BETA_OPTIONS and not gates.enabled("TopologyManagerPolicyBetaOptions"):
+    if name in _BETA_OPTIONS and not gates.enabled(Feature.TopologyManagerPolicyBetaOptions):
         raise ValueError(
             f'topology manager policy beta-level options not enabled, but option "{name}" provided'
         )

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.core.conftest import _node
-from tests.integration.core.test_topology_admission import gu, two_numa_nodes
+from tests.integration.core.test_topology_admission import gu
+from tests.unit.cm.topologies import two_numa_nodes
 
 SETTINGS = {
     "cpu_manager_policy": "static",

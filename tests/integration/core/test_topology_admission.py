@@ -11,25 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.cm.sysinfo import Core, MachineTopology, Node
 from tests.integration.core.conftest import Node as KubeletNode
 from tests.integration.core.conftest import _node
-
-GiB = 1 << 30
-
-
-def two_numa_nodes() -> MachineTopology:
-    nodes = [
-        Node(
-            n,
-            [Core(c, 0, [c]) for c in (2 * n, 2 * n + 1)],
-            8 * GiB,
-            [],
-            [10, 20] if n == 0 else [20, 10],
-        )
-        for n in (0, 1)
-    ]
-    return MachineTopology(nodes, 4, 1)
+from tests.unit.cm.topologies import two_numa_nodes
 
 
 @pytest.fixture

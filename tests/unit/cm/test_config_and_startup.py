@@ -4,17 +4,19 @@ message)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.apis.config.validation import validate_kubelet_configuration
-from kubelet.cm.container_manager import apply_reserved_cpus, node_allocatable_reservation
+from kubelet.cm.interfaces import ContainerManagerError
+from kubelet.cm.node_container_manager import NodeAllocatableConfig, reservation
+from kubelet.cm.resource_managers import apply_reserved_cpus
 from kubelet.cmd.kubelet import UsageError, build_server
-from tests.unit.cm.topologies import topology
+from kubelet.cri.fake import FakeImageService, FakeRuntimeService
+from kubelet.kubelet import Kubelet
+from tests.unit.cm.topologies import topology, two_numa_nodes
 
 CONFIG = """\
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -147,59 +149,120 @@ def test_reserved_system_cpus_replace_the_reserved_cpu() -> None:
     c.reserved_system_cpus = "0,6"
     assert apply_reserved_cpus(c, topology("DualSocketHT")) == {0, 6}
     assert c.kube_reserved == {"memory": "1Gi"} and c.system_reserved == {"cpu": "2"}
-    r = node_allocatable_reservation(c, 16 << 30)
-    assert r["cpu"] == 2 and r["memory"] == (1 << 30) + (100 << 20)  # + evictionHard 100Mi
+    r = reservation(NodeAllocatableConfig.from_config(c), {"cpu": 16000, "memory": 16 << 30})
+    assert r["cpu"] == 2000 and r["memory"] == (1 << 30) + (100 << 20)  # + evictionHard 100Mi
 
 
 def test_eviction_percentage_counts_as_go_computes_it() -> None:
     c = KubeletConfiguration()
     c.eviction_hard = {"memory.available": "5%"}
     # float32(5)/100 * 16GiB truncated, as GetThresholdQuantity does.
-    assert node_allocatable_reservation(c, 16 << 30)["memory"] == 858993472
+    r = reservation(NodeAllocatableConfig.from_config(c), {"memory": 16 << 30})
+    assert r["memory"] == 858993472
 
 
-def run_kubelet(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    base = [
-        sys.executable, "-m", "kubelet", "--root-dir", str(tmp),
-        "--container-runtime-endpoint", f"unix://{tmp}/none.sock", "--port", "41999",
-        "--healthz-port", "0", "--read-only-port", "0", "--oom-score-adj", "0",
-        "--authorization-mode", "AlwaysAllow", "--authentication-token-webhook=false",
-    ]  # fmt: skip
-    return subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
+WIRING = """\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+cpuManagerPolicy: static
+cpuManagerPolicyOptions:
+  full-pcpus-only: "true"
+memoryManagerPolicy: Static
+kubeReserved:
+  memory: 1Gi
+reservedMemory:
+- numaNode: 1
+  limits:
+    memory: 1124Mi
+topologyManagerPolicy: single-numa-node
+topologyManagerPolicyOptions:
+  prefer-closest-numa-nodes: "true"
+"""
 
 
-def test_static_policy_without_reserved_cpu_does_not_start(tmp_path: Path) -> None:
-    r = run_kubelet(tmp_path, "--cpu-manager-policy=static")
-    assert r.returncode == 1
-    assert (
-        "start cpu manager error: [cpumanager] unable to determine reserved CPU resources for static policy"
-        in r.stderr
-    )
+def test_fields_reach_the_managers(tmp_path: Path) -> None:
+    """Through the file and flags into the Kubelet's managers, with the node
+    allocatable reservation (kubeReserved + evictionHard) behind the memory one."""
+    f = tmp_path / "c.yaml"
+    f.write_text(WIRING)
+    s, _, _ = build_server(
+        [
+            "--config", str(f), "--cpu-manager-reconcile-period=3s", "--reserved-cpus=2",
+            "--topology-manager-scope=pod",
+        ]
+    )  # fmt: skip
+    assert s is not None
+    k = Kubelet(
+        s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService(),
+        machine_topology=two_numa_nodes(),
+    )  # fmt: skip
+    rm = k.resource_managers
+    assert rm.cpu.policy is not None and rm.cpu.policy.opts.full_pcpus_only
+    assert rm.cpu.policy.reserved == {2} and rm.cpu.reconcile_period == 3.0
+    assert rm.memory.policy is not None
+    assert rm.memory.policy.reserved == {0: {}, 1: {"memory": 1124 << 20}}
+    assert (rm.topology.policy.name, rm.topology.scope) == ("single-numa-node", "pod")
+    assert rm.topology.policy.opts.prefer_closest_numa
+    assert k.runtime_manager.container_resources is rm
 
 
-def test_state_file_of_another_policy_stops_the_kubelet(tmp_path: Path) -> None:
-    (tmp_path / "cpu_manager_state").write_text(
-        '{"policyName":"static","defaultCpuSet":"0-1","checksum":1636926438}'
-    )
-    r = run_kubelet(tmp_path)
-    assert r.returncode == 1
-    assert (
-        'start cpu manager error: could not restore state from checkpoint: configured policy "none" '
-        'differs from state checkpoint policy "static", please drain this node and delete the CPU '
-        f'manager checkpoint file "{tmp_path}/cpu_manager_state" before restarting Kubelet'
-    ) in r.stderr
+def kubelet_with(tmp_path: Path, *flags: str) -> Kubelet:
+    s, _, _ = build_server(["--cgroups-per-qos=false", "--enforce-node-allocatable=", *flags])
+    assert s is not None
+    tmp_path.mkdir()
+    return Kubelet(
+        s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService(),
+        machine_topology=two_numa_nodes(),
+    )  # fmt: skip
 
 
-def test_reserved_cpus_must_be_online(tmp_path: Path) -> None:
-    r = run_kubelet(tmp_path, "--cpu-manager-policy=static", "--reserved-cpus=4095")
-    assert r.returncode == 1
-    assert "reserved-cpus: 4095 is not a subset of online-cpus:" in r.stderr
+STATIC = ("--cpu-manager-policy=static", "--reserved-cpus=0")
+BEST_EFFORT = "--topology-manager-policy=best-effort"
 
 
-def test_memory_manager_reservation_must_match_node_allocatable(tmp_path: Path) -> None:
-    r = run_kubelet(tmp_path, "--memory-manager-policy=Static", "--reserved-memory=0:memory=1Gi")
-    assert r.returncode == 1
-    assert (
-        'start memory manager error: the total amount "1Gi" of type "memory" is not equal to the value '
-        '"100Mi" determined by Node Allocatable feature'
-    ) in r.stderr
+def test_option_gates_reach_the_managers(tmp_path: Path) -> None:
+    strict = "--cpu-manager-policy-options=strict-cpu-reservation=true"
+    k = kubelet_with(tmp_path / "beta", *STATIC, strict)
+    assert k.resource_managers.cpu.policy is not None
+    assert k.resource_managers.cpu.policy.opts.strict_cpu_reservation
+    off = "--feature-gates=CPUManagerPolicyBetaOptions=false"
+    with pytest.raises(ContainerManagerError, match="Beta-level Options not enabled"):
+        kubelet_with(tmp_path / "beta-off", *STATIC, strict, off)
+    cores = "--cpu-manager-policy-options=distribute-cpus-across-cores=true"
+    with pytest.raises(ContainerManagerError, match="Alpha-level Options not enabled"):
+        kubelet_with(tmp_path / "alpha-off", *STATIC, cores)
+    on = "--feature-gates=CPUManagerPolicyAlphaOptions=true"
+    k = kubelet_with(tmp_path / "alpha", *STATIC, cores, on)
+    assert k.resource_managers.cpu.policy is not None
+    assert k.resource_managers.cpu.policy.opts.distribute_across_cores
+
+    closest = "--topology-manager-policy-options=prefer-closest-numa-nodes=true"
+    off = "--feature-gates=TopologyManagerPolicyOptions=false"
+    with pytest.raises(ContainerManagerError, match='require feature gates "TopologyManager'):
+        kubelet_with(tmp_path / "topo-off", BEST_EFFORT, closest, off)
+    numa = "--topology-manager-policy-options=max-allowable-numa-nodes=9"
+    assert kubelet_with(tmp_path / "topo-beta", BEST_EFFORT, numa).resource_managers.topology
+    off = "--feature-gates=TopologyManagerPolicyBetaOptions=false"
+    with pytest.raises(ContainerManagerError, match="beta-level options not enabled"):
+        kubelet_with(tmp_path / "topo-beta-off", BEST_EFFORT, numa, off)
+    # v1.34 has no alpha topology option: the alpha gate admits nothing more.
+    on = "--feature-gates=TopologyManagerPolicyAlphaOptions=true"
+    with pytest.raises(ContainerManagerError, match='unknown Topology Manager Policy option: "x"'):
+        kubelet_with(
+            tmp_path / "topo-alpha", BEST_EFFORT, "--topology-manager-policy-options=x=1", on
+        )
+
+
+def test_cfs_quota_of_pinned_containers_follows_its_gate(tmp_path: Path) -> None:
+    res = {"cpu": "1", "memory": "64Mi"}
+    c = {"name": "c", "image": "i", "resources": {"requests": res, "limits": res}}
+    pod = {"metadata": {"uid": "u1", "name": "p", "namespace": "d"}, "spec": {"containers": [c]}}
+    for value in (True, False):
+        gate = f"--feature-gates=DisableCPUQuotaWithExclusiveCPUs={str(value).lower()}"
+        rm = kubelet_with(tmp_path / str(value), *STATIC, gate).resource_managers
+        assert rm.admit(pod) is None
+        pin = rm.container_cpuset(pod, c)
+        assert pin.cpuset_cpus == "1" and pin.unlimited_quota is value
+        assert rm.pod_has_exclusive_cpus(pod) is value

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet.cm.cpumanager.topology import CPUDetails, CPUInfo, CPUTopology
+from kubelet.cm.sysinfo import Core, MachineTopology, Node
 from kubelet.util import cpuset
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "resmgr"
@@ -38,3 +39,18 @@ def topology(name: str) -> CPUTopology:
 
 def cpus(text: str) -> cpuset.CPUSet:
     return cpuset.parse(text)
+
+
+def two_numa_nodes() -> MachineTopology:
+    """Two NUMA nodes of two single-thread cores (CPUs 0-1, 2-3) and 8 GiB each."""
+    nodes = [
+        Node(
+            n,
+            [Core(c, 0, [c]) for c in (2 * n, 2 * n + 1)],
+            8 << 30,
+            [],
+            [10, 20] if n == 0 else [20, 10],
+        )
+        for n in (0, 1)
+    ]
+    return MachineTopology(nodes, 4, 1)
