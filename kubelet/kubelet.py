@@ -45,7 +45,12 @@ from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
+from kubelet.kubelet_pods import (
+    DATA_DIR_MODE,
+    PodRuntimeHelper,
+    PullSecretGetter,
+    setup_data_dirs,
+)
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -87,6 +92,7 @@ from kubelet.types import (
     qos_class,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
@@ -190,6 +196,9 @@ class Kubelet:
             if container_manager is not None
             else node_reservation(config, topo)
         )
+        # Their state files are written into the root dir now: made as
+        # setupDataDirs makes it (0750), which upstream runs before them.
+        filesystem.mkdir_all(root_dir, DATA_DIR_MODE)
         self.active_pods = ActivePods(
             self.pod_manager, self.rejected, lambda: self.pod_workers, self.status_manager.get,
             self.cache,
