@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benches import metric_parity
+from benches import metric_parity, records
 from benches.density import evidence, kwok
 from benches.density.harness import (
     KUBE_API_BURST,
@@ -188,8 +189,6 @@ def plots(results: list[Result], out: Path) -> list[Path]:
 def extras(results: list[Result], work: Path, out: Path) -> None:
     """The ceiling ratios (with --kwok) and the metric parity of ours against
     upstream (both scraped at the end of their steady states, same N)."""
-    import json
-
     ratios = kwok.ceiling_ratios(results)
     if ratios:
         (out / "ceiling.json").write_text(json.dumps(ratios, indent=1))
@@ -273,9 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    started = records.begin(argv, "benches.density")
     if args.plot_only:
-        import json
-
         known = set(Result.__dataclass_fields__)
         loaded = [Result(**{k: v for k, v in d.items() if k in known})
                   for d in json.loads(Path(args.plot_only).read_text())]  # fmt: skip
@@ -364,6 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     for p in plots(results, out):
         print(f"plot: {p}")
     print(f"results: {out / 'result.json'}")
+    if not args.quick:
+        name = "density-containerd" if on_ctd else "density"
+        records.write(started, name, json.loads((out / "result.json").read_text()))
+        # The ceiling and the metric parity, each a record of its own.
+        for extra, rec in (("ceiling.json", "density-ceiling"),
+                           ("metric_parity.json", "metric-parity")):  # fmt: skip
+            if (out / extra).exists():
+                records.write(started, rec, json.loads((out / extra).read_text()))
     return 1 if any(r.error for r in results) else 0
 
 
