@@ -54,7 +54,18 @@ def write_config(path: Path) -> Path:
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokConfiguration",
-            "options": {"cidr": POD_CIDR, "nodeIP": "127.0.0.1"},
+            # kwok does not default options read from a file (a zero
+            # parallelism is refused): its own defaults, written out.
+            "options": {
+                "cidr": POD_CIDR,
+                "nodeIP": "127.0.0.1",
+                "podPlayStageParallelism": 4,
+                "nodePlayStageParallelism": 4,
+                "nodeLeaseParallelism": 4,
+                "podsOnNodeSyncParallelism": 1,
+                "enablePodsOnNodeSyncListPager": True,
+                "enablePodsOnNodeSyncStreamWatch": False,
+            },
         }
     ]
     for stage in sorted((kwok_dir() / "stages").glob("*.yaml")):
