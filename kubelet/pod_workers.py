@@ -82,6 +82,8 @@ class _State:
     grace: int | None = None
     last_sync: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once every container is stopped (a kill's CompletedCh upstream).
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PodWorkers:
@@ -140,6 +142,18 @@ class PodWorkers:
         st = self.states.get(pod_uid)
         return st is not None and (st.terminating or st.terminated)
 
+    async def wait_terminated(self, pod_uid: str, timeout: float) -> bool:
+        """Wait until the pod's containers are stopped (True), at most timeout
+        seconds (False). A pod without a worker has nothing running."""
+        st = self.states.get(pod_uid)
+        if st is None:
+            return True
+        try:
+            await asyncio.wait_for(st.stopped.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def known(self) -> set[str]:
         return set(self.states)
 
@@ -162,6 +176,7 @@ class PodWorkers:
                     try:
                         await self.syncer.sync_terminating_pod(st.pod, st.grace)
                         st.terminated = True
+                        st.stopped.set()
                         if self.on_terminated is not None:
                             self.on_terminated(u)
                     except Exception as err:

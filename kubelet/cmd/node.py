@@ -163,7 +163,9 @@ async def start_node(
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
     if deps.kube_client is not None:
-        node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
+        node_status = NodeStatusManager(
+            deps.kube_client, node_inputs(s, name, k), deps.recorder, wake=k.node_status_due
+        )
         tasks += _start_cluster_loops(s, deps, name, node_status, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:

@@ -39,7 +39,6 @@ UPSTREAM_ONLY_FIELDS = frozenset(
         "volumePluginDir",
         "kernelMemcgNotification",
         "enableSystemLogQuery",
-        "shutdownGracePeriodByPodPriority",
         "crashLoopBackOff",
         "reservedMemory",
         "memoryThrottlingFactor",
