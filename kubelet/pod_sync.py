@@ -252,10 +252,11 @@ class KubeletPodSyncer:
         status = await rm.get_pod_status(u, name(pod), namespace(pod))
         evicted = self._evicted.get(u)
         if evicted is not None and evicted.disruption:
-            # Told before the containers stop, as upstream: the DisruptionTarget
-            # reaches controllers while the pod still has its grace period.
+            # DisruptionTarget is told before the containers stop, as upstream;
+            # the phase turns Failed only once nothing runs (never Failed and
+            # Ready at once: upstream issue 108594).
             api = generate.generate(pod, status, {}, self.node_ips, self._previous_status(pod))
-            disruption.apply(evicted, api)
+            disruption.mark_disruption(evicted, api)
             self.status_manager.set_pod_status(u, api)
         await rm.kill_pod(pod, status, grace, remove=False)
         # Report the final state of every container.

@@ -23,26 +23,42 @@ class KubeletTermination:
     keep_succeeded: bool = False
 
 
-def apply(term: KubeletTermination, status: dict[str, Any]) -> None:
-    """Set phase, reason, message and the condition on an API pod status."""
-    if not (term.keep_succeeded and status.get("phase") == "Succeeded"):
-        status["phase"] = "Failed"
-    status["reason"], status["message"] = term.reason, term.message
-    if not term.disruption:
-        return
+def _set_condition(status: dict[str, Any], ctype: str, value: str, reason: str, msg: str) -> None:
+    """Replace the condition where it stands, else append it (UpdatePodCondition);
+    its transition time moves only when its status does."""
     conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
-    old = next((c for c in conditions if c.get("type") == DISRUPTION_TARGET), None)
-    cond = {
-        "type": DISRUPTION_TARGET,
-        "status": "True",
+    old = next((c for c in conditions if c.get("type") == ctype), None)
+    keep = old is not None and old.get("status") == value and old.get("lastTransitionTime")
+    cond: dict[str, Any] = {
+        "type": ctype,
+        "status": value,
         "lastProbeTime": None,
-        "lastTransitionTime": old["lastTransitionTime"]
-        if old is not None and old.get("status") == "True" and old.get("lastTransitionTime")
-        else now(),
-        "reason": TERMINATION_BY_KUBELET,
-        "message": term.message,
+        "lastTransitionTime": old["lastTransitionTime"] if keep and old is not None else now(),
+        "reason": reason,
     }
-    # Replaced where it stands, else appended (UpdatePodCondition).
+    if msg:
+        cond["message"] = msg
     status["conditions"] = (
         [cond if c is old else c for c in conditions] if old is not None else [*conditions, cond]
     )
+
+
+def mark_disruption(term: KubeletTermination, status: dict[str, Any]) -> None:
+    """Only the DisruptionTarget condition: what is reported while the pod's
+    containers may still run (its phase turns terminal once they stopped)."""
+    if term.disruption:
+        _set_condition(status, DISRUPTION_TARGET, "True", TERMINATION_BY_KUBELET, term.message)
+
+
+def apply(term: KubeletTermination, status: dict[str, Any]) -> None:
+    """The final status of a stopped pod: phase, reason, message, the
+    condition, and Ready / ContainersReady false as a terminal pod's are."""
+    if not (term.keep_succeeded and status.get("phase") == "Succeeded"):
+        status["phase"] = "Failed"
+    status["reason"], status["message"] = term.reason, term.message
+    mark_disruption(term, status)
+    why = "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed"
+    for ctype in ("ContainersReady", "Ready"):
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+        if cond is not None and cond.get("status") == "True":
+            _set_condition(status, ctype, "False", why, "")

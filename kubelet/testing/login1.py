@@ -292,6 +292,15 @@ class Login1Process:
         self.log.close()
 
 
+def in_private_etc_systemd(etc_dir: str, argv: list[str]) -> list[str]:
+    """argv run in a mount namespace of its own where /etc/systemd is etc_dir,
+    so a kubelet writes its logind drop-in (/etc/systemd/logind.conf.d) where
+    the stand-in reads it, and not into the host's /etc. Mounts the process
+    makes stay in that namespace: only for pods without volumes it mounts."""
+    script = 'mount --bind "$0" /etc/systemd && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, etc_dir, *argv]
+
+
 async def call(address: str, member: str, iface: str = TEST, sig: str = "", body: Any = ()) -> Any:
     """One call to the stand-in from a connection of its own; the reply's body."""
     bus = await MessageBus(bus_address=address, negotiate_unix_fd=True).connect()
