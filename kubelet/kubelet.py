@@ -25,6 +25,8 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.plugin.plugin import APIServiceAccounts
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyring
 from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
@@ -120,6 +122,7 @@ class Kubelet:
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Clock = REAL_CLOCK,
         sandbox_image: str = "",
+        credential_plugins: LoadedPlugins | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -258,6 +261,11 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            credential_plugins=PluginKeyring(
+                credential_plugins, APIServiceAccounts(kube_client, tokens)
+            )
+            if credential_plugins is not None
+            else None,
             image_puller=ImagePuller.from_config(config),
         )
         self.pleg = GenericPLEG(

@@ -32,6 +32,8 @@ class KubeletFlags:
     lock_file_path: str = ""
     exit_on_lock_contention: bool = False
     pod_infra_container_image: str = ""
+    image_credential_provider_config: str = ""
+    image_credential_provider_bin_dir: str = ""
     run_once: bool = False
     show_help: bool = False
     show_version: bool = False
@@ -193,6 +195,18 @@ FLAGS: list[Flag] = [
         ("flags", "pod_infra_container_image"),
         "Specified image will not be pruned by the image garbage collector. The sandbox image is set by the container runtime's own configuration.",
         deprecated="will be removed in a future release. Image garbage collector will get sandbox image information from CRI.",
+    ),
+    _F(
+        "image-credential-provider-config",
+        str,
+        ("flags", "image_credential_provider_config"),
+        "Path to a credential provider plugin config file (JSON/YAML/YML) or a directory of such files (merged in lexicographical order; duplicate plugin names are an error).",
+    ),
+    _F(
+        "image-credential-provider-bin-dir",
+        str,
+        ("flags", "image_credential_provider_bin_dir"),
+        "The path to the directory where credential provider plugin binaries are located.",
     ),
     _F(
         "runonce",

@@ -23,6 +23,7 @@ from kubelet.certificate.store import KeyPair
 from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
+from kubelet.credentialprovider.plugin.plugins import PluginRegistrationError
 from kubelet.dependencies import Dependencies
 from kubelet.features import FeatureGate
 from kubelet.kubelet import Kubelet
@@ -127,6 +128,8 @@ async def run(
             node = await start_node(s, deps, name, stop, cleanups)
         except ContainerManagerError as err:
             raise StartupError(f"failed to run Kubelet: {err}") from err
+        except PluginRegistrationError as err:
+            raise StartupError(f"Failed to register CRI auth plugins: {err}") from err
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
         if flags.run_once:
