@@ -37,6 +37,7 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "PodLifecycleSleepAction": FeatureSpec(True, "GA"),
     "PodLifecycleSleepActionAllowZero": FeatureSpec(True, "BETA"),
     "ContainerStopSignals": FeatureSpec(False, "ALPHA"),
+    "ContainerCheckpoint": FeatureSpec(True, "BETA"),
     "RecursiveReadOnlyMounts": FeatureSpec(True, "GA"),
     "ImageVolume": FeatureSpec(False, "BETA"),
     "MemoryQoS": FeatureSpec(False, "ALPHA"),

@@ -58,6 +58,7 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
+from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
@@ -311,6 +312,12 @@ class Kubelet:
             on_terminated=self.status_manager.enqueue,
             clock=clock,
         )
+        # ContainerCheckpoint: where POST /checkpoint/... writes archives.
+        self.checkpoints_dir = (
+            os.path.join(root_dir, CHECKPOINTS_DIR)
+            if self.features.enabled("ContainerCheckpoint")
+            else None
+        )
         # Set to have the node status reported now rather than on its period.
         self.node_status_due = asyncio.Event()
         # Graceful node shutdown; None when its gate is off or no period is set.
@@ -393,6 +400,8 @@ class Kubelet:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        if self.checkpoints_dir is not None:
+            os.makedirs(self.checkpoints_dir, mode=0o700, exist_ok=True)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)

@@ -378,6 +378,7 @@ async def _start_servers(
             enable_system_log_handler=cfg.enable_system_log_handler,
             enable_profiling_handler=cfg.enable_profiling_handler,
             enable_debug_flags_handler=cfg.enable_debug_flags_handler,
+            checkpoint_dir=node.checkpoints_dir or "",
         )
         app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth, debug)
         r = await httpserver.serve(app, cfg.address, cfg.port, ssl_ctx)
