@@ -159,6 +159,7 @@ def run(kubelet: str, n: int, budget: int, stubborn: bool) -> dict[str, Any]:
             time.sleep(1)
         started = time.monotonic() - t0
         time.sleep(5)  # start-up work settles
+        load = [round(x, 2) for x in os.getloadavg()]
         cpu0 = proc_cpu_s(k.pid)
         result = asyncio.run(
             watch_stop(f"unix://{sock}", bus.address, 3.0 * budget * len(GROUPS) + 60)
@@ -176,6 +177,7 @@ def run(kubelet: str, n: int, budget: int, stubborn: bool) -> dict[str, Any]:
             "budget_s": budget * len(GROUPS),
             "least_needed_s": STUBBORN_GRACE * len(GROUPS) if stubborn else 0,
             "all_running_s": round(started, 1),
+            "loadavg_at_signal": load,
             **result,
             "kubelet_cpu_s_during_shutdown": round(proc_cpu_s(k.pid) - cpu0, 2),
             # Both kubelets log these (ours at -v=1 too, with upstream's words).
