@@ -62,7 +62,6 @@ END_TIME = Gauge(
     "Last graceful shutdown end time since unix epoch in seconds",
     registry=None,
 )
-_registered: list[bool] = []
 
 
 class ShutdownManagerError(Exception):
@@ -124,10 +123,8 @@ class NodeShutdownManager:
         self._con: Inhibiter | None = None
         self._lock: int | None = None
         self._shutting_down = False
-        if enable_metrics and not _registered:
-            metrics.REGISTRY.register(START_TIME)
-            metrics.REGISTRY.register(END_TIME)
-            _registered.append(True)
+        if enable_metrics:
+            metrics.register_once(START_TIME, END_TIME)
 
     @classmethod
     def from_config(

@@ -57,6 +57,7 @@ class DBusCon:
 
     def __init__(self, bus: MessageBus) -> None:
         self.bus = bus
+        self._watch: asyncio.Future[None] | None = None
 
     @classmethod
     async def connect(cls, address: str | None = None) -> DBusCon:
@@ -185,13 +186,8 @@ class DBusCon:
                 await self.bus.wait_for_disconnect()
             events.put_nowait(None)
 
-        task = asyncio.ensure_future(on_disconnect())
-        _watchers.add(task)
-        task.add_done_callback(_watchers.discard)
+        self._watch = asyncio.ensure_future(on_disconnect())
         return events
-
-
-_watchers: set[asyncio.Future[None]] = set()
 
 
 def override_inhibit_delay(seconds: float, conf_dir: str = LOGIND_CONF_DIR) -> None:

@@ -33,7 +33,6 @@ CONFIG_INFO = Gauge(
     ["hash"],
     registry=None,
 )
-_registered: list[bool] = []
 
 
 class PluginRegistrationError(Exception):
@@ -102,10 +101,7 @@ class PluginKeyring:
             )
             for prov in loaded.providers
         ]
-        if not _registered:
-            for m in (p.PLUGIN_ERRORS, p.PLUGIN_DURATION, CONFIG_INFO):
-                metrics.REGISTRY.register(m)
-            _registered.append(True)
+        metrics.register_once(p.PLUGIN_ERRORS, p.PLUGIN_DURATION, CONFIG_INFO)
         CONFIG_INFO.clear()
         CONFIG_INFO.labels(loaded.config_hash).set(1)
 
