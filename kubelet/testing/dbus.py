@@ -10,6 +10,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from kubelet.testing.helpers import stop_process
+
 SOCKET = "system_bus_socket"
 
 _CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
@@ -86,10 +88,5 @@ class SystemBus:
         raise Unavailable("dbus-daemon did not create its socket")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)

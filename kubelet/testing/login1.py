@@ -38,6 +38,8 @@ from typing import Any
 from dbus_fast import BusType, Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
+from kubelet.testing.helpers import stop_process
+
 LOGIN1 = "org.freedesktop.login1"
 LOGIN1_PATH = "/org/freedesktop/login1"
 MANAGER = "org.freedesktop.login1.Manager"
@@ -282,13 +284,7 @@ class Login1Process:
             raise RuntimeError(f"login1 stand-in did not start (exit {self.proc.poll()})")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
 
 

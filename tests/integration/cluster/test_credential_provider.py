@@ -30,9 +30,12 @@ from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.registry import Registry
 from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
 from tests.integration.cluster.test_pull_secrets_runtime_class import (
+    PASSWORD,
+    USER,
     apply,
     events,
     get_pod,
+    private_registry,  # noqa: F401  (a fixture)
     waiting,
 )
 from tests.integration.cluster.test_pull_secrets_runtime_class import pod as pull_pod
@@ -40,30 +43,19 @@ from tests.integration.cluster.test_pull_secrets_runtime_class import pod as pul
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
 NODE = "py-credplugin-node"
-USER, PASSWORD = "plugin-user", "plugin-s3cret"
 AUDIENCE = "registry.kubelet-py.test"
 IDENTITY = "registry.kubelet-py.test/identity"
 
 
 @pytest.fixture(scope="module")
-def registry(containerd: Containerd) -> Iterator[Registry]:
-    r = Registry(os.path.join(containerd.directory, "plugin-registry"), auth=(USER, PASSWORD))
-    try:
-        r.start()
-        r.push_test_images()
-        tar = os.path.join(r.directory, "busybox.tar")
-        for repo in ("plain/busybox", "sa/busybox", "nomatch/busybox"):
-            r.push(tar, repo, "1.36")
-    except Exception as err:  # Unavailable, or skopeo failing
-        r.stop()
-        if os.environ.get("CI"):
-            pytest.fail(f"registry with basic auth unavailable on CI: {err}")
-        pytest.skip(f"registry with basic auth unavailable: {err}")
-    r.trust_from_containerd(os.path.join(containerd.directory, "certs.d"))
-    try:
-        yield r
-    finally:
-        r.stop()
+def registry(request: pytest.FixtureRequest) -> Registry:
+    """The htpasswd registry of the pull-secret tests (their fixture), with the
+    test image under the repositories the plugins match (and one they do not)."""
+    r: Registry = request.getfixturevalue("private_registry")
+    tar = os.path.join(r.directory, "busybox.tar")
+    for repo in ("plain/busybox", "sa/busybox", "nomatch/busybox"):
+        r.push(tar, repo, "1.36")
+    return r
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,16 @@ from tests.fixtures.dbus import Logind
 async def inhibitors(bus_address: str) -> list[list[object]]:
     (rows,) = await login1.call(bus_address, "ListInhibitors", systemd.LOGIND_INTERFACE)
     return [list(r) for r in rows]
+
+
+async def eventually(check: Any) -> Any:
+    """check()'s first true answer within 2 s (the stand-in sees a closed fd
+    on its next loop turn); the last one otherwise."""
+    for _ in range(100):
+        if got := await check():
+            return got
+        await asyncio.sleep(0.02)
+    return await check()
 
 
 async def test_inhibit_delay_is_read_raised_and_reloaded(logind: Logind) -> None:
@@ -47,11 +58,11 @@ async def test_the_delay_lock_lives_as_long_as_its_fd(logind: Logind) -> None:
         ]  # fmt: skip
         assert rows[0][5] == os.getpid()
         con.release_inhibit_lock(fd)
-        for _ in range(100):
-            if not await inhibitors(address):
-                break
-            await asyncio.sleep(0.02)
-        assert await inhibitors(address) == []
+
+        async def gone() -> bool:
+            return not await inhibitors(address)
+
+        assert await eventually(gone)
     finally:
         con.close()
 
@@ -67,11 +78,12 @@ async def test_power_off_signals_and_waits_for_the_lock(logind: Logind) -> None:
         start, end, timed_out = await login1.call(address, "LastShutdown")
         assert end == 0  # logind is still waiting for the lock
         con.release_inhibit_lock(fd)
-        for _ in range(100):
-            start, end, timed_out = await login1.call(address, "LastShutdown")
-            if end:
-                break
-            await asyncio.sleep(0.02)
+
+        async def done() -> Any:
+            last = await login1.call(address, "LastShutdown")
+            return last if last[1] else None
+
+        start, end, timed_out = await eventually(done)
         assert start <= end and not timed_out
         await login1.call(address, "EmitPrepareForShutdown", sig="b", body=[False])
         assert await asyncio.wait_for(events.get(), 5) is False

@@ -96,6 +96,12 @@ class Node:
     def changed(self) -> None:
         self.status_changes += 1
 
+    async def start(self) -> asyncio.Task[None]:
+        """The manager running, holding its lock."""
+        task = asyncio.create_task(self.m.run(self.stop))
+        await until(lambda: self.m.holds_lock)
+        return task
+
 
 def pod(name: str, priority: int, grace: int) -> dict[str, Any]:
     return {
@@ -116,8 +122,7 @@ async def test_start_raises_inhibit_delay_through_a_drop_in_and_holds_one_lock(
     tmp_path: Path,
 ) -> None:
     n = Node(tmp_path, delay=5)
-    task = asyncio.create_task(n.m.run(n.stop))
-    await until(lambda: n.m.holds_lock)
+    task = await n.start()
     fake = n.fakes[-1]
     drop_in = Path(n.conf, "logind.conf.d", "99-kubelet.conf").read_text()
     assert drop_in == "# Kubelet logind override\n[Login]\nInhibitDelayMaxSec=15\n"
@@ -129,8 +134,7 @@ async def test_start_raises_inhibit_delay_through_a_drop_in_and_holds_one_lock(
 
 async def test_a_large_enough_delay_is_left_alone(tmp_path: Path) -> None:
     n = Node(tmp_path, delay=60)
-    task = asyncio.create_task(n.m.run(n.stop))
-    await until(lambda: n.m.holds_lock)
+    task = await n.start()
     assert n.fakes[-1].reloads == 0
     assert not Path(n.conf, "logind.conf.d").exists()
     n.stop.set()
@@ -160,8 +164,7 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
     tmp_path: Path,
 ) -> None:
     n = Node(tmp_path, delay=60)
-    task = asyncio.create_task(n.m.run(n.stop))
-    await until(lambda: n.m.holds_lock)
+    task = await n.start()
     fake = n.fakes[-1]
     assert n.m.shutdown_status() is None and n.m.admit(pod("x", 0, 1)) is None
 
@@ -200,8 +203,7 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
 
 async def test_a_lost_connection_is_made_again_with_a_new_lock(tmp_path: Path) -> None:
     n = Node(tmp_path, delay=60)
-    task = asyncio.create_task(n.m.run(n.stop))
-    await until(lambda: n.m.holds_lock)
+    task = await n.start()
     first = n.fakes[0]
     first.events.put_nowait(None)  # the bus went away
     await until(lambda: len(n.fakes) == 2 and n.fakes[1].held() == 1, timeout=10)
