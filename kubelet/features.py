@@ -29,6 +29,7 @@ class Feature(enum.StrEnum):
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     SystemdWatchdog = "SystemdWatchdog"
+    UserNamespacesSupport = "UserNamespacesSupport"
 
 
 def parse_gates(text: str) -> dict[str, bool]:

@@ -266,6 +266,7 @@ class Kubelet:
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
             image_puller=ImagePuller.from_config(config),
+            user_namespaces_support=self.features.enabled(Feature.UserNamespacesSupport),
         )
         self.pleg = GenericPLEG(
             runtime_service,

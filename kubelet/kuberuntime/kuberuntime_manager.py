@@ -155,8 +155,12 @@ class RuntimeManager:
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
         image_puller: ImagePuller | None = None,
+        user_namespaces_support: bool = True,
     ) -> None:
         self.runtime = runtime
+        # The UserNamespacesSupport gate: on, host-user pods (hostUsers true or
+        # unset) say NODE to the runtime; off, setting hostUsers is an error.
+        self.user_namespaces_support = user_namespaces_support
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
@@ -723,7 +727,11 @@ class RuntimeManager:
                 self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
                 return msg
             cfg.linux.security_context.namespace_options.CopyFrom(
-                namespace_options(pod, pid_target=target.id)
+                namespace_options(
+                    pod,
+                    user_namespaces_support=self.user_namespaces_support,
+                    pid_target=target.id,
+                )
             )
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
@@ -969,7 +977,9 @@ class RuntimeManager:
         linux = pb.LinuxPodSandboxConfig(
             cgroup_parent=self.pod_cgroup_parent(pod),
             security_context=sandbox_security_context(
-                pod, seccomp_root=self.seccomp_root, user_namespaces_support=False
+                pod,
+                seccomp_root=self.seccomp_root,
+                user_namespaces_support=self.user_namespaces_support,
             ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
@@ -1048,7 +1058,7 @@ class RuntimeManager:
             image_uid=image_uid,
             image_username=image_username,
             seccomp_default=self.seccomp_default,
-            user_namespaces_support=False,  # no runtime here supports user namespaces
+            user_namespaces_support=self.user_namespaces_support,
         )
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=c["name"], attempt=restart),
