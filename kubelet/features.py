@@ -26,6 +26,7 @@ class Feature(enum.StrEnum):
     EventedPLEG = "EventedPLEG"
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
+    KubeletPSI = "KubeletPSI"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     SystemdWatchdog = "SystemdWatchdog"

@@ -186,6 +186,7 @@ class Kubelet:
             volume_usage=self.volume_stats.usage,
             pod_status=lambda u: self.cache.get(u)[0],
             container_resources=lambda p, c: self.runtime_manager.resources(p, c),
+            psi=self.features.enabled(Feature.KubeletPSI),
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
