@@ -38,6 +38,7 @@ from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.kuberuntime.swap import SwapConfig, swap_controller
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
@@ -268,6 +269,13 @@ class Kubelet:
             node_keyring=NodeDockerKeyring(root_dir),
             image_puller=ImagePuller.from_config(config),
             user_namespaces_support=self.features.enabled(Feature.UserNamespacesSupport),
+            swap=SwapConfig(
+                config.memory_swap.swap_behavior,
+                self.stats.version == 2,
+                swap_controller(self.stats.version == 2),
+                machine_info().memory_capacity,
+                machine_info().swap_capacity,
+            ),
         )
         self.pleg = GenericPLEG(
             runtime_service,

@@ -49,6 +49,8 @@ from kubelet.kuberuntime.security_context import (
     sandbox_security_context,
     verify_run_as_non_root,
 )
+from kubelet.kuberuntime.swap import SwapConfig
+from kubelet.kuberuntime.swap import configure as configure_swap
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
@@ -156,11 +158,14 @@ class RuntimeManager:
         node_keyring: DockerKeyring | None = None,
         image_puller: ImagePuller | None = None,
         user_namespaces_support: bool = True,
+        swap: SwapConfig | None = None,
     ) -> None:
         self.runtime = runtime
         # The UserNamespacesSupport gate: on, host-user pods (hostUsers true or
         # unset) say NODE to the runtime; off, setting hostUsers is an error.
         self.user_namespaces_support = user_namespaces_support
+        # memorySwap.swapBehavior and the node's swap (None: no swap settings).
+        self.swap = swap
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
@@ -1098,6 +1103,8 @@ class RuntimeManager:
             mem_req = to_bytes(req["memory"]) if "memory" in req else 0
             adj = 1000 - (1000 * mem_req) // self.node_memory if self.node_memory else 999
             out.oom_score_adj = int(min(max(adj, 2), 999))
+        if self.swap is not None:
+            configure_swap(self.swap, out, pod, c)
         return out
 
     def _event(
