@@ -14,7 +14,7 @@ import pytest
 from benches.conformance.harness import _hierarchies
 from benches.density.harness import Run, Spec, start_control_plane
 from kubelet.testing.containerd import Unavailable as ContainerdUnavailable
-from kubelet.testing.containerd import _which
+from kubelet.testing.containerd import parts
 from kubelet.testing.controlplane import Unavailable
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
@@ -24,8 +24,7 @@ def test_density_on_containerd(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("containerd needs root")
     try:
-        for binary in ("containerd", "runc", "ctr"):
-            _which(binary)
+        parts()  # the KPY_CONTAINERD flavour's containerd, shim, ctr and runc
     except ContainerdUnavailable as err:
         pytest.skip(str(err))
     try:
