@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
     ap.add_argument("--evented", action="store_true",
                     help="containerd: also ours with the EventedPLEG gate at every N")  # fmt: skip
+    ap.add_argument("--evented-first", action="store_true",
+                    help="run the evented row before the relist rows at each N (load-order control)")  # fmt: skip
     ap.add_argument("--kills", type=int, default=0,
                     help="containerd: containers killed per run for the status latency")  # fmt: skip
     ap.add_argument("--kill-rate", type=float, default=2.0, help="kills per second")
@@ -289,11 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     for template in args.template:
         for n in args.n:
             kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate}
-            specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
-                           runtime=args.runtime, **kill) for rl in args.relist]  # fmt: skip
-            if args.evented and on_ctd:
-                specs.append(Spec("ours", 1.0, n, args.rate, args.hold, args.profile, template,
-                                  runtime=args.runtime, evented=True, **kill))  # fmt: skip
+            relists = [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
+                            runtime=args.runtime, **kill) for rl in args.relist]  # fmt: skip
+            evented = [Spec("ours", 1.0, n, args.rate, args.hold, args.profile, template,
+                            runtime=args.runtime, evented=True, **kill)] if args.evented and on_ctd else []  # fmt: skip
+            specs += evented + relists if args.evented_first else relists + evented
             if have_upstream:
                 specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
                                   runtime=args.runtime, **kill))  # fmt: skip
