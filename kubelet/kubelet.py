@@ -36,7 +36,7 @@ from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
 from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
 from kubelet.kuberuntime.backoff import Backoff
-from kubelet.kuberuntime.gc import ContainerGC
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
