@@ -29,6 +29,19 @@ SYNC_LOOP_MIN_THRESHOLD = 300.0
 HealthCheck = Callable[[], str | None]
 
 
+class SyncLoopHeartbeat:
+    """When the syncLoop last came round (monotonic seconds; 0: not yet)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def beat(self, now: float) -> None:
+        self.last = now
+
+    def last_beat(self) -> float:
+        return self.last
+
+
 class KubeletHost:
     """Implements server.NodeView."""
 

@@ -28,13 +28,32 @@ _DEFAULT_LABELS = (
 )
 
 
+class RegisteredNode:
+    """The Node object as this kubelet last registered or patched it. Built
+    before what reads its UID (mirror pods' owner, the Lease) and written only
+    by the NodeStatusManager."""
+
+    def __init__(self) -> None:
+        self.node: dict[str, Any] | None = None
+
+    def uid(self) -> str | None:
+        """The Node's UID once it is registered."""
+        return (self.node or {}).get("metadata", {}).get("uid")
+
+
 class NodeStatusManager:
-    def __init__(self, client: APIClient, inputs: NodeInputs, recorder: Any = None) -> None:
+    def __init__(
+        self,
+        client: APIClient,
+        inputs: NodeInputs,
+        recorder: Any = None,
+        registered: RegisteredNode | None = None,
+    ) -> None:
         self.client = client
         self.inp = inputs
         self.recorder = recorder
         self.registered = asyncio.Event()
-        self.node: dict[str, Any] | None = None
+        self._node = registered or RegisteredNode()
         self.last_report = 0.0
         self.patches = 0
         self._last_ready: str | None = None
@@ -114,9 +133,17 @@ class NodeStatusManager:
             )
         self._last_ready = state
 
+    @property
+    def node(self) -> dict[str, Any] | None:
+        return self._node.node
+
+    @node.setter
+    def node(self, node: dict[str, Any] | None) -> None:
+        self._node.node = node
+
     def uid(self) -> str | None:
         """The Node's UID once it is registered."""
-        return (self.node or {}).get("metadata", {}).get("uid")
+        return self._node.uid()
 
     def node_ref(self) -> dict[str, Any]:
         uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)

@@ -68,7 +68,7 @@ async def test_cri_endpoints_and_request_timeout(tmp_path: Path) -> None:
 def test_node_provider_id_and_image_cap() -> None:
     s, _, _ = build_server(["--provider-id=kind://docker/kind/n1", "--node-status-max-images=2"])
     assert s is not None
-    inp = node_inputs(s, "n1", None)
+    inp = node_inputs(s, "n1")
     assert initial_node(inp)["spec"]["providerID"] == "kind://docker/kind/n1"
     many = [{"names": [f"img{i}"], "sizeBytes": i} for i in range(5)]
     status = compute_status(dataclasses.replace(inp, images=lambda: many), None)
