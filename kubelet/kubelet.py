@@ -57,7 +57,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volumemanager.mountutil import remove_all_one_filesystem
+from kubelet.util.mountutil import remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from kubelet.types import (
 )
 from kubelet.unsupported import unsupported_fields
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.mountutil import remove_all_one_filesystem
 from kubelet.util.workqueue import PodWorkQueue
 from kubelet.volumemanager import VolumeManager
-from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from kubelet.certificate.csr import (
     usages_for,
     wait_for_certificate,
 )
-from kubelet.certificate.source import CertificateFile
 from kubelet.certificate.store import FileStore, KeyPair, NoCertKeyError, parse_pair
+from kubelet.client.certificate import CertificateFile
 from kubelet.util.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)

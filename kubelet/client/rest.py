@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kubelet.certificate.source import CertificateFile, CertificateSource
+from kubelet.client.certificate import CertificateFile, CertificateSource
 from kubelet.client.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)

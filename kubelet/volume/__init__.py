@@ -17,6 +17,17 @@ Pod = dict[str, Any]
 VolumeSpec = dict[str, Any]  # one entry of pod.spec.volumes
 
 
+@dataclass(frozen=True)
+class MountedVolume:
+    """A volume set up for a pod: where it is on the host."""
+
+    name: str  # the pod.spec.volumes[].name
+    host_path: str
+    read_only: bool = False  # the volume itself is read-only (e.g. PVC readOnly)
+    # For tmpfs and other real mounts: the selinux relabel hint upstream passes on.
+    selinux_relabel: bool = False
+
+
 class VolumeError(Exception):
     """A volume could not be set up or torn down. The message is what the
     FailedMount / FailedUnMount event says after the volume name, as upstream

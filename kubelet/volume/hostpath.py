@@ -10,8 +10,8 @@ import asyncio
 import os
 import stat
 
-from kubelet.volume import Pod, VolumeError, VolumeSpec
-from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec
 
 PLUGIN_NAME = "kubernetes.io/host-path"
 

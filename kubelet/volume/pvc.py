@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubelet.client.rest import APIError
-from kubelet.volume import Pod, VolumeError, VolumeSpec, ownership
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
-from kubelet.volumemanager import MountedVolume, mountutil
 
 PLUGIN_NAME = "kubernetes.io/persistent-claim"
 

@@ -25,9 +25,10 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kubelet.types import object_ref
+from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
-from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
+from kubelet.volume import util as volume_util
 from kubelet.volumemanager.cache import (
     ActualStateOfWorld,
     DesiredStateOfWorld,
@@ -565,5 +566,5 @@ class VolumeManagerImpl:
 def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
     if not dir:
         return
-    mountutil.unmount_and_remove(dir, "remove", mountinfo)
+    volume_util.unmount_and_remove(dir, "remove", mountinfo)
     mountutil.remove_empty_parents(dir, pod_dir)
