@@ -140,7 +140,7 @@ class EventRecorder:
             ref, etype, reason, message = getter.result()
             try:
                 await self._send(ref, etype, reason, message)
-            except Exception as err:
+            except Exception as err:  # events are best effort; the sender goes on
                 log.debug("dropping event %s %s: %s", reason, ref.get("name"), err)
 
     async def _send(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:

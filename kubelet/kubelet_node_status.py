@@ -79,13 +79,13 @@ class NodeStatusManager:
                         self.node = await self._adopt(node)
                         log.info("Node %s was previously registered", self.inp.name)
                         break
-                    except Exception as err2:
+                    except Exception as err2:  # registration retries until it works
                         log.warning("Unable to reconcile existing node %s: %s", self.inp.name, err2)
                 else:
                     log.warning(
                         "Unable to register node %s with API server: %s", self.inp.name, err
                     )
-            except Exception as err:
+            except Exception as err:  # registration retries until it works
                 log.warning("Unable to register node %s with API server: %s", self.inp.name, err)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 7.0)

@@ -166,7 +166,7 @@ class PullSecretGetter:
                 continue  # the API has let empty names through: nothing to read
             try:
                 out.append(await self.secrets.get(ns, secret_name))
-            except Exception as err:
+            except Exception as err:  # as upstream: the pull goes on without that secret
                 log.info(
                     "Unable to retrieve pull secret %s/%s for pod %s/%s, the image pull may "
                     "not succeed: %s",

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from kubelet import metrics
+from kubelet.client.rest import API_ERRORS
 from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
@@ -234,7 +235,7 @@ class KubeletPodSyncer:
             if mirror is not None:
                 await self.mirror_client.delete(mirror)
             await self.mirror_client.create(pod)
-        except Exception as err:
+        except API_ERRORS as err:  # the static pod runs all the same; the next sync retries
             log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
 
     async def delete_orphaned_mirror(self, mirror: Pod) -> None:
@@ -243,7 +244,7 @@ class KubeletPodSyncer:
             return
         try:
             await self.mirror_client.delete(mirror)
-        except Exception as err:
+        except API_ERRORS as err:  # housekeeping finds it again and retries
             log.warning("Failed deleting mirror pod %s: %s", full_name(mirror), err)
 
     # ---------------------------------------------------------- terminating

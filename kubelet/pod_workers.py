@@ -237,15 +237,15 @@ class PodWorkers:
                         st.terminated = True
                         if self.on_terminated is not None:
                             self.on_terminated(u)
-                    except Exception as err:
+                    except Exception as err:  # a pod that may still run is never given up
                         log.warning("Error killing pod %s, will retry: %s", u, err)
                         self.work_queue.enqueue(u, self.backoff_period)
                         continue
                 if st.terminated and st.removed:
                     try:
                         await self.syncer.sync_terminated_pod(st.pod)
-                    except Exception:
-                        log.exception("cleanup of pod %s failed", u)
+                    except Exception:  # housekeeping removes what is left of it
+                        log.exception("cleanup of pod %s failed; forgetting it anyway", u)
                     self.states.pop(u)
                     st.done.set()
                     return
@@ -255,7 +255,7 @@ class PodWorkers:
         op = work.type.value if work.type is not UpdateType.KILL else "sync"
         try:
             result = await self.syncer.sync_pod(work.type, st.pod, status)
-        except Exception as err:
+        except Exception as err:  # the worker retries, and logs it below as the sync's error
             result = PodSyncResult(error=str(err) or repr(err))
         finally:
             metrics.POD_WORKER_DURATION.labels(op).observe(self.clock.monotonic() - start)

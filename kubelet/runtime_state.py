@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.util.clock import Clock
@@ -39,7 +40,7 @@ class RuntimeState:
         for _ in range(600):
             try:
                 v = await self.runtime.version()
-            except Exception as err:  # any failure means: not up yet, ask again
+            except errors.CRIError as err:  # not up yet: ask again
                 log.warning("Container runtime not answering yet: %s", err)
                 try:
                     await asyncio.wait_for(stop.wait(), 1.0)
@@ -63,7 +64,8 @@ class RuntimeState:
         try:
             info = (await self.runtime.status(verbose=True)).info
             return str(orjson.loads(info.get("config", "{}")).get("sandboxImage", ""))
-        except Exception as err:  # best effort: GC then keeps only what the runtime pins
+        except (errors.CRIError, ValueError, AttributeError) as err:  # no JSON, or not an object
+            # Best effort: image GC then keeps only what the runtime pins.
             log.warning("Could not learn the runtime's sandbox image: %s", err)
             return ""
 
@@ -72,10 +74,15 @@ class RuntimeState:
         image list is refreshed every 30 s."""
         rounds = 0
         while not stop.is_set():
-            if rounds % IMAGES_EVERY == 0:
-                await self._refresh_images()
+            try:
+                if rounds % IMAGES_EVERY == 0:
+                    await self._refresh_images()
+                await self._check()
+            except Exception:  # the node's readiness depends on this loop: it goes on
+                log.exception(
+                    "Container runtime status round failed; next round in %ss", STATUS_PERIOD
+                )
             rounds += 1
-            await self._check()
             try:
                 await asyncio.wait_for(stop.wait(), STATUS_PERIOD)
             except TimeoutError:
@@ -84,7 +91,7 @@ class RuntimeState:
     async def _check(self) -> None:
         try:
             st = await self.runtime.status()
-        except Exception as err:  # the loop must outlive a runtime that is down
+        except errors.CRIError as err:
             # As upstream's runtimeState: one failed check is logged; the node
             # turns NotReady only once no check has passed for 30 s, so a
             # runtime restart of a few seconds does not flap it.
@@ -105,7 +112,7 @@ class RuntimeState:
         """The node's image list for the Node status, biggest first (as upstream)."""
         try:
             images = await self.images.list_images()
-        except Exception as err:  # the list stays as it was until the next round
+        except errors.CRIError as err:  # the list stays as it was until the next round
             log.debug("listing images failed: %s", err)
             return
         sized = []

@@ -164,7 +164,7 @@ class Manager:
             await self._rotate()
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # one failed attempt: the rotation loop tries again later
             log.error("%s: certificate rotation failed: %s", self.name, err)
             if self.renew_errors is not None:
                 self.renew_errors.inc()

@@ -168,12 +168,10 @@ async def start_node(
         stop_cm.set()
         await cm_task
         await k.stop()
-        try:
-            await asyncio.wait_for(tasks[0], 30)
-        except (TimeoutError, asyncio.CancelledError):
-            tasks[0].cancel()
-        except Exception:
-            pass
+        # A loop that ended with an error was logged by on_done already.
+        _done, pending = await asyncio.wait({tasks[0]}, timeout=30)
+        for t in pending:
+            t.cancel()
         for t in tasks[1:]:
             t.cancel()
         await asyncio.gather(*tasks[1:], return_exceptions=True)

@@ -149,7 +149,7 @@ async def run(
                 res = fn()
                 if asyncio.iscoroutine(res):
                     await res
-            except Exception:
+            except Exception:  # every cleanup runs, whatever the one before did
                 log.exception("cleanup failed")
 
 

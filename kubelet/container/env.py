@@ -72,7 +72,7 @@ async def _get(
         if optional:
             return None
         raise ContainerConfigError(str(err)) from err
-    except Exception as err:
+    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
         raise ContainerConfigError(str(err)) from err
 
 

@@ -192,7 +192,7 @@ class EvictionManager:
         while not stop.is_set():
             try:
                 await self.synchronize()
-            except Exception:
+            except Exception:  # the node must stay watched: the next pass runs on time
                 log.exception("eviction manager: synchronize failed")
             try:
                 await asyncio.wait_for(stop.wait(), MONITORING_PERIOD)

@@ -107,7 +107,7 @@ class ContainerGC:
         while not stop.is_set():
             try:
                 await self.garbage_collect()
-            except Exception as err:
+            except Exception as err:  # told on the Node; the next period runs a full pass
                 log.error("Container garbage collection failed: %s", err)
                 if self.node_event is not None:
                     self.node_event("Warning", "ContainerGCFailed", str(err))

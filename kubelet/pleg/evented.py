@@ -105,7 +105,7 @@ class EventedPLEG:
                 # A relist right away covers whatever happened while the stream was down.
                 try:
                     await self.generic.relist()
-                except Exception as relist_err:
+                except Exception as relist_err:  # the stream's retry loop goes on
                     log.warning("relist after stream failure failed: %s", relist_err)
                 await asyncio.sleep(min(1.0 * failures, 5.0))
             if not stop.is_set():

@@ -13,6 +13,7 @@ import aiohttp
 import grpc
 import yarl
 
+from kubelet.cri import errors
 from kubelet.probe.dial import ip_family, join_host_port, probe_socket
 from kubelet.probe.http import HTTPGetter, RedirectError
 from kubelet.types import Pod
@@ -89,7 +90,7 @@ class Prober:
     async def _exec(self, cid: str, cmd: list[str], timeout: float) -> tuple[Result, str]:
         try:
             resp = await self.runtime.exec_sync(cid, cmd, timeout)
-        except Exception as err:
+        except (errors.CRIError, TimeoutError) as err:
             msg = str(err)
             if "deadline" in msg.lower() or "timeout" in msg.lower():
                 return Result.FAILURE, f"command timed out after {timeout:g}s"

@@ -133,7 +133,7 @@ class ProbeManager:
                     await self._probe_once(pod, c, kind, spec, state)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
+                except Exception:  # the probe worker lives as long as its container
                     log.exception("%s probe of %s/%s failed to run", kind, uid(pod), c["name"])
                 await asyncio.sleep(period)
         finally:

@@ -259,7 +259,7 @@ class StatusManager:
             self.queue.forget(u)
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # one pod's failure must not stop the others: retried
             log.warning("Failed to update status for pod %s, will retry: %s", u, err)
             self.queue.add_rate_limited(u)
             self._kick.set()

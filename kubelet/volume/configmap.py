@@ -51,7 +51,7 @@ async def get_object(
         raise VolumeError(str(err)) from err
     except VolumeError:
         raise
-    except Exception as err:
+    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
         raise VolumeError(str(err) or repr(err)) from err
 
 

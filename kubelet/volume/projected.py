@@ -160,7 +160,7 @@ class ProjectedPlugin:
             token = await self.tokens.get_service_account_token(
                 md.get("namespace") or "", account, request
             )
-        except Exception as err:
+        except RuntimeError as err:  # the token manager's failure, fit for the event
             raise VolumeError(str(err)) from err
         return src.get("path") or "", FileProjection(token.token.encode(), mode, fs_user)
 

@@ -16,7 +16,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubelet.client.rest import APIError
+from kubelet.client.rest import API_ERRORS, APIError
 from kubelet.util import mountutil
 from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
@@ -60,7 +60,7 @@ class PVCPlugin:
             )
         try:
             pvc = await self._get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
             ) from err
@@ -77,7 +77,7 @@ class PVCPlugin:
             )
         try:
             pv = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
             ) from err
