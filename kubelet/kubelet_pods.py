@@ -29,7 +29,8 @@ from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
 from kubelet.objectcache import ObjectGetter
 from kubelet.types import Pod, name, namespace, object_ref, uid
 from kubelet.util import filesystem
-from kubelet.volumemanager import MountedVolume, VolumeManager
+from kubelet.volume import MountedVolume
+from kubelet.volumemanager import VolumeManager
 
 log = logging.getLogger(__name__)
 

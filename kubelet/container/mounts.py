@@ -27,7 +27,7 @@ from typing import Any
 
 from kubelet.container.runtime import ContainerConfigError, Mount
 from kubelet.util import filesystem
-from kubelet.volumemanager import MountedVolume
+from kubelet.volume import MountedVolume
 from kubelet.volumemanager.subpath import bind_subpath
 
 log = logging.getLogger(__name__)
