@@ -449,7 +449,7 @@ class Kubelet:
                 log.warning("Failed removing the directory of pod %s: %s", u, err)
 
     # -------------------------------------------------------------- runonce
-    async def run_once(self, timeout: float = 60.0) -> list[dict[str, Any]]:
+    async def run_once(self, timeout: float = 60.0) -> list[Pod]:
         """--runonce: start the static pods, wait until each runs or ends, report."""
         await self._start_core()
         loop_task = asyncio.create_task(self._sync_loop())

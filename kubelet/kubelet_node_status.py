@@ -15,6 +15,7 @@ from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
+from kubelet.types import ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class NodeStatusManager:
         """The Node's UID once it is registered."""
         return self._node.uid()
 
-    def node_ref(self) -> dict[str, Any]:
+    def node_ref(self) -> ObjectReference:
         uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)
         return {"kind": "Node", "name": self.inp.name, "uid": uid, "apiVersion": "v1"}
 

@@ -60,7 +60,7 @@ from kubelet.status import generate, generation
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
-from kubelet.types import Pod, uid
+from kubelet.types import ObjectReference, Pod, PodCondition, uid
 from kubelet.util.clock import Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import PodWorkQueue, WorkQueue
@@ -91,7 +91,7 @@ class Node:
     clock: Clock
 
     @property
-    def ref(self) -> dict[str, str]:
+    def ref(self) -> ObjectReference:
         return {"kind": "Node", "name": self.name, "uid": self.name, "namespace": ""}
 
     @property
@@ -352,7 +352,7 @@ class _EvictionTarget:
 
     async def evict(
         self, pod: Pod, grace: int, reason: str, message: str,
-        condition: dict[str, str] | None = None,
+        condition: PodCondition | None = None,
     ) -> None:  # fmt: skip
         u, status = uid(pod), self.pods.status
         self.workers.syncer.mark_evicted(u, reason, message)

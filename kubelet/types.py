@@ -1,12 +1,592 @@
-"""Small helpers on pods as API dicts (pkg/kubelet/types, pkg/apis/core/v1/helper/qos)."""
+"""The API objects the kubelet reads, typed as the API spells them, and small
+helpers on pods (pkg/kubelet/types, pkg/apis/core/v1/helper/qos).
+
+The TypedDicts hold the fields of core/v1 that this kubelet reads or writes;
+every field the API may leave out is optional (total=False), and `metadata`
+and `spec` of a Pod are always there once a pod source has admitted it
+(config/common.py apply_defaults). A JSON document becomes one of these at the
+wire (the pod sources, the API client), through `as_pod`.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, Required, TypedDict, cast
 
 from kubelet.util.quantity import parse_quantity
 
-Pod = dict[str, Any]
+# A resource quantity as JSON carries it: "100m", "1Gi", or a bare number.
+Quantity = str | int | float
+ResourceList = dict[str, Quantity]
+# An int-or-string (ports, maxUnavailable): 8080 or "http".
+IntOrString = int | str
+
+
+# ------------------------------------------------------------- metadata
+class OwnerReference(TypedDict, total=False):
+    apiVersion: Required[str]
+    kind: Required[str]
+    name: Required[str]
+    uid: Required[str]
+    controller: bool
+    blockOwnerDeletion: bool
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    generation: int
+    creationTimestamp: str
+    deletionTimestamp: str
+    deletionGracePeriodSeconds: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    ownerReferences: list[OwnerReference]
+    finalizers: list[str]
+
+
+class ObjectReference(TypedDict, total=False):
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    apiVersion: str
+    resourceVersion: str
+    fieldPath: str
+
+
+class LocalObjectReference(TypedDict, total=False):
+    name: str
+
+
+# ------------------------------------------------------------ selectors
+class ObjectFieldSelector(TypedDict, total=False):
+    apiVersion: str
+    fieldPath: Required[str]
+
+
+class ResourceFieldSelector(TypedDict, total=False):
+    containerName: str
+    resource: Required[str]
+    divisor: Quantity
+
+
+class KeySelector(TypedDict, total=False):
+    """configMapKeyRef and secretKeyRef: two API types of one shape."""
+
+    name: str
+    key: Required[str]
+    optional: bool
+
+
+ConfigMapKeySelector = KeySelector
+SecretKeySelector = KeySelector
+
+
+class KeyToPath(TypedDict, total=False):
+    key: Required[str]
+    path: Required[str]
+    mode: int
+
+
+# ------------------------------------------------------------ container
+class ContainerPort(TypedDict, total=False):
+    name: str
+    hostPort: int
+    containerPort: Required[int]
+    protocol: str
+    hostIP: str
+
+
+class EnvVarSource(TypedDict, total=False):
+    fieldRef: ObjectFieldSelector
+    resourceFieldRef: ResourceFieldSelector
+    configMapKeyRef: ConfigMapKeySelector
+    secretKeyRef: SecretKeySelector
+
+
+class EnvVar(TypedDict, total=False):
+    name: Required[str]
+    value: str
+    valueFrom: EnvVarSource
+
+
+class EnvSourceRef(TypedDict, total=False):
+    """envFrom's configMapRef and secretRef: two API types of one shape."""
+
+    name: str
+    optional: bool
+
+
+ConfigMapEnvSource = EnvSourceRef
+SecretEnvSource = EnvSourceRef
+
+
+class EnvFromSource(TypedDict, total=False):
+    prefix: str
+    configMapRef: ConfigMapEnvSource
+    secretRef: SecretEnvSource
+
+
+class ResourceRequirements(TypedDict, total=False):
+    limits: ResourceList
+    requests: ResourceList
+
+
+class VolumeMount(TypedDict, total=False):
+    name: Required[str]
+    readOnly: bool
+    recursiveReadOnly: str
+    mountPath: Required[str]
+    subPath: str
+    mountPropagation: str
+    subPathExpr: str
+
+
+class VolumeDevice(TypedDict, total=False):
+    name: Required[str]
+    devicePath: Required[str]
+
+
+class ExecAction(TypedDict, total=False):
+    command: list[str]
+
+
+class HTTPHeader(TypedDict):
+    name: str
+    value: str
+
+
+class HTTPGetAction(TypedDict, total=False):
+    path: str
+    port: Required[IntOrString]
+    host: str
+    scheme: str
+    httpHeaders: list[HTTPHeader]
+
+
+class TCPSocketAction(TypedDict, total=False):
+    port: Required[IntOrString]
+    host: str
+
+
+class GRPCAction(TypedDict, total=False):
+    port: Required[int]
+    service: str
+
+
+class SleepAction(TypedDict):
+    seconds: int
+
+
+class LifecycleHandler(TypedDict, total=False):
+    exec: ExecAction
+    httpGet: HTTPGetAction
+    tcpSocket: TCPSocketAction
+    sleep: SleepAction
+
+
+class Lifecycle(TypedDict, total=False):
+    postStart: LifecycleHandler
+    preStop: LifecycleHandler
+    stopSignal: str
+
+
+class Probe(LifecycleHandler, total=False):
+    grpc: GRPCAction
+    initialDelaySeconds: int
+    timeoutSeconds: int
+    periodSeconds: int
+    successThreshold: int
+    failureThreshold: int
+    terminationGracePeriodSeconds: int
+
+
+class Capabilities(TypedDict, total=False):
+    add: list[str]
+    drop: list[str]
+
+
+class SELinuxOptions(TypedDict, total=False):
+    user: str
+    role: str
+    type: str
+    level: str
+
+
+class SecurityProfile(TypedDict, total=False):
+    """seccompProfile and appArmorProfile: two API types of one shape."""
+
+    type: Required[str]
+    localhostProfile: str
+
+
+SeccompProfile = SecurityProfile
+AppArmorProfile = SecurityProfile
+
+
+class SecurityContext(TypedDict, total=False):
+    capabilities: Capabilities
+    privileged: bool
+    seLinuxOptions: SELinuxOptions
+    runAsUser: int
+    runAsGroup: int
+    runAsNonRoot: bool
+    readOnlyRootFilesystem: bool
+    allowPrivilegeEscalation: bool
+    procMount: str
+    seccompProfile: SeccompProfile
+    appArmorProfile: AppArmorProfile
+
+
+class Container(TypedDict, total=False):
+    name: Required[str]
+    image: str
+    command: list[str]
+    args: list[str]
+    workingDir: str
+    ports: list[ContainerPort]
+    envFrom: list[EnvFromSource]
+    env: list[EnvVar]
+    resources: ResourceRequirements
+    restartPolicy: str  # init containers only: Always makes a sidecar
+    volumeMounts: list[VolumeMount]
+    volumeDevices: list[VolumeDevice]
+    livenessProbe: Probe
+    readinessProbe: Probe
+    startupProbe: Probe
+    lifecycle: Lifecycle
+    terminationMessagePath: str
+    terminationMessagePolicy: str
+    imagePullPolicy: str
+    securityContext: SecurityContext
+    stdin: bool
+    stdinOnce: bool
+    tty: bool
+
+
+class EphemeralContainer(Container, total=False):
+    targetContainerName: str
+
+
+# --------------------------------------------------------------- volumes
+class HostPathVolumeSource(TypedDict, total=False):
+    path: Required[str]
+    type: str
+
+
+class EmptyDirVolumeSource(TypedDict, total=False):
+    medium: str
+    sizeLimit: Quantity
+
+
+class SecretVolumeSource(TypedDict, total=False):
+    secretName: str
+    items: list[KeyToPath]
+    defaultMode: int
+    optional: bool
+
+
+class ConfigMapVolumeSource(TypedDict, total=False):
+    name: str
+    items: list[KeyToPath]
+    defaultMode: int
+    optional: bool
+
+
+class DownwardAPIVolumeFile(TypedDict, total=False):
+    path: Required[str]
+    fieldRef: ObjectFieldSelector
+    resourceFieldRef: ResourceFieldSelector
+    mode: int
+
+
+class DownwardAPIVolumeSource(TypedDict, total=False):
+    items: list[DownwardAPIVolumeFile]
+    defaultMode: int
+
+
+class ServiceAccountTokenProjection(TypedDict, total=False):
+    audience: str
+    expirationSeconds: int
+    path: Required[str]
+
+
+class KeysProjection(TypedDict, total=False):
+    """A projected volume's secret and configMap sources: one shape."""
+
+    name: str
+    items: list[KeyToPath]
+    optional: bool
+
+
+SecretProjection = KeysProjection
+ConfigMapProjection = KeysProjection
+
+
+class VolumeProjection(TypedDict, total=False):
+    secret: SecretProjection
+    downwardAPI: DownwardAPIVolumeSource
+    configMap: ConfigMapProjection
+    serviceAccountToken: ServiceAccountTokenProjection
+
+
+class ProjectedVolumeSource(TypedDict, total=False):
+    sources: list[VolumeProjection]
+    defaultMode: int
+
+
+class PersistentVolumeClaimVolumeSource(TypedDict, total=False):
+    claimName: Required[str]
+    readOnly: bool
+
+
+class CSIVolumeSource(TypedDict, total=False):
+    driver: Required[str]
+    readOnly: bool
+    fsType: str
+    volumeAttributes: dict[str, str]
+    nodePublishSecretRef: LocalObjectReference
+
+
+class Volume(TypedDict, total=False):
+    name: Required[str]
+    hostPath: HostPathVolumeSource
+    emptyDir: EmptyDirVolumeSource
+    secret: SecretVolumeSource
+    configMap: ConfigMapVolumeSource
+    downwardAPI: DownwardAPIVolumeSource
+    projected: ProjectedVolumeSource
+    persistentVolumeClaim: PersistentVolumeClaimVolumeSource
+    csi: CSIVolumeSource
+
+
+# ------------------------------------------------------------------- pod
+class Sysctl(TypedDict):
+    name: str
+    value: str
+
+
+class PodSecurityContext(TypedDict, total=False):
+    seLinuxOptions: SELinuxOptions
+    runAsUser: int
+    runAsGroup: int
+    runAsNonRoot: bool
+    supplementalGroups: list[int]
+    supplementalGroupsPolicy: str
+    fsGroup: int
+    sysctls: list[Sysctl]
+    fsGroupChangePolicy: str
+    seccompProfile: SeccompProfile
+    appArmorProfile: AppArmorProfile
+    seLinuxChangePolicy: str
+
+
+class PodDNSConfigOption(TypedDict, total=False):
+    name: str
+    value: str
+
+
+class PodDNSConfig(TypedDict, total=False):
+    nameservers: list[str]
+    searches: list[str]
+    options: list[PodDNSConfigOption]
+
+
+class HostAlias(TypedDict, total=False):
+    ip: Required[str]
+    hostnames: list[str]
+
+
+class PodReadinessGate(TypedDict):
+    conditionType: str
+
+
+class Toleration(TypedDict, total=False):
+    key: str
+    operator: str
+    value: str
+    effect: str
+    tolerationSeconds: int
+
+
+class PodOS(TypedDict):
+    name: str
+
+
+class PodSpec(TypedDict, total=False):
+    volumes: list[Volume]
+    initContainers: list[Container]
+    containers: Required[list[Container]]
+    ephemeralContainers: list[EphemeralContainer]
+    restartPolicy: str
+    terminationGracePeriodSeconds: int
+    activeDeadlineSeconds: int
+    dnsPolicy: str
+    nodeSelector: dict[str, str]
+    serviceAccountName: str
+    serviceAccount: str
+    automountServiceAccountToken: bool
+    nodeName: str
+    hostNetwork: bool
+    hostPID: bool
+    hostIPC: bool
+    shareProcessNamespace: bool
+    securityContext: PodSecurityContext
+    imagePullSecrets: list[LocalObjectReference]
+    hostname: str
+    subdomain: str
+    priority: int
+    priorityClassName: str
+    dnsConfig: PodDNSConfig
+    hostAliases: list[HostAlias]
+    readinessGates: list[PodReadinessGate]
+    runtimeClassName: str
+    enableServiceLinks: bool
+    overhead: ResourceList
+    setHostnameAsFQDN: bool
+    hostUsers: bool
+    schedulerName: str
+    tolerations: list[Toleration]
+    resources: ResourceRequirements  # pod-level (PodLevelResources)
+    os: PodOS
+
+
+class PodCondition(TypedDict, total=False):
+    type: Required[str]
+    status: Required[str]
+    observedGeneration: int
+    lastProbeTime: str | None
+    lastTransitionTime: str
+    reason: str
+    message: str
+
+
+class ContainerStateWaiting(TypedDict, total=False):
+    reason: str
+    message: str
+
+
+class ContainerStateRunning(TypedDict, total=False):
+    startedAt: str | None
+
+
+class ContainerStateTerminated(TypedDict, total=False):
+    exitCode: Required[int]
+    signal: int
+    reason: str
+    message: str
+    startedAt: str | None
+    finishedAt: str | None
+    containerID: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: ContainerStateWaiting
+    running: ContainerStateRunning
+    terminated: ContainerStateTerminated
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: Required[str]
+    state: ContainerState
+    lastState: ContainerState
+    ready: bool
+    restartCount: int
+    image: str
+    imageID: str
+    containerID: str
+    started: bool
+    resources: ResourceRequirements
+    stopSignal: str
+
+
+class PodIP(TypedDict):
+    ip: str
+
+
+class PodStatus(TypedDict, total=False):
+    observedGeneration: int
+    phase: str
+    conditions: list[PodCondition]
+    message: str
+    reason: str
+    hostIP: str | None
+    hostIPs: list[PodIP]
+    podIP: str
+    podIPs: list[PodIP]
+    startTime: str
+    initContainerStatuses: list[ContainerStatus]
+    containerStatuses: list[ContainerStatus]
+    ephemeralContainerStatuses: list[ContainerStatus]
+    qosClass: str
+
+
+class Pod(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: Required[ObjectMeta]
+    spec: Required[PodSpec]
+    status: PodStatus
+
+
+class Secret(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    data: dict[str, str]  # base64, as the API sends it
+    type: str
+    immutable: bool
+
+
+class ConfigMap(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    data: dict[str, str]
+    binaryData: dict[str, str]  # base64
+    immutable: bool
+
+
+# What JSON decodes to before it is known to be one of the above.
+JSONObject = dict[str, Any]
+
+
+def as_pod(doc: Mapping[str, Any]) -> Pod:
+    """A decoded pod document as a Pod: the one place where JSON becomes typed.
+    The sources check what they rely on (metadata, spec, containers) first."""
+    return cast(Pod, doc)
+
+
+def as_secret(doc: Mapping[str, Any]) -> Secret:
+    """A Secret as the object cache read it from the API."""
+    return cast(Secret, doc)
+
+
+def as_configmap(doc: Mapping[str, Any]) -> ConfigMap:
+    """A ConfigMap as the object cache read it from the API."""
+    return cast(ConfigMap, doc)
+
+
+ContainerKind = Literal["containers", "initContainers", "ephemeralContainers"]
+CONTAINER_KINDS: tuple[ContainerKind, ...] = ("containers", "initContainers", "ephemeralContainers")
+
+
+def containers_of(spec: PodSpec, kind: ContainerKind) -> list[Container]:
+    if kind == "containers":
+        return spec.get("containers") or []
+    if kind == "initContainers":
+        return spec.get("initContainers") or []
+    return list(spec.get("ephemeralContainers") or [])
+
+
+def all_containers(pod: Pod) -> list[Container]:
+    """containers, initContainers and ephemeralContainers, in that order."""
+    return [c for kind in CONTAINER_KINDS for c in containers_of(pod["spec"], kind)]
+
 
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
@@ -30,20 +610,20 @@ def namespace(pod: Pod) -> str:
     return str(pod["metadata"].get("namespace") or "default")
 
 
-def object_ref(pod: Pod, field_path: str | None = None) -> dict[str, str]:
+def object_ref(pod: Pod, field_path: str | None = None) -> ObjectReference:
     """The ObjectReference an event about this pod points at."""
-    ref = {"kind": "Pod", "namespace": namespace(pod), "name": name(pod), "uid": uid(pod),
-           "apiVersion": "v1"}  # fmt: skip
+    ref: ObjectReference = {"kind": "Pod", "namespace": namespace(pod), "name": name(pod),
+                            "uid": uid(pod), "apiVersion": "v1"}  # fmt: skip
     if field_path:
         ref["fieldPath"] = field_path
     return ref
 
 
-def container_list(pod: Pod, cname: str) -> str | None:
+def container_list(pod: Pod, cname: str) -> ContainerKind | None:
     """Which list of the pod's spec holds the container named cname, if any
     (GetContainerSpec upstream)."""
-    for kind in ("containers", "initContainers", "ephemeralContainers"):
-        if any(c.get("name") == cname for c in pod["spec"].get(kind) or []):
+    for kind in CONTAINER_KINDS:
+        if any(c.get("name") == cname for c in containers_of(pod["spec"], kind)):
             return kind
     return None
 
@@ -81,10 +661,11 @@ def host_network(pod: Pod) -> bool:
 
 def qos_class(pod: Pod) -> str:
     """Guaranteed, Burstable or BestEffort (GetPodQOS) from cpu and memory requests/limits."""
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
+    requests: ResourceList = {}
+    limits: ResourceList = {}
     guaranteed = True
-    containers = [*pod["spec"].get("initContainers", []), *pod["spec"].get("containers", [])]
+    spec = pod["spec"]
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     for c in containers:
         res = c.get("resources") or {}
         req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}

@@ -18,6 +18,7 @@ from kubelet.dependencies import Dependencies
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.setters import NodeInputs
+from kubelet.types import ObjectReference
 from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
@@ -91,7 +92,7 @@ def new_container_manager(
 
     def node_event(etype: str, reason: str, message: str) -> None:
         if deps.recorder is not None:
-            ref = {"kind": "Node", "name": name, "uid": name, "namespace": ""}
+            ref: ObjectReference = {"kind": "Node", "name": name, "uid": name, "namespace": ""}
             deps.recorder.event(ref, etype, reason, message)
 
     return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)

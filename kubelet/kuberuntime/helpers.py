@@ -6,13 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kubelet.container.runtime import CREATED, EXITED, RUNNING, UNKNOWN
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.events import Recorder
-from kubelet.types import Pod, container_field_path, grace_period, name, namespace, object_ref, uid
+from kubelet.types import (
+    Container,
+    Pod,
+    all_containers,
+    container_field_path,
+    grace_period,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 
 MIN_GRACE_SECONDS = 2  # minimumGracePeriodInSeconds
 
@@ -85,13 +94,8 @@ def format_pod(pod: Pod) -> str:
     return f"{name(pod)}_{namespace(pod)}({uid(pod)})"
 
 
-def find_container_spec(pod: Pod, cname: str) -> dict[str, Any] | None:
-    spec = pod["spec"]
-    for kind in ("containers", "initContainers", "ephemeralContainers"):
-        for c in spec.get(kind) or []:
-            if c.get("name") == cname:
-                return dict(c)
-    return None
+def find_container_spec(pod: Pod, cname: str) -> Container | None:
+    return next((c for c in all_containers(pod) if c.get("name") == cname), None)
 
 
 def pod_grace_period(pod: Pod) -> int:
@@ -100,7 +104,7 @@ def pod_grace_period(pod: Pod) -> int:
     return int(g) if g is not None else grace_period(pod)
 
 
-def is_restartable_init(c: dict[str, Any]) -> bool:
+def is_restartable_init(c: Container) -> bool:
     """A sidecar: an init container with restartPolicy Always."""
     return c.get("restartPolicy") == "Always"
 

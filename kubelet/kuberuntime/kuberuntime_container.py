@@ -7,7 +7,7 @@ import logging
 import os
 import re
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from kubelet.container.runtime import (
     CREATED,
@@ -52,7 +52,7 @@ from kubelet.kuberuntime.termination import (
     termination_message_host_path,
 )
 from kubelet.lifecycle.handlers import HandlerRunner
-from kubelet.types import Pod, name, namespace, uid
+from kubelet.types import Container, LifecycleHandler, Pod, name, namespace, uid
 from kubelet.util.duration import format_duration
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class ContainerManager:
         )
 
     async def convert_container_status(
-        self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
+        self, st: pb.ContainerStatus, annotations: Mapping[str, str] | None = None, cname: str = ""
     ) -> ContainerStatus:
         ann = st.annotations or annotations or {}
         c_name = st.metadata.name or cname
@@ -127,7 +127,9 @@ class ContainerManager:
             runtime=self.runtime_name,
         )
 
-    async def _termination_message(self, st: pb.ContainerStatus, ann: Any, cname: str) -> str:
+    async def _termination_message(
+        self, st: pb.ContainerStatus, ann: Mapping[str, str], cname: str
+    ) -> str:
         """The file mounted at terminationMessagePath, or with FallbackToLogsOnError
         the tail of a failed container's log."""
         host = termination_message_host_path(
@@ -157,7 +159,7 @@ class ContainerManager:
         pod: Pod,
         sid: str,
         sandbox_cfg: pb.PodSandboxConfig,
-        c: dict[str, Any],
+        c: Container,
         status: PodStatus,
         res: SyncResult,
         pod_ips: list[str],
@@ -219,7 +221,7 @@ class ContainerManager:
     async def _generate_config(
         self,
         pod: Pod,
-        c: dict[str, Any],
+        c: Container,
         status: PodStatus,
         restart: int,
         chash: str,
@@ -243,7 +245,7 @@ class ContainerManager:
         except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             raise _StartError(ContainerConfigError.reason, msg) from e
-        target_name = c.get("targetContainerName")
+        target_name = _target_container(c)
         if target_name:
             # An ephemeral container sharing the process namespace of its target.
             target = status.find(target_name)
@@ -275,7 +277,7 @@ class ContainerManager:
         self.reporter.event(pod, "Normal", "Started", f"Started container {cname}", cname)
         return cid
 
-    async def _post_start(self, pod: Pod, c: dict[str, Any], cid: str) -> str | None:
+    async def _post_start(self, pod: Pod, c: Container, cid: str) -> str | None:
         """The postStart hook, part of the start as upstream: the sync (and so the
         status that would say Running) waits for it. A failure kills the container."""
         post_start = (c.get("lifecycle") or {}).get("postStart")
@@ -341,7 +343,7 @@ class ContainerManager:
         if pod is not None:
             msg = message or f"Stopping container {cs.name}"
             self.reporter.event(pod, "Normal", "Killing", msg, cs.name)
-        pre_stop = ((spec or {}).get("lifecycle") or {}).get("preStop")
+        pre_stop = (spec.get("lifecycle") or {}).get("preStop") if spec is not None else None
         if pod is not None and spec is not None and pre_stop and grace > 0:
             grace -= await self._pre_stop(pod, spec, cs, pre_stop, grace)
         if ordering is not None and grace > 0:
@@ -352,7 +354,7 @@ class ContainerManager:
             pass
 
     async def _pre_stop(
-        self, pod: Pod, spec: dict[str, Any], cs: ContainerStatus, hook: dict[str, Any], grace: int
+        self, pod: Pod, spec: Container, cs: ContainerStatus, hook: LifecycleHandler, grace: int
     ) -> int:
         """Run the preStop hook for at most `grace` seconds; answers the whole
         seconds it took (a hook that hangs is given up at the end of the grace
@@ -373,6 +375,13 @@ class ContainerManager:
 
     async def remove_containers(self, status: PodStatus) -> None:
         await each_ignoring_gone(self.runtime.remove_container, [c.id for c in status.containers])
+
+
+def _target_container(c: Container) -> str:
+    """An ephemeral container's targetContainerName ("" for any other container)."""
+    fields: Mapping[str, object] = c
+    target = fields.get("targetContainerName")
+    return target if isinstance(target, str) else ""
 
 
 def _restart_count(

@@ -5,14 +5,13 @@ calculateLinuxResources in kuberuntime_container_linux.go)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import RunContainerOptions
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.security_context import container_security_context
-from kubelet.types import Pod, qos_class
+from kubelet.types import Container, Pod, qos_class
 from kubelet.util import filesystem
 from kubelet.util.quantity import cpu_millis, to_bytes
 
@@ -37,7 +36,7 @@ class NodeSettings:
 def container_config(
     node: NodeSettings,
     pod: Pod,
-    c: dict[str, Any],
+    c: Container,
     restart: int,
     image_ref: str,
     chash: str,
@@ -87,9 +86,7 @@ def container_config(
     )
 
 
-def container_resources(
-    pod: Pod, c: dict[str, Any], node_memory: int
-) -> pb.LinuxContainerResources:
+def container_resources(pod: Pod, c: Container, node_memory: int) -> pb.LinuxContainerResources:
     res = c.get("resources") or {}
     req, lim = res.get("requests") or {}, res.get("limits") or {}
     out = pb.LinuxContainerResources()

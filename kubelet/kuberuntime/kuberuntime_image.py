@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubelet.credentialprovider.config import DockerConfigError
 from kubelet.credentialprovider.keyring import AuthConfig, DockerKeyring, UnionDockerKeyring
@@ -20,16 +20,14 @@ from kubelet.cri.types import ImageService
 from kubelet.images.puller import ImagePuller, PullQPSExceeded
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import PodReporter, SyncResult
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, Secret, uid
 from kubelet.util.parsers import ImageNameError, parse_image_name
-
-Secret = dict[str, Any]
 
 
 class PullSecretsGetter(Protocol):
     """The pod's image pull secrets that could be read (getPullSecretsForPod)."""
 
-    async def get_pull_secrets(self, pod: dict[str, Any]) -> list[Secret]: ...
+    async def get_pull_secrets(self, pod: Pod) -> list[Secret]: ...
 
 
 class PullError(Exception):
@@ -104,7 +102,7 @@ class ImageManager:
     async def ensure_image(
         self,
         pod: Pod,
-        c: dict[str, Any],
+        c: Container,
         sandbox_cfg: pb.PodSandboxConfig,
         res: SyncResult,
         pull_secrets: list[Secret] | None = None,

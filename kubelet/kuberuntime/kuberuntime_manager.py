@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from kubelet.container.runtime import (
     RUNNING,
@@ -52,12 +51,12 @@ from kubelet.kuberuntime.pod_actions import (
 )
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
-from kubelet.types import Pod, host_network, name, namespace, uid
+from kubelet.types import Container, Pod, host_network, name, namespace, uid
 
 __all__ = ["PodActions", "RuntimeManager", "SyncResult"]
 
 # Starts one container of the pod being synced; answers why it did not start.
-_Start = Callable[[dict[str, Any]], Awaitable[str | None]]
+_Start = Callable[[Container], Awaitable[str | None]]
 
 
 class RuntimeManager:
@@ -215,7 +214,7 @@ class RuntimeManager:
             pod_ips = await self.sandboxes.pod_ips(pod, sid, pod_ips)
         secrets = await self._pull_secrets(pod)
 
-        async def start(c: dict[str, Any]) -> str | None:
+        async def start(c: Container) -> str | None:
             return await self.containers.start_container(
                 pod, sid, sandbox_cfg, c, status, res, pod_ips, pull_secrets=secrets
             )
@@ -289,7 +288,7 @@ class RuntimeManager:
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
         return self.sandboxes.sandbox_config(pod, attempt)
 
-    def resources(self, pod: Pod, c: dict[str, Any]) -> pb.LinuxContainerResources:
+    def resources(self, pod: Pod, c: Container) -> pb.LinuxContainerResources:
         """The container's resources as the runtime is given them (for stats)."""
         return container_resources(pod, c, self.node.node_memory)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 from kubelet.container.runtime import RuntimeHelper, SandboxStatus
 from kubelet.cri import errors
@@ -17,7 +16,7 @@ from kubelet.kuberuntime.security_context import sandbox_security_context
 from kubelet.network.dns import kernel_hostname
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.sysctl import sandbox_sysctls
-from kubelet.types import Pod, host_network, name, namespace, qos_class, uid
+from kubelet.types import Pod, ResourceList, host_network, name, namespace, qos_class, uid
 from kubelet.util import filesystem
 from kubelet.util.quantity import cpu_millis, to_bytes
 
@@ -195,7 +194,7 @@ def _port_mappings(pod: Pod) -> list[pb.PortMapping]:
     ]
 
 
-def _overhead_resources(overhead: dict[str, Any]) -> pb.LinuxContainerResources:
+def _overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
     """What the RuntimeClass says the sandbox costs, as requests == limits, for
     runtimes that size a VM by it (convertOverheadToLinuxResources)."""
     cpu_m = cpu_millis(overhead.get("cpu") or 0)

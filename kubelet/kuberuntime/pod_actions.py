@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kubelet.container.runtime import CREATED, EXITED, RUNNING, UNKNOWN, ContainerStatus, PodStatus
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.helpers import has_restartable_init, is_restartable_init
-from kubelet.types import Pod, host_network, restart_policy
+from kubelet.types import Container, EphemeralContainer, Pod, host_network, restart_policy
 
 # Container ID -> why it must be restarted (a failed liveness or startup probe).
 MustRestart = Callable[[str], str | None]
 # (container spec, container ID) -> has its startup probe succeeded (True without one).
-IsStarted = Callable[[dict[str, Any], str], bool]
+IsStarted = Callable[[Container, str], bool]
 
 
 @dataclass
@@ -29,7 +28,7 @@ class PodActions:
     sandbox_id: str = ""
     attempt: int = 0
     # The first of init_containers_to_start (kept for callers that want the spec).
-    next_init_container: dict[str, Any] | None = None
+    next_init_container: Container | None = None
     # Indexes into initContainers, in order (restartable ones may come with others).
     init_containers_to_start: list[int] = field(default_factory=list)
     containers_to_start: list[int] = field(default_factory=list)
@@ -248,7 +247,7 @@ class _InitWalk:
             self.start.append(i)
         return False
 
-    def _sidecar_running(self, i: int, c: dict[str, Any], st: ContainerStatus) -> bool:
+    def _sidecar_running(self, i: int, c: Container, st: ContainerStatus) -> bool:
         """A running restartable init container: does it gate the next one open,
         and must it be restarted? Answers whether the pod is now initialized."""
         a, why = self.a, self.probes.must_restart(st.id)
@@ -271,24 +270,22 @@ class _InitWalk:
         return initialized
 
 
-_PROBE_OF = {"failed liveness probe": "livenessProbe", "failed startup probe": "startupProbe"}
-
-
-def _probe_grace(pod: Pod, c: dict[str, Any], why: str, cid: str, a: PodActions) -> None:
+def _probe_grace(pod: Pod, c: Container, why: str, cid: str, a: PodActions) -> None:
     """A probe's terminationGracePeriodSeconds governs the kill it causes, unless
     the pod is being deleted (setTerminationGracePeriod upstream)."""
     if pod["metadata"].get("deletionGracePeriodSeconds") is not None:
         return
-    g = (c.get(_PROBE_OF.get(why, "")) or {}).get("terminationGracePeriodSeconds")
+    probe = c.get("livenessProbe") if why == "failed liveness probe" else c.get("startupProbe")
+    g = probe.get("terminationGracePeriodSeconds") if probe is not None else None
     if g is not None:
         a.kill_grace[cid] = int(g)
 
 
-def _init(pod: Pod) -> list[dict[str, Any]]:
+def _init(pod: Pod) -> list[Container]:
     return pod["spec"].get("initContainers") or []
 
 
-def _ephemeral(pod: Pod) -> list[dict[str, Any]]:
+def _ephemeral(pod: Pod) -> list[EphemeralContainer]:
     return pod["spec"].get("ephemeralContainers") or []
 
 
@@ -302,16 +299,14 @@ def _init_failed(st: ContainerStatus) -> bool:
     return (st.state == EXITED and st.exit_code != 0) or st.state == UNKNOWN
 
 
-def _any_regular_created(containers: list[dict[str, Any]], status: PodStatus) -> bool:
+def _any_regular_created(containers: list[Container], status: PodStatus) -> bool:
     return any(
         (s := status.find(c["name"])) is not None and s.state in (CREATED, RUNNING, EXITED)
         for c in containers
     )
 
 
-def _init_done(
-    init: list[dict[str, Any]], containers: list[dict[str, Any]], status: PodStatus
-) -> bool:
+def _init_done(init: list[Container], containers: list[Container], status: PodStatus) -> bool:
     """Every (regular) init container ran to success (findNextInitContainerToRun's done)."""
     if not init:
         return True

@@ -39,7 +39,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
 from kubelet.stats.types import EVICTION, RESOURCE_METRICS, SUMMARY, CgroupStats
 from kubelet.stats.volumes import VolumeUsage
-from kubelet.types import Pod, host_network, name, namespace, uid
+from kubelet.types import Container, Pod, host_network, name, namespace, uid
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class CgroupRow:
     network: tuple[Interface, ...] = ()
 
 
-ContainerResources = Callable[[Pod, dict[str, Any]], pb.LinuxContainerResources]
+ContainerResources = Callable[[Pod, Container], pb.LinuxContainerResources]
 
 
 class StatsProvider:

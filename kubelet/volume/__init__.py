@@ -9,12 +9,12 @@ volume manager can be written apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from kubelet.types import Pod, Volume
 from kubelet.util import filesystem
 
-Pod = dict[str, Any]
-VolumeSpec = dict[str, Any]  # one entry of pod.spec.volumes
+VolumeSpec = Volume  # one entry of pod.spec.volumes
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.types import KeyToPath
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, PayloadError, VolumeWriter
 
@@ -56,7 +57,7 @@ async def get_object(
 
 
 def make_payload(
-    items: list[dict[str, Any]] | None,
+    items: list[KeyToPath] | None,
     configmap: Mapping[str, Any],
     mode: int,
     optional: bool,

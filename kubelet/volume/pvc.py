@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import API_ERRORS, APIError
@@ -48,7 +48,7 @@ class PVCPlugin:
         await self.set_up_volume(pod, spec, dir)
 
     async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume:
-        src = spec.get("persistentVolumeClaim") or {}
+        src: Mapping[str, object] = spec.get("persistentVolumeClaim") or {}
         claim = str(src.get("claimName") or "")
         ns = pod["metadata"].get("namespace") or "default"
         read_only = bool(src.get("readOnly"))

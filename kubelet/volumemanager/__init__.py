@@ -7,13 +7,12 @@ through VolumeManager.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
+from kubelet.types import Pod
 from kubelet.volume import MountedVolume
 
 __all__ = ["MountedVolume", "Pod", "VolumeManager"]
-
-Pod = dict[str, Any]
 
 
 class VolumeManager(Protocol):

@@ -24,7 +24,7 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kubelet.types import object_ref
+from kubelet.types import ObjectReference, object_ref
 from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
@@ -46,7 +46,7 @@ from kubelet.volumemanager.subpath import clean_subpaths
 log = logging.getLogger(__name__)
 
 # (involved object ref, type, reason, message): EventRecorder.event's signature.
-Recorder = Callable[[dict[str, str], str, str, str], None]
+Recorder = Callable[[ObjectReference, str, str, str], None]
 
 FAILED_MOUNT = "FailedMount"
 REMOUNT_PERIOD = 60.0
