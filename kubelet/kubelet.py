@@ -16,6 +16,8 @@ from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.sysinfo import MachineTopology
 from kubelet.config.config import Op, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
@@ -32,6 +34,7 @@ from kubelet.kubelet_subsystems import (
     build_node_status,
     build_pods,
     build_probes,
+    build_resource_managers,
     build_runtime,
     build_volumes,
     build_workers,
@@ -89,9 +92,13 @@ class Kubelet:
         sandbox_image: str = "",
         node_inputs: NodeInputs | None = None,
         registered_node: RegisteredNode | None = None,
+        machine_topology: MachineTopology | None = None,
+        container_manager: ContainerManager | None = None,
     ) -> None:
         """node_inputs: what the Node status is computed from (cluster mode);
-        registered_node: the Node as registered, read by mirror pods' owner."""
+        registered_node: the Node as registered, read by mirror pods' owner;
+        machine_topology, container_manager: what the CPU and memory managers
+        divide up and what the node reserves (discovered when not given)."""
         self.config = config
         self.root_dir = root_dir
         self.clock = clock
@@ -105,14 +112,17 @@ class Kubelet:
         )  # fmt: skip
         self.node = node
         self.pods = pods = build_pods(node)
+        self.resource_managers = resources = build_resource_managers(
+            node, pods, machine_topology, container_manager
+        )
         self.volumes = volumes = build_volumes(node, pods)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
-            node, pods, volumes, probes, (runtime_service, image_service),
+            node, pods, volumes, probes, resources, (runtime_service, image_service),
             (crash_backoff, image_backoff),
         )  # fmt: skip
         self.workers = workers = build_workers(
-            node, pods, volumes, probes, runtime, self.registered_node
+            node, pods, volumes, probes, runtime, resources, self.registered_node
         )
         self.node_status = build_node_status(
             node, pods, volumes, runtime, workers, (node_inputs, self.registered_node)
@@ -212,6 +222,9 @@ class Kubelet:
         self._start_garbage_collection(sandbox_image)
         self._spawn_task(self.runtime.state.run(self._stop), "runtime-up")
         self._spawn_task(self.eviction.run(self._stop), "eviction")
+        self._spawn_task(
+            self.resource_managers.run(self._stop, self.runtime.manager.runtime), "cpu-manager"
+        )
         self._spawn_task(self.volumes.stats.run(self._stop), "volume-stats")
         if self.evented is not None:
             self._spawn_task(self.evented.run(self._stop), "evented-pleg")
@@ -275,10 +288,16 @@ class Kubelet:
                 f.cancel()
 
     def handle_update(self, u: PodUpdate) -> None:
+        self._handle_pods(u)
+        # Ready once this update is handled, as upstream (AddSource after the
+        # handler): admitting the first pods of a restart must not see the
+        # others as gone (the CPU and memory managers would release their state).
         seen = self.pods.config.sources_seen
         if u.source in self._sources and u.source in seen:
             if all(s in seen for s in self._sources):
                 self.pods.sources_ready.set()
+
+    def _handle_pods(self, u: PodUpdate) -> None:
         for pod in u.pods:
             if is_mirror(pod):
                 self._handle_mirror(u.op, pod)
@@ -331,6 +350,7 @@ class Kubelet:
         pu = uid(pod)
         self.pod_manager.remove(pod)
         self.pods.admitter.release(pu)
+        self.resource_managers.remove_pod(pu)
         self.pods.rejected.discard(pu)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
 
@@ -345,6 +365,10 @@ class Kubelet:
         forbidden = self.pods.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden
+        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
+        unaligned = self.resource_managers.admit(pod)
+        if unaligned is not None:
+            return unaligned
         try:
             return self.pods.admitter.admit(uid(pod), pod)
         except ValueError as err:

@@ -14,9 +14,21 @@ import asyncio
 import os
 from dataclasses import dataclass, replace
 
+from kubelet.active_pods import ActivePods
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    ResourceManagers,
+    apply_reserved_cpus,
+    new_resource_managers,
+    node_reservation,
+)
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.sysinfo import discover as discover_machine
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import PodConfig
 from kubelet.container.cache import Cache, PodCache
@@ -31,7 +43,7 @@ from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
+from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, NodeEvent
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -61,6 +73,7 @@ from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
 from kubelet.types import ObjectReference, Pod, PodCondition, uid
+from kubelet.util import filesystem
 from kubelet.util.clock import Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import PodWorkQueue, WorkQueue
@@ -163,6 +176,42 @@ def build_pods(node: Node) -> Pods:
     )  # fmt: skip
 
 
+# ----------------------------------------------------- resource managers
+def build_resource_managers(
+    node: Node,
+    pods: Pods,
+    machine: MachineTopology | None,
+    container_manager: ContainerManager | None,
+) -> ResourceManagers:
+    """CPU, memory and topology managers: admission allocates, container
+    creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
+    They reserve what the container manager's node allocatable reserves.
+    ContainerManagerError (a setting or state file they refuse) is fatal."""
+    cfg = node.config
+    topo = machine or discover_machine()
+    reserved_cpus = apply_reserved_cpus(cfg, discover_cpus(topo))
+    reservation = (
+        container_manager.reservation()
+        if container_manager is not None
+        else node_reservation(cfg, topo)
+    )
+    # Their state files are written into the root dir now: made as
+    # setupDataDirs makes it (0750), which upstream runs before them.
+    filesystem.mkdir_all(node.root_dir, DATA_DIR_MODE)
+    active = ActivePods(
+        pods.manager, pods.rejected, pods.worker_states, pods.status.get, pods.cache
+    )
+    # Before the sources start nothing is admitted; after, ready once each delivered.
+    has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
+    return new_resource_managers(
+        cfg,
+        ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
+        node.features,
+        active,
+        lambda: pods.sources_ready.is_set() or not has_sources,
+    )
+
+
 # --------------------------------------------------------------- volumes
 @dataclass(frozen=True)
 class Volumes:
@@ -232,6 +281,7 @@ def build_runtime(
     pods: Pods,
     volumes: Volumes,
     probes: ProbeManager,
+    resources: ResourceManagers,
     services: tuple[RuntimeService, ImageService],
     backoffs: tuple[Backoff | None, Backoff | None],
 ) -> Runtime:
@@ -269,6 +319,7 @@ def build_runtime(
         runtime_classes=pods.runtime_classes,
         node_keyring=NodeDockerKeyring(node.root_dir),
         image_puller=ImagePuller.from_config(cfg),
+        container_resources=resources,
     )
     pleg = GenericPLEG(
         runtime_service, RelistDiffer(), pods.cache, manager.get_pod_status,
@@ -297,6 +348,7 @@ def build_workers(
     volumes: Volumes,
     probes: ProbeManager,
     runtime: Runtime,
+    resources: ResourceManagers,
     registered: RegisteredNode,
 ) -> Workers:
     cfg, client = node.config, node.kube_client
@@ -306,6 +358,7 @@ def build_workers(
             cfg.cpu_cfs_quota,
             int(cfg.cpu_cfs_quota_period * 1_000_000),
             pod_pids_limit=cfg.pod_pids_limit,
+            exclusive_cpus=resources.pod_has_exclusive_cpus,
         )
         if cfg.cgroups_per_qos
         else None

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Mapping
 
+from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     CREATED,
     EXITED,
@@ -79,6 +80,7 @@ class ContainerManager:
         crash_backoff: Backoff,
         node: NodeSettings,
         runtime_name: str = "cri",
+        resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
         self.images = images
@@ -91,6 +93,8 @@ class ContainerManager:
         self.node = node
         # The runtime's name in container IDs (<name>://<id>), once it answers.
         self.runtime_name = runtime_name
+        # CPU and memory pinning (the container manager's InternalContainerLifecycle).
+        self.resources = resources
 
     # -------------------------------------------------------------- status
     async def container_status(self, c: pb.Container) -> ContainerStatus:
@@ -184,7 +188,7 @@ class ContainerManager:
             cfg = await self._generate_config(
                 pod, c, status, restart, chash, image_ref, image, pod_ips
             )
-            cid = await self._create_and_start(pod, cname, sid, cfg, sandbox_cfg)
+            cid = await self._create_and_start(pod, c, sid, cfg, sandbox_cfg)
         except _StartError as e:
             return self.reporter.container_failed(pod, cname, e.reason, e.message)
         hook_err = await self._post_start(pod, c, cid)
@@ -242,6 +246,12 @@ class ContainerManager:
                 self.node, pod, c, restart, image_ref or c["image"], chash, opts,
                 image_uid, image_username,
             )  # fmt: skip
+            if self.resources is not None:  # PreCreateContainer
+                pin = self.resources.container_cpuset(pod, c)
+                lr = cfg.linux.resources
+                lr.cpuset_cpus, lr.cpuset_mems = pin.cpuset_cpus, pin.cpuset_mems
+                if pin.unlimited_quota and lr.cpu_quota:
+                    lr.cpu_quota = -1
         except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             raise _StartError(ContainerConfigError.reason, msg) from e
@@ -260,15 +270,18 @@ class ContainerManager:
     async def _create_and_start(
         self,
         pod: Pod,
-        cname: str,
+        c: Container,
         sid: str,
         cfg: pb.ContainerConfig,
         sandbox_cfg: pb.PodSandboxConfig,
     ) -> str:
+        cname = c["name"]
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
         except errors.CRIError as e:
             raise _StartError("CreateContainerError", e.message) from e
+        if self.resources is not None:  # PreStartContainer
+            self.resources.container_created(pod, c, cid)
         self.reporter.event(pod, "Normal", "Created", f"Created container: {cname}", cname)
         try:
             await self.runtime.start_container(cid)
@@ -375,6 +388,9 @@ class ContainerManager:
 
     async def remove_containers(self, status: PodStatus) -> None:
         await each_ignoring_gone(self.runtime.remove_container, [c.id for c in status.containers])
+        if self.resources is not None:  # PostStopContainer
+            for c in status.containers:
+                self.resources.remove_container(c.id)
 
 
 def _target_container(c: Container) -> str:

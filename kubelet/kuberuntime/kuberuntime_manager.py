@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     RUNNING,
     ContainerStatus,
@@ -82,6 +83,7 @@ class RuntimeManager:
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
         image_puller: ImagePuller | None = None,
+        container_resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
         self.helper = helper
@@ -107,7 +109,7 @@ class RuntimeManager:
         )
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
-            self.crash_backoff, self.node, runtime_name,
+            self.crash_backoff, self.node, runtime_name, container_resources,
         )  # fmt: skip
 
     # What the status manager shows of containers that do not run.

@@ -12,6 +12,7 @@ import pytest
 
 from kubelet.container.mounts import has_subpath, make_mounts
 from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.testing.parts import part_unavailable
 from kubelet.volumemanager import MountedVolume
 
 POD = {"metadata": {"uid": "u1", "name": "p", "namespace": "ns"}, "spec": {}}
@@ -272,7 +273,7 @@ def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
     from kubelet.util import mountutil
 
     if not _can_mount(tmp_path):
-        pytest.skip("this test needs CAP_SYS_ADMIN to make a bind mount")
+        part_unavailable("bind mounts", "this test needs CAP_SYS_ADMIN (the kubelet runs with it)")
     base = Path(vol.host_path)
     (base / "conf").mkdir()
     (base / "conf" / "app.ini").write_text("mine")
