@@ -21,9 +21,10 @@ from kubelet.cm.sysinfo import MachineTopology
 from kubelet.config.config import Op, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet_getters import SyncLoopHeartbeat
 from kubelet.kubelet_node_status import RegisteredNode
 from kubelet.kubelet_pods import setup_data_dirs
@@ -45,6 +46,7 @@ from kubelet.mirror_client import is_mirror
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.status import generate
 from kubelet.types import (
     API_SOURCE,
@@ -94,6 +96,7 @@ class Kubelet:
         registered_node: RegisteredNode | None = None,
         machine_topology: MachineTopology | None = None,
         container_manager: ContainerManager | None = None,
+        credential_plugins: LoadedPlugins | None = None,
     ) -> None:
         """node_inputs: what the Node status is computed from (cluster mode);
         registered_node: the Node as registered, read by mirror pods' owner;
@@ -119,7 +122,7 @@ class Kubelet:
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
             node, pods, volumes, probes, resources, (runtime_service, image_service),
-            (crash_backoff, image_backoff),
+            (crash_backoff, image_backoff), credential_plugins,
         )  # fmt: skip
         self.workers = workers = build_workers(
             node, pods, volumes, probes, runtime, resources, self.registered_node
@@ -140,6 +143,13 @@ class Kubelet:
         self.pod_workers, self.pod_cgroups = workers.workers, workers.pod_cgroups
         self.stats, self.eviction = self.node_status.stats, self.node_status.eviction
         self.resource_registry = self.host.resource_registry
+        self.shutdown, self.node_status_due = self.node_status.shutdown, self.node_status.due
+        # ContainerCheckpoint: where POST /checkpoint/... writes archives.
+        self.checkpoints_dir = (
+            os.path.join(root_dir, CHECKPOINTS_DIR)
+            if node.features.enabled(Feature.ContainerCheckpoint)
+            else None
+        )
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
@@ -148,7 +158,7 @@ class Kubelet:
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
-        return self.runtime.readiness()
+        return self.node_status.readiness(self.runtime)
 
     # ------------------------------------------------------------ lifecycle
     def _start_sources(self) -> None:
@@ -183,6 +193,8 @@ class Kubelet:
         the runtime's name, the pod sources and the PLEG."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir)
+        if self.checkpoints_dir is not None:
+            os.makedirs(self.checkpoints_dir, mode=0o700, exist_ok=True)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await loop.run_in_executor(None, self.pod_cgroups.setup_qos)
@@ -222,6 +234,8 @@ class Kubelet:
         self._start_garbage_collection(sandbox_image)
         self._spawn_task(self.runtime.state.run(self._stop), "runtime-up")
         self._spawn_task(self.eviction.run(self._stop), "eviction")
+        if self.shutdown is not None:
+            self._spawn_task(self.shutdown.run(self._stop), "node-shutdown")
         self._spawn_task(
             self.resource_managers.run(self._stop, self.runtime.manager.runtime), "cpu-manager"
         )
@@ -362,6 +376,8 @@ class Kubelet:
         pressure = self.eviction.admit(pod)
         if pressure is not None:
             return pressure
+        if self.shutdown is not None and (refused := self.shutdown.admit(pod)) is not None:
+            return refused
         forbidden = self.pods.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden

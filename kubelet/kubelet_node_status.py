@@ -49,10 +49,13 @@ class NodeStatusManager:
         inputs: NodeInputs,
         recorder: Any = None,
         registered: RegisteredNode | None = None,
+        wake: asyncio.Event | None = None,
     ) -> None:
         self.client = client
         self.inp = inputs
         self.recorder = recorder
+        # Set by whoever needs the status reported now (the shutdown manager).
+        self.wake = wake or asyncio.Event()
         self.registered = asyncio.Event()
         self._node = registered or RegisteredNode()
         self.last_report = 0.0
@@ -169,16 +172,24 @@ class NodeStatusManager:
             raise
         return True
 
+    async def _wait(self, stop: asyncio.Event, period: float) -> bool:
+        """Until the next report is due (the period, or a wake); True on stop."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        self.wake.clear()
+        return stop.is_set()
+
     async def run(self, stop: asyncio.Event) -> None:
         if not self.registered.is_set():
             await self.register()
         period = self.inp.config.node_status_update_frequency
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), period)
+            if await self._wait(stop, period):
                 return
-            except TimeoutError:
-                pass
             try:
                 await self.sync_once()
             except Exception as err:

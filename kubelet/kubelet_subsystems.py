@@ -33,6 +33,8 @@ from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import PodConfig
 from kubelet.container.cache import Cache, PodCache
 from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.plugin.plugin import APIServiceAccounts
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyring
 from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
@@ -51,6 +53,7 @@ from kubelet.lifecycle.predicate import Admitter
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient
 from kubelet.network.dns import DNSConfigurer
+from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import NodeInputs, max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
@@ -69,10 +72,11 @@ from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status import generate, generation
+from kubelet.status.disruption import KubeletTermination
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
-from kubelet.types import ObjectReference, Pod, PodCondition, uid
+from kubelet.types import ObjectReference, Pod, PodCondition, object_ref, uid
 from kubelet.util import filesystem
 from kubelet.util.clock import Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -284,6 +288,7 @@ def build_runtime(
     resources: ResourceManagers,
     services: tuple[RuntimeService, ImageService],
     backoffs: tuple[Backoff | None, Backoff | None],
+    credential_plugins: LoadedPlugins | None = None,
 ) -> Runtime:
     cfg, client = node.config, node.kube_client
     runtime_service, image_service = services
@@ -318,6 +323,11 @@ def build_runtime(
         pull_secrets=PullSecretGetter(pods.secrets, node.recorder),
         runtime_classes=pods.runtime_classes,
         node_keyring=NodeDockerKeyring(node.root_dir),
+        credential_plugins=(
+            PluginKeyring(credential_plugins, APIServiceAccounts(client, volumes.tokens))
+            if credential_plugins is not None
+            else None
+        ),
         image_puller=ImagePuller.from_config(cfg),
         container_resources=resources,
     )
@@ -380,10 +390,11 @@ def build_workers(
 
 # ----------------------------------------------------------- node status
 class _EvictionTarget:
-    """What node-pressure eviction reads and acts on: the active pods, and how
-    one is killed and reported."""
+    """What node-pressure eviction and graceful node shutdown read and act on:
+    the active pods, and how one is killed and reported."""
 
-    def __init__(self, pods: Pods, workers: Workers) -> None:
+    def __init__(self, node: Node, pods: Pods, workers: Workers) -> None:
+        self.node = node
         self.pods = pods
         self.workers = workers
 
@@ -415,13 +426,45 @@ class _EvictionTarget:
         status.set_pod_status(u, new, pod)
         self.workers.workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
+    async def kill_now(self, pod: Pod, grace: int, why: KubeletTermination) -> None:
+        """killPodNow: stop the pod with this grace period and final status;
+        returns once its containers are stopped, raises TimeoutError when that
+        takes more than 1.5 x grace (at least 10 s)."""
+        u, workers = uid(pod), self.workers.workers
+        self.workers.syncer.mark_terminated_by_kubelet(u, why)
+        self.pods.admitter.release(u)
+        workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+        if not await workers.wait_terminated(u, max(grace + grace // 2, 10)):
+            msg = "Container runtime did not kill the pod within specified grace period."
+            if self.node.recorder is not None:
+                self.node.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
+            raise TimeoutError("timeout waiting to kill pod")
+
+    def pods_for_shutdown(self) -> list[Pod]:
+        """Admitted pods whose containers may still run, those being killed
+        included (a shutdown may shorten their grace period)."""
+        states = self.pods.worker_states
+        return [
+            p for p in self.pods.manager.pods()
+            if uid(p) not in self.pods.rejected and states.could_have_running_containers(uid(p))
+        ]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class NodeStatus:
     stats: StatsProvider
     eviction: EvictionManager
+    # Graceful node shutdown; None when its gate is off or no period is set.
+    shutdown: NodeShutdownManager | None
+    # Set to have the node status reported now rather than on its period.
+    due: asyncio.Event
     # Registration and status updates in cluster mode (None standalone).
     reporter: NodeStatusManager | None
+
+    def readiness(self, runtime: Runtime) -> str | None:
+        """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
+        shutdown = self.shutdown.shutdown_status() if self.shutdown is not None else None
+        return runtime.readiness() or shutdown
 
 
 def build_node_status(
@@ -446,11 +489,16 @@ def build_node_status(
         runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
         lambda u: pods.cache.get(u)[0], volumes.bytes_used,
     )  # fmt: skip
-    target = _EvictionTarget(pods, workers)
+    target = _EvictionTarget(node, pods, workers)
     eviction = EvictionManager(
         cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
         recorder=node.recorder, volume_usage=volumes.bytes_used,
         local_storage_usage=ephemeral.measure,
+    )  # fmt: skip
+    due = asyncio.Event()
+    shutdown = NodeShutdownManager.from_config(
+        cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
+        on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
     static, registered = inputs
     reporter = None
@@ -458,14 +506,15 @@ def build_node_status(
         readers = replace(
             static,
             runtime_version=lambda: runtime.state.runtime_version,
-            readiness_checks=[runtime.readiness],
+            readiness_checks=[runtime.readiness]
+            + ([shutdown.shutdown_status] if shutdown is not None else []),
             images=lambda: runtime.state.node_images,
             memory_pressure=lambda: eviction.under("MemoryPressure"),
             disk_pressure=lambda: eviction.under("DiskPressure"),
             pid_pressure=lambda: eviction.under("PIDPressure"),
         )
-        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered)
-    return NodeStatus(stats, eviction, reporter)
+        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+    return NodeStatus(stats, eviction, shutdown, due, reporter)
 
 
 # -------------------------------------------------------------------- GC

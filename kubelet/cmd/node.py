@@ -11,10 +11,12 @@ from typing import Any
 
 from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
 from kubelet.cmd.options import KubeletServer
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, load_plugins
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.dependencies import Dependencies
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.setters import NodeInputs
@@ -98,6 +100,22 @@ def new_container_manager(
     return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)
 
 
+def credential_plugins(s: KubeletServer) -> LoadedPlugins | None:
+    """The exec credential provider plugins, when either flag is given; raises
+    PluginRegistrationError (fatal, as upstream) for any problem with them."""
+    f = s.flags
+    if not (f.image_credential_provider_config or f.image_credential_provider_bin_dir):
+        return None
+    sa_tokens = FeatureGate(s.config.feature_gates).enabled(
+        Feature.KubeletServiceAccountTokenForCredentialProviders
+    )
+    loaded = load_plugins(
+        f.image_credential_provider_config, f.image_credential_provider_bin_dir, sa_tokens
+    )
+    log.info("Registered credential provider plugins: %s", [p.name for p in loaded.providers])
+    return loaded
+
+
 def node_inputs(s: KubeletServer, name: str) -> NodeInputs:
     """What the node status setters read that the flags and the machine say;
     the Kubelet adds what it learns at run time (runtime, images, pressure)."""
@@ -137,6 +155,7 @@ async def start_node(
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
     inputs = node_inputs(s, name)
     alloc = allocatable(inputs, capacity(inputs))
+    plugins = credential_plugins(s)
     await cgroup_driver_from_cri(s, runtime_service)
     cm = deps.container_manager or new_container_manager(s, name, deps, inputs)
     await asyncio.get_running_loop().run_in_executor(None, cm.start)
@@ -154,6 +173,7 @@ async def start_node(
         node_inputs=inputs,
         machine_topology=machine,
         container_manager=cm,
+        credential_plugins=plugins,
     )
     if s.config.run_once:
         return k

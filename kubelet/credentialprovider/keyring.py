@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet.credentialprovider.config import DockerConfig
+from kubelet.types import Pod
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,12 @@ class DockerKeyring(Protocol):
     def lookup(self, image: str) -> list[AuthConfig]:
         """The credentials to try for this repository (`host[:port]/path`), in order."""
         ...
+
+
+class ExternalKeyring(Protocol):
+    """Credentials that depend on the pod too (the credential provider plugins)."""
+
+    async def lookup(self, image: str, pod: Pod) -> list[AuthConfig]: ...
 
 
 _BAD_HOST = re.compile(r"[\s\x00-\x1f\x7f%]")

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kubelet.credentialprovider.config import DockerConfigError
-from kubelet.credentialprovider.keyring import AuthConfig, DockerKeyring, UnionDockerKeyring
+from kubelet.credentialprovider.keyring import (
+    AuthConfig,
+    DockerKeyring,
+    ExternalKeyring,
+    UnionDockerKeyring,
+)
 from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -84,6 +89,7 @@ class ImageManager:
         backoff: Backoff,
         puller: ImagePuller,
         node_keyring: DockerKeyring | None,
+        credential_plugins: ExternalKeyring | None = None,
     ) -> None:
         self.images = images
         self.reporter = reporter
@@ -92,6 +98,8 @@ class ImageManager:
         self.puller = puller
         # The node's own docker config files, after the pod's secrets.
         self.node_keyring = node_keyring
+        # The exec credential provider plugins, after both (as upstream's union).
+        self.credential_plugins = credential_plugins
         self._pull_locks: dict[str, asyncio.Lock] = {}
         # pod UID -> image -> why its last pull failed, told while the back-off lasts.
         self._prev_pull_err: dict[str, dict[str, str]] = {}
@@ -131,6 +139,8 @@ class ImageManager:
         except DockerConfigError as err:
             # Upstream's error is its own reason: no pull is attempted, no back-off.
             return self._fail(pod, cname, None, str(err), str(err))
+        if self.credential_plugins is not None:
+            credentials += await self.credential_plugins.lookup(repo, pod)
         return await self._pull(pod, cname, spec, credentials, sandbox_cfg, res)
 
     def _credentials(self, repo: str, pull_secrets: list[Secret]) -> list[AuthConfig]:

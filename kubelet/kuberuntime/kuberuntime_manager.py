@@ -22,7 +22,7 @@ from kubelet.container.runtime import (
     RuntimeHelper,
     SandboxStatus,
 )
-from kubelet.credentialprovider.keyring import DockerKeyring
+from kubelet.credentialprovider.keyring import DockerKeyring, ExternalKeyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
@@ -82,6 +82,7 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
         container_resources: ContainerResourceManager | None = None,
     ) -> None:
@@ -105,7 +106,12 @@ class RuntimeManager:
             cgroups_per_qos=cgroups_per_qos, cgroup_root=cgroup_root,
         )  # fmt: skip
         self.image_manager = ImageManager(
-            images, self.reporter, self.image_backoff, image_puller or ImagePuller(), node_keyring
+            images,
+            self.reporter,
+            self.image_backoff,
+            image_puller or ImagePuller(),
+            node_keyring,
+            credential_plugins,
         )
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
