@@ -10,6 +10,7 @@ Attributes.SELinuxRelabel) for volumes the runtime should relabel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kubelet.volume import Pod, VolumeSpec
@@ -34,3 +35,39 @@ class AdoptingPlugin(Protocol):
     method have every directory found adopted."""
 
     def can_adopt(self, spec: VolumeSpec, dir: str, mounted_fstype: str | None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Which plugin really serves a volume, found at set-up time (a claim is
+    served by the plugin of the PV it is bound to): that plugin's name, the
+    name of the volume's dir under the pod (the PV's name, as upstream), and
+    the spec that plugin takes."""
+
+    plugin_name: str
+    dir_name: str
+    spec: VolumeSpec
+
+
+@runtime_checkable
+class ResolvingPlugin(Protocol):
+    """A plugin that may hand a volume over to another (the PVC plugin). The
+    manager calls resolve once per pod volume before anything else; None
+    keeps the volume with this plugin. Raises VolumeError (retried)."""
+
+    async def resolve(self, pod: Pod, spec: VolumeSpec) -> Resolution | None: ...
+
+
+@runtime_checkable
+class DirMountPlugin(Protocol):
+    """The volume is mounted somewhere under `dir` by the plugin (CSI:
+    dir/mount, with its record beside it). set_up_at says where; remount is
+    True for the periodic call on an already mounted volume. After a restart,
+    adopt(spec, dir) returns the volume found mounted there, or None to have
+    it set up again."""
+
+    async def set_up_at(
+        self, pod: Pod, spec: VolumeSpec, dir: str, remount: bool
+    ) -> MountedVolume: ...
+
+    def adopt(self, spec: VolumeSpec, dir: str) -> MountedVolume | None: ...
