@@ -49,6 +49,8 @@ from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import PodLifecycleEvent
+from kubelet.pluginmanager import CSI_PLUGIN
+from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.pod_workers import PodWork, PodWorkers, UpdateType
 from kubelet.podmanager import PodManager
@@ -79,12 +81,14 @@ from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
 from kubelet.volume import VolumeHost
 from kubelet.volume.configmap import ConfigMapPlugin
+from kubelet.volume.csi.host import CSIHost
 from kubelet.volume.downwardapi import DownwardAPIPlugin
 from kubelet.volume.emptydir import EmptyDirPlugin
 from kubelet.volume.hostpath import HostPathPlugin
 from kubelet.volume.projected import ProjectedPlugin
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volume.secret import SecretPlugin
+from kubelet.volumemanager import mountutil
 from kubelet.volumemanager.manager import VolumeManagerImpl
 from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 
@@ -202,6 +206,11 @@ class Kubelet:
         node_alloc: dict[str, str] = dict(alloc)
         tokens = TokenManager(kube_client) if kube_client is not None else None
         self.tokens = tokens
+        # Node plugins (CSI drivers; device plugins and DRA drivers later)
+        # register through sockets in <root>/plugins_registry.
+        self.plugin_manager = PluginManager(registry_dir(root_dir), clock=clock)
+        self.csi = CSIHost(VolumeHost(root_dir, node_name), kube_client, tokens, recorder, clock)
+        self.plugin_manager.add_handler(CSI_PLUGIN, self.csi.handler)
         self.volume_manager = VolumeManagerImpl(
             VolumeHost(root_dir, node_name),
             [
@@ -212,6 +221,7 @@ class Kubelet:
                 EmptyDirPlugin(lambda: to_bytes(node_alloc.get("memory", "0"))),
                 HostPathPlugin(),
                 PVCPlugin(kube_client.get if kube_client is not None else None),
+                self.csi.plugin,
             ],
             on_pod_ready=self._volumes_ready,
             recorder=recorder.event if recorder is not None else None,
@@ -376,13 +386,21 @@ class Kubelet:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        if self.kube_client is not None:
+            await self._make_root_shared()
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
         await self._runtime_name()
         # Volumes already on disk (a restart, kill -9 included) are adopted
         # before any pod is synced, so they are not set up again.
+        await self.csi.start()  # the CSI dirs first: the manager adopts through them
         await self.volume_manager.reconstruct()
+        self._tasks.append(
+            asyncio.create_task(self.plugin_manager.run(self._stop), name="plugin-manager")
+        )
+        for task_name, coro in self.csi.loops(self._stop):
+            self._tasks.append(asyncio.create_task(coro, name=task_name))
         self._tasks.append(
             asyncio.create_task(self.volume_manager.run(self._stop), name="volume-manager")
         )
@@ -521,7 +539,20 @@ class Kubelet:
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
-        return self.runtime_error or self.pleg.healthy()
+        return self.runtime_error or self.pleg.healthy() or self.csi.readiness()
+
+    async def _make_root_shared(self) -> None:
+        """MakeRShared(root dir), as upstream: mounts a CSI node plugin makes
+        in its container (Bidirectional propagation) must reach the host."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, mountutil.make_rshared, self.root_dir
+            )
+        except OSError as err:
+            log.error(
+                "Could not make the root dir %s a shared mount (%s): CSI node plugins that "
+                "mount with Bidirectional propagation will fail to start", self.root_dir, err,
+            )  # fmt: skip
 
     # ------------------------------------------------------------- syncLoop
     async def _sync_loop(self) -> None:

@@ -99,6 +99,7 @@ class NodeStatusManager:
         # Compare future computations with what we sent, not with the server's
         # canonical form (it drops empty fields and rewrites quantities).
         self.last_sent = status
+        self.inp.volumes_reported(list(status.get("volumesInUse") or []))
         self.patches += 1
         self.last_report = time.monotonic()
         self._note_ready(status)
@@ -141,16 +142,26 @@ class NodeStatusManager:
             raise
         return True
 
+    async def _wait_period(self, stop: asyncio.Event, period: float) -> bool:
+        """Wait for the next update: the period, or sooner when an input is
+        urgent. True when stopped."""
+        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
+        if self.inp.urgent is not None:
+            waiters.add(asyncio.ensure_future(self.inp.urgent()))
+        try:
+            await asyncio.wait(waiters, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        return stop.is_set()
+
     async def run(self, stop: asyncio.Event) -> None:
         if not self.registered.is_set():
             await self.register()
         period = self.inp.config.node_status_update_frequency
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), period)
+            if await self._wait_period(stop, period):
                 return
-            except TimeoutError:
-                pass
             try:
                 await self.sync_once()
             except Exception as err:

@@ -119,6 +119,9 @@ def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
         disk_pressure=lambda: k is not None and k.eviction.under("DiskPressure"),
         pid_pressure=lambda: k is not None and k.eviction.under("PIDPressure"),
         rootfs_capacity=lambda: rootfs_capacity(root),
+        volumes_in_use=k.csi.volumes_in_use if k is not None else lambda: [],
+        volumes_reported=k.csi.volumes_reported if k is not None else lambda names: None,
+        urgent=k.csi.in_use_changed if k is not None else None,
     )
 
 
