@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"os"
@@ -47,13 +48,25 @@ func main() {
 	maxVolumes := flag.Int64("max-volumes-per-node", 0, "NodeGetInfo's max_volumes_per_node (0: no limit)")
 	attach := flag.Bool("attach-required", false, "offer ControllerPublishVolume (the CO then waits for attach)")
 	topologyKey := flag.String("topology-key", "topology.hostpath.csi.kubeletpy.local/node", "the topology segment key")
+	createVolume := flag.String("create-volume", "", "create a volume of this name in the state dir, print its ID and exit (for tests without a provisioner)")
+	size := flag.Int64("size", 1<<30, "with --create-volume: its capacity in bytes")
 	flag.Parse()
-	if *nodeID == "" {
-		log.Fatal("--nodeid is required")
-	}
 	st, err := newStore(*stateDir)
 	if err != nil {
 		log.Fatalf("state dir %s: %v", *stateDir, err)
+	}
+	if *createVolume != "" {
+		st.mu.Lock()
+		v := &volumeRecord{ID: idForName(*createVolume), Name: *createVolume, Capacity: *size}
+		if err := st.create(v); err != nil {
+			log.Fatalf("creating volume: %v", err)
+		}
+		st.mu.Unlock()
+		fmt.Println(v.ID)
+		return
+	}
+	if *nodeID == "" {
+		log.Fatal("--nodeid is required")
 	}
 	d := &driver{
 		name: *name, nodeID: *nodeID, topologyKey: *topologyKey, maxVolumes: *maxVolumes,
