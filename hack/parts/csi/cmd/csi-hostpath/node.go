@@ -165,6 +165,9 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 		return nil, err
 	}
 	target := req.GetTargetPath()
+	if err := d.claimTarget(req.GetVolumeId(), target, req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "target path: %v", err)
 	}
@@ -175,9 +178,52 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	}
 	flags := req.GetVolumeCapability().GetMount().GetMountFlags()
 	if err := bindMount(source, target, req.GetReadonly(), flags); err != nil {
+		d.store.mu.Lock()
+		if v, gerr := d.store.get(req.GetVolumeId()); gerr == nil {
+			_ = d.releaseTarget(v, target)
+		}
+		d.store.mu.Unlock()
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// claimTarget records a publish target; a SINGLE_NODE_SINGLE_WRITER volume
+// may have one only (FAILED_PRECONDITION otherwise, as the spec asks).
+func (d *driver) claimTarget(id, target string, c *csi.VolumeCapability) error {
+	d.store.mu.Lock()
+	defer d.store.mu.Unlock()
+	v, err := d.store.get(id)
+	if err != nil {
+		return nil // ephemeral volumes are made by publishSource; others were checked
+	}
+	single := c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+	for _, t := range v.Targets {
+		if t == target {
+			return nil
+		}
+	}
+	if len(v.Targets) > 0 && (single || v.SingleWriter) {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is published at %s for a single writer", id, v.Targets[0])
+	}
+	v.Targets = append(v.Targets, target)
+	v.SingleWriter = v.SingleWriter || single
+	return d.store.put(v)
+}
+
+// releaseTarget forgets a publish target. Callers hold the store lock.
+func (d *driver) releaseTarget(v *volumeRecord, target string) error {
+	kept := v.Targets[:0]
+	for _, t := range v.Targets {
+		if t != target {
+			kept = append(kept, t)
+		}
+	}
+	v.Targets = kept
+	if len(kept) == 0 {
+		v.SingleWriter = false
+	}
+	return d.store.put(v)
 }
 
 func (d *driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
@@ -194,10 +240,18 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	}
 	d.store.mu.Lock()
 	defer d.store.mu.Unlock()
-	if v, err := d.store.get(req.GetVolumeId()); err == nil && v.Ephemeral {
+	v, err := d.store.get(req.GetVolumeId())
+	if err != nil {
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+	if v.Ephemeral {
 		if err := d.store.remove(v.ID); err != nil {
 			return nil, status.Errorf(codes.Internal, "removing ephemeral volume %s: %v", v.ID, err)
 		}
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
+	if err := d.releaseTarget(v, target); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

@@ -30,6 +30,10 @@ type volumeRecord struct {
 	// The node a ControllerPublishVolume attached it to ("" when not attached).
 	AttachedTo string `json:"attachedTo,omitempty"`
 	Block      bool   `json:"block,omitempty"`
+	// Where NodePublishVolume mounted it, and whether one of those mounts
+	// asked for SINGLE_NODE_SINGLE_WRITER (no second target allowed then).
+	Targets      []string `json:"targets,omitempty"`
+	SingleWriter bool     `json:"singleWriter,omitempty"`
 }
 
 type store struct {
