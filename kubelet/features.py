@@ -59,6 +59,10 @@ KNOWN_FEATURES: dict[str, FeatureSpec] = {
     "LoggingBetaOptions": FeatureSpec(True, "BETA"),
     "ComponentSLIs": FeatureSpec(True, "GA"),
     "SystemdWatchdog": FeatureSpec(True, "BETA"),
+    # CSI: the driver's volume condition in /stats/summary; the node's part of
+    # volume expansion as the claim's allocatedResourceStatuses say.
+    "CSIVolumeHealth": FeatureSpec(False, "ALPHA"),
+    "RecoverVolumeExpansionFailure": FeatureSpec(True, "GA", locked=True),
     "AllAlpha": FeatureSpec(False, "ALPHA"),
     "AllBeta": FeatureSpec(False, "BETA"),
 }

@@ -177,6 +177,9 @@ class Kubelet:
                 n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
             },
             os.path.join(root_dir, "pods"),
+            # CSI volumes: asked of their driver (NodeGetVolumeStats), not walked.
+            remote=lambda n, p: self.csi.plugin.volume_stats(n, p),
+            claims=self._claim_refs,
         )
         self.stats = StatsProvider(
             self.pod_manager.pods,
@@ -209,7 +212,14 @@ class Kubelet:
         # Node plugins (CSI drivers; device plugins and DRA drivers later)
         # register through sockets in <root>/plugins_registry.
         self.plugin_manager = PluginManager(registry_dir(root_dir), clock=clock)
-        self.csi = CSIHost(VolumeHost(root_dir, node_name), kube_client, tokens, recorder, clock)
+        self.csi = CSIHost(
+            VolumeHost(root_dir, node_name),
+            kube_client,
+            tokens,
+            recorder,
+            clock,
+            volume_health=self.features.enabled("CSIVolumeHealth"),
+        )
         self.plugin_manager.add_handler(CSI_PLUGIN, self.csi.handler)
         self.volume_manager = VolumeManagerImpl(
             VolumeHost(root_dir, node_name),
@@ -540,6 +550,20 @@ class Kubelet:
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
         return self.runtime_error or self.pleg.healthy() or self.csi.readiness()
+
+    def _claim_refs(self, pod_uid: str) -> dict[str, tuple[str, str]]:
+        """The pod's claim volumes: name -> (namespace, claim), for pvcRef."""
+        pod = self.pod_manager.get(pod_uid)
+        if pod is None:
+            return {}
+        ns = namespace(pod)
+        out = {}
+        for v in pod["spec"].get("volumes") or []:
+            if "persistentVolumeClaim" in v:
+                out[v["name"]] = (ns, str(v["persistentVolumeClaim"].get("claimName", "")))
+            elif "ephemeral" in v:
+                out[v["name"]] = (ns, f"{name(pod)}-{v['name']}")
+        return out
 
     async def _make_root_shared(self) -> None:
         """MakeRShared(root dir), as upstream: mounts a CSI node plugin makes

@@ -14,8 +14,8 @@ import asyncio
 import logging
 import os
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,13 @@ class VolumeUsage:
     available_bytes: int
     inodes: int
     inodes_free: int
+    # A claim's volume: the claim (namespace, name), as summary's pvcRef.
+    pvc_ref: tuple[str, str] | None = None
+    # What the volume's driver says of its health (None: nothing said).
+    abnormal: bool | None = None
 
     def to_api(self, time: str) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "time": time,
             "name": self.name,
             "usedBytes": self.used_bytes,
@@ -43,6 +47,11 @@ class VolumeUsage:
             "inodes": self.inodes,
             "inodesFree": self.inodes_free,
         }
+        if self.pvc_ref is not None:
+            out["pvcRef"] = {"namespace": self.pvc_ref[0], "name": self.pvc_ref[1]}
+        if self.abnormal is not None:
+            out["volumeHealthStats"] = {"abnormal": self.abnormal}
+        return out
 
 
 def du(path: str) -> tuple[int, int]:
@@ -112,6 +121,12 @@ def measure_pods(
     return out
 
 
+# For a volume whose driver reports its own usage (CSI NodeGetVolumeStats):
+# (volume name, host path) -> the query, or None for volumes measured here.
+RemoteStats = Callable[[str, str], Awaitable[VolumeUsage | None] | None]
+REMOTE_CONCURRENCY = 8
+
+
 class VolumeStatsCalculator:
     """Volume usage of every pod, refreshed every period off the event loop."""
 
@@ -121,11 +136,15 @@ class VolumeStatsCalculator:
         volume_paths: Callable[[str], Mapping[str, str]],
         pods_dir: str,
         period: float = VOLUME_STATS_PERIOD,
+        remote: RemoteStats | None = None,
+        claims: Callable[[str], Mapping[str, tuple[str, str]]] = lambda uid: {},
     ) -> None:
         self.pod_uids = pod_uids
         self.volume_paths = volume_paths  # pod UID -> volume name -> host path
         self.pods_dir = pods_dir
         self.period = period
+        self.remote = remote
+        self.claims = claims  # pod UID -> volume name -> (namespace, claim)
         self._usage: dict[str, list[VolumeUsage]] = {}
 
     def usage(self, pod_uid: str) -> list[VolumeUsage]:
@@ -134,8 +153,25 @@ class VolumeStatsCalculator:
     async def refresh(self) -> None:
         # What to measure is read on the loop; only the walking happens in a thread.
         paths = {u: dict(self.volume_paths(u)) for u in self.pod_uids()}
+        queries: list[tuple[str, Awaitable[VolumeUsage | None]]] = []
+        if self.remote is not None:
+            for u, vols in paths.items():
+                for vname, path in list(vols.items()):
+                    q = self.remote(vname, path)
+                    if q is not None:
+                        queries.append((u, q))
+                        del vols[vname]
         loop = asyncio.get_running_loop()
-        self._usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
+        usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
+        for u, got in await _bounded(queries):
+            usage.setdefault(u, []).append(got)
+        for u, measured in usage.items():
+            refs = self.claims(u)
+            measured[:] = sorted(
+                (replace(v, pvc_ref=refs[v.name]) if v.name in refs else v for v in measured),
+                key=lambda v: v.name,
+            )
+        self._usage = usage
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -147,3 +183,21 @@ class VolumeStatsCalculator:
                 await asyncio.wait_for(stop.wait(), self.period)
             except TimeoutError:
                 pass
+
+
+async def _bounded(
+    queries: list[tuple[str, Awaitable[VolumeUsage | None]]],
+) -> list[tuple[str, VolumeUsage]]:
+    """Run the remote queries a few at a time; failures are logged and left out."""
+    slots = asyncio.Semaphore(REMOTE_CONCURRENCY)
+
+    async def one(q: Awaitable[VolumeUsage | None]) -> VolumeUsage | None:
+        async with slots:
+            try:
+                return await q
+            except Exception as err:
+                log.warning("volume stats from the driver failed: %s", err)
+                return None
+
+    results = await asyncio.gather(*(one(q) for _, q in queries))
+    return [(u, r) for (u, _), r in zip(queries, results, strict=True) if r is not None]

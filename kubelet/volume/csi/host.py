@@ -36,6 +36,7 @@ class CSIHost:
         clock: Clock = REAL_CLOCK,
         mountinfo: str = mountutil.MOUNTINFO,
         csidrivers: CSIDrivers | None = None,
+        volume_health: bool = False,
     ) -> None:
         self.drivers = DriversStore()
         self.nodeinfo = NodeInfoManager(client, host.node_name) if client is not None else None
@@ -57,6 +58,7 @@ class CSIHost:
             tokens,
             mountinfo=mountinfo,
             expander=self.expander.expand if self.expander is not None else None,
+            volume_health=volume_health,
         )
         self.root_dir = host.root_dir
 

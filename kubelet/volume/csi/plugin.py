@@ -14,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from kubelet.client.rest import APIClient
+from kubelet.stats.volumes import VolumeUsage
 from kubelet.token.manager import TokenManager
 from kubelet.volume import Pod, VolumeError, VolumeHost, VolumeSpec, ownership
 from kubelet.volume.csi import PLUGIN_NAME, attach, csidriver, paths, requests, source
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.client import (
+    GET_VOLUME_STATS,
     SINGLE_NODE_MULTI_WRITER,
     STAGE_UNSTAGE,
     VOLUME_MOUNT_GROUP,
@@ -65,6 +67,7 @@ class CSIPlugin:
         tokens: TokenManager | None = None,
         mountinfo: str = mountutil.MOUNTINFO,
         expander: Callable[..., Any] | None = None,
+        volume_health: bool = False,
     ) -> None:
         self.host = host
         self.root = os.path.realpath(host.root_dir)
@@ -75,6 +78,8 @@ class CSIPlugin:
         self.tokens = tokens
         self.mountinfo = mountinfo
         self.expander = expander
+        # CSIVolumeHealth: report the driver's volume condition in the summary.
+        self.volume_health = volume_health
         self._found: dict[str, FoundDir] = {}
         self._warned: set[str] = set()
 
@@ -276,6 +281,34 @@ class CSIPlugin:
             user = (pod_uid, os.path.basename(dir))
             await self.staging.remove_user(driver, handle, user, d.client if d else None)
 
+    # -------------------------------------------------------------- stats
+
+    def volume_stats(self, name: str, path: str) -> Coroutine[Any, Any, VolumeUsage | None] | None:
+        """The query of a CSI volume's usage from its driver, None for other volumes."""
+        if os.path.basename(path) != paths.TARGET:
+            return None
+        if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
+            return None
+        return self._stats(name, path)
+
+    async def _stats(self, name: str, path: str) -> VolumeUsage | None:
+        loop = asyncio.get_running_loop()
+        data = await loop.run_in_executor(None, paths.load_vol_data, os.path.dirname(path))
+        d = self.drivers.get(data[paths.DRIVER_NAME])
+        if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
+            return None  # as upstream: no usage for a driver that does not report it
+        st = await d.client.node_get_volume_stats(data.get(paths.VOLUME_HANDLE, ""), path)
+        return VolumeUsage(
+            name=name,
+            used_bytes=st.used_bytes or 0,
+            inodes_used=st.inodes_used or 0,
+            capacity_bytes=st.capacity_bytes or 0,
+            available_bytes=st.available_bytes or 0,
+            inodes=st.inodes or 0,
+            inodes_free=st.inodes_free or 0,
+            abnormal=st.abnormal if self.volume_health else None,
+        )
+
     # ----------------------------------------------------- reconstruction
 
     def adopt(self, spec: VolumeSpec, dir: str) -> MountedVolume | None:
@@ -333,6 +366,9 @@ class CSIPlugin:
     def _client_or_none(self, driver: str) -> CSIClient | None:
         d = self.drivers.get(driver)
         return d.client if d is not None else None
+
+
+_ESCAPED_PLUGIN = PLUGIN_NAME.replace("/", "~")
 
 
 def _uid(pod: Pod) -> str:
