@@ -157,12 +157,15 @@ def audit_policy(path: Path) -> None:
     )
 
 
-def start_control_plane(workdir: Path, controllers: bool = False) -> ControlPlane:
+def start_control_plane(
+    workdir: Path, controllers: bool = False, extra_controllers: tuple[str, ...] = ()
+) -> ControlPlane:
     policy = workdir / "audit-policy.yaml"
     audit_policy(policy)
     cp = ControlPlane(
         str(workdir / "cp"),
         controllers=controllers,
+        extra_controllers=extra_controllers,
         extra_args=[
             f"--audit-policy-file={policy}",
             f"--audit-log-path={workdir / 'audit.log'}",
@@ -492,6 +495,9 @@ class Run:
                     ) from err
             await asyncio.sleep(0.2)
 
+    async def _before_pods(self, admin: APIClient) -> None:
+        """The node is Ready; what a variant sets up before the timed window."""
+
     async def _failed_mounts(self, admin: APIClient) -> None:
         r = self.result
         try:
@@ -600,6 +606,7 @@ class Run:
                 if time.monotonic() > deadline or kubelet.poll() is not None:
                     raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
                 await asyncio.sleep(0.5)
+            await self._before_pods(admin)
             lst = await admin.get(f"/api/v1/namespaces/{self.ns}/pods")
             watch = asyncio.create_task(
                 self._watch(admin, lst["metadata"]["resourceVersion"], stop)
