@@ -52,6 +52,7 @@ class NodeStatusManager:
             try:
                 self.node = await self.client.create("/api/v1/nodes", node)
                 self.last_sent = node["status"]
+                self.inp.volumes_reported(list(node["status"].get("volumesInUse") or []))
                 log.info("Successfully registered node %s", self.inp.name)
                 break
             except APIError as err:

@@ -121,7 +121,7 @@ def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
         rootfs_capacity=lambda: rootfs_capacity(root),
         volumes_in_use=k.csi.volumes_in_use if k is not None else lambda: [],
         volumes_reported=k.csi.volumes_reported if k is not None else lambda names: None,
-        urgent=k.csi.in_use_changed if k is not None else None,
+        urgent=k.csi.report_needed if k is not None else None,
     )
 
 

@@ -64,8 +64,8 @@ class NodeInputs:
     volumes_in_use: Callable[[], list[str]] = lambda: []
     # Told the volumes in use of each status written ("reported in use").
     volumes_reported: Callable[[list[str]], None] = lambda names: None
-    # Returns when the status should be written before the next period
-    # (a volume started being used); None: only on the period.
+    # Returns when the status should be written before the next period (a
+    # volume to attach waits to be reported in use); None: only on the period.
     urgent: Callable[[], Awaitable[None]] | None = None
 
 

@@ -25,6 +25,8 @@ from kubelet.volume.csi.plugin import CSIPlugin
 from kubelet.volume.csi.staging import StagingManager
 from kubelet.volumemanager import mountutil
 
+REPORT_BATCH = 0.2
+
 
 class CSIHost:
     def __init__(
@@ -42,9 +44,9 @@ class CSIHost:
         self.nodeinfo = NodeInfoManager(client, host.node_name) if client is not None else None
         self.handler = RegistrationHandler(self.drivers, self.nodeinfo)
         self.csidrivers = csidrivers or CSIDrivers(client)
-        self._in_use_changed = asyncio.Event()
+        self._report_needed = asyncio.Event()
         self.staging = StagingManager(
-            host.root_dir, self._in_use_changed.set, clock=clock, mountinfo=mountinfo
+            host.root_dir, self._report_needed.set, clock=clock, mountinfo=mountinfo
         )
         self.expander = (
             Expander(client, self.drivers, host.root_dir, recorder) if client is not None else None
@@ -72,10 +74,13 @@ class CSIHost:
     def volumes_reported(self, names: list[str]) -> None:
         self.staging.mark_reported(names)
 
-    async def in_use_changed(self) -> None:
-        """Returns once the volumes in use changed (the node status hurries)."""
-        await self._in_use_changed.wait()
-        self._in_use_changed.clear()
+    async def report_needed(self) -> None:
+        """Returns once a staging waits for its volume to be reported in use
+        (the node status is written then, not at its next period); requests
+        within REPORT_BATCH seconds share one write."""
+        await self._report_needed.wait()
+        await asyncio.sleep(REPORT_BATCH)
+        self._report_needed.clear()
 
     async def start(self) -> None:
         """Make the dirs and read the disk; before the volume manager's reconstruct."""

@@ -157,13 +157,13 @@ class CSIPlugin:
         staged: StagedVolume,
     ) -> tuple[str, dict[str, str]]:
         """(staging path, publish context) for a persistent volume."""
-        needs_attach = csidriver.attach_required(driver)
+        # The attachment's metadata is every publish's context, so it is read
+        # for each pod (after a restart too), not only for the staging.
+        ctx = await self._attach(vol) if csidriver.attach_required(driver) else {}
         if STAGE_UNSTAGE not in caps:
-            ctx = await self._attach(vol) if needs_attach else {}
             return "", ctx
 
         async def stage(path: str) -> dict[str, str]:
-            ctx = await self._attach(vol) if needs_attach else {}
             group = requests.fs_group_of(pod)
             mount_group = str(group) if group is not None and VOLUME_MOUNT_GROUP in caps else ""
             req = pb.NodeStageVolumeRequest(
@@ -180,7 +180,8 @@ class CSIPlugin:
             log.info("Volume %s staged at %s", vol.handle, path)
             return ctx
 
-        return await self.staging.stage(staged, client, stage)
+        path, _ = await self.staging.stage(staged, client, stage)
+        return path, ctx
 
     async def _attach(self, vol: CSIVolume) -> dict[str, str]:
         if self.api is None:

@@ -65,12 +65,14 @@ class StagingManager:
     def __init__(
         self,
         root_dir: str,
-        on_in_use_changed: Callable[[], None] = lambda: None,
+        report_needed: Callable[[], None] = lambda: None,
         clock: Clock = REAL_CLOCK,
         mountinfo: str = mountutil.MOUNTINFO,
     ) -> None:
         self.root_dir = root_dir
-        self.on_in_use_changed = on_in_use_changed
+        # A staging waits for a node status carrying its volume: write one now
+        # rather than at the next period (only then: others wait for nothing).
+        self.report_needed = report_needed
         self.clock = clock
         self.mountinfo = mountinfo
         self.volumes: dict[VolumeKey, StagedVolume] = {}
@@ -92,6 +94,8 @@ class StagingManager:
     async def wait_reported(self, driver: str, handle: str, timeout: float) -> None:
         name = unique_name(driver, handle)
         deadline = self.clock.monotonic() + timeout
+        if name not in self._reported:
+            self.report_needed()
         while name not in self._reported:
             left = deadline - self.clock.monotonic()
             if left <= 0:
@@ -111,7 +115,6 @@ class StagingManager:
         v = self.volumes.get(key)
         if v is None:
             v = self.volumes[key] = StagedVolume(driver, handle)
-            self.on_in_use_changed()
         return v
 
     def add_user(self, driver: str, handle: str, user: User) -> StagedVolume:
@@ -183,7 +186,6 @@ class StagingManager:
                 v.staged = False
                 log.info("Volume %s unstaged from %s", unique_name(v.driver, v.handle), path)
             del self.volumes[(v.driver, v.handle)]
-            self.on_in_use_changed()
 
     def _schedule_retry(self, v: StagedVolume, err: Exception) -> None:
         v.retry_delay = (

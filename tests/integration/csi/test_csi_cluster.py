@@ -206,3 +206,39 @@ def test_provisioned_volume_outlives_its_pod_and_is_unmounted_on_delete(env: Env
         timeout=60,
     )
     assert os.listdir(env.root / "plugins/kubernetes.io/csi" / parts.DRIVER_NAME) == []
+
+
+def test_generic_ephemeral_and_inline_volumes(env: Env) -> None:
+    """The claim the ephemeral-volume controller makes from the pod's template
+    is provisioned, mounted, and goes with the pod; an inline CSI volume is the
+    pod's own (published, never staged) and goes with it too."""
+    p = pod("eph", "unused", "echo x > /data/f && echo y > /inline/f && sleep 3600")
+    p["spec"]["volumes"] = [
+        {
+            "name": "data",
+            "ephemeral": {
+                "volumeClaimTemplate": {
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": csi_deploy.STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Mi"}},
+                    }
+                }
+            },
+        },
+        {"name": "inline", "csi": {"driver": parts.DRIVER_NAME}},
+    ]
+    p["spec"]["containers"][0]["volumeMounts"].append({"name": "inline", "mountPath": "/inline"})
+    env.apply(p)
+    wait_for("the pod to run", lambda: phase(env, "eph") == "Running", timeout=240)
+    claim = env.json("get", "pvc", "eph-data", "-n", "default")
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "eph"
+    uid = env.json("get", "pod", "eph", "-n", "default")["metadata"]["uid"]
+    inline = env.root / "pods" / uid / "volumes/kubernetes.io~csi/inline"
+    assert mounted(inline / "mount")
+    assert json.loads((inline / "vol_data.json").read_text())["volumeLifecycleMode"] == "Ephemeral"
+    env.cp.kubectl("delete", "pod", "eph", "-n", "default", "--wait=true", "--timeout=120s")
+    wait_for("the inline volume to go", lambda: not inline.exists(), timeout=60)
+    wait_for(
+        "the claim to be collected", lambda: gone(env, "pvc", "eph-data", "-n", "default"), 120
+    )

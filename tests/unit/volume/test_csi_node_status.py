@@ -54,23 +54,24 @@ def test_volumes_in_use_always_sent_sorted(tmp_path):
     ]
 
 
-async def test_a_new_volume_in_use_is_reported_at_once(tmp_path):
-    changed = asyncio.Event()
+async def test_a_volume_waiting_to_be_reported_is_written_at_once(tmp_path):
+    needed = asyncio.Event()
 
     async def urgent() -> None:
-        await changed.wait()
-        changed.clear()
+        await needed.wait()
+        needed.clear()
 
-    staging = StagingManager(str(tmp_path), on_in_use_changed=changed.set)
+    staging = StagingManager(str(tmp_path), report_needed=needed.set)
     api = FakeAPI()
     mgr = NodeStatusManager(api, inputs(staging, urgent=urgent))  # type: ignore[arg-type]
     stop = asyncio.Event()
     task = asyncio.ensure_future(mgr.run(stop))
     await mgr.registered.wait()
-    waiter = asyncio.ensure_future(staging.wait_reported("d.example.com", "h", timeout=30))
-    await asyncio.sleep(0.05)
-    assert not waiter.done()  # not in any status written yet
+    writes = len(api.status_patches)
     staging.add_user("d.example.com", "h", ("u", "pv"))
+    await asyncio.sleep(0.05)
+    assert len(api.status_patches) == writes  # a new user alone waits for the period
+    waiter = asyncio.ensure_future(staging.wait_reported("d.example.com", "h", timeout=30))
     await asyncio.wait_for(waiter, 10)  # the period is an hour: the write was urgent
     assert api.status_patches[-1]["volumesInUse"] == ["kubernetes.io/csi/d.example.com^h"]
     stop.set()
