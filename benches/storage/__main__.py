@@ -7,7 +7,7 @@ one-node cluster whose kubelet is ours, the upstream v1.34.4 one, or each in
 turn (upstream first). Records OUT/<kubelet>/results.json and results.md in
 the conformance record format (default OUT: docs/storage), with the JUnit
 report and logs. Builds what is missing first: the conformance parts,
-e2e-storage.test (hack/parts/csi-e2e.sh) and the CSI parts (hack/parts/csi.sh).
+e2e-storage.test (hack/parts/csi/build-e2e.sh) and the CSI parts (hack/parts/csi.sh).
 Exits 1 when a run failed or ours failed a spec upstream passed.
 """
 
@@ -34,7 +34,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def build(kubelets: list[str]) -> None:
     harness.build(kubelets)
-    for script in ("hack/parts/csi-e2e.sh", "hack/parts/csi.sh"):
+    for script in ("hack/parts/csi/build-e2e.sh", "hack/parts/csi.sh"):
         if subprocess.run(["bash", str(REPO / script)], stdout=subprocess.DEVNULL).returncode:
             raise harness.RunFailed(f"{script} failed")
 

@@ -4,7 +4,7 @@ changes: kube-controller-manager also runs the storage controllers (PV
 binder, attach-detach, ephemeral volumes, protection), the CSI test parts
 are deployed once the node is Ready (the same pod, image and driver for
 either kubelet: kubelet.testing.csi_deploy), and the e2e binary is
-e2e-storage.test (hack/parts/csi-e2e.sh) given the driver definition file
+e2e-storage.test (hack/parts/csi/build-e2e.sh) given the driver definition file
 (DRIVER_FILE) with --storage.testdriver.
 """
 

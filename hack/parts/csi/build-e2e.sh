@@ -4,11 +4,11 @@
 # driver through test/e2e/storage/external (--storage.testdriver=FILE), and
 # nothing else, built into the control-plane cache next to e2e.test by a small
 # test main generated here. For benches/storage (python -m benches.storage);
-# not part of CI (a long build: run it by hand or through the bench).
+# not part of CI (run by hand or through the bench).
 #
-#   hack/parts/csi-e2e.sh        prints the bin dir
+#   hack/parts/csi/build-e2e.sh        prints the bin dir (not a CI part: hack/test.sh runs hack/parts/*.sh only)
 set -euo pipefail
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../../lib.sh"
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
 OUT="$KUBELET_CACHE/k8s-$K8S_VERSION"
 # The control plane, the upstream kubelet, the images' binaries and ginkgo,
