@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benches.conformance import harness, results
-from benches.conformance.__main__ import annotate
+from benches.conformance import harness
+from benches.conformance.__main__ import run_kubelets
 from benches.storage.harness import FOCUS, SKIP, StorageRun
 
 REPO = harness.REPO
@@ -63,38 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     except harness.RunFailed as err:
         print(f"storage: {err}", file=sys.stderr)
         return 1
-    status = 0
-    upstream = results.load(out / "upstream" / "results.json")
-    for kubelet in kubelets:
-        opts = harness.Options(
-            kubelet=kubelet,
-            workdir=workdir,
-            focus=args.focus,
-            skip=args.skip,
-            procs=args.procs,
-            timeout_s=args.timeout * 60,
-        )
-        run = harness.run_one(opts, image_tars, StorageRun)
-        annotate(run, upstream)
-        results.write(run, out / kubelet)
-        harness.copy_artifacts(workdir / kubelet, out / kubelet)
-        if kubelet == "upstream" and not run.error:
-            upstream = run
-        c = run.counts()
-        print(
-            f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
-            f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
-            f"-> {out / kubelet / 'results.md'}"
-        )
-        if kubelet == "ours" and upstream is not None:
-            ok, base = results.passed_where_upstream_passes(run)
-            print(f"ours: passed where upstream passes: {ok} of {base}")
-            if ok < base:
-                status = 1
-        if run.error:
-            print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
-            status = 1
-    return status
+    return run_kubelets(kubelets, args, out, workdir, image_tars, StorageRun)
 
 
 if __name__ == "__main__":

@@ -17,66 +17,18 @@ bash "$REPO_ROOT/hack/build-control-plane.sh" kube-apiserver kubectl kubelet \
     kube-controller-manager kube-scheduler agnhost nnp ginkgo e2e.test >/dev/null
 SRC="$OUT/src"
 
-MAIN="$(cat <<'GO'
-// Package e2estorage runs the storage test suites of k8s.io/kubernetes against
-// pre-installed drivers given with --storage.testdriver, and nothing else.
-package e2estorage
-
-import (
-	"context"
-	"flag"
-	"os"
-	"testing"
-
-	"github.com/onsi/ginkgo/v2"
-	"github.com/onsi/gomega"
-
-	"k8s.io/component-base/logs"
-	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/test/e2e/framework"
-	"k8s.io/kubernetes/test/e2e/framework/config"
-	e2enode "k8s.io/kubernetes/test/e2e/framework/node"
-
-	_ "k8s.io/component-base/logs/testinit"
-	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
-	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
-	_ "k8s.io/kubernetes/test/e2e/storage/external"
-)
-
-func TestMain(m *testing.M) {
-	config.CopyFlags(config.Flags, flag.CommandLine)
-	framework.RegisterCommonFlags(flag.CommandLine)
-	framework.RegisterClusterFlags(flag.CommandLine)
-	flag.Parse()
-	framework.AfterReadingAllFlags(&framework.TestContext)
-	os.Exit(m.Run())
-}
-
-var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
-	c, err := framework.LoadClientset()
-	framework.ExpectNoError(err, "loading the client")
-	timeouts := framework.NewTimeoutContext()
-	framework.ExpectNoError(e2enode.WaitForAllNodesSchedulable(ctx, c, timeouts.NodeSchedulable))
-	return nil
-}, func(ctx context.Context, _ []byte) {
-	framework.TestContext.IPFamily = "ipv4"
-	c, err := framework.LoadClientset()
-	framework.ExpectNoError(err, "loading the client")
-	nodes, err := e2enode.GetReadySchedulableNodes(ctx, c)
-	framework.ExpectNoError(err)
-	framework.TestContext.CloudConfig.NumNodes = len(nodes.Items)
-})
-
-func TestStorage(t *testing.T) {
-	logs.InitLogs()
-	defer logs.FlushLogs()
-	klog.EnableContextualLogging(true)
-	gomega.RegisterFailHandler(framework.Fail)
-	suiteConfig, reporterConfig := framework.CreateGinkgoConfig()
-	ginkgo.RunSpecs(t, "storage", suiteConfig, reporterConfig)
-}
-GO
-)"
+# The test main is the conformance one (build-control-plane.sh writes it to
+# e2econformance/) with the storage suites' package instead of the common ones.
+conf="$SRC/e2econformance/conformance_test.go"
+[ -f "$conf" ] || { echo "no $conf: build-control-plane.sh did not write it" >&2; exit 1; }
+MAIN="$(sed -e 's/^package e2econformance/package e2estorage/' \
+    -e 's|^// Package e2econformance .*|// Package e2estorage runs the storage suites of k8s.io/kubernetes for --storage.testdriver drivers.|' \
+    -e '/^\/\/ (test\/e2e\/common/d' \
+    -e 's|_ "k8s.io/kubernetes/test/e2e/common/node"|_ "k8s.io/kubernetes/test/e2e/storage/external"|' \
+    -e '/_ "k8s.io\/kubernetes\/test\/e2e\/common\/storage"/d' \
+    -e 's/func TestConformance(/func TestStorage(/' \
+    -e 's/"node conformance", suiteConfig/"storage", suiteConfig/' "$conf")"
+grep -q 'storage/external' <<<"$MAIN" || { echo "could not derive the storage test main from $conf" >&2; exit 1; }
 stamp="$(printf '%s' "$MAIN" | sha256sum | cut -c1-16)"
 if [ -x "$OUT/bin/e2e-storage.test" ] && [ "$(cat "$OUT/bin/.e2e-storage.test.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$OUT/bin"

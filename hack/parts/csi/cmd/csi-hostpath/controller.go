@@ -116,20 +116,18 @@ func (d *driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	d.store.mu.Lock()
-	defer d.store.mu.Unlock()
-	v, err := d.store.get(req.GetVolumeId())
-	if errors.Is(err, errNoVolume) {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
+	// Deleting a volume that is gone is a success (idempotent).
+	err := d.ifExists(req.GetVolumeId(), func(v *volumeRecord) error {
+		if v.AttachedTo != "" {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is still attached to %s", v.ID, v.AttachedTo)
+		}
+		if err := d.store.remove(v.ID); err != nil {
+			return status.Errorf(codes.Internal, "deleting volume %s: %v", v.ID, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if v.AttachedTo != "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still attached to %s", v.ID, v.AttachedTo)
-	}
-	if err := d.store.remove(v.ID); err != nil {
-		return nil, status.Errorf(codes.Internal, "deleting volume %s: %v", v.ID, err)
+		return nil, err
 	}
 	return &csi.DeleteVolumeResponse{}, nil
 }
@@ -174,20 +172,17 @@ func (d *driver) ControllerUnpublishVolume(_ context.Context, req *csi.Controlle
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	d.store.mu.Lock()
-	defer d.store.mu.Unlock()
-	v, err := d.store.get(req.GetVolumeId())
-	if errors.Is(err, errNoVolume) {
-		return &csi.ControllerUnpublishVolumeResponse{}, nil
-	}
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if req.GetNodeId() == "" || v.AttachedTo == req.GetNodeId() {
-		v.AttachedTo = ""
-		if err := d.store.put(v); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
+	err := d.ifExists(req.GetVolumeId(), func(v *volumeRecord) error {
+		if req.GetNodeId() == "" || v.AttachedTo == req.GetNodeId() {
+			v.AttachedTo = ""
+			if err := d.store.put(v); err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
 }
@@ -223,11 +218,36 @@ func (d *driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerEx
 	if err != nil {
 		return nil, err
 	}
+	v, err := d.grow(req.GetVolumeId(), size)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.Capacity, NodeExpansionRequired: true}, nil
+}
+
+// ifExists runs fn on the volume's record under the store lock; a volume
+// that does not exist is no error (fn is not called then).
+func (d *driver) ifExists(id string, fn func(v *volumeRecord) error) error {
 	d.store.mu.Lock()
 	defer d.store.mu.Unlock()
-	v, err := d.store.get(req.GetVolumeId())
+	v, err := d.store.get(id)
 	if errors.Is(err, errNoVolume) {
-		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
+		return nil
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	return fn(v)
+}
+
+// grow raises the volume's recorded capacity to size (a directory grows by
+// bookkeeping: the record's capacity is what stats report).
+func (d *driver) grow(id string, size int64) (*volumeRecord, error) {
+	d.store.mu.Lock()
+	defer d.store.mu.Unlock()
+	v, err := d.store.get(id)
+	if errors.Is(err, errNoVolume) {
+		return nil, status.Errorf(codes.NotFound, "volume %q not found", id)
 	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -238,5 +258,5 @@ func (d *driver) ControllerExpandVolume(_ context.Context, req *csi.ControllerEx
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.Capacity, NodeExpansionRequired: true}, nil
+	return v, nil
 }

@@ -304,21 +304,9 @@ func (d *driver) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRe
 	if _, err := os.Stat(req.GetVolumePath()); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
 	}
-	d.store.mu.Lock()
-	defer d.store.mu.Unlock()
-	v, err := d.store.get(req.GetVolumeId())
-	if errors.Is(err, errNoVolume) {
-		return nil, status.Errorf(codes.NotFound, "volume %q not found", req.GetVolumeId())
-	}
+	v, err := d.grow(req.GetVolumeId(), size)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	// A directory grows by bookkeeping: the record's capacity is what stats report.
-	if size > v.Capacity {
-		v.Capacity = size
-		if err := d.store.put(v); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
+		return nil, err
 	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: v.Capacity}, nil
 }
