@@ -158,7 +158,13 @@ class Kubelet:
             api_pod=self.api_source.get if self.api_source else None,
             desired_pod=self.pod_manager.get,
             mirror_of=self.pod_manager.get_mirror,
-            can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+            # PodResourcesAreReclaimed: containers stopped and volumes torn down,
+            # so a ReadWriteOncePod claim or an attached volume is free once the
+            # pod object is gone.
+            can_delete=lambda u: (
+                not self.pod_workers.could_have_running_containers(u)
+                and self.volume_manager.volumes_torn_down(u)
+            ),
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
@@ -234,6 +240,7 @@ class Kubelet:
                 self.csi.plugin,
             ],
             on_pod_ready=self._volumes_ready,
+            on_pod_unmounted=self.status_manager.enqueue,
             recorder=recorder.event if recorder is not None else None,
             clock=clock,
         )

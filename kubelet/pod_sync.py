@@ -249,6 +249,9 @@ class KubeletPodSyncer:
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)
         api = generate.generate(pod, final, {}, self.node_ips, old)
+        # Its containers are stopped: its volumes may go now (upstream unmounts
+        # a terminated pod's volumes before its object is deleted).
+        self.volumes.remove_pod(u)
         evicted = self._evicted.get(u)
         if evicted is not None:
             api["phase"] = "Failed"

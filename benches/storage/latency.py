@@ -34,13 +34,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benches.density.__main__ import table
 from benches.density.harness import (
     RUNTIMES,
     Result,
     Run,
     Spec,
     start_control_plane,
-    table,
     upstream_kubelet,
 )
 from kubelet.client.rest import APIClient, APIError

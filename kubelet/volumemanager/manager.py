@@ -79,6 +79,7 @@ class VolumeManagerImpl:
         host: VolumeHost,
         plugins: list[VolumePlugin],
         on_pod_ready: Callable[[str], None] = lambda uid: None,
+        on_pod_unmounted: Callable[[str], None] = lambda uid: None,
         recorder: Recorder | None = None,
         clock: Clock = REAL_CLOCK,
         remount_period: float = REMOUNT_PERIOD,
@@ -88,6 +89,8 @@ class VolumeManagerImpl:
         self.plugins = list(plugins)
         self._by_name = {p.name: p for p in self.plugins}
         self.on_pod_ready = on_pod_ready
+        # Every volume of a removed pod is torn down (its API object may go).
+        self.on_pod_unmounted = on_pod_unmounted
         self.recorder = recorder
         self.clock = clock
         self.remount_period = remount_period
@@ -614,6 +617,12 @@ class VolumeManagerImpl:
             ev = self._unmount_waiters.pop(uid, None)
             if ev is not None:
                 ev.set()
+            self.on_pod_unmounted(uid)
+
+    def volumes_torn_down(self, pod_uid: str) -> bool:
+        """The pod is not wanted and none of its volumes is left mounted
+        (podVolumesExist upstream, negated)."""
+        return self._is_unmounted(pod_uid)
 
     def _event(self, pod: Pod, volume: str, error: str) -> None:
         if self.recorder is None:
