@@ -273,3 +273,40 @@ async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env)
     await until(lambda: not staging_dir(root, gone_handle).exists())
     assert mounted(staging_dir(root, keep_handle) / "globalmount")
     assert second.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{keep_handle}"]
+
+
+def _mount_options(path: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[4] == str(path):
+                opts = fields[5].split(",")
+    return opts
+
+
+async def test_read_only_claim_and_fs_group(env):
+    """readOnly on the claim source reaches NodePublish (the mount is read-only)
+    and the container's mount; fsGroup is applied by the kubelet for a driver
+    whose fsGroupPolicy is File."""
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-ro")
+    api.bind("claim-ro", "pv-ro", handle)
+    handle2 = driver.create_volume("pv-rw")
+    api.bind("claim-rw", "pv-rw", handle2)
+    n = await node()
+    ro = {"name": "ro", "persistentVolumeClaim": {"claimName": "claim-ro", "readOnly": True}}
+    p = pod("u7", ro, claim_vol("rw", "claim-rw"))
+    p["spec"]["securityContext"] = {"fsGroup": 4321}
+    (Path(driver.data_dir(handle2)) / "existing").write_text("x")
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    mounted_vols = n.vm.get_mounted_volumes("u7")
+    assert mounted_vols["ro"].read_only and not mounted_vols["rw"].read_only
+    assert "ro" in _mount_options(pod_dir(root, "u7", "pv-ro") / "mount")
+    rw_target = pod_dir(root, "u7", "pv-rw") / "mount"
+    assert "rw" in _mount_options(rw_target)
+    st = (rw_target / "existing").stat()
+    assert st.st_gid == 4321 and st.st_mode & 0o060 == 0o060
+    assert rw_target.stat().st_mode & 0o2000  # setgid: new files inherit the group
+    n.vm.remove_pod("u7")
+    assert await n.vm.wait_for_unmount("u7", 30)
