@@ -310,3 +310,26 @@ async def test_read_only_claim_and_fs_group(env):
     assert rw_target.stat().st_mode & 0o2000  # setgid: new files inherit the group
     n.vm.remove_pod("u7")
     assert await n.vm.wait_for_unmount("u7", 30)
+
+
+async def test_volume_stats_come_from_the_driver(env):
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-st", size=64 << 20)
+    api.bind("claim-st", "pv-st", handle)
+    n = await node()
+    p = pod("u8", claim_vol("data", "claim-st"))
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    target = pod_dir(root, "u8", "pv-st") / "mount"
+    (target / "blob").write_bytes(b"x" * (1 << 20))
+    assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
+    query = n.csi.plugin.volume_stats("data", str(target))
+    assert query is not None
+    usage = await query
+    assert usage is not None
+    assert usage.capacity_bytes == 64 << 20  # the driver's figure, not the host filesystem's
+    assert usage.used_bytes >= 1 << 20
+    assert usage.available_bytes == usage.capacity_bytes - usage.used_bytes
+    assert usage.abnormal is None  # CSIVolumeHealth is off
+    n.vm.remove_pod("u8")
+    assert await n.vm.wait_for_unmount("u8", 30)
