@@ -44,7 +44,14 @@ from kubelet.volumemanager.hooks import (
     Resolution,
     ResolvingPlugin,
 )
-from kubelet.volumemanager.operations import MOUNT, UNMOUNT, OpKey, PendingOperations
+from kubelet.volumemanager.operations import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    MOUNT,
+    UNMOUNT,
+    OpKey,
+    PendingOperations,
+)
 from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
 from kubelet.volumemanager.subpath import clean_subpaths
 
@@ -54,6 +61,10 @@ log = logging.getLogger(__name__)
 Recorder = Callable[[dict[str, str], str, str, str], None]
 
 FAILED_MOUNT = "FailedMount"
+# A claim not resolved yet (not bound yet, or the API server's node authorizer
+# not yet aware of the new pod: 403 for a few hundred ms) is asked again soon:
+# upstream's populator asks every 100 ms; exponential up to 2 s spares the API.
+RESOLVE_BACKOFF = (0.1, 2.0)
 REMOUNT_PERIOD = 60.0
 REMOUNT_JITTER = 0.2  # up to +20 %, so pods added together do not remount together
 
@@ -410,9 +421,16 @@ class VolumeManagerImpl:
                 self.ops.succeeded(key, MOUNT)
         self._mark_dirty(uid)
 
-    def _mount_failed(self, key: OpKey, want: PodToMount, vol: VolumeToMount, error: str) -> float:
+    def _mount_failed(
+        self,
+        key: OpKey,
+        want: PodToMount,
+        vol: VolumeToMount,
+        error: str,
+        backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
+    ) -> float:
         """Back-off, log line and FailedMount event; returns the retry time."""
-        b = self.ops.failed(key, MOUNT, error)
+        b = self.ops.failed(key, MOUNT, error, *backoff)
         log.warning(
             "MountVolume.SetUp failed for volume %r of pod %s (retry in %.1fs): %s",
             vol.name, want.uid, b.duration, error,
@@ -447,7 +465,7 @@ class VolumeManagerImpl:
         if not error and res is not None:
             error = self._apply_resolution(want, vol, res)
         if error:
-            self._mount_failed(key, want, vol, error)
+            self._mount_failed(key, want, vol, error, RESOLVE_BACKOFF)
         else:
             self.ops.succeeded(key, MOUNT)
             vol.resolved = True

@@ -131,7 +131,7 @@ async def test_resolution_failure_is_an_event_and_retried(tmp_path: Path):
     ]
     assert dm.set_ups == [] and env.mgr.unmounted_volumes(pod) == ["data"]
     claims.fail = ""
-    await env.step(0.5)  # the first back-off
+    await env.step(0.1)  # the first back-off of a resolution (RESOLVE_BACKOFF)
     assert dm.set_ups == [("pv-1", False)]
     assert env.ready == ["a"]
 
