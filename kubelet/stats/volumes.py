@@ -122,8 +122,9 @@ def measure_pods(
 
 
 # For a volume whose driver reports its own usage (CSI NodeGetVolumeStats):
-# (volume name, host path) -> the query, or None for volumes measured here.
-RemoteStats = Callable[[str, str], Awaitable[VolumeUsage | None] | None]
+# (volume name, host path) -> the query to run, or None for volumes measured here.
+RemoteQuery = Callable[[], Awaitable[VolumeUsage | None]]
+RemoteStats = Callable[[str, str], RemoteQuery | None]
 REMOTE_CONCURRENCY = 8
 
 
@@ -153,7 +154,7 @@ class VolumeStatsCalculator:
     async def refresh(self) -> None:
         # What to measure is read on the loop; only the walking happens in a thread.
         paths = {u: dict(self.volume_paths(u)) for u in self.pod_uids()}
-        queries: list[tuple[str, Awaitable[VolumeUsage | None]]] = []
+        queries: list[tuple[str, RemoteQuery]] = []
         if self.remote is not None:
             for u, vols in paths.items():
                 for vname, path in list(vols.items()):
@@ -185,16 +186,17 @@ class VolumeStatsCalculator:
                 pass
 
 
-async def _bounded(
-    queries: list[tuple[str, Awaitable[VolumeUsage | None]]],
-) -> list[tuple[str, VolumeUsage]]:
-    """Run the remote queries a few at a time; failures are logged and left out."""
+async def _bounded(queries: list[tuple[str, RemoteQuery]]) -> list[tuple[str, VolumeUsage]]:
+    """Run the remote queries a few at a time; failures are logged and left out
+    (a volume torn down meanwhile is simply gone)."""
     slots = asyncio.Semaphore(REMOTE_CONCURRENCY)
 
-    async def one(q: Awaitable[VolumeUsage | None]) -> VolumeUsage | None:
+    async def one(q: RemoteQuery) -> VolumeUsage | None:
         async with slots:
             try:
-                return await q
+                return await q()
+            except FileNotFoundError:
+                return None
             except Exception as err:
                 log.warning("volume stats from the driver failed: %s", err)
                 return None

@@ -12,6 +12,7 @@ disk first, so mounted volumes are adopted and the staged ones counted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Callable, Coroutine
@@ -284,13 +285,15 @@ class CSIPlugin:
 
     # -------------------------------------------------------------- stats
 
-    def volume_stats(self, name: str, path: str) -> Coroutine[Any, Any, VolumeUsage | None] | None:
+    def volume_stats(
+        self, name: str, path: str
+    ) -> Callable[[], Coroutine[Any, Any, VolumeUsage | None]] | None:
         """The query of a CSI volume's usage from its driver, None for other volumes."""
         if os.path.basename(path) != paths.TARGET:
             return None
         if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
             return None
-        return self._stats(name, path)
+        return functools.partial(self._stats, name, path)
 
     async def _stats(self, name: str, path: str) -> VolumeUsage | None:
         loop = asyncio.get_running_loop()

@@ -325,7 +325,7 @@ async def test_volume_stats_come_from_the_driver(env):
     assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
     query = n.csi.plugin.volume_stats("data", str(target))
     assert query is not None
-    usage = await query
+    usage = await query()
     assert usage is not None
     assert usage.capacity_bytes == 64 << 20  # the driver's figure, not the host filesystem's
     assert usage.used_bytes >= 1 << 20
