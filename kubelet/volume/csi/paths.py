@@ -86,13 +86,14 @@ def check_dir_name(name: str) -> str:
 
 
 def save_vol_data(dir: str, data: dict[str, str]) -> None:
-    """Write dir/vol_data.json atomically (a crash leaves the old file or the new)."""
+    """Write dir/vol_data.json by rename, so a kubelet killed meanwhile leaves
+    the old file or the new one. Not fsynced (nor is upstream's): a power loss
+    may leave an empty file, which reconstruction reports and skips."""
     tmp = os.path.join(dir, "." + VOL_DATA + ".tmp")
     raw = json.dumps(data, sort_keys=True).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
     try:
         os.write(fd, raw)
-        os.fsync(fd)
     finally:
         os.close(fd)
     os.rename(tmp, os.path.join(dir, VOL_DATA))
