@@ -147,9 +147,11 @@ class Registrar(_Process):
 
 
 def unmount_all_under(directory: str) -> None:
-    """Lazily unmount whatever a test left mounted under `directory` (deepest first)."""
-    prefix = os.path.realpath(directory).rstrip("/") + "/"
+    """Lazily unmount whatever a test left mounted at or under `directory` (deepest first)."""
+    top = os.path.realpath(directory).rstrip("/")
     with open("/proc/self/mountinfo") as fh:
         points = [line.split()[4] for line in fh]
-    for p in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+    for p in sorted(
+        (p for p in points if p == top or p.startswith(top + "/")), key=len, reverse=True
+    ):
         subprocess.run(["umount", "-l", p], capture_output=True, check=False)
