@@ -274,6 +274,9 @@ def kubelet_config(
 
 
 class Run:
+    # At least this long for every pod to be Running (a variant may need longer).
+    min_wait = 180.0
+
     def __init__(self, cp: ControlPlane, spec: Spec, workdir: Path, index: int) -> None:
         self.cp = cp
         self.spec = spec
@@ -612,7 +615,7 @@ class Run:
                 self._watch(admin, lst["metadata"]["resourceVersion"], stop)
             )
             t_create = time.monotonic()
-            timeout = max(180.0, self.spec.n / self.spec.rate * 4)
+            timeout = max(self.min_wait, self.spec.n / self.spec.rate * 4)
             spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
             cpu0 = proc_cpu_s(kubelet.pid)
             sim0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0

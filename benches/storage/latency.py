@@ -56,6 +56,8 @@ class CSIRun(Run):
     """A density run whose every pod mounts its own provisioned CSI volume."""
 
     attach = False
+    # Upstream took over 180 s for 500 volumes here: let every run finish.
+    min_wait = 900.0
 
     def __init__(self, cp: ControlPlane, spec: Spec, workdir: Path, index: int) -> None:
         super().__init__(cp, spec, workdir, index)
@@ -149,6 +151,14 @@ class CSIRun(Run):
             await asyncio.sleep(1)
 
     def _stop_all(self) -> None:
+        # The kubelet first: its last tear-downs still need the driver.
+        kubelet = next((p for p in self.procs if "--kubeconfig" in list(p.args)), None)
+        if kubelet is not None and kubelet.poll() is None:
+            kubelet.terminate()
+            try:
+                kubelet.wait(30)
+            except subprocess.TimeoutExpired:
+                kubelet.kill()
         super()._stop_all()
         parts.unmount_all_under(str(self.csi_dir))
         shutil.rmtree(self.csi_dir, ignore_errors=True)
