@@ -18,7 +18,9 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from benches import records
 from benches.conformance import harness, results
 
 
@@ -60,10 +62,12 @@ def run_kubelets(
     out: Path,
     workdir: Path,
     image_tars: dict[str, str],
+    summary: dict[str, Any],
     run_class: type[harness.Run] = harness.Run,
 ) -> int:
     """Each kubelet's run in turn (upstream first, the control), recorded in
-    OUT/<kubelet>/; 1 when a run failed or ours failed where upstream passed."""
+    OUT/<kubelet>/ and its counts in `summary`; 1 when a run failed or ours
+    failed where upstream passed."""
     status = 0
     upstream = results.load(out / "upstream" / "results.json")
     for kubelet in kubelets:
@@ -82,6 +86,7 @@ def run_kubelets(
         if kubelet == "upstream" and not run.error:
             upstream = run
         c = run.counts()
+        summary[kubelet] = {"counts": c, "duration_s": run.duration_s, "error": run.error}
         print(
             f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
             f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
@@ -90,6 +95,7 @@ def run_kubelets(
         if kubelet == "ours" and upstream is not None:
             ok, base = results.passed_where_upstream_passes(run)
             print(f"ours: passed where upstream passes: {ok} of {base}")
+            summary["ours"]["passed_where_upstream_passes"] = [ok, base]
             if ok < base:
                 status = 1
         if run.error:
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "the conformance harness runs containerd and kubelets: run it as root", file=sys.stderr
         )
         return 2
+    started = records.begin(argv, "benches.conformance")
     kubelets = ["upstream", "ours"] if args.kubelet == "both" else [args.kubelet]
     out = Path(args.out)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kpy-conformance-"))
@@ -131,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     except harness.RunFailed as err:
         print(f"conformance: {err}", file=sys.stderr)
         return 1
-    return run_kubelets(kubelets, args, out, workdir, image_tars)
+    summary: dict[str, Any] = {"focus": args.focus, "skip": args.skip, "results": str(out)}
+    status = run_kubelets(kubelets, args, out, workdir, image_tars, summary)
+    records.write(started, "conformance", summary)
+    return status
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from benches import records
 from benches.conformance import harness
 from benches.conformance.__main__ import run_kubelets
 from benches.storage.harness import FOCUS, SKIP, StorageRun
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("the storage harness runs containerd and kubelets: run it as root", file=sys.stderr)
         return 2
+    started = records.begin(argv, "benches.storage")
     kubelets = ["upstream", "ours"] if args.kubelet == "both" else [args.kubelet]
     out = Path(args.out)
     # Short: the driver's sockets live under each kubelet's root dir.
@@ -63,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     except harness.RunFailed as err:
         print(f"storage: {err}", file=sys.stderr)
         return 1
-    return run_kubelets(kubelets, args, out, workdir, image_tars, StorageRun)
+    summary: dict[str, Any] = {"focus": args.focus, "skip": args.skip, "results": str(out)}
+    status = run_kubelets(kubelets, args, out, workdir, image_tars, summary, StorageRun)
+    records.write(started, "storage-suites", summary)
+    return status
 
 
 if __name__ == "__main__":

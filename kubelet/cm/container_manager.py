@@ -28,7 +28,7 @@ from kubelet.cm.system_containers import (
     ensure_process_in_container,
     ensure_system_cgroups,
 )
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.util.oom import OOMAdjuster
 from kubelet.util.swap import PROC_SWAPS, is_swap_on
 from kubelet.util.sysctl import PROC_SYS, KernelTunableBehavior, Sysctl, setup_kernel_tunables
@@ -105,7 +105,7 @@ class NodeConfig:
                 kube_reserved_cgroup=cfg.kube_reserved_cgroup,
                 hard_eviction=dict(cfg.eviction_hard),
             ),
-            tolerate_userns=FeatureGate(cfg.feature_gates).enabled("KubeletInUserNamespace"),
+            tolerate_userns=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletInUserNamespace),
         )
 
 

@@ -159,7 +159,7 @@ async def start_node(
         node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
     )
-    if s.flags.run_once:
+    if s.config.run_once:
         return k
     stop_cm = asyncio.Event()
     cm_task = asyncio.create_task(cm.run(stop_cm), name="container-manager")

@@ -16,7 +16,7 @@ from typing import Any
 
 import kubelet
 from kubelet import watchdog
-from kubelet.apis.config.v1beta1 import encode
+from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
@@ -24,7 +24,7 @@ from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
@@ -84,7 +84,7 @@ async def run(
     # upstream starts its watchdog before the kubelet and adds them later.
     watched: dict[str, watchdog.HealthCheck] = {}
     try:
-        if FeatureGate(cfg.feature_gates).enabled("SystemdWatchdog"):
+        if FeatureGate(cfg.feature_gates).enabled(Feature.SystemdWatchdog):
             try:
                 wd = watchdog.HealthChecker.from_environment(lambda: watched)
             except watchdog.WatchdogError as err:
@@ -129,7 +129,7 @@ async def run(
             raise StartupError(f"failed to run Kubelet: {err}") from err
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
-        if flags.run_once:
+        if cfg.run_once:
             return await _run_once(node)
 
         watched["syncloop"] = node.host.healthz_checks()["syncloop"]
@@ -183,10 +183,23 @@ async def client_certificates(
         raise StartupError("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")
     name = node_name(s)
     if flags.bootstrap_kubeconfig:
-        try:
-            await bootstrap.load_client_cert(
+        # Bootstrapping retries while the API server is away; a signal must
+        # still stop the kubelet meanwhile.
+        task = asyncio.create_task(
+            bootstrap.load_client_cert(
                 flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
             )
+        )
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise StartupError("stopped while bootstrapping the client certificate")
+        try:
+            task.result()
         except bootstrap.BootstrapError as err:
             raise StartupError(f"failed to run Kubelet: {err}") from err
     if not cfg.rotate_certificates:
@@ -332,7 +345,7 @@ def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
         authn_ttl=cfg.authentication.webhook.cache_ttl,
         authorized_ttl=cfg.authorization.webhook.cache_authorized_ttl,
         unauthorized_ttl=cfg.authorization.webhook.cache_unauthorized_ttl,
-        fine_grained_authz=FeatureGate(cfg.feature_gates).enabled("KubeletFineGrainedAuthz"),
+        fine_grained_authz=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletFineGrainedAuthz),
     )
 
 
@@ -376,7 +389,9 @@ async def _start_servers(
             enable_profiling_handler=cfg.enable_profiling_handler,
             enable_debug_flags_handler=cfg.enable_debug_flags_handler,
         )
-        app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth, debug)
+        app = httpserver.kubelet_app(
+            view, lambda: document(cfg, s.document), registries, deps.auth, debug
+        )
         r = await httpserver.serve(app, cfg.address, cfg.port, ssl_ctx)
         cleanups.append(r.cleanup)
         if cfg.read_only_port > 0:
@@ -392,7 +407,7 @@ def _kubelet_port_tls(
     """The kubelet port's context: serving pair, client CA, tlsMinVersion and suites."""
     cfg, flags = s.config, s.flags
     tls = deps.tls_options
-    gate = FeatureGate(cfg.feature_gates).enabled("RotateKubeletServerCertificate")
+    gate = FeatureGate(cfg.feature_gates).enabled(Feature.RotateKubeletServerCertificate)
     if tls is None and cfg.server_tls_bootstrap and not gate:
         log.warning(
             "serverTLSBootstrap is ignored: feature gate RotateKubeletServerCertificate is off"

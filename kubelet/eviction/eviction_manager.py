@@ -16,7 +16,11 @@
   (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod or the
   pod's terminationGracePeriodSeconds when shorter), reported
   Failed with reason Evicted and an Evicted event;
-- admission under memory pressure refuses BestEffort pods (reason Evicted).
+- admission under memory pressure refuses BestEffort pods (reason Evicted);
+- local ephemeral storage limits (local_storage.py), enforced before the node's
+  signals every pass unless localStorageCapacityIsolation is false: every pod
+  over an emptyDir sizeLimit, its containers' total or a container's own limit
+  is evicted at once (grace 1 s), with upstream's messages.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubelet import stats
+from kubelet.eviction import local_storage
 from kubelet.lifecycle.predicate import Rejection, pod_requests
+from kubelet.stats.ephemeral import PodStorage
 from kubelet.types import Pod, is_static, name, namespace, object_ref, qos_class, uid
 from kubelet.util.duration import parse_duration
 from kubelet.util.quantity import parse_quantity, to_bytes
@@ -95,7 +101,7 @@ def thresholds(config: Any) -> list[Threshold]:
 
 
 # Hard thresholds and local storage: how long an evicted pod gets to stop.
-IMMEDIATE_GRACE = 1
+IMMEDIATE_GRACE = local_storage.IMMEDIATE_GRACE
 
 
 def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
@@ -136,20 +142,26 @@ class EvictionManager:
         self,
         config: Any,
         pods: Callable[[], list[Pod]],
-        evict: Callable[[Pod, int, str, str], Awaitable[None]],
+        evict: EvictFn,
         usage: Callable[[], Mapping[str, int]],
         root_dir: str,
         observe_fn: Callable[[], dict[str, Observation]] | None = None,
         recorder: Any = None,
         clock: Callable[[], float] = time.monotonic,
         volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
+        local_storage_usage: LocalStorageUsage | None = None,
     ) -> None:
         self.config = config
+        self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
+        # localStorageCapacityIsolation: false turns local storage eviction off.
+        self.local_storage_isolation = bool(
+            getattr(config, "local_storage_capacity_isolation", True)
+        )
         # pod UID -> volume name -> bytes used (the volume stats' last pass).
         self.volume_usage = volume_usage
         self.thresholds = thresholds(config)
         self.pods = pods  # active (admitted, not terminal) pods
-        self.evict = evict  # (pod, grace, reason, message)
+        self.evict = evict  # (pod, grace, reason, message[, condition])
         # pod UID -> memory working set bytes (pods without figures are absent),
         # from one stats pass: ranking never reads stats once per pod.
         self.usage = usage
@@ -187,43 +199,42 @@ class EvictionManager:
             except TimeoutError:
                 pass
 
-    def local_storage_violation(self, pod: Pod) -> str | None:
-        """The eviction message when an emptyDir of the pod is over its sizeLimit
-        (localStorageEviction upstream), else None."""
-        usage: Mapping[str, int] | None = None
-        for v in pod["spec"].get("volumes") or []:
-            limit = (v.get("emptyDir") or {}).get("sizeLimit") if "emptyDir" in v else None
-            if limit is None:
-                continue
-            if usage is None:
-                usage = self.volume_usage(uid(pod))
-            used = usage.get(v["name"])
-            if used is not None and used > parse_quantity(limit):
-                return f'Usage of EmptyDir volume "{v["name"]}" exceeds the limit "{limit}". '
-        return None
-
-    async def _evict_local_storage(self, pods: list[Pod]) -> Pod | None:
-        """Pods whose emptyDir passed its sizeLimit go first, at once, whatever the
-        node's signals say."""
-        for p in pods:
-            message = self.local_storage_violation(p)
-            if message is None or uid(p) in self.evicted:
+    async def _evict_local_storage(self, pods: list[Pod]) -> list[Pod]:
+        """localStorageEviction: every pod over one of its own local storage limits
+        is evicted at once, whatever the node's signals say."""
+        if not self.local_storage_isolation:
+            return []
+        candidates = [
+            p
+            for p in pods
+            if uid(p) not in self.evicted
+            and not local_storage.is_critical(p)
+            and local_storage.has_limits(p)
+        ]
+        if not candidates:
+            return []
+        usage = await self.local_storage_usage(candidates)
+        evicted = []
+        for p in candidates:
+            measured = usage.get(uid(p))
+            message = local_storage.violation(p, measured) if measured is not None else None
+            if message is None:
                 continue
             log.warning("Evicting pod %s/%s: %s", namespace(p), name(p), message)
             if self.recorder is not None:
                 self.recorder.event(object_ref(p), "Warning", "Evicted", message)
             self.evicted.add(uid(p))
-            await self.evict(p, 0, "Evicted", message)
-            return p
-        return None
+            await self.evict(p, IMMEDIATE_GRACE, "Evicted", message)
+            evicted.append(p)
+        return evicted
 
     async def synchronize(self) -> Pod | None:
         """One pass: update conditions; evict one pod if a threshold is met."""
         pods = self.pods()
         self.evicted.intersection_update(uid(p) for p in pods)
         local = await self._evict_local_storage(pods)
-        if local is not None:
-            return local
+        if local:
+            return local[0]
         obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
         now = self.clock()
         met: list[tuple[Threshold, Observation]] = []
@@ -263,7 +274,7 @@ class EvictionManager:
         if self.recorder is not None:
             self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
         self.evicted.add(uid(victim))
-        await self.evict(victim, grace, "Evicted", message)
+        await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
         return victim
 
     def _local_storage(self, pod: Pod) -> int:
@@ -296,6 +307,40 @@ class EvictionManager:
             if best is None or key < best:
                 best, victim = key, p
         return victim
+
+
+class EvictFn(Protocol):
+    """Kill the pod with this grace and report it Failed with reason and message;
+    `condition` (a pod condition) goes into its status too."""
+
+    def __call__(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> Awaitable[None]: ...  # fmt: skip
+
+
+def disruption_target(message: str) -> dict[str, str]:
+    """The DisruptionTarget condition a node-pressure eviction adds (local storage
+    evictions add none, as upstream)."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": message,
+    }
+
+
+LocalStorageUsage = Callable[[list[Pod]], Awaitable[Mapping[str, PodStorage]]]
+
+
+def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
+    """Usage from the volume stats alone (no runtime to ask: the containers'
+    own bytes are unknown, so only emptyDir sizeLimits can be held)."""
+
+    async def usage(pods: list[Pod]) -> Mapping[str, PodStorage]:
+        return {uid(p): PodStorage(dict(volume_usage(uid(p))), {}, 0) for p in pods}
+
+    return usage
 
 
 def _ephemeral_request(pod: Pod) -> int:

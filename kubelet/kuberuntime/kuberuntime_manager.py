@@ -52,6 +52,7 @@ from kubelet.kuberuntime.security_context import (
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
+    pod_container_dir,
     read_termination_message,
     termination_message_host_path,
 )
@@ -71,6 +72,7 @@ from kubelet.types import (
     restart_policy,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.duration import format_duration
 from kubelet.util.parsers import ImageNameError, parse_image_name
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -271,6 +273,14 @@ class RuntimeManager:
             st, c.annotations, c.labels.get(L.CONTAINER_NAME, "")
         )
 
+    def _termination_dir(self, pod_uid: str, container_name: str) -> str:
+        """Where this container's termination-log files are ("" when its labels
+        name no usable pod uid or container: then none is read)."""
+        try:
+            return pod_container_dir(self.helper.get_pod_dir(pod_uid), container_name)
+        except ValueError:
+            return ""
+
     async def convert_container_status(
         self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
     ) -> ContainerStatus:
@@ -290,6 +300,7 @@ class RuntimeManager:
                 st.exit_code,
                 st.reason,
                 cri_log_tail_reader(st.log_path),
+                self._termination_dir(st.labels.get(L.POD_UID, ""), c_name),
             )
             message = container_status_message(st.message, text)
         return ContainerStatus(
@@ -981,7 +992,10 @@ class RuntimeManager:
             ),
             hostname=hostname,
             log_directory=os.path.join(
-                self.pod_logs_dir, f"{namespace(pod)}_{name(pod)}_{uid(pod)}"
+                self.pod_logs_dir,
+                filesystem.component(
+                    f"{namespace(pod)}_{name(pod)}_{uid(pod)}", "pod log directory"
+                ),
             ),
             dns_config=self._dns(pod),
             port_mappings=ports,
@@ -1046,7 +1060,7 @@ class RuntimeManager:
             mounts=mounts,
             labels=L.container_labels(pod, c),
             annotations=L.container_annotations(pod, c, restart, chash),
-            log_path=f"{c['name']}/{restart}.log",
+            log_path=f"{filesystem.component(c['name'], 'container name')}/{restart}.log",
             stdin=bool(c.get("stdin")),
             stdin_once=bool(c.get("stdinOnce")),
             tty=bool(c.get("tty")),

@@ -366,6 +366,7 @@ class VolumeManagerImpl:
                 mounted = MountedVolume(
                     name=vol.name,
                     host_path=vol.dir,
+                    read_only=plugin.read_only,
                     selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
                 )
         except asyncio.CancelledError:
@@ -481,9 +482,13 @@ class VolumeManagerImpl:
         clash = next((v.name for v in want.volumes.values() if v is not vol and v.key == key), None)
         if clash is not None:
             return f"volume {vol.name} and volume {clash} use the same directory {res.dir_name}"
+        try:
+            dir = self.host.pod_volume_dir(want.uid, res.plugin_name, res.dir_name)
+        except ValueError as err:
+            return str(err)
         vol.plugin, vol.plugin_name, vol.spec = target, res.plugin_name, res.spec
         vol.dir_name = res.dir_name
-        vol.dir = self.host.pod_volume_dir(want.uid, res.plugin_name, res.dir_name)
+        vol.dir = dir
         return ""
 
     # ----------------------------------------------------------- tear-down
@@ -553,13 +558,12 @@ class VolumeManagerImpl:
                 vtype, f'volume type "{vtype}" is not supported by this kubelet'
             )
             return VolumeToMount(name, spec, None, "", "", unsupported=reason)
+        try:
+            dir = self.host.pod_volume_dir(uid, plugin.name, name)
+        except ValueError as err:
+            return VolumeToMount(name, spec, None, "", "", unsupported=str(err))
         return VolumeToMount(
-            name,
-            spec,
-            plugin,
-            plugin.name,
-            self.host.pod_volume_dir(uid, plugin.name, name),
-            resolved=not isinstance(plugin, ResolvingPlugin),
+            name, spec, plugin, plugin.name, dir, resolved=not isinstance(plugin, ResolvingPlugin)
         )
 
     def _add_found(self, fv: FoundVolume) -> int:
@@ -593,6 +597,7 @@ class VolumeManagerImpl:
         adopted = MountedVolume(
             name=vol.name,
             host_path=entry.dir,
+            read_only=plugin.read_only,
             selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
         )
         if isinstance(plugin, DirMountPlugin):

@@ -139,6 +139,7 @@ class KubeletConfiguration:
     max_pods: int = f("maxPods", 110)
     pod_cidr: str = f("podCIDR", "")
     pod_pids_limit: int = f("podPidsLimit", -1)
+    run_once: bool = f("runOnce", False)
     resolv_conf: str = f("resolvConf", "/etc/resolv.conf")
     cpu_cfs_quota: bool = f("cpuCFSQuota", True)
     cpu_cfs_quota_period: float = f("cpuCFSQuotaPeriod", 0.1, kind="duration")

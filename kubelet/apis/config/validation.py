@@ -9,7 +9,6 @@ from __future__ import annotations
 import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
-from kubelet.features import FeatureGate
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.tlsconfig import problems as tls_problems
@@ -195,11 +194,6 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
         if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
             bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
-    try:
-        FeatureGate(c.feature_gates)
-    except ValueError as err:
-        for problem in str(err).split("; "):
-            errs.append(f"invalid configuration: featureGates: {problem}")
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
     return errs

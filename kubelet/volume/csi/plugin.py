@@ -56,6 +56,8 @@ class CSIPlugin:
     name = PLUGIN_NAME
     # Remounts re-check expansion and republish for drivers that ask to.
     requires_remount = True
+    # Not read-only as a plugin: each volume's readOnly is in its MountedVolume.
+    read_only = False
     selinux_relabel = False
 
     def __init__(

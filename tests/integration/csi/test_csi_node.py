@@ -80,7 +80,9 @@ def claim_vol(name: str, claim: str) -> dict[str, Any]:
 class Node:
     """One kubelet's CSI parts and volume manager on a root dir."""
 
-    def __init__(self, root: Path, api: FakeAPI, spec: dict[str, Any]) -> None:
+    def __init__(
+        self, root: Path, api: FakeAPI, spec: dict[str, Any], volume_health: bool = False
+    ) -> None:
         self.root = root
         self.events: list[str] = []
         self.csi = CSIHost(
@@ -88,6 +90,7 @@ class Node:
             None,
             None,
             csidrivers=CSIDrivers(None, {DRIVER: spec}),
+            volume_health=volume_health,
         )
         self.pm = PluginManager(registry_dir(str(root)))
         self.pm.add_handler(CSI_PLUGIN, self.csi.handler)
@@ -155,8 +158,8 @@ async def env() -> AsyncIterator[tuple[Path, parts.HostpathDriver, FakeAPI, Any]
     api = FakeAPI()
     nodes: list[Node] = []
 
-    async def node(spec: dict[str, Any] = CSI_DRIVER_SPEC) -> Node:
-        n = Node(root, api, spec)
+    async def node(spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False) -> Node:
+        n = Node(root, api, spec, volume_health)
         nodes.append(n)
         await n.start()
         return n
@@ -333,3 +336,25 @@ async def test_volume_stats_come_from_the_driver(env):
     assert usage.abnormal is None  # CSIVolumeHealth is off
     n.vm.remove_pod("u8")
     assert await n.vm.wait_for_unmount("u8", 30)
+
+
+async def test_volume_health_from_the_driver_under_the_gate(env):
+    # CSIVolumeHealth on: the driver's volume condition is reported as is.
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-h", size=16 << 20)
+    api.bind("claim-h", "pv-h", handle)
+    n = await node(volume_health=True)
+    p = pod("u9", claim_vol("data", "claim-h"))
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    target = pod_dir(root, "u9", "pv-h") / "mount"
+    query = n.csi.plugin.volume_stats("data", str(target))
+    assert query is not None
+    usage = await query()
+    assert usage is not None and usage.abnormal is False
+    # The publish mount gone behind the kubelet's back: the driver says abnormal.
+    mountutil.umount(str(target))
+    usage = await query()
+    assert usage is not None and usage.abnormal is True
+    n.vm.remove_pod("u9")
+    assert await n.vm.wait_for_unmount("u9", 30)
