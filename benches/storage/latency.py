@@ -3,7 +3,8 @@ provisioned before the timed window), ours vs the upstream kubelet.
 
     python -m benches.storage.latency [--n 500] [--kubelet ours upstream]
         [--rate 50] [--relist 0.25] [--attach] [--runtime sim|containerd]
-        [--record benches/results/csi-mount-latency-DATE.json]
+
+The record goes to benches/results/csi-mount-latency-<UTC time>.json.
 
 Built on the density harness (benches/density/harness.py): one control plane
 with the storage controllers, then for each kubelet a fresh Node, a fresh
@@ -21,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,6 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benches import records
 from benches.density.__main__ import table
 from benches.density.harness import (
     RUNTIMES,
@@ -152,7 +151,9 @@ class CSIRun(Run):
 
     def _stop_all(self) -> None:
         # The kubelet first: its last tear-downs still need the driver.
-        kubelet = next((p for p in self.procs if "--kubeconfig" in list(p.args)), None)
+        kubelet = next(
+            (p for p in self.procs if isinstance(p.args, list) and "--kubeconfig" in p.args), None
+        )
         if kubelet is not None and kubelet.poll() is None:
             kubelet.terminate()
             try:
@@ -173,21 +174,6 @@ def storage_objects(attach: bool) -> list[dict[str, Any]]:
     return [o for o in dep.manifests() if o["kind"] in ("CSIDriver", "StorageClass")]
 
 
-def machine() -> dict[str, Any]:
-    return {
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "kernel": platform.release(),
-        "load_avg_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def commit() -> str:
-    r = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-                       capture_output=True, text=True)  # fmt: skip
-    return r.stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.storage.latency", description=__doc__)
     ap.add_argument("--n", type=int, default=500)
@@ -198,10 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attach", action="store_true", help="the driver requires attach")
     ap.add_argument("--runtime", choices=RUNTIMES, default="sim")
     ap.add_argument("--hold", type=float, default=10.0, help="steady state seconds")
-    today = datetime.date.today().isoformat()
-    ap.add_argument(
-        "--record", default=str(REPO / f"benches/results/csi-mount-latency-{today}.json")
-    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("mounts and runtimes need root", file=sys.stderr)
@@ -218,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     extra: list[dict[str, Any]] = []
     cls = AttachRun if args.attach else CSIRun
-    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    started = records.begin(argv, "benches.storage.latency")
     try:
         csi_deploy.apply(cp.kubectl, storage_objects(args.attach))
         for i, kubelet in enumerate(args.kubelet):
@@ -232,21 +214,16 @@ def main(argv: list[str] | None = None) -> int:
             print(table([r]).splitlines()[-1], flush=True)
     finally:
         cp.stop()
-    record = {
+    figures = {
         "what": f"{args.n} pods, each with its own CSI volume (claim provisioned beforehand), "
         "created at the given rate; latency = pod created -> Running seen in a watch",
-        "command": "python -m benches.storage.latency " + " ".join(argv or sys.argv[1:]),
-        "commit": commit(),
-        "date": started,
-        "machine": machine(),
         "runtime": args.runtime,
         "attach_required": args.attach,
         "results": [asdict(r) | e for r, e in zip(results, extra, strict=True)],
     }
-    Path(args.record).write_text(json.dumps(record, indent=1))
     print()
     print(table(results))
-    print(f"record: {args.record}")
+    records.write(started, "csi-mount-latency", figures)
     return 1 if any(r.error for r in results) else 0
 
 
