@@ -26,6 +26,7 @@ from kubelet.testing import csi as parts
 from kubelet.testing import csi_deploy
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import STORAGE_CONTROLLERS, ControlPlane, Unavailable
+from kubelet.testing.parts import starting, tail_of
 from kubelet.volumemanager import mountutil
 from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
 
@@ -47,19 +48,14 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(containerd: Containerd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    try:
+    with starting("CSI test parts", parts.Unavailable):
         for name in csi_deploy.SIDECARS:
             parts.binary(name)
-    except parts.Unavailable as err:
-        pytest.skip(str(err))
-    try:
+    cp_dir = tmp_path_factory.mktemp("csi-cp")
+    with starting("control plane", Unavailable, log_tail=lambda: tail_of(cp_dir / "logs")):
         cp = ControlPlane(
-            str(tmp_path_factory.mktemp("csi-cp")),
-            controllers=True,
-            extra_controllers=STORAGE_CONTROLLERS,
+            str(cp_dir), controllers=True, extra_controllers=STORAGE_CONTROLLERS
         ).start()
-    except Unavailable as err:
-        pytest.skip(f"control plane unavailable: {err}")
     # Short: the registration and driver sockets live under the root dir.
     tmp = Path(tempfile.mkdtemp(prefix="kpycsi-", dir="/tmp"))
     k = ClusterKubelet(cp, tmp, containerd, node_name=NODE, config={"cgroupsPerQOS": True})  # type: ignore[arg-type]

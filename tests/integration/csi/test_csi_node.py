@@ -23,6 +23,7 @@ from kubelet.client.rest import APIError
 from kubelet.pluginmanager import CSI_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
+from kubelet.testing.parts import part_unavailable, starting
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
 from kubelet.volume.csi.host import CSIHost
@@ -141,18 +142,16 @@ def pod_dir(root: Path, uid: str, name: str) -> Path:
 @pytest.fixture
 async def env() -> AsyncIterator[tuple[Path, parts.HostpathDriver, FakeAPI, Any]]:
     if os.geteuid() != 0:
-        pytest.skip("CSI volumes need root (bind mounts)")
+        part_unavailable("CSI test parts", "they bind-mount: needs root")
     # Short: a Unix socket path has at most 107 bytes.
     tmp_path = Path(tempfile.mkdtemp(prefix="kpycsi-", dir="/tmp"))
     root = tmp_path / "root"
     root.mkdir()
-    try:
+    with starting("CSI test parts", parts.Unavailable):
         driver = parts.HostpathDriver(str(tmp_path / "driver"), NODE).start()
         registrar = parts.Registrar(
             str(tmp_path / "driver"), driver.socket, registry_dir(str(root))
         )
-    except parts.Unavailable as err:
-        pytest.skip(f"CSI parts unavailable: {err}")
     os.makedirs(registry_dir(str(root)), exist_ok=True)
     registrar.start()
     api = FakeAPI()

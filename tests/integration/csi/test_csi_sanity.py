@@ -16,17 +16,16 @@ from pathlib import Path
 import pytest
 
 from kubelet.testing import csi as parts
+from kubelet.testing.parts import part_unavailable, starting
 
 
 @pytest.mark.parametrize("attach", [False, True], ids=["no-attach", "attach"])
 def test_driver_passes_csi_sanity(attach: bool) -> None:
     if os.geteuid() != 0:
-        pytest.skip("the driver bind-mounts: needs root")
-    try:
+        part_unavailable("csi-hostpath", "it bind-mounts: needs root")
+    with starting("CSI test parts", parts.Unavailable):
         sanity = parts.binary("csi-sanity")
         parts.binary("csi-hostpath")
-    except parts.Unavailable as err:
-        pytest.skip(str(err))
     tmp = Path(tempfile.mkdtemp(prefix="kpysan-", dir="/tmp"))
     driver = parts.HostpathDriver(str(tmp), "node-1", attach_required=attach).start()
     try:
