@@ -54,6 +54,7 @@ class DirMount:
 
     name = "test/dirmount"
     requires_remount = False
+    read_only = False
 
     def __init__(self) -> None:
         self.set_ups: list[tuple[str, bool]] = []
