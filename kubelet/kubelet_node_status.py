@@ -29,10 +29,18 @@ _DEFAULT_LABELS = (
 
 
 class NodeStatusManager:
-    def __init__(self, client: APIClient, inputs: NodeInputs, recorder: Any = None) -> None:
+    def __init__(
+        self,
+        client: APIClient,
+        inputs: NodeInputs,
+        recorder: Any = None,
+        wake: asyncio.Event | None = None,
+    ) -> None:
         self.client = client
         self.inp = inputs
         self.recorder = recorder
+        # Set by whoever needs the status reported now (the shutdown manager).
+        self.wake = wake or asyncio.Event()
         self.registered = asyncio.Event()
         self.node: dict[str, Any] | None = None
         self.last_report = 0.0
@@ -143,17 +151,21 @@ class NodeStatusManager:
             raise
         return True
 
-    async def _wait_period(self, stop: asyncio.Event, period: float) -> bool:
-        """Wait for the next update: the period, or sooner when an input is
-        urgent. True when stopped."""
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
+    async def _wait(self, stop: asyncio.Event, period: float) -> bool:
+        """Until the next report is due: the period, a wake, or sooner when an
+        input is urgent (a CSI staging waits to be reported in use); True on stop."""
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self.wake.wait()),
+        ]
         if self.inp.urgent is not None:
-            waiters.add(asyncio.ensure_future(self.inp.urgent()))
+            waits.append(asyncio.ensure_future(self.inp.urgent()))
         try:
-            await asyncio.wait(waiters, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for w in waiters:
+            for w in waits:
                 w.cancel()
+        self.wake.clear()
         return stop.is_set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -161,7 +173,7 @@ class NodeStatusManager:
             await self.register()
         period = self.inp.config.node_status_update_frequency
         while not stop.is_set():
-            if await self._wait_period(stop, period):
+            if await self._wait(stop, period):
                 return
             try:
                 await self.sync_once()
