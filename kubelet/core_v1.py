@@ -9,7 +9,7 @@ one TypedDict under both names. kubelet/types.py re-exports all of it.
 
 from __future__ import annotations
 
-from typing import Required, TypedDict
+from typing import Any, Required, TypedDict
 
 # A resource quantity as JSON carries it: "100m", "1Gi", or a bare number.
 Quantity = str | int | float
@@ -358,6 +358,16 @@ class Volume(TypedDict, total=False):
     projected: ProjectedVolumeSource
     persistentVolumeClaim: PersistentVolumeClaimVolumeSource
     csi: CSIVolumeSource
+    ephemeral: dict[str, Any]  # its volumeClaimTemplate is the controller's business
+    # Not API fields: what the PVC plugin hands the plugin of the bound PV.
+    persistentVolume: dict[str, Any]
+    readOnly: bool
+    claim: ClaimRef
+
+
+class ClaimRef(TypedDict):
+    namespace: str
+    name: str
 
 
 # ------------------------------------------------------------------- pod

@@ -62,7 +62,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.util.mountutil import remove_all_one_filesystem
+from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,9 @@ class Kubelet:
             clock,
         )  # fmt: skip
         self.node = node
-        self.pods = pods = build_pods(node)
+        # The status manager and the volume manager ask each other (deletion
+        # waits for unmounts; an unmount re-checks deletion): one side looks up late.
+        self.pods = pods = build_pods(node, lambda u: self.volumes.manager.volumes_torn_down(u))
         self.resource_managers = resources = build_resource_managers(
             node, pods, machine_topology, container_manager
         )
@@ -158,7 +160,7 @@ class Kubelet:
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
-        return self.node_status.readiness(self.runtime)
+        return self.node_status.readiness(self.runtime) or self.volumes.csi.readiness()
 
     # ------------------------------------------------------------ lifecycle
     def _start_sources(self) -> None:
@@ -193,6 +195,8 @@ class Kubelet:
         the runtime's name, the pod sources and the PLEG."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir)
+        if self.node.kube_client is not None:
+            await self._make_root_shared()
         if self.checkpoints_dir is not None:
             os.makedirs(self.checkpoints_dir, mode=0o700, exist_ok=True)
         if self.pod_cgroups is not None:
@@ -203,7 +207,11 @@ class Kubelet:
             self.runtime_manager.runtime_name = version.runtime_name or "cri"
         # Volumes already on disk (a restart, kill -9 included) are adopted
         # before any pod is synced, so they are not set up again.
+        await self.volumes.csi.start()  # the CSI dirs first: the manager adopts through them
         await self.volume_manager.reconstruct()
+        self._spawn_task(self.volumes.plugins.run(self._stop), "plugin-manager")
+        for task_name, coro in self.volumes.csi.loops(self._stop):
+            self._spawn_task(coro, task_name)
         self._spawn_task(self.volume_manager.run(self._stop), "volume-manager")
         if self.pods.services is not None:
             self._spawn_task(self.pods.services.run(self._stop), "services")
@@ -211,6 +219,17 @@ class Kubelet:
             self._spawn_task(self.pods.runtime_classes.run(self._stop), "runtimeclasses")
         self._start_sources()
         self._spawn_task(self.pleg.run(self._stop), "pleg")
+
+    async def _make_root_shared(self) -> None:
+        """MakeRShared(root dir), as upstream: mounts a CSI node plugin makes
+        in its container (Bidirectional propagation) must reach the host."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, make_rshared, self.root_dir)
+        except OSError as err:
+            log.error(
+                "Could not make the root dir %s a shared mount (%s): CSI node plugins that "
+                "mount with Bidirectional propagation will fail to start", self.root_dir, err,
+            )  # fmt: skip
 
     async def _stop_tasks(self) -> None:
         for t in self._tasks:

@@ -75,6 +75,7 @@ class NodeStatusManager:
             try:
                 self.node = await self.client.create("/api/v1/nodes", node)
                 self.last_sent = node["status"]
+                self.inp.volumes_reported(list(node["status"].get("volumesInUse") or []))
                 log.info("Successfully registered node %s", self.inp.name)
                 break
             except APIError as err:
@@ -122,6 +123,7 @@ class NodeStatusManager:
         # Compare future computations with what we sent, not with the server's
         # canonical form (it drops empty fields and rewrites quantities).
         self.last_sent = status
+        self.inp.volumes_reported(list(status.get("volumesInUse") or []))
         self.patches += 1
         self.last_report = time.monotonic()
         self._note_ready(status)
@@ -173,8 +175,14 @@ class NodeStatusManager:
         return True
 
     async def _wait(self, stop: asyncio.Event, period: float) -> bool:
-        """Until the next report is due (the period, or a wake); True on stop."""
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+        """Until the next report is due: the period, a wake, or sooner when an
+        input is urgent (a CSI staging waits to be reported in use); True on stop."""
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self.wake.wait()),
+        ]
+        if self.inp.urgent is not None:
+            waits.append(asyncio.ensure_future(self.inp.urgent()))
         try:
             await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kubelet.active_pods import ActivePods
@@ -61,6 +62,8 @@ from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
+from kubelet.pluginmanager import CSI_PLUGIN
+from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.pod_workers import PodWork, PodWorkers, PodWorkerStates, SyncRequests, UpdateType
 from kubelet.podmanager import PodManager
@@ -77,13 +80,14 @@ from kubelet.status.disruption import KubeletTermination
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
-from kubelet.types import ObjectReference, Pod, PodCondition, object_ref, uid
+from kubelet.types import ObjectReference, Pod, PodCondition, name, namespace, object_ref, uid
 from kubelet.util import filesystem
 from kubelet.util.clock import Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import PodWorkQueue, WorkQueue
 from kubelet.volume import VolumeHost
 from kubelet.volume.configmap import ConfigMapPlugin
+from kubelet.volume.csi.host import CSIHost
 from kubelet.volume.downwardapi import DownwardAPIPlugin
 from kubelet.volume.emptydir import EmptyDirPlugin
 from kubelet.volume.hostpath import HostPathPlugin
@@ -145,7 +149,9 @@ class Pods:
     sources_ready: asyncio.Event
 
 
-def build_pods(node: Node) -> Pods:
+def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
+    """volumes_torn_down: asked before a pod's API object is deleted (the
+    volume manager, built after these: it tells the status manager of unmounts)."""
     cfg, client = node.config, node.kube_client
     pod_config = PodConfig()
     # configMaps and secrets of the node's pods: one watch per referenced object.
@@ -161,7 +167,9 @@ def build_pods(node: Node) -> Pods:
         api_pod=api_source.get if api_source is not None else None,
         desired_pod=manager.get,
         mirror_of=manager.get_mirror,
-        can_delete=worker_states.all_stopped,
+        # PodResourcesAreReclaimed: containers stopped and volumes torn down, so
+        # a ReadWriteOncePod claim or an attached volume is free once it is gone.
+        can_delete=lambda u: worker_states.all_stopped(u) and volumes_torn_down(u),
         tracking=node.features.enabled(generation.GATE),
     )
     alloc = node.allocatable
@@ -224,6 +232,10 @@ class Volumes:
     manager: VolumeManagerImpl
     # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
     stats: VolumeStatsCalculator
+    # Node plugins (CSI drivers; device plugins and DRA drivers later) register
+    # through sockets in <root>/plugins_registry.
+    plugins: PluginManager
+    csi: CSIHost
 
     def bytes_used(self, pod_uid: str) -> dict[str, int]:
         """Bytes in each of the pod's volumes, from the volume stats' last pass."""
@@ -233,6 +245,12 @@ class Volumes:
 def build_volumes(node: Node, pods: Pods) -> Volumes:
     client, alloc = node.kube_client, node.allocatable
     tokens = TokenManager(client) if client is not None else None
+    csi = CSIHost(
+        VolumeHost(node.root_dir, node.name), client, tokens, node.recorder, node.clock,
+        volume_health=node.features.enabled(Feature.CSIVolumeHealth),
+    )  # fmt: skip
+    plugins = PluginManager(registry_dir(node.root_dir), clock=node.clock)
+    plugins.add_handler(CSI_PLUGIN, csi.handler)
     manager = VolumeManagerImpl(
         VolumeHost(node.root_dir, node.name),
         [
@@ -243,9 +261,12 @@ def build_volumes(node: Node, pods: Pods) -> Volumes:
             EmptyDirPlugin(lambda: to_bytes(alloc.get("memory", "0"))),
             HostPathPlugin(),
             PVCPlugin(client.get if client is not None else None),
+            csi.plugin,
         ],
         # Every volume of the pod is set up: sync it now, not on its next retry.
         on_pod_ready=pods.sync_requests.request,
+        # Torn down: the status manager may now delete the pod's API object.
+        on_pod_unmounted=pods.status.enqueue,
         recorder=node.recorder.event if node.recorder is not None else None,
         clock=node.clock,
     )
@@ -254,8 +275,24 @@ def build_volumes(node: Node, pods: Pods) -> Volumes:
         lambda u: {n: v.host_path for n, v in manager.get_mounted_volumes(u).items()},
         node.pods_dir,
         period=node.config.volume_stats_agg_period,
+        # CSI volumes: asked of their driver (NodeGetVolumeStats), not walked.
+        remote=csi.plugin.volume_stats,
+        claims=lambda u: claim_refs(pods.manager.get(u)),
     )
-    return Volumes(tokens, manager, stats)
+    return Volumes(tokens, manager, stats, plugins, csi)
+
+
+def claim_refs(pod: Pod | None) -> dict[str, tuple[str, str]]:
+    """The pod's claim volumes: name -> (namespace, claim), for pvcRef."""
+    if pod is None:
+        return {}
+    out = {}
+    for v in pod["spec"].get("volumes") or []:
+        if "persistentVolumeClaim" in v:
+            out[v["name"]] = (namespace(pod), str(v["persistentVolumeClaim"].get("claimName", "")))
+        elif "ephemeral" in v:
+            out[v["name"]] = (namespace(pod), f"{name(pod)}-{v['name']}")
+    return out
 
 
 # ---------------------------------------------------------------- probes
@@ -522,12 +559,16 @@ def build_node_status(
         readers = replace(
             static,
             runtime_version=lambda: runtime.state.runtime_version,
-            readiness_checks=[runtime.readiness]
+            readiness_checks=[runtime.readiness, volumes.csi.readiness]
             + ([shutdown.shutdown_status] if shutdown is not None else []),
             images=lambda: runtime.state.node_images,
             memory_pressure=lambda: eviction.under("MemoryPressure"),
             disk_pressure=lambda: eviction.under("DiskPressure"),
             pid_pressure=lambda: eviction.under("PIDPressure"),
+            # CSI: volumes attached or staged, and a staging that waits to be reported.
+            volumes_in_use=volumes.csi.volumes_in_use,
+            volumes_reported=volumes.csi.volumes_reported,
+            urgent=volumes.csi.report_needed,
         )
         reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
     return NodeStatus(stats, eviction, shutdown, due, reporter)

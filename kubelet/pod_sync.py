@@ -278,6 +278,9 @@ class KubeletPodSyncer:
         api = generate.generate(
             pod, final, {}, self.node_ips, old, tracking=self.status_manager.tracking
         )
+        # Its containers are stopped: its volumes may go now (upstream unmounts
+        # a terminated pod's volumes before its object is deleted).
+        self.volumes.remove_pod(u)
         if evicted is not None:
             disruption.apply(evicted, api)
         elif old is not None and old.get("phase") in TERMINAL and old.get("reason"):

@@ -114,3 +114,35 @@ def remove_empty_parents(path: str, stop: str) -> None:
         except OSError:
             return
         cur = os.path.dirname(cur)
+
+
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_SHARED = 0x100000
+
+
+def is_shared_mount(path: str, mountinfo: str = MOUNTINFO) -> bool | None:
+    """Whether the mount exactly at `path` is shared (None: no mount there)."""
+    shared: bool | None = None
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                left, _, _ = line.partition(" - ")
+                fields = left.split()
+                if len(fields) >= 6 and _unescape(fields[4]) == path:
+                    shared = any(o.startswith("shared:") for o in fields[6:])
+    except OSError:
+        return None
+    return shared
+
+
+def make_rshared(path: str, mountinfo: str = MOUNTINFO) -> None:
+    """MakeRShared upstream: bind-mount `path` onto itself if it is no mount
+    point, then make it (and everything below) shared. OSError on failure."""
+    path = os.path.realpath(path)
+    state = is_shared_mount(path, mountinfo)
+    if state:
+        return
+    if state is None:
+        mount(path, path, "", "", MS_BIND)
+    mount("none", path, "", "", MS_SHARED | MS_REC)

@@ -28,6 +28,18 @@ class MountedVolume:
     selinux_relabel: bool = False
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """Which plugin really serves a volume, found at set-up time (a claim is
+    served by the plugin of the PV it is bound to): that plugin's name, the
+    name of the volume's dir under the pod (the PV's name, as upstream), and
+    the spec that plugin takes."""
+
+    plugin_name: str
+    dir_name: str
+    spec: VolumeSpec
+
+
 class VolumeError(Exception):
     """A volume could not be set up or torn down. The message is what the
     FailedMount / FailedUnMount event says after the volume name, as upstream

@@ -201,7 +201,7 @@ async def test_unsupported_volume_types(tmp_path: Path):
     await env.settle()
     assert sorted(env.mgr.unmounted_volumes(pod)) == ["eph", "img", "share"]
     assert env.messages() == [
-        'MountVolume.SetUp failed for volume "eph" : ephemeral volumes are not supported by this kubelet',
+        'MountVolume.SetUp failed for volume "eph" : volume type "ephemeral" is not supported by this kubelet',
         'MountVolume.SetUp failed for volume "img" : image volumes are not supported by this kubelet',
         'MountVolume.SetUp failed for volume "share" : volume type "nfs" is not supported by this kubelet',
     ]
