@@ -23,6 +23,7 @@ ALL_BETA = "AllBeta"
 class Feature(enum.StrEnum):
     """The gates this kubelet acts on; each must be an upstream gate."""
 
+    CSIVolumeHealth = "CSIVolumeHealth"
     ContainerCheckpoint = "ContainerCheckpoint"
     CPUManagerPolicyAlphaOptions = "CPUManagerPolicyAlphaOptions"
     CPUManagerPolicyBetaOptions = "CPUManagerPolicyBetaOptions"

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
+from kubelet.types import ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,26 @@ _DEFAULT_LABELS = (
 )
 
 
+class RegisteredNode:
+    """The Node object as this kubelet last registered or patched it. Built
+    before what reads its UID (mirror pods' owner, the Lease) and written only
+    by the NodeStatusManager."""
+
+    def __init__(self) -> None:
+        self.node: dict[str, Any] | None = None
+
+    def uid(self) -> str | None:
+        """The Node's UID once it is registered."""
+        return (self.node or {}).get("metadata", {}).get("uid")
+
+
 class NodeStatusManager:
     def __init__(
         self,
         client: APIClient,
         inputs: NodeInputs,
         recorder: Any = None,
+        registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
     ) -> None:
         self.client = client
@@ -42,7 +57,7 @@ class NodeStatusManager:
         # Set by whoever needs the status reported now (the shutdown manager).
         self.wake = wake or asyncio.Event()
         self.registered = asyncio.Event()
-        self.node: dict[str, Any] | None = None
+        self._node = registered or RegisteredNode()
         self.last_report = 0.0
         self.patches = 0
         self._last_ready: str | None = None
@@ -60,6 +75,7 @@ class NodeStatusManager:
             try:
                 self.node = await self.client.create("/api/v1/nodes", node)
                 self.last_sent = node["status"]
+                self.inp.volumes_reported(list(node["status"].get("volumesInUse") or []))
                 log.info("Successfully registered node %s", self.inp.name)
                 break
             except APIError as err:
@@ -68,13 +84,13 @@ class NodeStatusManager:
                         self.node = await self._adopt(node)
                         log.info("Node %s was previously registered", self.inp.name)
                         break
-                    except Exception as err2:
+                    except Exception as err2:  # registration retries until it works
                         log.warning("Unable to reconcile existing node %s: %s", self.inp.name, err2)
                 else:
                     log.warning(
                         "Unable to register node %s with API server: %s", self.inp.name, err
                     )
-            except Exception as err:
+            except Exception as err:  # registration retries until it works
                 log.warning("Unable to register node %s with API server: %s", self.inp.name, err)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 7.0)
@@ -107,6 +123,7 @@ class NodeStatusManager:
         # Compare future computations with what we sent, not with the server's
         # canonical form (it drops empty fields and rewrites quantities).
         self.last_sent = status
+        self.inp.volumes_reported(list(status.get("volumesInUse") or []))
         self.patches += 1
         self.last_report = time.monotonic()
         self._note_ready(status)
@@ -122,11 +139,19 @@ class NodeStatusManager:
             )
         self._last_ready = state
 
+    @property
+    def node(self) -> dict[str, Any] | None:
+        return self._node.node
+
+    @node.setter
+    def node(self, node: dict[str, Any] | None) -> None:
+        self._node.node = node
+
     def uid(self) -> str | None:
         """The Node's UID once it is registered."""
-        return (self.node or {}).get("metadata", {}).get("uid")
+        return self._node.uid()
 
-    def node_ref(self) -> dict[str, Any]:
+    def node_ref(self) -> ObjectReference:
         uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)
         return {"kind": "Node", "name": self.inp.name, "uid": uid, "apiVersion": "v1"}
 
@@ -150,8 +175,14 @@ class NodeStatusManager:
         return True
 
     async def _wait(self, stop: asyncio.Event, period: float) -> bool:
-        """Until the next report is due (the period, or a wake); True on stop."""
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+        """Until the next report is due: the period, a wake, or sooner when an
+        input is urgent (a CSI staging waits to be reported in use); True on stop."""
+        waits: list[asyncio.Future[Any]] = [
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self.wake.wait()),
+        ]
+        if self.inp.urgent is not None:
+            waits.append(asyncio.ensure_future(self.inp.urgent()))
         try:
             await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,7 +329,7 @@ ORPHANED_RUNTIME_PODS = Counter(
 )
 
 
-def container_type(spec: dict[str, Any], container: dict[str, Any]) -> str:
+def container_type(spec: Mapping[str, Any], container: object) -> str:
     """The container_type label of the started_containers metrics: which list of
     the pod spec holds `container` (the very object)."""
     for key, label in (("initContainers", "init_container"),

@@ -56,6 +56,54 @@ def rewrite(out: Path) -> int:
     return 0
 
 
+def run_kubelets(
+    kubelets: list[str],
+    args: argparse.Namespace,
+    out: Path,
+    workdir: Path,
+    image_tars: dict[str, str],
+    summary: dict[str, Any],
+    run_class: type[harness.Run] = harness.Run,
+) -> int:
+    """Each kubelet's run in turn (upstream first, the control), recorded in
+    OUT/<kubelet>/ and its counts in `summary`; 1 when a run failed or ours
+    failed where upstream passed."""
+    status = 0
+    upstream = results.load(out / "upstream" / "results.json")
+    for kubelet in kubelets:
+        opts = harness.Options(
+            kubelet=kubelet,
+            workdir=workdir,
+            focus=args.focus,
+            skip=args.skip,
+            procs=args.procs,
+            timeout_s=args.timeout * 60,
+        )
+        run = harness.run_one(opts, image_tars, run_class)
+        annotate(run, upstream)
+        results.write(run, out / kubelet)
+        harness.copy_artifacts(workdir / kubelet, out / kubelet)
+        if kubelet == "upstream" and not run.error:
+            upstream = run
+        c = run.counts()
+        summary[kubelet] = {"counts": c, "duration_s": run.duration_s, "error": run.error}
+        print(
+            f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
+            f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
+            f"-> {out / kubelet / 'results.md'}"
+        )
+        if kubelet == "ours" and upstream is not None:
+            ok, base = results.passed_where_upstream_passes(run)
+            print(f"ours: passed where upstream passes: {ok} of {base}")
+            summary["ours"]["passed_where_upstream_passes"] = [ok, base]
+            if ok < base:
+                status = 1
+        if run.error:
+            print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
+            status = 1
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.conformance", description=__doc__)
     ap.add_argument("--kubelet", choices=["ours", "upstream", "both"], default="both")
@@ -90,40 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     except harness.RunFailed as err:
         print(f"conformance: {err}", file=sys.stderr)
         return 1
-    status = 0
-    upstream = results.load(out / "upstream" / "results.json")
     summary: dict[str, Any] = {"focus": args.focus, "skip": args.skip, "results": str(out)}
-    for kubelet in kubelets:
-        opts = harness.Options(
-            kubelet=kubelet,
-            workdir=workdir,
-            focus=args.focus,
-            skip=args.skip,
-            procs=args.procs,
-            timeout_s=args.timeout * 60,
-        )
-        run = harness.run_one(opts, image_tars)
-        annotate(run, upstream)
-        results.write(run, out / kubelet)
-        harness.copy_artifacts(workdir / kubelet, out / kubelet)
-        if kubelet == "upstream" and not run.error:
-            upstream = run
-        c = run.counts()
-        summary[kubelet] = {"counts": c, "duration_s": run.duration_s, "error": run.error}
-        print(
-            f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
-            f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
-            f"-> {out / kubelet / 'results.md'}"
-        )
-        if kubelet == "ours" and upstream is not None:
-            ok, base = results.passed_where_upstream_passes(run)
-            print(f"ours: passed where upstream passes: {ok} of {base}")
-            summary["ours"]["passed_where_upstream_passes"] = [ok, base]
-            if ok < base:
-                status = 1
-        if run.error:
-            print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
-            status = 1
+    status = run_kubelets(kubelets, args, out, workdir, image_tars, summary)
     records.write(started, "conformance", summary)
     return status
 

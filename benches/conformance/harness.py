@@ -230,8 +230,22 @@ class Run:
         self.cgroup_root = ""
 
     # ------------------------------------------------------------- cluster
+    def control_plane(self) -> ControlPlane:
+        """The run's control plane (a suite may want more controllers)."""
+        return ControlPlane(str(self.dir / "cp"), controllers=True)
+
+    def after_node_ready(self) -> None:
+        """What a suite installs once the node is Ready (a driver, ...)."""
+
+    def suite_binary(self) -> Path:
+        return BIN / "e2e.test"
+
+    def suite_args(self) -> list[str]:
+        """Extra flags for the e2e binary."""
+        return []
+
     def start(self) -> None:
-        self.cp = ControlPlane(str(self.dir / "cp"), controllers=True).start()
+        self.cp = self.control_plane().start()
         slot, self._net_lock = claim_slot()
         self.cgroup_root = f"kpy-conformance-{slot}"
         make_cgroup_root(self.cgroup_root)
@@ -243,6 +257,7 @@ class Run:
             self.ctd.ctr("images", "import", "--all-platforms", path)
         self._start_kubelet()
         self._wait_node_ready()
+        self.after_node_ready()
 
     def _start_kubelet(self) -> None:
         assert self.cp is not None and self.ctd is not None
@@ -339,7 +354,7 @@ class Run:
         if o.skip:
             argv.append(f"--skip={o.skip}")
         argv += [
-            str(BIN / "e2e.test"),
+            str(self.suite_binary()),
             "--",
             f"--kubeconfig={self.cp.admin_kubeconfig}",
             "--provider=local",
@@ -348,6 +363,7 @@ class Run:
             f"--kubelet-root-dir={self.dir / 'root'}",
             "--e2e-output-dir",
             str(self.dir / "report"),
+            *self.suite_args(),
         ]
         return argv
 
@@ -413,7 +429,7 @@ class Run:
             proc.wait()
 
 
-def run_one(opts: Options, image_tars: dict[str, str]) -> RunResult:
+def run_one(opts: Options, image_tars: dict[str, str], run_class: type[Run] = Run) -> RunResult:
     started = time.monotonic()
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     version = ours_version() if opts.kubelet == "ours" else upstream_version()
@@ -430,7 +446,7 @@ def run_one(opts: Options, image_tars: dict[str, str]) -> RunResult:
         ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
     )
     result.source = git.stdout.strip()
-    run = Run(opts, image_tars)
+    run = run_class(opts, image_tars)
     try:
         try:
             run.start()

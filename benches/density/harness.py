@@ -185,12 +185,15 @@ def audit_policy(path: Path) -> None:
     )
 
 
-def start_control_plane(workdir: Path, controllers: bool = False) -> ControlPlane:
+def start_control_plane(
+    workdir: Path, controllers: bool = False, extra_controllers: tuple[str, ...] = ()
+) -> ControlPlane:
     policy = workdir / "audit-policy.yaml"
     audit_policy(policy)
     cp = ControlPlane(
         str(workdir / "cp"),
         controllers=controllers,
+        extra_controllers=extra_controllers,
         extra_args=[
             f"--audit-policy-file={policy}",
             f"--audit-log-path={workdir / 'audit.log'}",
@@ -301,6 +304,9 @@ def kubelet_config(
 
 
 class Run:
+    # At least this long for every pod to be Running (a variant may need longer).
+    min_wait = 180.0
+
     def __init__(self, cp: ControlPlane, spec: Spec, workdir: Path, index: int) -> None:
         self.cp = cp
         self.spec = spec
@@ -539,6 +545,9 @@ class Run:
                     ) from err
             await asyncio.sleep(0.2)
 
+    async def _before_pods(self, admin: APIClient) -> None:
+        """The node is Ready; what a variant sets up before the timed window."""
+
     async def _failed_mounts(self, admin: APIClient) -> None:
         r = self.result
         try:
@@ -657,12 +666,13 @@ class Run:
                 if time.monotonic() > deadline or kubelet.poll() is not None:
                     raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
                 await asyncio.sleep(0.5)
+            await self._before_pods(admin)
             lst = await admin.get(f"/api/v1/namespaces/{self.ns}/pods")
             watch = asyncio.create_task(
                 self._watch(admin, lst["metadata"]["resourceVersion"], stop)
             )
             t_create = time.monotonic()
-            timeout = max(180.0, self.spec.n / self.spec.rate * 4)
+            timeout = max(self.min_wait, self.spec.n / self.spec.rate * 4)
             spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
             cpu0 = proc_cpu_s(kubelet.pid)
             sim0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0

@@ -18,8 +18,8 @@ import kubelet
 from kubelet import watchdog
 from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
-from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
+from kubelet.client.certificate import CertificateSource
 from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
@@ -152,7 +152,7 @@ async def run(
                 res = fn()
                 if asyncio.iscoroutine(res):
                     await res
-            except Exception:
+            except Exception:  # every cleanup runs, whatever the one before did
                 log.exception("cleanup failed")
 
 
@@ -376,7 +376,7 @@ async def _start_servers(
     from kubelet.version import KUBERNETES_VERSION
 
     info = metrics.NodeInfo(name, cgroup_mounts()[0], KUBERNETES_VERSION,
-                            node.features.metric_rows())  # fmt: skip
+                            node.node.features.metric_rows())  # fmt: skip
     state = metrics.KubeletStateCollector(node.pod_counts, info)
     metrics.REGISTRY.register(state)
     cleanups.append(lambda: metrics.REGISTRY.unregister(state))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -59,6 +59,14 @@ class NodeInputs:
     memory_pressure: Callable[[], bool] = lambda: False
     disk_pressure: Callable[[], bool] = lambda: False
     pid_pressure: Callable[[], bool] = lambda: False
+    # Volumes attached or mounted here (kubernetes.io/csi/<driver>^<handle>):
+    # the attach-detach controller never detaches one while it is listed.
+    volumes_in_use: Callable[[], list[str]] = lambda: []
+    # Told the volumes in use of each status written ("reported in use").
+    volumes_reported: Callable[[list[str]], None] = lambda names: None
+    # Returns when the status should be written before the next period (a
+    # volume to attach waits to be reported in use); None: only on the period.
+    urgent: Callable[[], Awaitable[None]] | None = None
 
 
 def default_node_ip() -> str:
@@ -230,6 +238,8 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
         "images": inp.images()[: max(0, inp.config.node_status_max_images)]
         if inp.config.node_status_max_images >= 0
         else inp.images(),
+        # Always sent (an empty list too): a merge patch leaves out fields alone.
+        "volumesInUse": sorted(inp.volumes_in_use()),
     }
 
 

@@ -14,37 +14,15 @@ import asyncio
 import logging
 import os
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 from kubelet.util import filesystem
+from kubelet.volume.metrics import VolumeUsage
 
 log = logging.getLogger(__name__)
 
 VOLUME_STATS_PERIOD = 60.0  # volumeStatsAggPeriod's default
-
-
-@dataclass(frozen=True)
-class VolumeUsage:
-    name: str
-    used_bytes: int
-    inodes_used: int
-    capacity_bytes: int
-    available_bytes: int
-    inodes: int
-    inodes_free: int
-
-    def to_api(self, time: str) -> dict[str, object]:
-        return {
-            "time": time,
-            "name": self.name,
-            "usedBytes": self.used_bytes,
-            "inodesUsed": self.inodes_used,
-            "capacityBytes": self.capacity_bytes,
-            "availableBytes": self.available_bytes,
-            "inodes": self.inodes,
-            "inodesFree": self.inodes_free,
-        }
 
 
 def du(path: str) -> tuple[int, int]:
@@ -112,6 +90,13 @@ def measure_pods(
     return out
 
 
+# For a volume whose driver reports its own usage (CSI NodeGetVolumeStats):
+# (volume name, host path) -> the query to run, or None for volumes measured here.
+RemoteQuery = Callable[[], Awaitable[VolumeUsage | None]]
+RemoteStats = Callable[[str, str], RemoteQuery | None]
+REMOTE_CONCURRENCY = 8
+
+
 class VolumeStatsCalculator:
     """Volume usage of every pod, refreshed every period off the event loop."""
 
@@ -121,11 +106,15 @@ class VolumeStatsCalculator:
         volume_paths: Callable[[str], Mapping[str, str]],
         pods_dir: str,
         period: float = VOLUME_STATS_PERIOD,
+        remote: RemoteStats | None = None,
+        claims: Callable[[str], Mapping[str, tuple[str, str]]] = lambda uid: {},
     ) -> None:
         self.pod_uids = pod_uids
         self.volume_paths = volume_paths  # pod UID -> volume name -> host path
         self.pods_dir = pods_dir
         self.period = period
+        self.remote = remote
+        self.claims = claims  # pod UID -> volume name -> (namespace, claim)
         self._usage: dict[str, list[VolumeUsage]] = {}
 
     def usage(self, pod_uid: str) -> list[VolumeUsage]:
@@ -134,8 +123,25 @@ class VolumeStatsCalculator:
     async def refresh(self) -> None:
         # What to measure is read on the loop; only the walking happens in a thread.
         paths = {u: dict(self.volume_paths(u)) for u in self.pod_uids()}
+        queries: list[tuple[str, RemoteQuery]] = []
+        if self.remote is not None:
+            for u, vols in paths.items():
+                for vname, path in list(vols.items()):
+                    q = self.remote(vname, path)
+                    if q is not None:
+                        queries.append((u, q))
+                        del vols[vname]
         loop = asyncio.get_running_loop()
-        self._usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
+        usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
+        for u, got in await _bounded(queries):
+            usage.setdefault(u, []).append(got)
+        for u, measured in usage.items():
+            refs = self.claims(u)
+            measured[:] = sorted(
+                (replace(v, pvc_ref=refs[v.name]) if v.name in refs else v for v in measured),
+                key=lambda v: v.name,
+            )
+        self._usage = usage
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.period <= 0:
@@ -146,9 +152,28 @@ class VolumeStatsCalculator:
         while not stop.is_set():
             try:
                 await self.refresh()
-            except Exception:
+            except Exception:  # the last figures stay; the next period measures again
                 log.exception("measuring volume usage failed")
             try:
                 await asyncio.wait_for(stop.wait(), self.period)
             except TimeoutError:
                 pass
+
+
+async def _bounded(queries: list[tuple[str, RemoteQuery]]) -> list[tuple[str, VolumeUsage]]:
+    """Run the remote queries a few at a time; failures are logged and left out
+    (a volume torn down meanwhile is simply gone)."""
+    slots = asyncio.Semaphore(REMOTE_CONCURRENCY)
+
+    async def one(q: RemoteQuery) -> VolumeUsage | None:
+        async with slots:
+            try:
+                return await q()
+            except FileNotFoundError:
+                return None
+            except Exception as err:
+                log.warning("volume stats from the driver failed: %s", err)
+                return None
+
+    results = await asyncio.gather(*(one(q) for _, q in queries))
+    return [(u, r) for (u, _), r in zip(queries, results, strict=True) if r is not None]

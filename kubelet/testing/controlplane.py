@@ -62,6 +62,19 @@ CONTROLLERS = (
 )
 
 
+# What storage tests add (CSI volumes, claims, attach): PV binding, the
+# attach-detach controller (VolumeAttachments for drivers that require
+# attach), generic ephemeral volumes, expansion, and the protection finalizers.
+STORAGE_CONTROLLERS = (
+    "persistentvolume-binder-controller",
+    "persistentvolume-attach-detach-controller",
+    "persistentvolume-expander-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+    "ephemeral-volume-controller",
+)
+
+
 def find_binaries(controllers: bool = False) -> dict[str, str]:
     found = {}
     names = ["kube-apiserver", "kubectl"]
@@ -136,6 +149,8 @@ class ControlPlane:
     # certificate), so an extension API server such as metrics-server can be
     # registered with an APIService (kubelet.testing.metrics_server).
     aggregation: bool = False
+    # More kube-controller-manager controllers (e.g. STORAGE_CONTROLLERS).
+    extra_controllers: tuple[str, ...] = ()
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
         bins = find_binaries(self.controllers)
@@ -278,7 +293,8 @@ class ControlPlane:
 
     def _controller_names(self) -> tuple[str, ...]:
         extra = ("bootstrap-signer-controller", "token-cleaner-controller")
-        return CONTROLLERS + extra if self.bootstrap_tokens else CONTROLLERS
+        names = CONTROLLERS + extra if self.bootstrap_tokens else CONTROLLERS
+        return names + self.extra_controllers
 
     # The token every bootstrap kubeconfig carries: <id>.<secret>, as kubeadm makes them.
     BOOTSTRAP_TOKEN_ID = "abcdef"
@@ -449,7 +465,7 @@ current-context: tls-bootstrap-token-user@test
                 with urllib.request.urlopen(self.url + "/readyz", context=ctx, timeout=5) as r:
                     if r.status == 200:
                         return
-            except Exception as err:
+            except Exception as err:  # not ready yet, whatever the reason: poll again
                 last = str(err)
             time.sleep(0.5)
         self.stop()

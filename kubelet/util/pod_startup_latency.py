@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubelet import metrics
 
-Status = dict[str, Any]
+Status = Mapping[str, Any]
 
 
 @dataclass
@@ -56,7 +56,7 @@ class PodStartupLatencyTracker:
         self._pods: dict[str, _State] = {}
         self._first_network_pod_seen = False
 
-    def observed_pod_on_watch(self, pod: dict[str, Any], when: float) -> None:
+    def observed_pod_on_watch(self, pod: Mapping[str, Any], when: float) -> None:
         """Every pod the API server watch delivers, with when it arrived (epoch)."""
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         u = meta.get("uid", "")

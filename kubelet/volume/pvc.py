@@ -7,19 +7,27 @@ it read-only. A `local` PV takes the pod's fsGroup (volume/ownership.py, with
 fsGroupChangePolicy); a hostPath PV does not, as upstream. Upstream resolves claims in the desired-state populator and
 hands the PV to the hostpath/local plugins; here it is one plugin so that a
 claim that becomes Bound later is picked up by the manager's retries.
+
+A generic `ephemeral` volume is the claim `<pod>-<volume>` that the
+ephemeral-volume controller makes from its template; it is used only when the
+pod controls it. A claim bound to a CSI PV is handed to the CSI plugin
+through resolve(): the volume manager then sets it up there, in the dir named
+after the PV, as upstream lays it out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import APIError
-from kubelet.volume import Pod, VolumeError, VolumeSpec, ownership
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, Resolution, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
-from kubelet.volumemanager import MountedVolume, mountutil
+
+CSI_PLUGIN_NAME = "kubernetes.io/csi"
 
 PLUGIN_NAME = "kubernetes.io/persistent-claim"
 
@@ -42,16 +50,39 @@ class PVCPlugin:
         self._get = get
 
     def can_support(self, spec: VolumeSpec) -> bool:
-        return "persistentVolumeClaim" in spec
+        return "persistentVolumeClaim" in spec or "ephemeral" in spec
 
     async def set_up(self, pod: Pod, spec: VolumeSpec, dir: str) -> None:
         await self.set_up_volume(pod, spec, dir)
 
+    async def resolve(self, pod: Pod, spec: VolumeSpec) -> Resolution | None:
+        """A claim bound to a CSI PV goes to the CSI plugin; others stay here."""
+        claim, read_only = _claim_of(pod, spec)
+        pv, _ = await self._bound_pv(pod, spec, claim)
+        if "csi" not in (pv.get("spec") or {}):
+            return None
+        pv_name = str(pv["metadata"]["name"])
+        ns = str(pod["metadata"].get("namespace") or "default")
+        return Resolution(
+            CSI_PLUGIN_NAME,
+            pv_name,
+            {
+                "name": spec["name"],
+                "persistentVolume": pv,
+                "readOnly": read_only,
+                "claim": {"namespace": ns, "name": claim},
+            },
+        )
+
     async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume:
-        src = spec.get("persistentVolumeClaim") or {}
-        claim = str(src.get("claimName") or "")
+        claim, read_only = _claim_of(pod, spec)
+        pv, pv_name = await self._bound_pv(pod, spec, claim)
+        return await self._use_pv(pod, spec, claim, pv, pv_name, read_only)
+
+    async def _bound_pv(self, pod: Pod, spec: VolumeSpec, claim: str) -> tuple[Any, str]:
+        """The PV the claim is bound to, checked both ways (and, for an
+        ephemeral volume, that the claim is the pod's own)."""
         ns = pod["metadata"].get("namespace") or "default"
-        read_only = bool(src.get("readOnly"))
         prefix = f"error processing PVC {ns}/{claim}"
         if self._get is None:
             raise VolumeError(
@@ -64,6 +95,8 @@ class PVCPlugin:
             raise VolumeError(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
             ) from err
+        if "ephemeral" in spec:
+            _check_owner(pod, pvc, ns, claim, prefix)
         if (pvc.get("metadata") or {}).get("deletionTimestamp"):
             raise VolumeError(
                 f"{prefix}: can't start pod because PVC {ns}/{claim} is being deleted"
@@ -93,6 +126,14 @@ class PVCPlugin:
                 f"{prefix}: found PV object {pv_name} but its ClaimRef.UID "
                 f"{claim_ref.get('uid')} does not point to claimed PVC.UID {pvc_uid}"
             )
+        return pv, pv_name
+
+    async def _use_pv(
+        self, pod: Pod, spec: VolumeSpec, claim: str, pv: Any, pv_name: str, read_only: bool
+    ) -> MountedVolume:
+        ns = pod["metadata"].get("namespace") or "default"
+        prefix = f"error processing PVC {ns}/{claim}"
+        pv_spec = pv.get("spec") or {}
         mode = pv_spec.get("volumeMode") or "Filesystem"
         if mode != "Filesystem":
             raise VolumeError(
@@ -127,12 +168,36 @@ class PVCPlugin:
             kind = next((k for k in pv_spec if k not in _PV_FIELDS), "unknown")
             raise VolumeError(
                 f"PersistentVolume {pv_name} (claim {ns}/{claim}) is a {kind} volume: "
-                "only hostPath and local persistent volumes are supported by this kubelet"
+                "only hostPath, local and CSI persistent volumes are supported by this kubelet"
             )
         return MountedVolume(name=spec["name"], host_path=path, read_only=read_only)
 
     async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
         return None  # the PV's path is used in place: nothing was made for the pod
+
+
+def _claim_of(pod: Pod, spec: VolumeSpec) -> tuple[str, bool]:
+    """(claim name, readOnly) of a persistentVolumeClaim or ephemeral volume."""
+    if "ephemeral" in spec:
+        # VolumeClaimName upstream: what the ephemeral-volume controller creates.
+        return f"{pod['metadata'].get('name', '')}-{spec['name']}", False
+    src: Mapping[str, object] = spec.get("persistentVolumeClaim") or {}
+    return str(src.get("claimName") or ""), bool(src.get("readOnly"))
+
+
+def _check_owner(pod: Pod, pvc: Any, ns: str, claim: str, prefix: str) -> None:
+    # VolumeIsForPod: the claim must be controlled by this very pod, else a
+    # claim someone made under the same name would be mounted into it.
+    meta = pvc.get("metadata") or {}
+    uid = pod["metadata"].get("uid")
+    owned = any(
+        r.get("controller") and r.get("uid") == uid for r in meta.get("ownerReferences") or []
+    )
+    if not owned or (meta.get("namespace") or ns) != ns:
+        raise VolumeError(
+            f"{prefix}: PVC {ns}/{claim} was not created for pod {ns}/"
+            f"{pod['metadata'].get('name', '')} (pod is not owner)"
+        )
 
 
 # PersistentVolumeSpec fields that are not the volume source.

@@ -30,10 +30,17 @@ class VolumeToMount:
     # Why no plugin can serve it; such a volume is never set up.
     unsupported: str = ""
     remount_requested: bool = False
+    # False until a ResolvingPlugin has said which plugin serves the volume
+    # (a claim: the plugin of its PV); plugin, plugin_name, dir and dir_name
+    # are that plugin's from then on.
+    resolved: bool = True
+    # The volume's dir name under the pod when it is not the volume's name
+    # (the PV's name for a claim served by the CSI plugin).
+    dir_name: str = ""
 
     @property
     def key(self) -> VolumeKey:
-        return (self.plugin_name, self.name)
+        return (self.plugin_name, self.dir_name or self.name)
 
 
 @dataclass

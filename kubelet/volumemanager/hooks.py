@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from kubelet.volume import Pod, VolumeSpec
+from kubelet.volume import Pod, Resolution, VolumeSpec
 from kubelet.volumemanager import MountedVolume
 
 
@@ -34,3 +34,27 @@ class AdoptingPlugin(Protocol):
     method have every directory found adopted."""
 
     def can_adopt(self, spec: VolumeSpec, dir: str, mounted_fstype: str | None) -> bool: ...
+
+
+@runtime_checkable
+class ResolvingPlugin(Protocol):
+    """A plugin that may hand a volume over to another (the PVC plugin). The
+    manager calls resolve once per pod volume before anything else; None
+    keeps the volume with this plugin. Raises VolumeError (retried)."""
+
+    async def resolve(self, pod: Pod, spec: VolumeSpec) -> Resolution | None: ...
+
+
+@runtime_checkable
+class DirMountPlugin(Protocol):
+    """The volume is mounted somewhere under `dir` by the plugin (CSI:
+    dir/mount, with its record beside it). set_up_at says where; remount is
+    True for the periodic call on an already mounted volume. After a restart,
+    adopt(spec, dir) returns the volume found mounted there, or None to have
+    it set up again."""
+
+    async def set_up_at(
+        self, pod: Pod, spec: VolumeSpec, dir: str, remount: bool
+    ) -> MountedVolume: ...
+
+    def adopt(self, spec: VolumeSpec, dir: str) -> MountedVolume | None: ...

@@ -24,10 +24,11 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kubelet.types import object_ref
+from kubelet.types import ObjectReference, object_ref
+from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
-from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
+from kubelet.volume import util as volume_util
 from kubelet.volumemanager.cache import (
     ActualStateOfWorld,
     DesiredStateOfWorld,
@@ -37,23 +38,39 @@ from kubelet.volumemanager.cache import (
     State,
     VolumeToMount,
 )
-from kubelet.volumemanager.hooks import AdoptingPlugin, ExternalPathPlugin
-from kubelet.volumemanager.operations import MOUNT, UNMOUNT, OpKey, PendingOperations
+from kubelet.volumemanager.hooks import (
+    AdoptingPlugin,
+    DirMountPlugin,
+    ExternalPathPlugin,
+    Resolution,
+    ResolvingPlugin,
+)
+from kubelet.volumemanager.operations import (
+    INITIAL_BACKOFF,
+    MAX_BACKOFF,
+    MOUNT,
+    UNMOUNT,
+    OpKey,
+    PendingOperations,
+)
 from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
 from kubelet.volumemanager.subpath import clean_subpaths
 
 log = logging.getLogger(__name__)
 
 # (involved object ref, type, reason, message): EventRecorder.event's signature.
-Recorder = Callable[[dict[str, str], str, str, str], None]
+Recorder = Callable[[ObjectReference, str, str, str], None]
 
 FAILED_MOUNT = "FailedMount"
+# A claim not resolved yet (not bound yet, or the API server's node authorizer
+# not yet aware of the new pod: 403 for a few hundred ms) is asked again soon:
+# upstream's populator asks every 100 ms; exponential up to 2 s spares the API.
+RESOLVE_BACKOFF = (0.1, 2.0)
 REMOUNT_PERIOD = 60.0
 REMOUNT_JITTER = 0.2  # up to +20 %, so pods added together do not remount together
 
 # Volume sources no plugin here will ever serve, with the reason.
 _NOT_SUPPORTED = {
-    "ephemeral": "ephemeral volumes are not supported by this kubelet",
     "image": "image volumes are not supported by this kubelet",
 }
 
@@ -74,6 +91,7 @@ class VolumeManagerImpl:
         host: VolumeHost,
         plugins: list[VolumePlugin],
         on_pod_ready: Callable[[str], None] = lambda uid: None,
+        on_pod_unmounted: Callable[[str], None] = lambda uid: None,
         recorder: Recorder | None = None,
         clock: Clock = REAL_CLOCK,
         remount_period: float = REMOUNT_PERIOD,
@@ -83,6 +101,8 @@ class VolumeManagerImpl:
         self.plugins = list(plugins)
         self._by_name = {p.name: p for p in self.plugins}
         self.on_pod_ready = on_pod_ready
+        # Every volume of a removed pod is torn down (its API object may go).
+        self.on_pod_unmounted = on_pod_unmounted
         self.recorder = recorder
         self.clock = clock
         self.remount_period = remount_period
@@ -135,7 +155,7 @@ class VolumeManagerImpl:
         want = self.dsw.pods.pop(pod_uid, None)
         if want is not None:
             for vol in want.volumes.values():
-                self.ops.succeeded((pod_uid, vol.plugin_name, vol.name), MOUNT)
+                self.ops.succeeded((pod_uid, *vol.key), MOUNT)
         have = self.asw.pods.get(pod_uid)
         if have is not None:
             have.release = True
@@ -155,8 +175,9 @@ class VolumeManagerImpl:
         have = self.asw.pods.get(pod_uid)
         if have is None:
             return {}
+        # By the pod's volume name (a claim's dir is named after its PV).
         return {
-            e.name: e.volume
+            e.volume.name: e.volume
             for e in have.entries.values()
             if e.state is State.MOUNTED and e.volume is not None
         }
@@ -234,8 +255,8 @@ class VolumeManagerImpl:
         if not self._reconstructed:
             try:
                 await self.reconstruct()
-            except Exception:
-                log.exception("volume manager: reading volume dirs on disk failed")
+            except Exception:  # the reconciler below must run all the same
+                log.exception("volume manager: reading volume dirs on disk failed; going on")
         stopper = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -243,7 +264,7 @@ class VolumeManagerImpl:
                 try:
                     self.reconcile()
                 except Exception:  # a bug here must not stop all volume work
-                    log.exception("volume manager: reconcile failed")
+                    log.exception("volume manager: reconcile failed; next pass retries")
                 timeout = None
                 if self._timers:
                     timeout = max(0.0, self._timers[0][0] - self.clock.monotonic())
@@ -273,6 +294,10 @@ class VolumeManagerImpl:
         want = self.dsw.pods.get(uid)
         have = self.asw.pods.get(uid)
         wanted_keys = set()
+        # Until each claim is resolved, a dir found on disk may be one of them.
+        unresolved = want is not None and any(
+            not v.resolved and not v.unsupported for v in want.volumes.values()
+        )
         if want is not None:
             for vol in want.volumes.values():
                 if vol.unsupported:
@@ -299,6 +324,8 @@ class VolumeManagerImpl:
                 continue  # subPath mounts of a wanted volume, found on disk
             if want is None and not have.release:
                 continue  # found on disk; the pod may yet be added
+            if unresolved and entry.state is State.FOUND:
+                continue
             self._start_tear_down(uid, entry, now)
         if not have.entries:
             del self.asw.pods[uid]
@@ -309,7 +336,8 @@ class VolumeManagerImpl:
     def _start_set_up(
         self, want: PodToMount, vol: VolumeToMount, now: float, remount: bool
     ) -> None:
-        key: OpKey = (want.uid, vol.plugin_name, vol.name)
+        # The same key as the tear-down of its dir: the two never overlap.
+        key: OpKey = (want.uid, *vol.key)
         if self.ops.busy(key):
             return  # its completion marks the pod dirty again
         at = self.ops.retry_at(key, MOUNT)
@@ -317,6 +345,9 @@ class VolumeManagerImpl:
             self._schedule(want.uid, at)
             return
         vol.remount_requested = False
+        if not vol.resolved:
+            self.ops.start(key, self._resolve(key, want, vol))
+            return
         self.ops.start(key, self._set_up(key, want, vol, remount))
 
     async def _set_up(
@@ -329,6 +360,8 @@ class VolumeManagerImpl:
         try:
             if isinstance(plugin, ExternalPathPlugin):
                 mounted = await plugin.set_up_volume(want.pod, vol.spec, vol.dir)
+            elif isinstance(plugin, DirMountPlugin):
+                mounted = await plugin.set_up_at(want.pod, vol.spec, vol.dir, remount)
             else:
                 await plugin.set_up(want.pod, vol.spec, vol.dir)
                 mounted = MountedVolume(
@@ -364,7 +397,7 @@ class VolumeManagerImpl:
         if mounted is not None:
             self.ops.succeeded(key, MOUNT)
             if entry is None:
-                entry = MountedEntry(vol.plugin_name, vol.name, vol.dir, State.MOUNTED)
+                entry = MountedEntry(vol.plugin_name, vol.key[1], vol.dir, State.MOUNTED)
                 have.entries[vol.key] = entry
             entry.state, entry.volume, entry.dir = State.MOUNTED, mounted, vol.dir
             # Its tear-down now cleans any subPath mounts found on disk for it.
@@ -380,21 +413,84 @@ class VolumeManagerImpl:
         else:
             if entry is None and not isinstance(vol.plugin, ExternalPathPlugin):
                 # It may have left a dir or a mount: tear that down when unwanted.
-                entry = MountedEntry(vol.plugin_name, vol.name, vol.dir, State.UNCERTAIN)
+                entry = MountedEntry(vol.plugin_name, vol.key[1], vol.dir, State.UNCERTAIN)
                 have.entries[vol.key] = entry
             if still_wanted:
-                b = self.ops.failed(key, MOUNT, error)
-                log.warning(
-                    "MountVolume.SetUp failed for volume %r of pod %s (retry in %.1fs): %s",
-                    vol.name, uid, b.duration, error,
-                )  # fmt: skip
-                self._event(want.pod, vol.name, error)
+                until = self._mount_failed(key, want, vol, error)
                 if entry is not None and entry.state is State.MOUNTED:
-                    entry.remount_at = b.until  # a failed remount is retried
-                self._schedule(uid, b.until)
+                    entry.remount_at = until  # a failed remount is retried
             else:
                 self.ops.succeeded(key, MOUNT)
         self._mark_dirty(uid)
+
+    def _mount_failed(
+        self,
+        key: OpKey,
+        want: PodToMount,
+        vol: VolumeToMount,
+        error: str,
+        backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
+    ) -> float:
+        """Back-off, log line and FailedMount event; returns the retry time."""
+        b = self.ops.failed(key, MOUNT, error, *backoff)
+        log.warning(
+            "MountVolume.SetUp failed for volume %r of pod %s (retry in %.1fs): %s",
+            vol.name, want.uid, b.duration, error,
+        )  # fmt: skip
+        self._event(want.pod, vol.name, error)
+        self._schedule(want.uid, b.until)
+        return b.until
+
+    # ---------------------------------------------------------- resolution
+
+    async def _resolve(self, key: OpKey, want: PodToMount, vol: VolumeToMount) -> None:
+        """Ask a ResolvingPlugin which plugin serves the volume; the next pass
+        sets it up there (or adopts the dir found on disk for it)."""
+        plugin = vol.plugin
+        assert isinstance(plugin, ResolvingPlugin)
+        res: Resolution | None = None
+        error = ""
+        try:
+            res = await plugin.resolve(want.pod, vol.spec)
+        except asyncio.CancelledError:
+            self.ops.finish(key)
+            raise
+        except VolumeError as err:
+            error = str(err)
+        except Exception as err:
+            log.exception("volume %s of pod %s: resolve raised", vol.name, want.uid)
+            error = str(err) or type(err).__name__
+        self.ops.finish(key)
+        if self.dsw.pods.get(want.uid) is not want:
+            self.ops.succeeded(key, MOUNT)
+            return
+        if not error and res is not None:
+            error = self._apply_resolution(want, vol, res)
+        if error:
+            self._mount_failed(key, want, vol, error, RESOLVE_BACKOFF)
+        else:
+            self.ops.succeeded(key, MOUNT)
+            vol.resolved = True
+            self._claim_found(want, vol)
+        self._mark_dirty(want.uid)
+
+    def _apply_resolution(self, want: PodToMount, vol: VolumeToMount, res: Resolution) -> str:
+        """Hand the volume to the plugin named; an error text when it cannot be."""
+        target = self._by_name.get(res.plugin_name)
+        if target is None:
+            return f'volume plugin "{res.plugin_name}" is not available in this kubelet'
+        key = (res.plugin_name, res.dir_name)
+        clash = next((v.name for v in want.volumes.values() if v is not vol and v.key == key), None)
+        if clash is not None:
+            return f"volume {vol.name} and volume {clash} use the same directory {res.dir_name}"
+        try:
+            dir = self.host.pod_volume_dir(want.uid, res.plugin_name, res.dir_name)
+        except ValueError as err:
+            return str(err)
+        vol.plugin, vol.plugin_name, vol.spec = target, res.plugin_name, res.spec
+        vol.dir_name = res.dir_name
+        vol.dir = dir
+        return ""
 
     # ----------------------------------------------------------- tear-down
 
@@ -415,8 +511,10 @@ class VolumeManagerImpl:
         loop = asyncio.get_running_loop()
         try:
             # subPath mounts first: they hold the volume's content.
+            # A claim's dir is named after its PV; its subPaths after the pod's volume.
+            outer = entry.volume.name if entry.volume is not None else entry.name
             try:
-                await loop.run_in_executor(None, clean_subpaths, pod_dir, entry.name)
+                await loop.run_in_executor(None, clean_subpaths, pod_dir, outer)
             except OSError as err:
                 raise VolumeError(f"error cleaning subPath mounts: {err}") from err
             if plugin is not None:
@@ -429,7 +527,7 @@ class VolumeManagerImpl:
             raise
         except VolumeError as err:
             error = str(err)
-        except Exception as err:
+        except Exception as err:  # a plugin bug must not kill the reconciler: retried
             log.exception("volume %s of pod %s: tear-down raised", entry.name, uid)
             error = str(err) or type(err).__name__
         self.ops.observe(key, UNMOUNT, error, self.ops.finish(key))
@@ -465,7 +563,9 @@ class VolumeManagerImpl:
             dir = self.host.pod_volume_dir(uid, plugin.name, name)
         except ValueError as err:
             return VolumeToMount(name, spec, None, "", "", unsupported=str(err))
-        return VolumeToMount(name, spec, plugin, plugin.name, dir)
+        return VolumeToMount(
+            name, spec, plugin, plugin.name, dir, resolved=not isinstance(plugin, ResolvingPlugin)
+        )
 
     def _add_found(self, fv: FoundVolume) -> int:
         have = self.asw.pods.setdefault(fv.pod_uid, PodMounts())
@@ -495,15 +595,22 @@ class VolumeManagerImpl:
         ):
             entry.state = State.UNCERTAIN  # set up again over it
             return
-        assert have is not None
-        entry.state = State.MOUNTED
-        have.entries.pop(("", vol.name), None)
-        entry.volume = MountedVolume(
+        adopted = MountedVolume(
             name=vol.name,
             host_path=entry.dir,
             read_only=plugin.read_only,
             selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
         )
+        if isinstance(plugin, DirMountPlugin):
+            found = plugin.adopt(vol.spec, entry.dir)
+            if found is None:
+                entry.state = State.UNCERTAIN  # set up again over it
+                return
+            adopted = found
+        assert have is not None
+        entry.state = State.MOUNTED
+        have.entries.pop(("", vol.name), None)
+        entry.volume = adopted
         if plugin.requires_remount:
             # Its objects may have changed while the kubelet was down.
             vol.remount_requested = True
@@ -521,10 +628,7 @@ class VolumeManagerImpl:
         if want.ready or self._unmounted_names(want):
             return
         want.ready = True
-        try:
-            self.on_pod_ready(want.uid)
-        except Exception:
-            log.exception("on_pod_ready(%s) raised", want.uid)
+        self.on_pod_ready(want.uid)
 
     def _is_unmounted(self, uid: str) -> bool:
         return uid not in self.asw.pods and not self.ops.pod_busy(uid) and uid not in self.dsw.pods
@@ -534,15 +638,18 @@ class VolumeManagerImpl:
             ev = self._unmount_waiters.pop(uid, None)
             if ev is not None:
                 ev.set()
+            self.on_pod_unmounted(uid)
+
+    def volumes_torn_down(self, pod_uid: str) -> bool:
+        """The pod is not wanted and none of its volumes is left mounted
+        (podVolumesExist upstream, negated)."""
+        return self._is_unmounted(pod_uid)
 
     def _event(self, pod: Pod, volume: str, error: str) -> None:
         if self.recorder is None:
             return
         msg = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
-        try:
-            self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
-        except Exception:
-            log.exception("recording FailedMount for pod %s", pod["metadata"].get("name"))
+        self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
 
     def _mark_dirty(self, uid: str) -> None:
         self._dirty.add(uid)
@@ -565,5 +672,5 @@ class VolumeManagerImpl:
 def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
     if not dir:
         return
-    mountutil.unmount_and_remove(dir, "remove", mountinfo)
+    volume_util.unmount_and_remove(dir, "remove", mountinfo)
     mountutil.remove_empty_parents(dir, pod_dir)

@@ -64,10 +64,17 @@ class PendingOperations:
                 del self._per_pod[key[0]]
         return elapsed
 
-    def failed(self, key: OpKey, kind: str, error: str) -> Backoff:
+    def failed(
+        self,
+        key: OpKey,
+        kind: str,
+        error: str,
+        initial: float = INITIAL_BACKOFF,
+        cap: float = MAX_BACKOFF,
+    ) -> Backoff:
         now = self.clock.monotonic()
         prev = self._backoff.get((key, kind))
-        duration = INITIAL_BACKOFF if prev is None else min(prev.duration * 2, MAX_BACKOFF)
+        duration = initial if prev is None else min(prev.duration * 2, cap)
         b = Backoff(until=now + duration, duration=duration, last_error=error)
         self._backoff[(key, kind)] = b
         return b

@@ -129,6 +129,11 @@ class ClusterKubelet:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # The kubelet bind-mounts its root dir onto itself (rshared, as upstream)
+        # and volumes may be left mounted under it: none outlives the test.
+        from kubelet.testing.csi import unmount_all_under
+
+        unmount_all_under(str(self.tmp / "root"))
 
 
 @pytest.fixture(scope="module")

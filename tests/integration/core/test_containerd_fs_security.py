@@ -14,9 +14,9 @@ import pytest
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.testing.images import BUSYBOX_REF
+from kubelet.util import mountutil
 from kubelet.volume.atomic_writer import DATA_DIR, is_ts_name
 from kubelet.volume.configmap import PLUGIN_NAME as CONFIGMAP
-from kubelet.volumemanager import mountutil
 from tests.integration.core.conftest import Node
 
 pytestmark = pytest.mark.containerd

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.volumemanager import mountutil
+from kubelet.util import mountutil
 from tests.integration.core.conftest import Node, _node
 
 

@@ -14,7 +14,7 @@ async def test_unknown_runtime_pod_is_killed_and_quiet_rounds_skip_the_scan(node
     node.write("web", [{"name": "c", "image": "busybox"}])
     await node.wait(lambda: node.phase("web") == "Running", what="web running")
     k = node.kubelet
-    await node.wait(lambda: k.sources_ready.is_set(), what="sources ready")
+    await node.wait(lambda: k.pods.sources_ready.is_set(), what="sources ready")
     # A sandbox this kubelet never asked for (left by a pod deleted while it was down).
     meta = pb.PodSandboxMetadata(name="ghost", namespace="default", uid="ghost-uid")
     lbl = {labels.POD_UID: "ghost-uid", labels.POD_NAME: "ghost", labels.POD_NAMESPACE: "default"}

@@ -150,11 +150,11 @@ async def test_fs_group_change_policy_on_root_mismatch(tmp_path: Path):
 async def test_unsupported_pv_types():
     objects = {
         PVC_PATH: claim(),
-        PV_PATH: pv({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "h"}}),
+        PV_PATH: pv({"nfs": {"server": "s", "path": "/"}}),
     }
     msg = await fails(objects)
     assert msg == (
-        "PersistentVolume pv1 (claim ns/claim) is a csi volume: only hostPath and local "
+        "PersistentVolume pv1 (claim ns/claim) is a nfs volume: only hostPath, local and CSI "
         "persistent volumes are supported by this kubelet"
     )
     objects[PV_PATH] = pv({"local": {"path": "/tmp"}}, volumeMode="Block")
@@ -231,3 +231,62 @@ async def test_through_the_manager(tmp_path: Path):
         await asyncio.sleep(0.01)
     assert await mgr.wait_for_unmount("u1", 1)
     assert tmp_path.is_dir()  # the PV's path is never removed
+
+
+EPH_PATH = "/api/v1/namespaces/ns/persistentvolumeclaims/p-scratch"
+
+
+def _eph_claim(owner_uid: str, controller: bool = True) -> dict[str, Any]:
+    c = claim()
+    c["metadata"]["name"] = "p-scratch"
+    c["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner_uid, "controller": controller}
+    ]
+    return c
+
+
+async def test_generic_ephemeral_volume_uses_the_pods_own_claim(tmp_path: Path):
+    data = tmp_path / "pv"
+    data.mkdir()
+    spec = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+    plugin = PVCPlugin(
+        API({EPH_PATH: _eph_claim("u1"), PV_PATH: pv({"local": {"path": str(data)}})}).get
+    )
+    assert plugin.can_support(spec)
+    mounted = await plugin.set_up_volume(POD, spec, "/unused")
+    assert mounted.host_path == str(data)
+
+
+async def test_generic_ephemeral_claim_not_controlled_by_the_pod_is_refused():
+    spec = {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+    for other in (_eph_claim("someone-else"), _eph_claim("u1", controller=False), claim()):
+        other["metadata"]["name"] = "p-scratch"
+        plugin = PVCPlugin(API({EPH_PATH: other, PV_PATH: pv({"local": {"path": "/"}})}).get)
+        with pytest.raises(VolumeError) as err:
+            await plugin.set_up_volume(POD, spec, "/unused")
+        assert str(err.value) == (
+            "error processing PVC ns/p-scratch: PVC ns/p-scratch was not created for pod ns/p "
+            "(pod is not owner)"
+        )
+
+
+async def test_claim_bound_to_a_csi_pv_resolves_to_the_csi_plugin():
+    csi_pv = pv(
+        {"csi": {"driver": "d.example.com", "volumeHandle": "h"}}, accessModes=["ReadWriteOnce"]
+    )
+    plugin = PVCPlugin(API({PVC_PATH: claim(), PV_PATH: csi_pv}).get)
+    res = await plugin.resolve(POD, vol(read_only=True))
+    assert res is not None
+    assert (res.plugin_name, res.dir_name) == ("kubernetes.io/csi", "pv1")
+    assert res.spec == {
+        "name": "data",
+        "persistentVolume": csi_pv,
+        "readOnly": True,
+        "claim": {"namespace": "ns", "name": "claim"},
+    }
+    local = PVCPlugin(API({PVC_PATH: claim(), PV_PATH: pv({"local": {"path": "/"}})}).get)
+    assert await local.resolve(POD, vol()) is None
+    # An unbound claim is an error to retry, as for set-up.
+    unbound = PVCPlugin(API({PVC_PATH: claim(phase="Pending")}).get)
+    with pytest.raises(VolumeError, match="non-bound phase"):
+        await unbound.resolve(POD, vol())

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from kubelet.util import mountutil
 from kubelet.util.clock import FakeClock
 from kubelet.volume import VolumeError, VolumeHost
 from kubelet.volume.emptydir import EmptyDirPlugin
-from kubelet.volumemanager import mountutil
 from kubelet.volumemanager.manager import VolumeManagerImpl
 from kubelet.volumemanager.operations import MAX_BACKOFF
 
@@ -201,7 +201,7 @@ async def test_unsupported_volume_types(tmp_path: Path):
     await env.settle()
     assert sorted(env.mgr.unmounted_volumes(pod)) == ["eph", "img", "share"]
     assert env.messages() == [
-        'MountVolume.SetUp failed for volume "eph" : ephemeral volumes are not supported by this kubelet',
+        'MountVolume.SetUp failed for volume "eph" : volume type "ephemeral" is not supported by this kubelet',
         'MountVolume.SetUp failed for volume "img" : image volumes are not supported by this kubelet',
         'MountVolume.SetUp failed for volume "share" : volume type "nfs" is not supported by this kubelet',
     ]

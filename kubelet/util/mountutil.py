@@ -1,15 +1,14 @@
-"""Mount syscalls and mount-table reads for the volume code (mount-utils
-upstream). Everything here blocks: callers run it in an executor."""
+"""Mount syscalls, mount-table reads and removal that never crosses a mount
+(mount-utils upstream): below both the volume plugins and the volume manager.
+Everything here blocks: callers run it in an executor."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
 
 from kubelet.util import filesystem
-from kubelet.volume import VolumeError
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -117,41 +116,33 @@ def remove_empty_parents(path: str, stop: str) -> None:
         cur = os.path.dirname(cur)
 
 
-def unmount_and_remove(dir: str, op: str, mountinfo: str = MOUNTINFO) -> None:
-    """Unmount `dir` if something is mounted there, then remove it without ever
-    crossing into another filesystem. VolumeError with upstream's texts; `op` is
-    the syscall the removal error names (unlinkat, remove)."""
-    if not os.path.lexists(dir):
-        return
-    if mount_fstype(dir, mount_table(mountinfo)) is not None:
-        try:
-            umount(dir)
-        except OSError as err:
-            raise VolumeError(
-                f"unmount failed: {lowercase_strerror(err)}\nUnmounting arguments: {dir}"
-            ) from err
-    try:
-        remove_all_one_filesystem(dir)
-    except OSError as err:
-        raise VolumeError(go_path_error(op, err)) from err
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_SHARED = 0x100000
 
 
-def ensure_tmpfs(dir: str, size: int, what: str, mountinfo: str = MOUNTINFO) -> None:
-    """Mount a tmpfs at `dir` unless one is there already (set_up is idempotent).
-    VolumeError naming `what` when this kubelet may not mount here."""
-    if mount_fstype(dir, mount_table(mountinfo)) == "tmpfs":
-        return
-    options = f"size={size}" if size > 0 else ""
+def is_shared_mount(path: str, mountinfo: str = MOUNTINFO) -> bool | None:
+    """Whether the mount exactly at `path` is shared (None: no mount there)."""
+    shared: bool | None = None
     try:
-        mount("tmpfs", dir, "tmpfs", options)
-    except OSError as err:
-        if err.errno in (errno.EPERM, errno.EACCES):
-            raise VolumeError(
-                f"{what} needs a tmpfs mount at {dir}, which this kubelet is not permitted "
-                f"to make here ({lowercase_strerror(err)}: it needs CAP_SYS_ADMIN in the "
-                "host mount namespace)"
-            ) from err
-        raise VolumeError(
-            f"mount failed: {lowercase_strerror(err)}\n"
-            f"Mounting command: mount\nMounting arguments: -t tmpfs -o {options} tmpfs {dir}"
-        ) from err
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                left, _, _ = line.partition(" - ")
+                fields = left.split()
+                if len(fields) >= 6 and _unescape(fields[4]) == path:
+                    shared = any(o.startswith("shared:") for o in fields[6:])
+    except OSError:
+        return None
+    return shared
+
+
+def make_rshared(path: str, mountinfo: str = MOUNTINFO) -> None:
+    """MakeRShared upstream: bind-mount `path` onto itself if it is no mount
+    point, then make it (and everything below) shared. OSError on failure."""
+    path = os.path.realpath(path)
+    state = is_shared_mount(path, mountinfo)
+    if state:
+        return
+    if state is None:
+        mount(path, path, "", "", MS_BIND)
+    mount("none", path, "", "", MS_SHARED | MS_REC)

@@ -1,0 +1,157 @@
+"""The CSI test parts (hack/parts/csi.sh builds them into
+~/.cache/kubelet-py/csi-parts/bin): the project's hostpath-style driver and
+registrar, run here as host processes for tests of the kubelet's CSI code
+without a cluster. In a cluster they run as pods (kubelet.testing.csi_deploy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+
+DRIVER_NAME = "hostpath.csi.kubeletpy.local"
+TOPOLOGY_KEY = "topology.hostpath.csi.kubeletpy.local/node"
+
+
+class Unavailable(Exception):
+    """A CSI part is not built (the message says how to build it)."""
+
+
+def bin_dir() -> str:
+    base = os.environ.get("KUBELET_CACHE", os.path.expanduser("~/.cache/kubelet-py"))
+    return os.path.join(base, "csi-parts", "bin")
+
+
+def binary(name: str) -> str:
+    path = os.path.join(bin_dir(), name)
+    if not os.access(path, os.X_OK):
+        raise Unavailable(f"{path} missing: run hack/parts/csi.sh")
+    return path
+
+
+def _wait_socket(path: str, proc: subprocess.Popen[bytes], log: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            with open(log, errors="replace") as fh:
+                raise Unavailable(f"{os.path.basename(path)}'s server exited: {fh.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise Unavailable(f"{path} did not appear in {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+class _Process:
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _spawn(self, argv: list[str], log: str) -> None:
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """Gone at once, as a crashed driver (its socket stays behind)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+class HostpathDriver(_Process):
+    """csi-hostpath on a socket in `directory`, its volumes in directory/state."""
+
+    def __init__(
+        self,
+        directory: str,
+        node_id: str,
+        name: str = DRIVER_NAME,
+        attach_required: bool = False,
+        max_volumes: int = 0,
+    ) -> None:
+        super().__init__()
+        self.directory = directory
+        self.node_id = node_id
+        self.name = name
+        self.attach_required = attach_required
+        self.max_volumes = max_volumes
+        self.socket = os.path.join(directory, "csi.sock")
+        self.state = os.path.join(directory, "state")
+        self.log = os.path.join(directory, "driver.log")
+
+    def start(self, timeout: float = 30.0) -> HostpathDriver:
+        os.makedirs(self.directory, exist_ok=True)
+        argv = [
+            binary("csi-hostpath"),
+            f"--endpoint=unix://{self.socket}",
+            f"--drivername={self.name}",
+            f"--nodeid={self.node_id}",
+            f"--statedir={self.state}",
+            f"--max-volumes-per-node={self.max_volumes}",
+            f"--attach-required={'true' if self.attach_required else 'false'}",
+            f"--topology-key={TOPOLOGY_KEY}",
+        ]
+        self._spawn(argv, self.log)
+        assert self.proc is not None
+        _wait_socket(self.socket, self.proc, self.log, timeout)
+        return self
+
+    def create_volume(self, name: str, size: int = 1 << 30) -> str:
+        """A provisioned volume, as CreateVolume makes it; returns its ID."""
+        r = subprocess.run(
+            [binary("csi-hostpath"), f"--statedir={self.state}", f"--create-volume={name}",
+             f"--size={size}"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return r.stdout.strip()
+
+    def data_dir(self, volume_id: str) -> str:
+        return os.path.join(self.state, "volumes", volume_id)
+
+    def calls(self, method: str) -> int:
+        """How many calls of a CSI method succeeded (from the driver's log)."""
+        with open(self.log, errors="replace") as fh:
+            return sum(1 for line in fh if line.rstrip().endswith(f"/{method} ok"))
+
+
+class Registrar(_Process):
+    """csi-registrar: registers the driver through the kubelet's registry dir."""
+
+    def __init__(self, directory: str, csi_socket: str, registry_dir: str) -> None:
+        super().__init__()
+        self.csi_socket = csi_socket
+        self.registry_dir = registry_dir
+        self.log = os.path.join(directory, "registrar.log")
+
+    def start(self) -> Registrar:
+        argv = [
+            binary("csi-registrar"),
+            f"--csi-address={self.csi_socket}",
+            f"--kubelet-registration-path={self.csi_socket}",
+            f"--plugin-registration-path={self.registry_dir}",
+        ]
+        self._spawn(argv, self.log)
+        return self
+
+
+def unmount_all_under(directory: str) -> None:
+    """Lazily unmount whatever a test left mounted at or under `directory` (deepest first)."""
+    top = os.path.realpath(directory).rstrip("/")
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4] for line in fh]
+    for p in sorted(
+        (p for p in points if p == top or p.startswith(top + "/")), key=len, reverse=True
+    ):
+        subprocess.run(["umount", "-l", p], capture_output=True, check=False)

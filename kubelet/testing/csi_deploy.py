@@ -1,0 +1,194 @@
+"""The CSI test parts deployed into a test cluster as a real driver is: one
+image built here (busybox, the project's csi-hostpath and csi-registrar, and
+the kubernetes-csi csi-provisioner and csi-attacher, from hack/parts/csi.sh),
+and one pod on the node, as csi-driver-host-path deploys itself: the driver
+(privileged, the kubelet's root dir mounted with Bidirectional propagation),
+the registrar (the kubelet's plugins_registry), the provisioner and, for a
+driver that requires attach, the attacher. Plus the CSIDriver object and a
+StorageClass.
+
+The sidecars talk to the API server with the cluster's admin kubeconfig
+(mounted from the host, the pod on the host network): the test control plane
+runs without service networking.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubelet.testing import images
+from kubelet.testing.csi import DRIVER_NAME, binary
+
+IMAGE = "localhost/kubeletpy/csi-parts:test"
+NAMESPACE = "csi-hostpath"
+STORAGE_CLASS = "csi-hostpath"
+SIDECARS = ("csi-hostpath", "csi-registrar", "csi-provisioner", "csi-attacher")
+
+
+def build_image(path: str) -> str:
+    """The parts' image as an OCI tarball (for `ctr images import`)."""
+    files = {f"bin/{name}": images._read(binary(name)) for name in SIDECARS}
+    layer = images._layer(files, {}, [], {name: 0o755 for name in files})
+    return images.write_oci_tar(path, IMAGE, [images.busybox_layer(), layer], [], ["sh"])
+
+
+@dataclass
+class Deployment:
+    node: str
+    root_dir: str  # the kubelet's --root-dir on the host
+    state_dir: str  # where the driver keeps its volumes on the host
+    kubeconfig: str  # the admin kubeconfig (and its cert files) on the host
+    attach_required: bool = False
+    max_volumes: int = 0
+
+    @property
+    def socket_dir(self) -> str:
+        return os.path.join(self.root_dir, "plugins", DRIVER_NAME)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            self.csidriver(),
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": DRIVER_NAME,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "Immediate",
+                "allowVolumeExpansion": True,
+            },
+            self.pod(),
+        ]
+
+    def csidriver(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": DRIVER_NAME},
+            "spec": {
+                "attachRequired": self.attach_required,
+                "podInfoOnMount": True,
+                "fsGroupPolicy": "File",
+                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+                "storageCapacity": False,
+            },
+        }
+
+    def pod(self) -> dict[str, Any]:
+        def host(name: str, path: str, kind: str = "DirectoryOrCreate") -> dict[str, Any]:
+            return {"name": name, "hostPath": {"path": path, "type": kind}}
+
+        kube_dir = os.path.dirname(os.path.realpath(self.kubeconfig))
+        sidecar_mounts = [
+            {"name": "socket-dir", "mountPath": "/csi"},
+            {"name": "kube", "mountPath": kube_dir, "readOnly": True},
+        ]
+        api_args = ["--csi-address=/csi/csi.sock", f"--kubeconfig={self.kubeconfig}", "--v=3"]
+        containers = [
+            {
+                "name": "hostpath",
+                "image": IMAGE,
+                "command": ["/bin/csi-hostpath"],
+                "args": [
+                    "--endpoint=unix:///csi/csi.sock",
+                    f"--nodeid={self.node}",
+                    f"--statedir={self.state_dir}",
+                    f"--max-volumes-per-node={self.max_volumes}",
+                    f"--attach-required={str(self.attach_required).lower()}",
+                ],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [
+                    {"name": "socket-dir", "mountPath": "/csi"},
+                    {
+                        "name": "kubelet-root",
+                        "mountPath": self.root_dir,
+                        "mountPropagation": "Bidirectional",
+                    },
+                    {"name": "state", "mountPath": self.state_dir},
+                ],
+            },
+            {
+                "name": "registrar",
+                "image": IMAGE,
+                "command": ["/bin/csi-registrar"],
+                "args": [
+                    "--csi-address=/csi/csi.sock",
+                    f"--kubelet-registration-path={self.socket_dir}/csi.sock",
+                    "--plugin-registration-path=/registration",
+                ],
+                "volumeMounts": [
+                    {"name": "socket-dir", "mountPath": "/csi"},
+                    {"name": "registration", "mountPath": "/registration"},
+                ],
+            },
+            {
+                "name": "provisioner",
+                "image": IMAGE,
+                "command": ["/bin/csi-provisioner"],
+                "args": [*api_args, "--feature-gates=Topology=true", "--extra-create-metadata"],
+                "volumeMounts": sidecar_mounts,
+            },
+        ]
+        if self.attach_required:
+            containers.append(
+                {
+                    "name": "attacher",
+                    "image": IMAGE,
+                    "command": ["/bin/csi-attacher"],
+                    "args": api_args,
+                    "volumeMounts": sidecar_mounts,
+                }
+            )
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "csi-hostpath", "namespace": NAMESPACE, "labels": {"app": "csi"}},
+            "spec": {
+                "nodeName": self.node,
+                "hostNetwork": True,
+                "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": 5,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": containers,
+                "volumes": [
+                    host("socket-dir", self.socket_dir),
+                    host("kubelet-root", self.root_dir, "Directory"),
+                    host("registration", os.path.join(self.root_dir, "plugins_registry")),
+                    host("state", self.state_dir),
+                    host("kube", kube_dir, "Directory"),
+                ],
+            },
+        }
+
+
+def apply(kubectl: Any, objects: list[dict[str, Any]]) -> None:
+    """kubectl apply of the objects (kubectl: ControlPlane.kubectl-like)."""
+    doc = {"apiVersion": "v1", "kind": "List", "items": objects}
+    path = f"/tmp/kpy-csi-deploy-{os.getpid()}-{time.monotonic_ns()}.json"
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    try:
+        r = kubectl("apply", "-f", path, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"kubectl apply failed: {r.stderr}")
+    finally:
+        os.unlink(path)
+
+
+def import_image(ctr: Any, tar: str) -> None:
+    """Into containerd's k8s.io namespace (ctr: Containerd.ctr-like)."""
+    ctr("images", "import", "--all-platforms", tar)
+
+
+def registered(kubectl: Any, node: str) -> dict[str, Any] | None:
+    """The driver's entry in the node's CSINode, once registered."""
+    r = kubectl("get", "csinode", node, "-o", "json", check=False)
+    if r.returncode != 0:
+        return None
+    drivers = json.loads(r.stdout).get("spec", {}).get("drivers") or []
+    return next((d for d in drivers if d.get("name") == DRIVER_NAME), None)

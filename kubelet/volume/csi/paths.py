@@ -1,0 +1,204 @@
+"""The CSI on-disk layout, as upstream lays it out (csi_attacher.go,
+csi_mounter.go), and the few file operations on it. Blocking: callers run
+these in an executor.
+
+    <root>/plugins/kubernetes.io/csi/<driver>/<sha256(volume handle)>/globalmount
+    <root>/plugins/kubernetes.io/csi/<driver>/<sha256(volume handle)>/vol_data.json
+    <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount
+    <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/vol_data.json
+
+<name> is the PV's name for a persistent volume and the pod's volume name for
+an inline one. The driver controls what is at `globalmount` and `mount` (it
+mounts there, and may leave anything behind): tear-down only unmounts and
+removes those entries themselves, never follows a link found there and never
+deletes what is inside them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import json
+import os
+import stat
+
+from kubelet.util import mountutil
+from kubelet.volume import VolumeError
+from kubelet.volume.csi import PLUGIN_NAME, validate_driver_name
+
+VOL_DATA = "vol_data.json"
+GLOBAL_MOUNT = "globalmount"
+TARGET = "mount"
+MAX_VOL_DATA = 64 * 1024
+_UMOUNT_NOFOLLOW = 8
+
+# vol_data.json keys (volDataKey upstream).
+SPEC_VOL_ID = "specVolID"
+VOLUME_HANDLE = "volumeHandle"
+DRIVER_NAME = "driverName"
+NODE_NAME = "nodeName"
+ATTACHMENT_ID = "attachmentID"
+LIFECYCLE_MODE = "volumeLifecycleMode"
+PERSISTENT = "Persistent"
+EPHEMERAL = "Ephemeral"
+
+
+def plugin_dir(root_dir: str) -> str:
+    return os.path.join(root_dir, "plugins", PLUGIN_NAME)
+
+
+def handle_digest(volume_handle: str) -> str:
+    return hashlib.sha256(volume_handle.encode()).hexdigest()
+
+
+def device_mount_path(root_dir: str, driver: str, volume_handle: str) -> str:
+    """The staging (global) mount of a persistent volume on this node."""
+    why = validate_driver_name(driver)
+    if why:
+        raise VolumeError(why)
+    if not volume_handle:
+        raise VolumeError("makeDeviceMountPath failed, volume handle is empty")
+    return os.path.join(plugin_dir(root_dir), driver, handle_digest(volume_handle), GLOBAL_MOUNT)
+
+
+def attachment_name(volume_handle: str, driver: str, node: str) -> str:
+    """The VolumeAttachment's name for this volume on this node (getAttachmentName)."""
+    return "csi-" + hashlib.sha256(f"{volume_handle}{driver}{node}".encode()).hexdigest()
+
+
+def inline_volume_handle(pod_uid: str, volume_name: str) -> str:
+    """The handle of an inline ephemeral volume (makeVolumeHandle)."""
+    return "csi-" + hashlib.sha256(f"{pod_uid}{volume_name}".encode()).hexdigest()
+
+
+def check_dir_name(name: str) -> str:
+    """A PV or pod volume name, as a single path component under the pod's
+    volumes dir. The API server validates both; this refuses what could
+    escape the dir anyway."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name or len(name) > 253:
+        raise VolumeError(f"invalid volume name {name!r} for a CSI volume directory")
+    return name
+
+
+# ------------------------------------------------------------ vol_data.json
+
+
+def save_vol_data(dir: str, data: dict[str, str]) -> None:
+    """Write dir/vol_data.json by rename, so a kubelet killed meanwhile leaves
+    the old file or the new one. Not fsynced (nor is upstream's): a power loss
+    may leave an empty file, which reconstruction reports and skips."""
+    tmp = os.path.join(dir, "." + VOL_DATA + ".tmp")
+    raw = json.dumps(data, sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        os.write(fd, raw)
+    finally:
+        os.close(fd)
+    os.rename(tmp, os.path.join(dir, VOL_DATA))
+
+
+def load_vol_data(dir: str) -> dict[str, str]:
+    """dir/vol_data.json; FileNotFoundError when absent, VolumeError when unusable."""
+    path = os.path.join(dir, VOL_DATA)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ENOENT:
+            raise FileNotFoundError(path) from err
+        raise VolumeError(f"failed to open volume data file [{path}]: {err.strerror}") from err
+    try:
+        raw = os.read(fd, MAX_VOL_DATA + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = json.loads(raw) if len(raw) <= MAX_VOL_DATA else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in doc.items()
+    ):
+        raise VolumeError(f"volume data file [{path}] is not a JSON object of strings")
+    why = validate_driver_name(doc.get(DRIVER_NAME, ""))
+    if why:
+        raise VolumeError(f"volume data file [{path}]: {why}")
+    return doc
+
+
+# -------------------------------------------------------------- tear-down
+
+
+def is_mount_point(path: str, table: dict[str, str]) -> bool:
+    """Whether something is mounted exactly at `path`. Only the parent is
+    resolved: the last component is the driver's and is never followed."""
+    parent = os.path.realpath(os.path.dirname(path))
+    return os.path.join(parent, os.path.basename(path)) in table
+
+
+def mounts_below(path: str, table: dict[str, str]) -> list[str]:
+    parent = os.path.realpath(os.path.dirname(path))
+    prefix = os.path.join(parent, os.path.basename(path)) + "/"
+    return sorted(m for m in table if m.startswith(prefix))
+
+
+def _umount_nofollow(path: str) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if libc.umount2(os.fsencode(path), _UMOUNT_NOFOLLOW) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+
+
+def unmount(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+    """Unmount whatever is stacked at `path` (never following a link there)."""
+    for _ in range(16):
+        if not is_mount_point(path, mountutil.mount_table(mountinfo)):
+            return
+        try:
+            _umount_nofollow(path)
+        except OSError as err:
+            raise VolumeError(
+                f"unmount failed: {mountutil.lowercase_strerror(err)}\nUnmounting arguments: {path}"
+            ) from err
+    raise VolumeError(f"{path} is still mounted after 16 unmounts")
+
+
+def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+    """removeMountDir upstream: once nothing is mounted at or under `path`,
+    remove it (a link is unlinked, a directory removed only when empty),
+    then the vol_data.json beside it and the dir holding both. A mount still
+    there, or content left in the dir, is an error: nothing is deleted then."""
+    table = mountutil.mount_table(mountinfo)
+    if is_mount_point(path, table):
+        raise VolumeError(f"{path} is still mounted")
+    below = mounts_below(path, table)
+    if below:
+        raise VolumeError(f"{path} has mounts under it: {', '.join(below[:3])}")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    try:
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)
+        elif st is not None:
+            os.unlink(path)
+    except OSError as err:
+        raise VolumeError(
+            f"failed to remove dir [{path}]: {mountutil.lowercase_strerror(err)}"
+        ) from err
+    parent = os.path.dirname(path)
+    leftovers = (
+        (os.path.join(parent, VOL_DATA), os.unlink),
+        (os.path.join(parent, "." + VOL_DATA + ".tmp"), os.unlink),
+        (parent, os.rmdir),
+    )
+    for p, remove in leftovers:
+        try:
+            remove(p)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise VolumeError(
+                f"failed to remove [{p}]: {mountutil.lowercase_strerror(err)}"
+            ) from err

@@ -1,0 +1,435 @@
+"""The CSI volume plugin (csi_plugin.go, csi_mounter.go upstream).
+
+set_up_at: record the volume in `<dir>/vol_data.json`, stage it once for the
+node if it is persistent and the driver stages (waiting for attach first when
+the driver requires it), then NodePublish it at `<dir>/mount` and apply the
+pod's fsGroup when the driver leaves that to the kubelet. tear_down:
+NodeUnpublish, remove the dirs (never what is in them), and unstage once the
+last pod using the volume is done. After a restart, reconstruct() reads the
+disk first, so mounted volumes are adopted and the staged ones counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kubelet.client.rest import APIClient
+from kubelet.token.manager import TokenManager
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumeSpec, ownership
+from kubelet.volume.csi import PLUGIN_NAME, attach, csidriver, paths, requests, source
+from kubelet.volume.csi.api import csi_pb2 as pb
+from kubelet.volume.csi.client import (
+    GET_VOLUME_STATS,
+    SINGLE_NODE_MULTI_WRITER,
+    STAGE_UNSTAGE,
+    VOLUME_MOUNT_GROUP,
+    CSIClient,
+    CSIError,
+)
+from kubelet.volume.csi.drivers import DriversStore
+from kubelet.volume.csi.source import CSIVolume
+from kubelet.volume.csi.staging import StagedVolume, StagingManager
+from kubelet.volume.metrics import VolumeUsage
+
+log = logging.getLogger(__name__)
+
+# How long a staging waits for the node status to carry the volume in volumesInUse.
+REPORT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class FoundDir:
+    """A pod's CSI volume dir found on disk at start."""
+
+    data: dict[str, str]
+    mounted: bool
+
+
+class CSIPlugin:
+    name = PLUGIN_NAME
+    # Remounts re-check expansion and republish for drivers that ask to.
+    requires_remount = True
+    # Not read-only as a plugin: each volume's readOnly is in its MountedVolume.
+    read_only = False
+    selinux_relabel = False
+
+    def __init__(
+        self,
+        host: VolumeHost,
+        drivers: DriversStore,
+        csidrivers: csidriver.CSIDrivers,
+        staging: StagingManager,
+        api: APIClient | None,
+        tokens: TokenManager | None = None,
+        mountinfo: str = mountutil.MOUNTINFO,
+        expander: Callable[..., Any] | None = None,
+        volume_health: bool = False,
+    ) -> None:
+        self.host = host
+        self.root = os.path.realpath(host.root_dir)
+        self.drivers = drivers
+        self.csidrivers = csidrivers
+        self.staging = staging
+        self.api = api
+        self.tokens = tokens
+        self.mountinfo = mountinfo
+        self.expander = expander
+        # CSIVolumeHealth: report the driver's volume condition in the summary.
+        self.volume_health = volume_health
+        self._found: dict[str, FoundDir] = {}
+        self._warned: set[str] = set()
+
+    def can_support(self, spec: VolumeSpec) -> bool:
+        return source.is_csi_spec(spec)
+
+    # ------------------------------------------------------------- set-up
+
+    async def set_up(self, pod: Pod, spec: VolumeSpec, dir: str) -> None:
+        await self.set_up_at(pod, spec, dir, remount=False)
+
+    async def set_up_at(self, pod: Pod, spec: VolumeSpec, dir: str, remount: bool) -> MountedVolume:
+        vol = source.from_spec(pod, spec)
+        if os.path.basename(dir) != vol.dir_name:
+            raise VolumeError(f"CSI volume dir {dir} does not match volume {vol.dir_name}")
+        target = os.path.join(dir, paths.TARGET)
+        mounted = MountedVolume(name=str(spec["name"]), host_path=target, read_only=vol.read_only)
+        driver = await self.csidrivers.get(vol.driver)
+        if remount:
+            await self._remount(pod, vol, driver, target)
+            return mounted
+        if vol.volume_mode == "Block":
+            raise VolumeError(
+                f"volume {vol.dir_name} has volumeMode Block: raw block CSI volumes are not "
+                "supported by this kubelet yet"
+            )
+        modes = csidriver.lifecycle_modes(driver)
+        if vol.mode not in modes:
+            why = " (no CSIDriver object)" if driver is None else f" (only supports {modes})"
+            raise VolumeError(f'volume mode "{vol.mode}" not supported by driver {vol.driver}{why}')
+        policy = csidriver.fs_group_policy(driver)
+        client = self.drivers.client(vol.driver)
+        caps = await client.node_capabilities()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._write_vol_data, dir, vol)
+        staging_path, ctx = "", dict[str, str]()
+        if vol.persistent:
+            staged = self.staging.add_user(vol.driver, vol.handle, (_uid(pod), vol.dir_name))
+            staging_path, ctx = await self._stage(pod, vol, driver, client, caps, staged)
+        await self._publish(pod, vol, driver, client, caps, staging_path, ctx, target)
+        fs_group = requests.fs_group_of(pod)
+        if VOLUME_MOUNT_GROUP not in caps and requests.applies_fs_group(vol, fs_group, policy):
+            assert fs_group is not None
+            change = ((pod.get("spec") or {}).get("securityContext") or {}).get(
+                "fsGroupChangePolicy"
+            )
+            await loop.run_in_executor(
+                None, ownership.set_volume_ownership, target, fs_group, change
+            )
+        self._warn_unimplemented(vol.driver, driver)
+        return mounted
+
+    def _write_vol_data(self, dir: str, vol: CSIVolume) -> None:
+        os.makedirs(dir, mode=0o750, exist_ok=True)
+        node = self.host.node_name
+        paths.save_vol_data(
+            dir,
+            {
+                paths.SPEC_VOL_ID: vol.dir_name,
+                paths.VOLUME_HANDLE: vol.handle,
+                paths.DRIVER_NAME: vol.driver,
+                paths.NODE_NAME: node,
+                paths.ATTACHMENT_ID: paths.attachment_name(vol.handle, vol.driver, node),
+                paths.LIFECYCLE_MODE: vol.mode,
+            },
+        )
+
+    async def _stage(
+        self,
+        pod: Pod,
+        vol: CSIVolume,
+        driver: csidriver.CSIDriverSpec | None,
+        client: CSIClient,
+        caps: frozenset[int],
+        staged: StagedVolume,
+    ) -> tuple[str, dict[str, str]]:
+        """(staging path, publish context) for a persistent volume."""
+        # The attachment's metadata is every publish's context, so it is read
+        # for each pod (after a restart too), not only for the staging.
+        ctx = await self._attach(vol) if csidriver.attach_required(driver) else {}
+        if STAGE_UNSTAGE not in caps:
+            return "", ctx
+
+        async def stage(path: str) -> dict[str, str]:
+            group = requests.fs_group_of(pod)
+            mount_group = str(group) if group is not None and VOLUME_MOUNT_GROUP in caps else ""
+            req = pb.NodeStageVolumeRequest(
+                volume_id=vol.handle,
+                publish_context=ctx,
+                staging_target_path=path,
+                volume_capability=requests.capability(
+                    vol, SINGLE_NODE_MULTI_WRITER in caps, mount_group
+                ),
+                secrets=await requests.secrets(self.api, vol.stage_secret, "NodeStageSecretRef"),
+                volume_context=vol.attributes,
+            )
+            await client.node_stage(req)
+            log.info("Volume %s staged at %s", vol.handle, path)
+            return ctx
+
+        path, _ = await self.staging.stage(staged, client, stage)
+        return path, ctx
+
+    async def _attach(self, vol: CSIVolume) -> dict[str, str]:
+        if self.api is None:
+            raise VolumeError(f"volume {vol.handle} needs attaching, which needs an API server")
+        await self.staging.wait_reported(vol.driver, vol.handle, REPORT_TIMEOUT)
+        return await attach.wait_for_attach(self.api, vol.driver, vol.handle, self.host.node_name)
+
+    async def _publish(
+        self,
+        pod: Pod,
+        vol: CSIVolume,
+        driver: csidriver.CSIDriverSpec | None,
+        client: CSIClient,
+        caps: frozenset[int],
+        staging_path: str,
+        ctx: dict[str, str],
+        target: str,
+    ) -> None:
+        group = requests.fs_group_of(pod)
+        mount_group = str(group) if group is not None and VOLUME_MOUNT_GROUP in caps else ""
+        req = pb.NodePublishVolumeRequest(
+            volume_id=vol.handle,
+            publish_context=ctx,
+            staging_target_path=staging_path,
+            target_path=target,
+            volume_capability=requests.capability(
+                vol, SINGLE_NODE_MULTI_WRITER in caps, mount_group
+            ),
+            readonly=vol.read_only,
+            secrets=await requests.secrets(self.api, vol.publish_secret, "NodePublishSecretRef"),
+            volume_context=await requests.volume_context(pod, vol, driver, self.tokens),
+        )
+        try:
+            await client.node_publish(req)
+        except CSIError as err:
+            if err.final:
+                # Nothing is mounted: the target the driver may have made goes;
+                # vol_data.json stays for the tear-down to find the volume by.
+                await asyncio.get_running_loop().run_in_executor(None, self._remove_target, target)
+            raise
+
+    def _remove_target(self, target: str) -> None:
+        table = mountutil.mount_table(self.mountinfo)
+        if paths.is_mount_point(target, table) or paths.mounts_below(target, table):
+            return
+        try:
+            os.rmdir(target)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            log.warning("Could not remove %s after a failed NodePublish: %s", target, err)
+
+    async def _remount(
+        self, pod: Pod, vol: CSIVolume, driver: csidriver.CSIDriverSpec | None, target: str
+    ) -> None:
+        """The periodic call on a mounted volume: finish a pending expansion."""
+        if self.expander is not None and vol.persistent:
+            await self.expander(pod, vol, target)
+
+    def _warn_unimplemented(self, name: str, driver: csidriver.CSIDriverSpec | None) -> None:
+        if name in self._warned:
+            return
+        self._warned.add(name)
+        if csidriver.requires_republish(driver):
+            log.warning(
+                "CSIDriver %s sets requiresRepublish: this kubelet does not call NodePublishVolume "
+                "again on mounted volumes (not implemented yet)", name,
+            )  # fmt: skip
+        if (driver or {}).get("seLinuxMount"):
+            log.warning(
+                "CSIDriver %s sets seLinuxMount: this kubelet does not pass SELinux mount "
+                "options (not implemented yet)", name,
+            )  # fmt: skip
+
+    # ---------------------------------------------------------- tear-down
+
+    async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
+        loop = asyncio.get_running_loop()
+        target = os.path.join(dir, paths.TARGET)
+        try:
+            data = await loop.run_in_executor(None, paths.load_vol_data, dir)
+        except FileNotFoundError:
+            # No record: a set-up that failed before writing it published nothing.
+            await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
+            return
+        driver, handle = data[paths.DRIVER_NAME], data.get(paths.VOLUME_HANDLE, "")
+        d = self.drivers.get(driver)
+        if d is not None:
+            await d.client.node_unpublish(handle, target)
+        elif await loop.run_in_executor(None, os.path.lexists, target):
+            raise VolumeError(
+                f"kubernetes.io/csi: driver name {driver} not found in the list of registered "
+                "CSI drivers: cannot unpublish"
+            )
+        await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
+        self._found.pop(dir, None)
+        if data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
+            user = (pod_uid, os.path.basename(dir))
+            await self.staging.remove_user(driver, handle, user, d.client if d else None)
+
+    # -------------------------------------------------------------- stats
+
+    def volume_stats(
+        self, name: str, path: str
+    ) -> Callable[[], Coroutine[Any, Any, VolumeUsage | None]] | None:
+        """The query of a CSI volume's usage from its driver, None for other volumes."""
+        if os.path.basename(path) != paths.TARGET:
+            return None
+        if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
+            return None
+        return functools.partial(self._stats, name, path)
+
+    async def _stats(self, name: str, path: str) -> VolumeUsage | None:
+        loop = asyncio.get_running_loop()
+        data = await loop.run_in_executor(None, paths.load_vol_data, os.path.dirname(path))
+        d = self.drivers.get(data[paths.DRIVER_NAME])
+        if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
+            return None  # as upstream: no usage for a driver that does not report it
+        st = await d.client.node_get_volume_stats(data.get(paths.VOLUME_HANDLE, ""), path)
+        return VolumeUsage(
+            name=name,
+            used_bytes=st.used_bytes or 0,
+            inodes_used=st.inodes_used or 0,
+            capacity_bytes=st.capacity_bytes or 0,
+            available_bytes=st.available_bytes or 0,
+            inodes=st.inodes or 0,
+            inodes_free=st.inodes_free or 0,
+            abnormal=st.abnormal if self.volume_health else None,
+        )
+
+    # ----------------------------------------------------- reconstruction
+
+    def adopt(self, spec: VolumeSpec, dir: str) -> MountedVolume | None:
+        found = self._found.get(dir)
+        if found is None or not found.mounted:
+            return None
+        # Only the pod's UID is known from the dir; no spec is read.
+        pod: Pod = {
+            "metadata": {"uid": _pod_uid_of(dir, self.host.root_dir)},
+            "spec": {"containers": []},
+        }
+        try:
+            vol = source.from_spec(pod, spec)
+        except VolumeError:
+            return None
+        d = found.data
+        if d.get(paths.DRIVER_NAME) != vol.driver or d.get(paths.VOLUME_HANDLE) != vol.handle:
+            return None
+        return MountedVolume(
+            name=str(spec["name"]),
+            host_path=os.path.join(dir, paths.TARGET),
+            read_only=vol.read_only,
+        )
+
+    async def reconstruct(self) -> None:
+        """Read the CSI dirs on disk (before the volume manager's own pass)."""
+        loop = asyncio.get_running_loop()
+        pods, staged = await loop.run_in_executor(
+            None, scan_disk, self.host.root_dir, self.mountinfo
+        )
+        for dir, found in pods.items():
+            self._found[dir] = found
+            if found.data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
+                uid = _pod_uid_of(dir, self.host.root_dir)
+                self.staging.add_user(
+                    found.data[paths.DRIVER_NAME],
+                    found.data.get(paths.VOLUME_HANDLE, ""),
+                    (uid, os.path.basename(dir)),
+                )
+        for driver, handle, path in staged:
+            self.staging.found_staged(driver, handle, path)
+        log.info("CSI: %d pod volume dirs and %d staged volumes found on disk",
+                 len(pods), len(staged))  # fmt: skip
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Unstage what no pod uses any more (left by failures or a restart)."""
+        while not stop.is_set():
+            self.staging.wake.clear()
+            timeout = await self.staging.retry_unstage(self._client_or_none)
+            waiters = {
+                asyncio.ensure_future(stop.wait()),
+                asyncio.ensure_future(self.staging.wake.wait()),
+                asyncio.ensure_future(self.drivers.changed.wait()),
+            }
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+
+    def _client_or_none(self, driver: str) -> CSIClient | None:
+        d = self.drivers.get(driver)
+        return d.client if d is not None else None
+
+
+_ESCAPED_PLUGIN = PLUGIN_NAME.replace("/", "~")
+
+
+def _uid(pod: Pod) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+def _pod_uid_of(dir: str, root_dir: str) -> str:
+    # <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>
+    rel = os.path.relpath(dir, os.path.join(root_dir, "pods"))
+    return rel.split("/", 1)[0]
+
+
+def scan_disk(
+    root_dir: str, mountinfo: str = mountutil.MOUNTINFO
+) -> tuple[dict[str, FoundDir], list[tuple[str, str, str]]]:
+    """Pod CSI volume dirs with a readable vol_data.json (and whether their
+    `mount` is mounted), and staging dirs with theirs: (driver, handle, path)."""
+    table = mountutil.mount_table(mountinfo)
+    pods: dict[str, FoundDir] = {}
+    escaped = PLUGIN_NAME.replace("/", "~")
+    pods_root = os.path.join(root_dir, "pods")
+    for uid in _subdirs(pods_root):
+        vdir = os.path.join(pods_root, uid, "volumes", escaped)
+        for name in _subdirs(vdir):
+            dir = os.path.join(vdir, name)
+            try:
+                data = paths.load_vol_data(dir)
+            except (FileNotFoundError, VolumeError) as err:
+                log.warning("CSI volume dir %s has no usable vol_data.json: %s", dir, err)
+                continue
+            pods[dir] = FoundDir(data, paths.is_mount_point(os.path.join(dir, paths.TARGET), table))
+    staged: list[tuple[str, str, str]] = []
+    pdir = paths.plugin_dir(root_dir)
+    for driver in _subdirs(pdir):
+        for digest in _subdirs(os.path.join(pdir, driver)):
+            dir = os.path.join(pdir, driver, digest)
+            try:
+                data = paths.load_vol_data(dir)
+            except (FileNotFoundError, VolumeError):
+                continue
+            handle = data.get(paths.VOLUME_HANDLE, "")
+            if data[paths.DRIVER_NAME] != driver or paths.handle_digest(handle) != digest:
+                log.warning("Staging dir %s does not match its vol_data.json; left alone", dir)
+                continue
+            staged.append((driver, handle, os.path.join(dir, paths.GLOBAL_MOUNT)))
+    return pods, staged
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []

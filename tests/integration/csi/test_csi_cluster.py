@@ -1,0 +1,242 @@
+"""A CSI volume end to end on a real one-node cluster: kube-apiserver,
+kube-controller-manager with the storage controllers (PV binder,
+attach-detach, ephemeral volumes), containerd with runc, our kubelet, and
+the CSI parts deployed as a pod (hack/parts/csi.sh): the project's
+csi-hostpath driver and registrar, external-provisioner and
+external-attacher. The driver requires attach, so the whole chain runs:
+registration -> CSINode; PVC -> CreateVolume; pod -> VolumeAttachment ->
+ControllerPublish; volumesInUse -> NodeStage -> NodePublish; the data a pod
+wrote is there for the next pod; deleting the pod unpublishes, unstages and
+lets the controller detach."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.testing import csi as parts
+from kubelet.testing import csi_deploy
+from kubelet.testing.containerd import Containerd
+from kubelet.testing.controlplane import STORAGE_CONTROLLERS, ControlPlane, Unavailable
+from kubelet.testing.parts import starting, tail_of
+from kubelet.util import mountutil
+from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
+
+NODE = "py-csi-node"
+
+
+class Env:
+    def __init__(self, cp: ControlPlane, k: ClusterKubelet, root: Path, state: Path) -> None:
+        self.cp, self.k, self.root, self.state = cp, k, root, state
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        csi_deploy.apply(self.cp.kubectl, list(objects))
+
+
+@pytest.fixture(scope="module")
+def env(containerd: Containerd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    with starting("CSI test parts", parts.Unavailable):
+        for name in csi_deploy.SIDECARS:
+            parts.binary(name)
+    cp_dir = tmp_path_factory.mktemp("csi-cp")
+    with starting("control plane", Unavailable, log_tail=lambda: tail_of(cp_dir / "logs")):
+        cp = ControlPlane(
+            str(cp_dir), controllers=True, extra_controllers=STORAGE_CONTROLLERS
+        ).start()
+    # Short: the registration and driver sockets live under the root dir.
+    tmp = Path(tempfile.mkdtemp(prefix="kpycsi-", dir="/tmp"))
+    k = ClusterKubelet(cp, tmp, containerd, node_name=NODE, config={"cgroupsPerQOS": True})  # type: ignore[arg-type]
+    e = Env(cp, k, tmp / "root", tmp / "csi-state")
+    try:
+        wait_for("the node to be Ready", lambda: _ready(e), timeout=120)
+        tar = csi_deploy.build_image(str(tmp / "csi-parts.tar"))
+        csi_deploy.import_image(containerd.ctr, tar)
+        dep = csi_deploy.Deployment(
+            NODE, str(e.root), str(e.state), cp.admin_kubeconfig, attach_required=True
+        )
+        e.apply(*dep.manifests())
+        wait_for("the driver to register", lambda: csi_deploy.registered(cp.kubectl, NODE), 180)
+        yield e
+    finally:
+        cp.kubectl("delete", "pods", "--all", "-n", "default", "--wait=false", check=False)
+        cp.kubectl("delete", "pvc", "--all", "-n", "default", "--wait=false", check=False)
+        k.stop()
+        cp.stop()
+        print(f"kubelet log: {k.log}")
+        parts.unmount_all_under(str(tmp))
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ready(e: Env) -> bool:
+    if e.k.proc.poll() is not None:
+        raise RuntimeError(f"kubelet exited: {e.k.log.read_text()[-3000:]}")
+    conds = e.json("get", "node", NODE)["status"]["conditions"]
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def pvc(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": csi_deploy.STORAGE_CLASS,
+            "resources": {"requests": {"storage": "1Mi"}},
+        },
+    }
+
+
+def pod(name: str, claim: str, command: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", command],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            **spec,
+        },
+    }
+
+
+def phase(e: Env, name: str) -> str:
+    return str(e.json("get", "pod", name, "-n", "default")["status"].get("phase", ""))
+
+
+def gone(e: Env, *args: str) -> bool:
+    return e.cp.kubectl("get", *args, check=False).returncode != 0
+
+
+def mounted(path: Path) -> bool:
+    return str(path) in mountutil.mount_table()
+
+
+def test_driver_registration_writes_the_node_info(env: Env) -> None:
+    entry = csi_deploy.registered(env.cp.kubectl, NODE)
+    assert entry is not None
+    assert entry["nodeID"] == NODE
+    assert entry["topologyKeys"] == [parts.TOPOLOGY_KEY]
+    node = env.json("get", "node", NODE)
+    assert node["metadata"]["labels"][parts.TOPOLOGY_KEY] == NODE
+    ids = json.loads(node["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"])
+    assert ids == {parts.DRIVER_NAME: NODE}
+    csinode = env.json("get", "csinode", NODE)
+    assert csinode["metadata"]["ownerReferences"][0]["kind"] == "Node"
+
+
+def test_provisioned_volume_outlives_its_pod_and_is_unmounted_on_delete(env: Env) -> None:
+    env.apply(pvc("data"))
+    claim = wait_for(
+        "the claim to be bound",
+        lambda: (
+            (c := env.json("get", "pvc", "data", "-n", "default"))["status"].get("phase") == "Bound"
+            and c
+        ),
+        timeout=120,
+    )
+    pv_name = claim["spec"]["volumeName"]
+    handle = env.json("get", "pv", pv_name)["spec"]["csi"]["volumeHandle"]
+    unique = f"kubernetes.io/csi/{parts.DRIVER_NAME}^{handle}"
+
+    env.apply(pod("writer", "data", "echo hello > /data/f && sleep 3600"))
+    wait_for("the writer to run", lambda: phase(env, "writer") == "Running", timeout=180)
+    uid = env.json("get", "pod", "writer", "-n", "default")["metadata"]["uid"]
+    r = env.cp.kubectl("exec", "writer", "-n", "default", "--", "cat", "/data/f")
+    assert r.stdout == "hello\n"
+    node = env.json("get", "node", NODE)
+    assert unique in node["status"]["volumesInUse"]
+    assert unique in [v["name"] for v in node["status"].get("volumesAttached") or []]
+    va_name = "csi-" + hashlib.sha256(f"{handle}{parts.DRIVER_NAME}{NODE}".encode()).hexdigest()
+    assert env.json("get", "volumeattachment", va_name)["status"]["attached"] is True
+    digest = hashlib.sha256(handle.encode()).hexdigest()
+    staging = env.root / "plugins/kubernetes.io/csi" / parts.DRIVER_NAME / digest
+    target = env.root / "pods" / uid / "volumes/kubernetes.io~csi" / pv_name / "mount"
+    assert mounted(staging / "globalmount") and mounted(target)
+    assert (env.state / "volumes" / handle / "f").read_text() == "hello\n"
+
+    env.cp.kubectl("delete", "pod", "writer", "-n", "default", "--wait=true", "--timeout=120s")
+    # As upstream, the pod object goes only once its volumes are torn down: a
+    # ReadWriteOncePod claim, or the attachment, is free when it is gone.
+    assert not target.parent.exists()
+    assert not staging.exists()
+    wait_for(
+        "volumesInUse to be empty",
+        lambda: unique not in (env.json("get", "node", NODE)["status"].get("volumesInUse") or []),
+        timeout=60,
+    )
+    wait_for("the controller to detach", lambda: gone(env, "volumeattachment", va_name), 120)
+
+    env.apply(pod("reader", "data", "cat /data/f"))
+    wait_for("the reader to finish", lambda: phase(env, "reader") == "Succeeded", timeout=180)
+    logs = env.cp.kubectl("logs", "reader", "-n", "default").stdout
+    assert logs == "hello\n"
+    env.cp.kubectl("delete", "pod", "reader", "-n", "default", "--wait=true", "--timeout=120s")
+    env.cp.kubectl("delete", "pvc", "data", "-n", "default", "--wait=true", "--timeout=120s")
+    wait_for("the PV to be deleted", lambda: gone(env, "pv", pv_name), timeout=120)
+    wait_for(
+        "the driver to delete the volume",
+        lambda: not (env.state / "volumes" / handle).exists(),
+        timeout=60,
+    )
+    assert os.listdir(env.root / "plugins/kubernetes.io/csi" / parts.DRIVER_NAME) == []
+
+
+def test_generic_ephemeral_and_inline_volumes(env: Env) -> None:
+    """The claim the ephemeral-volume controller makes from the pod's template
+    is provisioned, mounted, and goes with the pod; an inline CSI volume is the
+    pod's own (published, never staged) and goes with it too."""
+    p = pod("eph", "unused", "echo x > /data/f && echo y > /inline/f && sleep 3600")
+    p["spec"]["volumes"] = [
+        {
+            "name": "data",
+            "ephemeral": {
+                "volumeClaimTemplate": {
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": csi_deploy.STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Mi"}},
+                    }
+                }
+            },
+        },
+        {"name": "inline", "csi": {"driver": parts.DRIVER_NAME}},
+    ]
+    p["spec"]["containers"][0]["volumeMounts"].append({"name": "inline", "mountPath": "/inline"})
+    env.apply(p)
+    wait_for("the pod to run", lambda: phase(env, "eph") == "Running", timeout=240)
+    claim = env.json("get", "pvc", "eph-data", "-n", "default")
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "eph"
+    uid = env.json("get", "pod", "eph", "-n", "default")["metadata"]["uid"]
+    inline = env.root / "pods" / uid / "volumes/kubernetes.io~csi/inline"
+    assert mounted(inline / "mount")
+    assert json.loads((inline / "vol_data.json").read_text())["volumeLifecycleMode"] == "Ephemeral"
+    env.cp.kubectl("delete", "pod", "eph", "-n", "default", "--wait=true", "--timeout=120s")
+    assert not inline.exists()
+    wait_for(
+        "the claim to be collected", lambda: gone(env, "pvc", "eph-data", "-n", "default"), 120
+    )

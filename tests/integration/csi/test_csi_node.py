@@ -1,0 +1,359 @@
+"""The kubelet's CSI code against the real csi-hostpath driver and registrar
+(hack/parts/csi.sh), without a cluster: registration through the plugin
+manager, staging once per volume and publishing per pod with real bind
+mounts, the upstream on-disk layout, inline ephemeral volumes, and the
+restart: mounted volumes adopted, those of pods gone unpublished and
+unstaged. Claims come from a fake API getter. Needs root (mounts)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.client.rest import APIError
+from kubelet.pluginmanager import CSI_PLUGIN
+from kubelet.pluginmanager.manager import PluginManager, registry_dir
+from kubelet.testing import csi as parts
+from kubelet.testing.parts import part_unavailable, starting
+from kubelet.util import mountutil
+from kubelet.volume import VolumeHost
+from kubelet.volume.csi.csidriver import CSIDrivers
+from kubelet.volume.csi.host import CSIHost
+from kubelet.volume.pvc import PVCPlugin
+from kubelet.volumemanager.manager import VolumeManagerImpl
+
+NODE = "node-1"
+DRIVER = parts.DRIVER_NAME
+CSI_DRIVER_SPEC = {
+    "attachRequired": False,
+    "podInfoOnMount": True,
+    "fsGroupPolicy": "File",
+    "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+}
+
+
+class FakeAPI:
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+
+    async def get(self, path: str) -> Any:
+        if path not in self.objects:
+            raise APIError(404, "NotFound", f"{path} not found")
+        return self.objects[path]
+
+    def bind(self, claim: str, pv: str, handle: str) -> None:
+        self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{claim}"] = {
+            "metadata": {"name": claim, "namespace": "ns", "uid": f"uid-{claim}"},
+            "spec": {"volumeName": pv},
+            "status": {"phase": "Bound"},
+        }
+        self.objects[f"/api/v1/persistentvolumes/{pv}"] = {
+            "metadata": {"name": pv},
+            "spec": {
+                "claimRef": {"namespace": "ns", "name": claim, "uid": f"uid-{claim}"},
+                "accessModes": ["ReadWriteOnce"],
+                "capacity": {"storage": "1Gi"},
+                "csi": {"driver": DRIVER, "volumeHandle": handle},
+            },
+        }
+
+
+def pod(uid: str, *volumes: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"uid": uid, "name": f"pod-{uid}", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c"}], "volumes": list(volumes)},
+    }
+
+
+def claim_vol(name: str, claim: str) -> dict[str, Any]:
+    return {"name": name, "persistentVolumeClaim": {"claimName": claim}}
+
+
+class Node:
+    """One kubelet's CSI parts and volume manager on a root dir."""
+
+    def __init__(
+        self, root: Path, api: FakeAPI, spec: dict[str, Any], volume_health: bool = False
+    ) -> None:
+        self.root = root
+        self.events: list[str] = []
+        self.csi = CSIHost(
+            VolumeHost(str(root), NODE),
+            None,
+            None,
+            csidrivers=CSIDrivers(None, {DRIVER: spec}),
+            volume_health=volume_health,
+        )
+        self.pm = PluginManager(registry_dir(str(root)))
+        self.pm.add_handler(CSI_PLUGIN, self.csi.handler)
+        self.vm = VolumeManagerImpl(
+            VolumeHost(str(root), NODE),
+            [PVCPlugin(api.get), self.csi.plugin],
+            recorder=lambda ref, etype, reason, msg: self.events.append(msg),
+        )
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.csi.start()
+        await self.vm.reconstruct()
+        self.tasks = [
+            asyncio.ensure_future(self.pm.run(self.stop)),
+            asyncio.ensure_future(self.vm.run(self.stop)),
+            *(asyncio.ensure_future(c) for _, c in self.csi.loops(self.stop)),
+        ]
+        await until(lambda: self.csi.drivers.get(DRIVER) is not None)
+
+    async def shutdown(self) -> None:
+        self.stop.set()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def until(cond: Any, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def mounted(path: Path) -> bool:
+    return str(path) in mountutil.mount_table()
+
+
+def staging_dir(root: Path, handle: str) -> Path:
+    digest = hashlib.sha256(handle.encode()).hexdigest()
+    return root / "plugins" / "kubernetes.io" / "csi" / DRIVER / digest
+
+
+def pod_dir(root: Path, uid: str, name: str) -> Path:
+    return root / "pods" / uid / "volumes" / "kubernetes.io~csi" / name
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[Path, parts.HostpathDriver, FakeAPI, Any]]:
+    if os.geteuid() != 0:
+        part_unavailable("CSI test parts", "they bind-mount: needs root")
+    # Short: a Unix socket path has at most 107 bytes.
+    tmp_path = Path(tempfile.mkdtemp(prefix="kpycsi-", dir="/tmp"))
+    root = tmp_path / "root"
+    root.mkdir()
+    with starting("CSI test parts", parts.Unavailable):
+        driver = parts.HostpathDriver(str(tmp_path / "driver"), NODE).start()
+        registrar = parts.Registrar(
+            str(tmp_path / "driver"), driver.socket, registry_dir(str(root))
+        )
+    os.makedirs(registry_dir(str(root)), exist_ok=True)
+    registrar.start()
+    api = FakeAPI()
+    nodes: list[Node] = []
+
+    async def node(spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False) -> Node:
+        n = Node(root, api, spec, volume_health)
+        nodes.append(n)
+        await n.start()
+        return n
+
+    yield root, driver, api, node
+    for n in nodes:
+        await n.shutdown()
+    registrar.stop()
+    driver.stop()
+    parts.unmount_all_under(str(tmp_path))
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+async def test_persistent_volume_staged_once_and_published_per_pod(env):
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-a")
+    api.bind("claim-a", "pv-a", handle)
+    n = await node()
+    a, b = pod("u1", claim_vol("data", "claim-a")), pod("u2", claim_vol("d", "claim-a"))
+    n.vm.add_pod(a)
+    await until(lambda: not n.vm.unmounted_volumes(a))
+    staging = staging_dir(root, handle)
+    assert mounted(staging / "globalmount")
+    assert json.loads((staging / "vol_data.json").read_text()) == {
+        "driverName": DRIVER,
+        "volumeHandle": handle,
+    }
+    target = pod_dir(root, "u1", "pv-a") / "mount"
+    assert mounted(target)
+    assert n.vm.get_mounted_volumes("u1")["data"].host_path == str(target)
+    data = json.loads((target.parent / "vol_data.json").read_text())
+    assert data["specVolID"] == "pv-a" and data["volumeLifecycleMode"] == "Persistent"
+    assert (
+        data["attachmentID"]
+        == "csi-" + hashlib.sha256(f"{handle}{DRIVER}{NODE}".encode()).hexdigest()
+    )
+    (target / "written-by-pod").write_text("hello")
+    assert (Path(driver.data_dir(handle)) / "written-by-pod").read_text() == "hello"
+    assert n.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{handle}"]
+
+    n.vm.add_pod(b)
+    await until(lambda: not n.vm.unmounted_volumes(b))
+    assert driver.calls("NodeStageVolume") == 1
+    assert driver.calls("NodePublishVolume") == 2
+
+    n.vm.remove_pod("u1")
+    assert await n.vm.wait_for_unmount("u1", 30)
+    assert not pod_dir(root, "u1", "pv-a").exists()
+    assert mounted(staging / "globalmount")  # pod u2 still uses it
+    n.vm.remove_pod("u2")
+    assert await n.vm.wait_for_unmount("u2", 30)
+    await until(lambda: not staging.exists())
+    assert driver.calls("NodeUnstageVolume") == 1
+    assert n.csi.volumes_in_use() == []
+    assert (Path(driver.data_dir(handle)) / "written-by-pod").read_text() == "hello"
+
+
+async def test_inline_ephemeral_volume(env):
+    root, driver, _api, node = env
+    n = await node()
+    inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1048576"}}}
+    p = pod("u3", inline)
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    handle = "csi-" + hashlib.sha256(b"u3scratch").hexdigest()
+    target = pod_dir(root, "u3", "scratch") / "mount"
+    assert mounted(target)
+    assert json.loads((target.parent / "vol_data.json").read_text())["volumeHandle"] == handle
+    assert os.path.isdir(driver.data_dir(handle))
+    assert n.csi.volumes_in_use() == []  # not attachable, not staged
+    n.vm.remove_pod("u3")
+    assert await n.vm.wait_for_unmount("u3", 30)
+    assert not os.path.exists(driver.data_dir(handle))  # the driver's ephemeral volume went
+    assert not pod_dir(root, "u3", "scratch").exists()
+
+
+async def test_inline_volume_refused_by_a_persistent_only_driver(env):
+    _root, _driver, _api, node = env
+    n = await node({**CSI_DRIVER_SPEC, "volumeLifecycleModes": ["Persistent"]})
+    p = pod("u4", {"name": "scratch", "csi": {"driver": DRIVER}})
+    n.vm.add_pod(p)
+    await until(lambda: n.events)
+    assert n.events[0] == (
+        'MountVolume.SetUp failed for volume "scratch" : volume mode "Ephemeral" not supported '
+        f"by driver {DRIVER} (only supports ['Persistent'])"
+    )
+
+
+async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env):
+    root, driver, api, node = env
+    for name in ("keep", "gone"):
+        api.bind(f"claim-{name}", f"pv-{name}", driver.create_volume(f"pv-{name}"))
+    first = await node()
+    kept, gone = pod("u5", claim_vol("v", "claim-keep")), pod("u6", claim_vol("v", "claim-gone"))
+    for p in (kept, gone):
+        first.vm.add_pod(p)
+    await until(
+        lambda: not first.vm.unmounted_volumes(kept) and not first.vm.unmounted_volumes(gone)
+    )
+    await first.shutdown()  # the kubelet stops; mounts stay
+    publishes, stages = driver.calls("NodePublishVolume"), driver.calls("NodeStageVolume")
+
+    second = await node()
+    second.vm.add_pod(kept)
+    await until(lambda: not second.vm.unmounted_volumes(kept))
+    assert await second.vm.cleanup_orphaned_pods({"u5"}) == []
+    assert await second.vm.wait_for_unmount("u6", 30)
+    assert driver.calls("NodePublishVolume") == publishes  # adopted, not published again
+    assert driver.calls("NodeStageVolume") == stages
+    assert mounted(pod_dir(root, "u5", "pv-keep") / "mount")
+    assert not pod_dir(root, "u6", "pv-gone").exists()
+    gone_handle = api.objects["/api/v1/persistentvolumes/pv-gone"]["spec"]["csi"]["volumeHandle"]
+    keep_handle = api.objects["/api/v1/persistentvolumes/pv-keep"]["spec"]["csi"]["volumeHandle"]
+    await until(lambda: not staging_dir(root, gone_handle).exists())
+    assert mounted(staging_dir(root, keep_handle) / "globalmount")
+    assert second.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{keep_handle}"]
+
+
+def _mount_options(path: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[4] == str(path):
+                opts = fields[5].split(",")
+    return opts
+
+
+async def test_read_only_claim_and_fs_group(env):
+    """readOnly on the claim source reaches NodePublish (the mount is read-only)
+    and the container's mount; fsGroup is applied by the kubelet for a driver
+    whose fsGroupPolicy is File."""
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-ro")
+    api.bind("claim-ro", "pv-ro", handle)
+    handle2 = driver.create_volume("pv-rw")
+    api.bind("claim-rw", "pv-rw", handle2)
+    n = await node()
+    ro = {"name": "ro", "persistentVolumeClaim": {"claimName": "claim-ro", "readOnly": True}}
+    p = pod("u7", ro, claim_vol("rw", "claim-rw"))
+    p["spec"]["securityContext"] = {"fsGroup": 4321}
+    (Path(driver.data_dir(handle2)) / "existing").write_text("x")
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    mounted_vols = n.vm.get_mounted_volumes("u7")
+    assert mounted_vols["ro"].read_only and not mounted_vols["rw"].read_only
+    assert "ro" in _mount_options(pod_dir(root, "u7", "pv-ro") / "mount")
+    rw_target = pod_dir(root, "u7", "pv-rw") / "mount"
+    assert "rw" in _mount_options(rw_target)
+    st = (rw_target / "existing").stat()
+    assert st.st_gid == 4321 and st.st_mode & 0o060 == 0o060
+    assert rw_target.stat().st_mode & 0o2000  # setgid: new files inherit the group
+    n.vm.remove_pod("u7")
+    assert await n.vm.wait_for_unmount("u7", 30)
+
+
+async def test_volume_stats_come_from_the_driver(env):
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-st", size=64 << 20)
+    api.bind("claim-st", "pv-st", handle)
+    n = await node()
+    p = pod("u8", claim_vol("data", "claim-st"))
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    target = pod_dir(root, "u8", "pv-st") / "mount"
+    (target / "blob").write_bytes(b"x" * (1 << 20))
+    assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
+    query = n.csi.plugin.volume_stats("data", str(target))
+    assert query is not None
+    usage = await query()
+    assert usage is not None
+    assert usage.capacity_bytes == 64 << 20  # the driver's figure, not the host filesystem's
+    assert usage.used_bytes >= 1 << 20
+    assert usage.available_bytes == usage.capacity_bytes - usage.used_bytes
+    assert usage.abnormal is None  # CSIVolumeHealth is off
+    n.vm.remove_pod("u8")
+    assert await n.vm.wait_for_unmount("u8", 30)
+
+
+async def test_volume_health_from_the_driver_under_the_gate(env):
+    # CSIVolumeHealth on: the driver's volume condition is reported as is.
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-h", size=16 << 20)
+    api.bind("claim-h", "pv-h", handle)
+    n = await node(volume_health=True)
+    p = pod("u9", claim_vol("data", "claim-h"))
+    n.vm.add_pod(p)
+    await until(lambda: not n.vm.unmounted_volumes(p))
+    target = pod_dir(root, "u9", "pv-h") / "mount"
+    query = n.csi.plugin.volume_stats("data", str(target))
+    assert query is not None
+    usage = await query()
+    assert usage is not None and usage.abnormal is False
+    # The publish mount gone behind the kubelet's back: the driver says abnormal.
+    mountutil.umount(str(target))
+    usage = await query()
+    assert usage is not None and usage.abnormal is True
+    n.vm.remove_pod("u9")
+    assert await n.vm.wait_for_unmount("u9", 30)
