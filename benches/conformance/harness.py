@@ -27,10 +27,10 @@ from typing import Any
 import yaml
 
 from benches.conformance.results import RunResult, TestResult, parse_junit
-from benches.procmetrics import free_port
 from kubelet.testing import images
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, Unavailable
+from kubelet.testing.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")

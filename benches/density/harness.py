@@ -35,9 +35,10 @@ import yaml
 
 from benches.density import evidence
 from benches.density.containerd import ContainerdRuntime, Usage
-from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
+from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.net import free_port
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
 # Both kubelets: first seen by the kubelet -> its containers running, as the

@@ -32,6 +32,7 @@ from kubelet.certificate.manager import Manager, NodeNameMismatch, check_subject
 from kubelet.certificate.store import FileStore, NoCertKeyError, load_pair_file, parse_pair
 from kubelet.client.rest import APIClient, ConnectionConfig
 from kubelet.server.tls import RotatingServerContext
+from kubelet.testing.net import free_port
 from kubelet.testing.pki import PKI
 from kubelet.util.clock import FakeClock
 
@@ -414,11 +415,7 @@ async def test_a_denied_bootstrap_request_is_logged_and_retried_with_a_new_key(
 async def test_an_unreachable_api_server_is_retried_and_the_key_kept(
     pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once closed
+    port = free_port()  # nothing listens there
     boot = _bootstrap_kubeconfig(tmp_path, pki, f"https://127.0.0.1:{port}")
     pki_dir = tmp_path / "pki"
     with pytest.raises(TimeoutError):

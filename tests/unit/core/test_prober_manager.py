@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from kubelet.cri.fake import FakeRuntimeService
 from kubelet.prober import prober_manager as pm_mod
 from kubelet.prober.prober import Prober, Result
 from kubelet.prober.prober_manager import ProbeManager
+from kubelet.testing.net import free_port
 from kubelet.util.clock import FakeClock
 
 T0 = 1_700_000_000.0  # whole seconds: startedAt has second resolution
@@ -486,12 +486,6 @@ async def test_http_readiness_against_a_local_server(
         node.recorder.events[-1][3]
         == "Readiness probe failed: HTTP probe failed with statuscode: 503"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_tcp_liveness_restarts_when_the_port_closes(node: Node) -> None:
