@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 pass
             await asyncio.sleep(0.5)
         if running < args.pods:
-            raise RuntimeError(f"only {running} of {args.pods} pods Running; log {tmp}/kubelet.log")
+            raise RuntimeError(f"only {running} of {args.pods} pods Running; log {k.log}")
         await asyncio.sleep(5)  # start-up work settles
         out = {
             "idle": await window(False, False),

@@ -317,7 +317,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
             names = [p["metadata"]["name"] for p in items if p.get("status", {}).get("phase") == "Running"]  # fmt: skip
             time.sleep(0.5)
         if len(names) < n_pods:
-            raise RuntimeError(f"only {len(names)} of {n_pods} pods Running; log {tmp}/kubelet.log")
+            raise RuntimeError(f"only {len(names)} of {n_pods} pods Running; log {kp.log}")
         time.sleep(5)  # start-up work settles
 
         def idle_load() -> dict[str, Any]:

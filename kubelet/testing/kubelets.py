@@ -47,6 +47,7 @@ STANDALONE_CONFIG: dict[str, Any] = {
 }
 CONFIG_HEADER = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration"}
 LOG_TAIL = 3000
+BUSYBOX = "busybox:1.36"
 
 
 def cluster_auth(cp: ControlPlane) -> dict[str, Any]:
@@ -68,7 +69,8 @@ class KubeletProcess:
     logs live there. Ports are picked once, so a restart serves on the same
     ones; by default they are passed as flags (a `--config` among `flags` may
     then replace the whole file), with `port_flags=False` they go into the
-    config file. `read_only_port=False` turns that port off."""
+    config file. `read_only_port=False` turns that port off. Each start logs
+    to a new file in `workdir`, or appends to `log_file` when that is given."""
 
     def __init__(
         self,
@@ -93,6 +95,7 @@ class KubeletProcess:
         cwd: Path | None = None,
         new_session: bool = False,
         stop_timeout: float = 30,
+        log_file: Path | None = None,
     ) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +110,7 @@ class KubeletProcess:
         ports = {"port": self.port, "readOnlyPort": self.read_only_port,
                  "healthzPort": self.healthz_port}  # fmt: skip
         if config_file is None:
-            config_file = workdir / "config.yaml"
+            config_file = workdir / "kubelet-config.yaml"
             doc = {**CONFIG_HEADER, **({} if port_flags else ports), **(config or {})}
             config_file.write_text(yaml.safe_dump(doc))
         else:
@@ -134,6 +137,7 @@ class KubeletProcess:
         self.argv += flags
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_files: list[Path] = []
+        self._one_log = log_file
 
     # --------------------------------------------------------------- process
     @property
@@ -146,8 +150,8 @@ class KubeletProcess:
         return self.log_files[-1]
 
     def start(self) -> KubeletProcess:
-        self.log_files.append(self.dir / f"kubelet-{time.monotonic_ns()}.log")
-        with open(self.log, "wb") as out:
+        self.log_files.append(self._one_log or self.dir / f"kubelet-{time.monotonic_ns()}.log")
+        with open(self.log, "ab") as out:
             self._proc = subprocess.Popen(
                 self.argv,
                 stdout=out,
@@ -185,7 +189,8 @@ class KubeletProcess:
 
     def logs(self) -> str:
         """Every start's log, in order."""
-        return "".join(f.read_text(errors="replace") for f in self.log_files if f.exists())
+        files = dict.fromkeys(self.log_files)  # one file for all starts: once
+        return "".join(f.read_text(errors="replace") for f in files if f.exists())
 
     # --------------------------------------------------------- its own ports
     def pods(self) -> dict[str, dict[str, Any]]:
@@ -250,13 +255,18 @@ class KubeletProcess:
         return list(self.kubectl_json("get", "events", "-n", ns)["items"])
 
 
-def sleeper_pod(name: str, image: str = "busybox:1.36") -> dict[str, Any]:
+def sleeper(name: str = "c", image: str = BUSYBOX, **fields: Any) -> dict[str, Any]:
+    """A container that sleeps for ever, with `fields` (probes, say) added."""
+    return {"name": name, "image": image, "command": ["sleep", "infinity"], **fields}
+
+
+def sleeper_pod(name: str, image: str = BUSYBOX) -> dict[str, Any]:
     """A static pod whose one container, c, sleeps for ever."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": image, "command": ["sleep", "infinity"]}]},
+        "spec": {"containers": [sleeper("c", image)]},
     }
 
 
@@ -356,6 +366,17 @@ def remove_all_pods(endpoint: str) -> None:
 # ------------------------------------------------------------------ in process
 
 
+class EventLog:
+    """An event recorder that keeps what it is given: (object name, type,
+    reason, message)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []
+
+    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        self.events.append((ref.get("name", ""), etype, reason, message))
+
+
 class InProcessKubelet:
     """A Kubelet object on this event loop, with its static pod directory and
     the runtime client it talks through."""
@@ -378,6 +399,14 @@ class InProcessKubelet:
             "spec": {"containers": containers, **spec},
         }
         return write_manifest(self.manifests, pod)
+
+    def record_events(self) -> EventLog:
+        """From now on, the events of probes and of the runtime manager go to
+        the EventLog returned."""
+        log = EventLog()
+        self.kubelet.probes.recorder = log
+        self.kubelet.runtime_manager.recorder = log
+        return log
 
     def pod(self, name: str) -> dict[str, Any] | None:
         for p in self.kubelet.host.get_pods():

@@ -1,5 +1,5 @@
-"""Processes that tests and benchmarks start: where to put a socket, and how
-to stop one."""
+"""Processes that tests and benchmarks start: where to put a socket, how to
+stop one, and how to clean up the mounts a stopped kubelet leaves."""
 
 from __future__ import annotations
 
@@ -30,3 +30,23 @@ def stop_process(
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait()
+
+
+def unmount_under(root: Path) -> int:
+    """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
+    bind-mounts its root dir onto itself and puts secret and projected volumes
+    on tmpfs), deepest first. Returns the count."""
+    top = str(root.resolve())
+    prefix = top + "/"
+    points = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                mp = line.split()[4].replace("\\040", " ")
+                if mp == top or mp.startswith(prefix):
+                    points.append(mp)
+    except OSError:
+        return 0
+    for mp in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], capture_output=True)
+    return len(points)

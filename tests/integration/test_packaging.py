@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubelet.testing.kubelets import STANDALONE_CONFIG, KubeletProcess
+from kubelet.testing.kubelets import STANDALONE_CONFIG, KubeletProcess, write_manifest
 from kubelet.testing.net import wait_http
 from kubelet.testing.process import short_dir
 from kubelet.testing.simruntime import start_simruntime
@@ -106,16 +106,9 @@ def test_fresh_venv_without_a_compiler_runs_the_command(wheels: Path, tmp_path: 
     )
     manifests = tmp_path / "m"
     manifests.mkdir()
-    (manifests / "web.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web"},
-                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
-            }
-        )
-    )
+    web = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+           "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}  # fmt: skip
+    write_manifest(manifests, web)
     k = KubeletProcess(
         tmp_path,
         sim.endpoint,

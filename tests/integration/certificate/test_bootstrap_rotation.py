@@ -23,9 +23,10 @@ from cryptography import x509
 from kubelet.certificate.store import load_pair_file
 from kubelet.testing.controlplane import ControlPlane, cache_bin
 from kubelet.testing.kubelets import KubeletProcess, cluster_auth
+from kubelet.testing.parts import start_control_plane
+from kubelet.testing.process import unmount_under
 from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
 from kubelet.testing.wait import wait_for
-from tests.fixtures.cluster import start_control_plane
 
 pytestmark = pytest.mark.cluster
 
@@ -150,17 +151,8 @@ def node(
             pass
         finally:
             k.stop()
-            unmount_under(k.tmp)
+            unmount_under(k.dir)
             print(f"kubelet log: {k.log}")
-
-
-def unmount_under(path: Path) -> None:
-    """Unmount what a stopped kubelet left mounted under its own directory."""
-    with open("/proc/self/mounts") as fh:
-        mounts = [line.split()[1] for line in fh]
-    for m in sorted(mounts, reverse=True):
-        if m.startswith(str(path) + "/"):
-            subprocess.run(["umount", m], check=False)
 
 
 def test_node_joins_from_a_bootstrap_kubeconfig_and_runs_a_pod(
@@ -231,7 +223,7 @@ def test_node_joins_from_a_bootstrap_kubeconfig_and_runs_a_pod(
             ],
         },
     }
-    path = node.tmp / "pod.yaml"
+    path = node.dir / "pod.yaml"
     path.write_text(yaml.safe_dump(pod))
     cp.kubectl("create", "-f", str(path))
     wait_for(

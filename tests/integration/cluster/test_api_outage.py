@@ -14,9 +14,9 @@ import pytest
 
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.parts import start_control_plane
 from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import wait_for
-from tests.fixtures.cluster import start_control_plane
 from tests.integration.cluster.helpers import NODE, pod_manifest, start_node
 
 pytestmark = pytest.mark.cluster

@@ -5,7 +5,6 @@ writing into any of them gets EROFS, whatever its volumeMount's readOnly says.""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.process import unmount_under
 from kubelet.testing.wait import wait_for
 from tests.integration.cluster.helpers import start_node
 
@@ -35,15 +35,8 @@ def node(
     finally:
         k.stop()
         # A stopped kubelet leaves its pods' tmpfs volumes mounted (as upstream).
-        _unmount_under(str(tmp))
+        unmount_under(tmp)
         print(f"kubelet log: {k.log}")
-
-
-def _unmount_under(base: str) -> None:
-    with open("/proc/self/mountinfo") as fh:
-        points = [line.split()[4] for line in fh]
-    for point in sorted((p for p in points if p.startswith(base + "/")), reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
 def test_writes_into_configmap_secret_and_token_volumes_fail_with_erofs(

@@ -26,9 +26,9 @@ from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.parts import start_registry
 from kubelet.testing.registry import Registry
 from kubelet.testing.wait import wait_for
-from tests.fixtures.containerd import start_registry
 from tests.integration.cluster.helpers import start_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]

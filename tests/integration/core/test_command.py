@@ -8,9 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from kubelet.testing.kubelets import KubeletProcess, remove_all_pods, standalone_kubelet
+from kubelet.testing.kubelets import (
+    KubeletProcess,
+    remove_all_pods,
+    sleeper_pod,
+    standalone_kubelet,
+    write_manifest,
+)
 from kubelet.testing.net import http_get as get
 from kubelet.testing.net import wait_http
 
@@ -40,20 +45,7 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
     manifests = tmp_path / "m"
     manifests.mkdir()
     for i in range(5):
-        (manifests / f"p{i}.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"p{i}"},
-                    "spec": {
-                        "containers": [
-                            {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                        ]
-                    },
-                }
-            )
-        )
+        write_manifest(manifests, sleeper_pod(f"p{i}"))
     k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
 
     def running(kp: KubeletProcess) -> dict[str, tuple[str, int]]:
@@ -89,20 +81,7 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
 def test_runonce_starts_static_pods_and_exits(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "m"
     manifests.mkdir()
-    (manifests / "once.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "once"},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                    ]
-                },
-            }
-        )
-    )
+    write_manifest(manifests, sleeper_pod("once"))
     k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests, "--runonce")
     assert k.proc.wait(60) == 0
     assert "runonce: pod default/once-node-b is Running" in k.log.read_text()

@@ -14,21 +14,13 @@ from typing import Any
 import pytest
 
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
+from kubelet.testing.kubelets import EventLog, InProcessKubelet, in_process_kubelet
 from kubelet.volumemanager import mountutil
 
 
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str, str]] = []
-
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self.seen.append((ref.get("name", ""), etype, reason, message))
-
-
 @pytest.fixture
-async def recorded(simruntime, tmp_path: Path) -> AsyncIterator[tuple[InProcessKubelet, Events]]:  # type: ignore[no-untyped-def]
-    events = Events()
+async def recorded(simruntime, tmp_path: Path) -> AsyncIterator[tuple[InProcessKubelet, EventLog]]:  # type: ignore[no-untyped-def]
+    events = EventLog()
     async with in_process_kubelet(simruntime.endpoint, tmp_path, recorder=events) as n:
         yield n, events
 
@@ -65,7 +57,7 @@ async def test_api_volumes_reach_the_runtime_read_only(node: InProcessKubelet) -
 
 
 async def test_subpath_link_out_fails_the_container_with_an_event(
-    recorded: tuple[InProcessKubelet, Events], tmp_path: Path
+    recorded: tuple[InProcessKubelet, EventLog], tmp_path: Path
 ) -> None:
     node, events = recorded
     victim = tmp_path / "victim"
@@ -98,7 +90,7 @@ async def test_subpath_link_out_fails_the_container_with_an_event(
         assert (
             "sp-node-a", "Warning", "Failed",
             f'Error: failed to prepare subPath for volumeMount "data" of container "{c}"',
-        ) in events.seen  # fmt: skip
+        ) in events.events  # fmt: skip
     # The runtime got the bind mount under volume-subpaths, never the plain path.
     uid = node.pod("sp")["metadata"]["uid"]
     target = Path(node.kubelet.root_dir) / "pods" / uid / "volume-subpaths" / "data" / "good" / "0"

@@ -16,11 +16,10 @@ import urllib.parse
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kubelet.testing.kubelets import KubeletProcess, standalone_kubelet
+from kubelet.testing.kubelets import KubeletProcess, sleeper_pod, standalone_kubelet, write_manifest
 from kubelet.testing.net import http_get as get
 from kubelet.testing.net import wait_http
 
@@ -91,20 +90,7 @@ def kubelet_proc(tmp_path_factory: pytest.TempPathFactory) -> Any:
     sim = start_simruntime()
     manifests = tmp / "m"
     manifests.mkdir()
-    (manifests / "fuzz.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "fuzz"},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                    ]
-                },
-            }
-        )
-    )
+    write_manifest(manifests, sleeper_pod("fuzz"))
     k = standalone_kubelet(tmp, sim.endpoint, manifests)
     try:
         wait_http(f"http://127.0.0.1:{k.healthz_port}/healthz")

@@ -13,8 +13,8 @@ import pytest
 
 from benches.drills import api_outage
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.parts import start_control_plane
 from kubelet.testing.simruntime import SimRuntimeProc
-from tests.fixtures.cluster import start_control_plane
 
 pytestmark = pytest.mark.cluster
 
