@@ -33,6 +33,7 @@ from kubelet.certificate.store import FileStore, NoCertKeyError, load_pair_file,
 from kubelet.client.rest import APIClient, ConnectionConfig
 from kubelet.server.tls import RotatingServerContext
 from kubelet.testing.net import free_port
+from kubelet.testing.net import serving as serving_app
 from kubelet.testing.pki import PKI
 from kubelet.util.clock import FakeClock
 
@@ -352,34 +353,32 @@ async def test_rotation_reaches_new_api_and_server_connections(pki: PKI, tmp_pat
 
     app = web.Application()
     app.router.add_get("/whoami", whoami)
-    runner = web.AppRunner(app)
-    await runner.setup()
     ctx = RotatingServerContext(serving, pki.ca.cert).context
     ctx.verify_mode = ssl.CERT_REQUIRED
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    api = APIClient(
-        ConnectionConfig(f"https://127.0.0.1:{port}", ca_file=pki.ca.cert), 0, 1, cert_source=client
-    )
-    try:
-        # No serving pair yet: handshakes fail.
-        with pytest.raises(aiohttp.ClientError):
+    async with serving_app(app, ssl_context=ctx) as port:
+        api = APIClient(
+            ConnectionConfig(f"https://127.0.0.1:{port}", ca_file=pki.ca.cert),
+            0,
+            1,
+            cert_source=client,
+        )
+        try:
+            # No serving pair yet: handshakes fail.
+            with pytest.raises(aiohttp.ClientError):
+                await api.get("/whoami")
+            assert await serving.rotate() and await client.rotate()
             await api.get("/whoami")
-        assert await serving.rotate() and await client.rotate()
-        await api.get("/whoami")
-        c1 = client.current()
-        assert c1 is not None and seen[-1] == str(c1.leaf.serial_number)
-        old_session = api.session
-        assert await serving.rotate() and await client.rotate()
-        await api.get("/whoami")
-        c2 = client.current()
-        assert c2 is not None and c2.leaf.serial_number != c1.leaf.serial_number
-        assert seen[-1] == str(c2.leaf.serial_number)
-        assert api.session is not old_session and not old_session.closed  # retired, not cut
-    finally:
-        await api.close()
-        await runner.cleanup()
+            c1 = client.current()
+            assert c1 is not None and seen[-1] == str(c1.leaf.serial_number)
+            old_session = api.session
+            assert await serving.rotate() and await client.rotate()
+            await api.get("/whoami")
+            c2 = client.current()
+            assert c2 is not None and c2.leaf.serial_number != c1.leaf.serial_number
+            assert seen[-1] == str(c2.leaf.serial_number)
+            assert api.session is not old_session and not old_session.closed  # retired, not cut
+        finally:
+            await api.close()
     await asyncio.sleep(0)
 
 
