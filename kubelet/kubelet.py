@@ -16,9 +16,20 @@ from typing import Any
 
 import orjson
 
+from kubelet.active_pods import ActivePods
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    apply_reserved_cpus,
+    new_resource_managers,
+    node_reservation,
+)
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.sysinfo import discover as discover_machine
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
@@ -34,7 +45,12 @@ from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
+from kubelet.kubelet_pods import (
+    DATA_DIR_MODE,
+    PodRuntimeHelper,
+    PullSecretGetter,
+    setup_data_dirs,
+)
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -76,6 +92,7 @@ from kubelet.types import (
     qos_class,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
@@ -120,6 +137,8 @@ class Kubelet:
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Clock = REAL_CLOCK,
         sandbox_image: str = "",
+        machine_topology: MachineTopology | None = None,
+        container_manager: ContainerManager | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -166,6 +185,31 @@ class Kubelet:
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
+        # CPU, memory and topology managers: admission allocates, container
+        # creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
+        # They reserve what the container manager's node allocatable reserves.
+        # ContainerManagerError (a setting or state file they refuse) is fatal.
+        topo = machine_topology or discover_machine()
+        reserved_cpus = apply_reserved_cpus(config, discover_cpus(topo))
+        reservation = (
+            container_manager.reservation()
+            if container_manager is not None
+            else node_reservation(config, topo)
+        )
+        # Their state files are written into the root dir now: made as
+        # setupDataDirs makes it (0750), which upstream runs before them.
+        filesystem.mkdir_all(root_dir, DATA_DIR_MODE)
+        self.active_pods = ActivePods(
+            self.pod_manager, self.rejected, lambda: self.pod_workers, self.status_manager.get,
+            self.cache,
+        )  # fmt: skip
+        self.resource_managers = new_resource_managers(
+            config,
+            ResourceManagerConfig(topo, reservation, root_dir, reserved_cpus),
+            self.features,
+            self.active_pods,
+            lambda: self.sources_ready.is_set() or not self._sources,
+        )
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
@@ -266,6 +310,7 @@ class Kubelet:
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
             image_puller=ImagePuller.from_config(config),
+            container_resources=self.resource_managers,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -282,6 +327,7 @@ class Kubelet:
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
                 pod_pids_limit=config.pod_pids_limit,
+                exclusive_cpus=self.resource_managers.pod_has_exclusive_cpus,
             )
             if config.cgroups_per_qos
             else None
@@ -467,6 +513,11 @@ class Kubelet:
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
         self._tasks.append(
+            asyncio.create_task(
+                self.resource_managers.run(self._stop, self.runtime), name="cpu-manager"
+            )
+        )
+        self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
         if self.features.enabled(Feature.EventedPLEG):
@@ -574,9 +625,15 @@ class Kubelet:
                 f.cancel()
 
     def handle_update(self, u: PodUpdate) -> None:
+        self._handle_pods(u)
+        # Ready once this update is handled, as upstream (AddSource after the
+        # handler): admitting the first pods of a restart must not see the
+        # others as gone (the CPU and memory managers would release their state).
         if u.source in self._sources and u.source in self.pod_config.sources_seen:
             if all(s in self.pod_config.sources_seen for s in self._sources):
                 self.sources_ready.set()
+
+    def _handle_pods(self, u: PodUpdate) -> None:
         for pod in u.pods:
             if is_mirror(pod):
                 self._handle_mirror(u.op, pod)
@@ -618,6 +675,7 @@ class Kubelet:
             elif u.op is Op.REMOVE:
                 self.pod_manager.remove(pod)
                 self.admitter.release(pu)
+                self.resource_managers.remove_pod(pu)
                 self.rejected.discard(pu)
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
 
@@ -632,6 +690,10 @@ class Kubelet:
         forbidden = self.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden
+        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
+        unaligned = self.resource_managers.admit(pod)
+        if unaligned is not None:
+            return unaligned
         try:
             return self.admitter.admit(uid(pod), pod)
         except ValueError as err:

@@ -129,8 +129,14 @@ async def start_node(
     stop: asyncio.Event,
     cleanups: list[Callable[[], Any]],
 ) -> Kubelet:
+    from kubelet.cm.cpumanager.topology import discover as discover_cpus
+    from kubelet.cm.resource_managers import apply_reserved_cpus
+    from kubelet.cm.sysinfo import discover as discover_machine
     from kubelet.nodestatus.setters import allocatable, capacity
 
+    # reservedSystemCPUs becomes the reserved cpu before allocatable is computed.
+    machine = discover_machine()
+    apply_reserved_cpus(s.config, discover_cpus(machine))
     runtime_service, image_service = build_cri(s, deps)
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
     # Admission needs allocatable before the Kubelet exists; runtime-derived
@@ -155,6 +161,8 @@ async def start_node(
         allocatable=alloc,
         node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
+        machine_topology=machine,
+        container_manager=cm,
     )
     if s.config.run_once:
         return k

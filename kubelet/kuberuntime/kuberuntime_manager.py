@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import (
     CREATED,
@@ -155,10 +156,13 @@ class RuntimeManager:
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
         image_puller: ImagePuller | None = None,
+        container_resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
+        # CPU and memory pinning (the container manager's InternalContainerLifecycle).
+        self.container_resources = container_resources
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
         self.pull_secrets = pull_secrets
         # RuntimeClass name -> CRI runtime handler (None: no API server).
@@ -708,6 +712,12 @@ class RuntimeManager:
             cfg = self.container_config(
                 pod, c, restart, image_ref or c["image"], chash, opts, image_uid, image_username
             )
+            if self.container_resources is not None:  # PreCreateContainer
+                pin = self.container_resources.container_cpuset(pod, c)
+                lr = cfg.linux.resources
+                lr.cpuset_cpus, lr.cpuset_mems = pin.cpuset_cpus, pin.cpuset_mems
+                if pin.unlimited_quota and lr.cpu_quota:
+                    lr.cpu_quota = -1
         except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             waiting[cname] = (ContainerConfigError.reason, msg)
@@ -732,6 +742,8 @@ class RuntimeManager:
             waiting[cname] = ("CreateContainerError", msg)
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
+        if self.container_resources is not None:  # PreStartContainer
+            self.container_resources.container_created(pod, c, cid)
         self._event(pod, "Normal", "Created", f"Created container: {cname}", cname)
         try:
             await self.runtime.start_container(cid)
@@ -936,6 +948,8 @@ class RuntimeManager:
                     await self.runtime.remove_container(c.id)
                 except errors.NotFoundError:
                     pass
+                if self.container_resources is not None:  # PostStopContainer
+                    self.container_resources.remove_container(c.id)
             for s in status.sandboxes:
                 try:
                     await self.runtime.remove_pod_sandbox(s.id)

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.kubelet import Kubelet
 from kubelet.kuberuntime.backoff import Backoff
@@ -452,13 +453,19 @@ def fast_config(tmp_path: Path, manifests: Path, **overrides: Any) -> KubeletCon
 
 @asynccontextmanager
 async def in_process_kubelet(
-    endpoint: str, tmp_path: Path, node_name: str = "node-a", **overrides: Any
+    endpoint: str,
+    tmp_path: Path,
+    node_name: str = "node-a",
+    machine_topology: MachineTopology | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[InProcessKubelet]:
     """A running InProcessKubelet on the runtime at `endpoint`, its manifests in
     `tmp_path`/manifests; `overrides` set configuration fields (and `recorder`
-    the event recorder). Stopped when the block ends."""
+    the event recorder); `machine_topology` replaces this machine's (a fake
+    NUMA machine, say). Stopped when the block ends; a second one on the same
+    `tmp_path` is a restart of the first."""
     manifests = tmp_path / "manifests"
-    manifests.mkdir()
+    manifests.mkdir(exist_ok=True)
     recorder = overrides.pop("recorder", None)
     cfg = fast_config(tmp_path, manifests, **overrides)
     rt = RemoteRuntimeService(endpoint, 10)
@@ -474,6 +481,7 @@ async def in_process_kubelet(
         # Upstream is 10s doubling to 5m; shrunk so tests see several restarts.
         crash_backoff=Backoff(0.5, 4.0),
         image_backoff=Backoff(0.5, 4.0),
+        machine_topology=machine_topology,
     )
     task = asyncio.create_task(k.run())
     try:

@@ -10,6 +10,7 @@ import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
 from kubelet.sysctl import SysctlAllowlist
+from kubelet.util import cpuset
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.tlsconfig import problems as tls_problems
 
@@ -196,6 +197,98 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
+    errs += validate_resource_managers(c)
+    return errs
+
+
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+
+
+def _go_quote_list(items: tuple[str, ...]) -> str:
+    return "[" + " ".join(f'"{i}"' for i in items) + "]"
+
+
+def validate_resource_managers(c: KubeletConfiguration) -> list[str]:
+    """The CPU, memory and topology manager settings (upstream's messages where it has them)."""
+    errs: list[str] = []
+    if c.topology_manager_policy not in TOPOLOGY_POLICIES:
+        errs.append(
+            "invalid configuration: topologyManagerPolicy (--topology-manager-policy) "
+            f'"{c.topology_manager_policy}" must be one of: {_go_quote_list(TOPOLOGY_POLICIES)}'
+        )
+    if c.topology_manager_scope not in ("container", "pod"):
+        errs.append(
+            "invalid configuration: topologyManagerScope (--topology-manager-scope) "
+            f'"{c.topology_manager_scope}" must be one of: "container", or "pod"'
+        )
+    if c.cpu_manager_policy not in ("none", "static"):
+        errs.append(
+            f'invalid configuration: cpuManagerPolicy (--cpu-manager-policy) "{c.cpu_manager_policy}"'
+            ' must be one of: "none", or "static"'
+        )
+    if c.memory_manager_policy not in ("None", "Static"):
+        errs.append(
+            "invalid configuration: memoryManagerPolicy (--memory-manager-policy) "
+            f'"{c.memory_manager_policy}" must be one of: "None", or "Static"'
+        )
+    if c.cpu_manager_reconcile_period <= 0:
+        errs.append(
+            "invalid configuration: cpuManagerReconcilePeriod (--cpu-manager-reconcile-period) "
+            "must be greater than 0"
+        )
+    if c.reserved_system_cpus:
+        if c.system_reserved_cgroup or c.kube_reserved_cgroup:
+            errs.append(
+                "invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with "
+                "systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup "
+                "(--kube-reserved-cgroup)"
+            )
+        try:
+            cpuset.parse(c.reserved_system_cpus)
+        except ValueError as err:
+            errs.append(
+                "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) "
+                f"{c.reserved_system_cpus}, error: {err}"
+            )
+    errs += _validate_reserved_memory(c.reserved_memory)
+    return errs
+
+
+def _validate_reserved_memory(reservations: list[dict[str, object]]) -> list[str]:
+    """validateReservedMemoryConfiguration, plus the shape the Go decoder enforces."""
+    errs: list[str] = []
+    seen: set[tuple[int, str]] = set()
+    for i, r in enumerate(reservations):
+        numa = r.get("numaNode", 0) if isinstance(r, dict) else None
+        limits = r.get("limits") or {} if isinstance(r, dict) else None
+        if not isinstance(numa, int) or isinstance(numa, bool) or not isinstance(limits, dict):
+            errs.append(
+                f"invalid configuration: reservedMemory[{i}] must be "
+                '{"numaNode": <integer>, "limits": {<resource>: <quantity>}}'
+            )
+            continue
+        for name, q in limits.items():
+            if name != "memory" and not str(name).startswith("hugepages-"):
+                errs.append(
+                    f'invalid configuration: the limit type "{name}" for NUMA node {numa} is not '
+                    "supported, only [memory hugepages-<HugePageSize>] is accepted"
+                )
+            try:
+                zero = parse_quantity(q) == 0
+            except ValueError as err:
+                errs.append(f"invalid configuration: reservedMemory[{i}].limits[{name}]: {err}")
+                continue
+            if zero:
+                errs.append(
+                    f"invalid configuration: reserved memory may not be zero for NUMA node {numa} "
+                    f'and resource "{name}"'
+                )
+            if (numa, name) in seen:
+                errs.append(
+                    "invalid configuration: the reserved memory has a duplicate value for NUMA "
+                    f'node {numa} and resource "{name}"'
+                )
+            seen.add((numa, name))
     return errs
 
 

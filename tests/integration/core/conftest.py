@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,4 +44,16 @@ async def containerd_qos_node(
 ) -> AsyncIterator[InProcessKubelet]:
     # cgroupsPerQOS as on a real node: the kubelet keeps kubepods/<qos>/pod<uid>.
     async with in_process_kubelet(containerd.endpoint, tmp_path, cgroups_per_qos=True) as n:
+        yield n
+
+
+# The names the resource manager tests import: a node on the runtime `part` (the
+# simulated runtime or containerd) as an async generator, for a restart in a test.
+Node = InProcessKubelet
+
+
+async def _node(
+    part: SimRuntimeProc | Containerd, tmp_path: Path, **overrides: Any
+) -> AsyncIterator[InProcessKubelet]:
+    async with in_process_kubelet(part.endpoint, tmp_path, **overrides) as n:
         yield n
