@@ -36,6 +36,8 @@ from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.plugin.plugin import APIServiceAccounts
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyring
 from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
@@ -58,6 +60,7 @@ from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
+from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
@@ -71,11 +74,13 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
+from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status import generate, generation
+from kubelet.status.disruption import KubeletTermination
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -139,6 +144,7 @@ class Kubelet:
         sandbox_image: str = "",
         machine_topology: MachineTopology | None = None,
         container_manager: ContainerManager | None = None,
+        credential_plugins: LoadedPlugins | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -309,6 +315,11 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            credential_plugins=PluginKeyring(
+                credential_plugins, APIServiceAccounts(kube_client, tokens)
+            )
+            if credential_plugins is not None
+            else None,
             image_puller=ImagePuller.from_config(config),
             container_resources=self.resource_managers,
         )
@@ -356,6 +367,19 @@ class Kubelet:
             on_terminated=self.status_manager.enqueue,
             clock=clock,
         )
+        # ContainerCheckpoint: where POST /checkpoint/... writes archives.
+        self.checkpoints_dir = (
+            os.path.join(root_dir, CHECKPOINTS_DIR)
+            if self.features.enabled(Feature.ContainerCheckpoint)
+            else None
+        )
+        # Set to have the node status reported now rather than on its period.
+        self.node_status_due = asyncio.Event()
+        # Graceful node shutdown; None when its gate is off or no period is set.
+        self.shutdown = NodeShutdownManager.from_config(
+            config, self.features, self._kill_pod_now, self._pods_for_shutdown, root_dir,
+            on_status_change=self.node_status_due.set, node_event=self._node_event,
+        )  # fmt: skip
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
@@ -433,6 +457,8 @@ class Kubelet:
         await asyncio.get_running_loop().run_in_executor(
             None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir
         )
+        if self.checkpoints_dir is not None:
+            os.makedirs(self.checkpoints_dir, mode=0o700, exist_ok=True)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
@@ -512,6 +538,10 @@ class Kubelet:
         self._start_garbage_collection(self.sandbox_image or await self._runtime_sandbox_image())
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
+        if self.shutdown is not None:
+            self._tasks.append(
+                asyncio.create_task(self.shutdown.run(self._stop), name="node-shutdown")
+            )
         self._tasks.append(
             asyncio.create_task(
                 self.resource_managers.run(self._stop, self.runtime), name="cpu-manager"
@@ -583,7 +613,8 @@ class Kubelet:
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
-        return self.runtime_error or self.pleg.healthy()
+        shutdown = self.shutdown.shutdown_status() if self.shutdown is not None else None
+        return self.runtime_error or self.pleg.healthy() or shutdown
 
     # ------------------------------------------------------------- syncLoop
     async def _sync_loop(self) -> None:
@@ -687,6 +718,8 @@ class Kubelet:
         pressure = self.eviction.admit(pod)
         if pressure is not None:
             return pressure
+        if self.shutdown is not None and (refused := self.shutdown.admit(pod)) is not None:
+            return refused
         forbidden = self.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden
@@ -768,6 +801,29 @@ class Kubelet:
         )
         self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+
+    async def _kill_pod_now(self, pod: Pod, grace: int, why: KubeletTermination) -> None:
+        """killPodNow: stop the pod with this grace period and final status;
+        returns once its containers are stopped, raises TimeoutError when that
+        takes more than 1.5 x grace (at least 10 s)."""
+        u = uid(pod)
+        self.pod_syncer.mark_terminated_by_kubelet(u, why)
+        self.admitter.release(u)
+        self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+        if not await self.pod_workers.wait_terminated(u, max(grace + grace // 2, 10)):
+            msg = "Container runtime did not kill the pod within specified grace period."
+            if self.recorder is not None:
+                self.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
+            raise TimeoutError("timeout waiting to kill pod")
+
+    def _pods_for_shutdown(self) -> list[Pod]:
+        """Admitted pods whose containers may still run, those being killed
+        included (a shutdown may shorten their grace period)."""
+        workers = self.pod_workers
+        return [
+            p for p in self.pod_manager.pods()
+            if uid(p) not in self.rejected and workers.could_have_running_containers(uid(p))
+        ]  # fmt: skip
 
     def _volumes_ready(self, pod_uid: str) -> None:
         """Every volume of the pod is set up: sync it now, not on its next retry."""

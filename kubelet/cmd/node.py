@@ -11,10 +11,12 @@ from typing import Any
 
 from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
 from kubelet.cmd.options import KubeletServer
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, load_plugins
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.dependencies import Dependencies
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.setters import NodeInputs
@@ -97,6 +99,22 @@ def new_container_manager(
     return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)
 
 
+def credential_plugins(s: KubeletServer) -> LoadedPlugins | None:
+    """The exec credential provider plugins, when either flag is given; raises
+    PluginRegistrationError (fatal, as upstream) for any problem with them."""
+    f = s.flags
+    if not (f.image_credential_provider_config or f.image_credential_provider_bin_dir):
+        return None
+    sa_tokens = FeatureGate(s.config.feature_gates).enabled(
+        Feature.KubeletServiceAccountTokenForCredentialProviders
+    )
+    loaded = load_plugins(
+        f.image_credential_provider_config, f.image_credential_provider_bin_dir, sa_tokens
+    )
+    log.info("Registered credential provider plugins: %s", [p.name for p in loaded.providers])
+    return loaded
+
+
 def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
     """What the node status setters read, wired to the running Kubelet `k`."""
     from kubelet.nodestatus.machine import machine_info
@@ -143,6 +161,7 @@ async def start_node(
     # inputs are not read by these two.
     inputs = node_inputs(s, name, None)
     alloc = allocatable(inputs, capacity(inputs))
+    plugins = credential_plugins(s)
     await cgroup_driver_from_cri(s, runtime_service)
     cm = deps.container_manager or new_container_manager(s, name, deps, inputs)
     await asyncio.get_running_loop().run_in_executor(None, cm.start)
@@ -163,6 +182,7 @@ async def start_node(
         sandbox_image=s.flags.pod_infra_container_image,
         machine_topology=machine,
         container_manager=cm,
+        credential_plugins=plugins,
     )
     if s.config.run_once:
         return k
@@ -171,7 +191,9 @@ async def start_node(
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
     if deps.kube_client is not None:
-        node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
+        node_status = NodeStatusManager(
+            deps.kube_client, node_inputs(s, name, k), deps.recorder, wake=k.node_status_due
+        )
         tasks += _start_cluster_loops(s, deps, name, node_status, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:

@@ -32,7 +32,7 @@ from kubelet.container.runtime import (
     SandboxStatus,
 )
 from kubelet.credentialprovider.config import DockerConfigError
-from kubelet.credentialprovider.keyring import DockerKeyring, UnionDockerKeyring
+from kubelet.credentialprovider.keyring import DockerKeyring, ExternalKeyring, UnionDockerKeyring
 from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -155,6 +155,7 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
         container_resources: ContainerResourceManager | None = None,
     ) -> None:
@@ -169,6 +170,7 @@ class RuntimeManager:
         self.runtime_classes = runtime_classes
         # The node's own docker config files, after the pod's secrets.
         self.node_keyring = node_keyring
+        self.credential_plugins = credential_plugins
         self.images = images
         self.helper = helper
         # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
@@ -822,6 +824,9 @@ class RuntimeManager:
         except DockerConfigError as err:
             # Upstream's error is its own reason: no pull is attempted, no back-off.
             return fail(str(err), str(err))
+        if self.credential_plugins is not None:
+            # After the pull secrets and the node's own, as upstream's union.
+            credentials += await self.credential_plugins.lookup(repo, pod)
         key = f"{uid(pod)}_{image}"
         # "Is the time since the last failed pull shorter than the back-off?"
         # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.

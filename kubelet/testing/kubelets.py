@@ -319,10 +319,14 @@ def cluster_kubelet(
     *,
     config: Mapping[str, Any] | None = None,
     manifests: Path | None = None,
+    flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    command: Sequence[str] = KUBELET_COMMAND,
 ) -> KubeletProcess:
     """Our kubelet started and joined to `cp` as `node_name` with a node
     kubeconfig, as a cluster runs it (cluster_auth), on 127.0.0.1, with short
-    status and lease periods; `config` adds to or overrides its fields."""
+    status and lease periods; `config` adds to or overrides its fields, `flags`
+    are added, `env` and `command` as KubeletProcess takes them."""
     return KubeletProcess(
         workdir,
         endpoint,
@@ -339,7 +343,9 @@ def cluster_kubelet(
             **cluster_auth(cp),
             **(config or {}),
         },
-        flags=("--node-labels", "example.com/pool=py"),
+        flags=("--node-labels", "example.com/pool=py", *flags),
+        env=env,
+        command=command,
         kubeconfig=cp.node_kubeconfig(node_name),
         node_ip="127.0.0.1",
         manifests=manifests,

@@ -192,6 +192,10 @@ class KubeletConfiguration:
     shutdown_grace_period_critical_pods: float = f(
         "shutdownGracePeriodCriticalPods", 0.0, kind="duration"
     )
+    # [{priority: int32, shutdownGracePeriodSeconds: int64}, ...]
+    shutdown_grace_period_by_pod_priority: list[dict[str, int]] = f(
+        "shutdownGracePeriodByPodPriority", factory=list
+    )
     register_with_taints: list[dict[str, str]] = f("registerWithTaints", factory=list)
     register_node: bool = f("registerNode", True)
     local_storage_capacity_isolation: bool = f("localStorageCapacityIsolation", True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
+from kubelet.features import Feature, FeatureGate, gate_problems
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.util import cpuset
+from kubelet.util.duration import format_duration
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.tlsconfig import problems as tls_problems
 
@@ -195,6 +197,8 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
         if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
             bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
+    if not gate_problems(c.feature_gates):  # bad gates are reported with the flags' ones
+        errs += _validate_shutdown(c, FeatureGate(c.feature_gates))
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
     errs += validate_resource_managers(c)
@@ -289,6 +293,53 @@ def _validate_reserved_memory(reservations: list[dict[str, object]]) -> list[str
                     f'node {numa} and resource "{name}"'
                 )
             seen.add((numa, name))
+    return errs
+
+
+_SHUTDOWN_PRIORITY_KEYS = frozenset({"priority", "shutdownGracePeriodSeconds"})
+
+
+def _validate_shutdown(c: KubeletConfiguration, gates: FeatureGate) -> list[str]:
+    """The graceful node shutdown settings, with upstream's messages."""
+    errs: list[str] = []
+    period, critical = c.shutdown_grace_period, c.shutdown_grace_period_critical_pods
+    by_priority = c.shutdown_grace_period_by_pod_priority
+    if gates.enabled(Feature.GracefulNodeShutdown):
+        if critical > period:
+            errs.append(
+                f"invalid configuration: shutdownGracePeriodCriticalPods {format_duration(critical)}"
+                f" must be <= shutdownGracePeriod {format_duration(period)}"
+            )
+        for fname, secs in (("shutdownGracePeriod", period),
+                            ("shutdownGracePeriodCriticalPods", critical)):  # fmt: skip
+            if 0 < secs < 1:  # negative ones are refused above
+                errs.append(
+                    f"invalid configuration: {fname} {format_duration(secs)} must be either zero "
+                    "or otherwise >= 1 sec"
+                )
+    elif period > 0 or critical > 0:
+        errs.append(
+            "invalid configuration: specifying shutdownGracePeriod or "
+            "shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown"
+        )
+    if gates.enabled(Feature.GracefulNodeShutdownBasedOnPodPriority):
+        if by_priority and (period > 0 or critical > 0):
+            errs.append(
+                "invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority "
+                "and shutdownGracePeriod at the same time"
+            )
+    elif by_priority:
+        errs.append(
+            "invalid configuration: Specifying shutdownGracePeriodByPodPriority requires "
+            "feature gate GracefulNodeShutdownBasedOnPodPriority"
+        )
+    for i, entry in enumerate(by_priority):
+        # Go's decoder is strict about these fields and their int32 / int64 types.
+        path = f"shutdownGracePeriodByPodPriority[{i}]"
+        for key in sorted(set(entry) - _SHUTDOWN_PRIORITY_KEYS):
+            errs.append(f'invalid configuration: {path}: unknown field "{key}"')
+        if not -(2**31) <= entry.get("priority", 0) < 2**31:
+            errs.append(f"invalid configuration: {path}.priority: out of the int32 range")
     return errs
 
 

@@ -31,12 +31,16 @@ def start_node(
     endpoint: str,
     node_name: str = NODE,
     config: dict[str, Any] | None = None,
+    **launch: Any,
 ) -> KubeletProcess:
-    """cluster_kubelet with the static pod static-web in its manifest directory."""
+    """cluster_kubelet with the static pod static-web in its manifest directory;
+    `launch`: its flags, env or command."""
     manifests = tmp / "manifests"
     manifests.mkdir()
     (manifests / "static-web.yaml").write_text(STATIC_POD)
-    return cluster_kubelet(cp, tmp, endpoint, node_name, config=config, manifests=manifests)
+    return cluster_kubelet(
+        cp, tmp, endpoint, node_name, config=config, manifests=manifests, **launch
+    )
 
 
 def pod_manifest(name: str, labels: dict[str, str], command: str, **spec: Any) -> dict[str, Any]:
