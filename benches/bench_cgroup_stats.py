@@ -47,6 +47,8 @@ def _files(i: int) -> dict[str, str]:
         "cpu.pressure": psi,
         "memory.pressure": psi,
         "io.pressure": psi,
+        "memory.swap.current": "0\n",
+        "memory.swap.max": "max\n",
     }
 
 

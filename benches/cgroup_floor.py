@@ -6,10 +6,10 @@
 Every parser figure sits next to its no-parse floor: the same files opened,
 read and closed (or pread through the same kept descriptors) by C code on the
 same threads, with no parsing and no result objects. Rows:
-- all 11 files per cgroup (what /metrics/cadvisor needs), parser vs floor, and
+- all 13 files per cgroup (what /metrics/cadvisor needs), parser vs floor, and
   the pure-Python reference;
 - the files each consumer needs (kubelet.stats.types: EVICTION 2 files,
-  RESOURCE_METRICS 3, SUMMARY 4), parser vs floor;
+  RESOURCE_METRICS 3, SUMMARY 6), parser vs floor;
 - CgroupReader with the SUMMARY files kept open up to the budget this process
   may use (descriptor_budget(): half the soft RLIMIT_NOFILE), with the share of
   file reads that budget covers; and on a tree small enough (--whole) to be
@@ -90,10 +90,10 @@ def fake_tree_rows(root: Path, n: int, whole: int, rounds: int) -> dict[str, Any
     reader_small = cgstats.CgroupReader(2, r, fields=SUMMARY, max_fds=budget, threads=1)
     nsum = len(files_of(SUMMARY))
     v = {
-        "parse all 11 files": lambda: cgstats.parse_cgroups(big, 2, r),
-        "floor all 11 files": lambda: cgstats.floor_read(big, r),
-        "parse SUMMARY (4 files)": lambda: cgstats.parse_cgroups(big, 2, r, fields=SUMMARY),
-        "floor SUMMARY (4 files)": lambda: cgstats.floor_read(big, r, SUMMARY),
+        "parse all 13 files": lambda: cgstats.parse_cgroups(big, 2, r),
+        "floor all 13 files": lambda: cgstats.floor_read(big, r),
+        "parse SUMMARY (6 files)": lambda: cgstats.parse_cgroups(big, 2, r, fields=SUMMARY),
+        "floor SUMMARY (6 files)": lambda: cgstats.floor_read(big, r, SUMMARY),
         "parse RESOURCE (3 files)": lambda: cgstats.parse_cgroups(
             big, 2, r, fields=RESOURCE_METRICS
         ),
@@ -115,7 +115,7 @@ def fake_tree_rows(root: Path, n: int, whole: int, rounds: int) -> dict[str, Any
     }
     med = timeit(rounds, v)
     ref = timeit(max(1, rounds // 3), {"x": lambda: reference.parse_cgroups(big, 2, r)})
-    med["reference all 11 files"], med["reference all 11 files cpu"] = ref["x"], ref["x cpu"]
+    med["reference all 13 files"], med["reference all 13 files cpu"] = ref["x"], ref["x cpu"]
     covered = len(reader.kept) * nsum / (n * nsum)
     out = {
         "n": n,
@@ -287,9 +287,9 @@ def report(res: dict[str, Any]) -> None:
         print(f"{label:<42}{ms(pc):>12}{ms(fc):>12}{pc / fc:>6.2f}x"
               f"{ms(m[p]):>13}{ms(m[fl]):>12}{m[p] / m[fl]:>6.2f}x")  # fmt: skip
 
-    row(f"{n:,}, all 11 files (open each)", "parse all 11 files", "floor all 11 files")
+    row(f"{n:,}, all 13 files (open each)", "parse all 13 files", "floor all 13 files")
     row(
-        f"{n:,}, SUMMARY: 4 files (open each)", "parse SUMMARY (4 files)", "floor SUMMARY (4 files)"
+        f"{n:,}, SUMMARY: 6 files (open each)", "parse SUMMARY (6 files)", "floor SUMMARY (6 files)"
     )
     row(
         f"{n:,}, RESOURCE: 3 files (open each)",
@@ -312,9 +312,9 @@ def report(res: dict[str, Any]) -> None:
         "floor of EVICTION reader, budget")  # fmt: skip
     row(f"{w:,}, SUMMARY (open each)", f"parse SUMMARY, {w}", f"floor SUMMARY, {w}")
     row(f"{w:,}, SUMMARY, kept whole", f"reader SUMMARY, {w} whole", f"floor of reader, {w} whole")
-    ref = m["reference all 11 files cpu"]
-    print(f"reference (pure Python), {n:,}, all 11 files: {ms(ref)} CPU "
-          f"({ref / m['parse all 11 files cpu']:.1f}x the parser's CPU)")  # fmt: skip
+    ref = m["reference all 13 files cpu"]
+    print(f"reference (pure Python), {n:,}, all 13 files: {ms(ref)} CPU "
+          f"({ref / m['parse all 13 files cpu']:.1f}x the parser's CPU)")  # fmt: skip
     print(f"budget {f['budget_fds']:,} fds keeps {f['kept_cgroups']:,} of {n:,} cgroups "
           f"({f['files_covered_share'] * 100:.0f}% of the SUMMARY file reads); "
           f"{f['kept_small']:,} of {w:,} kept whole; EVICTION (2 files) keeps "

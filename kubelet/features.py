@@ -32,6 +32,7 @@ class Feature(enum.StrEnum):
     GracefulNodeShutdownBasedOnPodPriority = "GracefulNodeShutdownBasedOnPodPriority"
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
+    KubeletPSI = "KubeletPSI"
     KubeletServiceAccountTokenForCredentialProviders = (
         "KubeletServiceAccountTokenForCredentialProviders"
     )
@@ -45,6 +46,7 @@ class Feature(enum.StrEnum):
     TopologyManagerPolicyAlphaOptions = "TopologyManagerPolicyAlphaOptions"
     TopologyManagerPolicyBetaOptions = "TopologyManagerPolicyBetaOptions"
     TopologyManagerPolicyOptions = "TopologyManagerPolicyOptions"
+    UserNamespacesSupport = "UserNamespacesSupport"
 
 
 def parse_gates(text: str) -> dict[str, bool]:

@@ -56,6 +56,7 @@ from kubelet.kubelet_pods import (
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.kuberuntime.swap import SwapConfig, swap_controller
 from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
@@ -236,6 +237,7 @@ class Kubelet:
             volume_usage=self.volume_stats.usage,
             pod_status=lambda u: self.cache.get(u)[0],
             container_resources=lambda p, c: self.runtime_manager.resources(p, c),
+            psi=self.features.enabled(Feature.KubeletPSI),
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
@@ -322,6 +324,14 @@ class Kubelet:
             else None,
             image_puller=ImagePuller.from_config(config),
             container_resources=self.resource_managers,
+            user_namespaces_support=self.features.enabled(Feature.UserNamespacesSupport),
+            swap=SwapConfig(
+                config.memory_swap.swap_behavior,
+                self.stats.version == 2,
+                swap_controller(self.stats.version == 2),
+                machine_info().memory_capacity,
+                machine_info().swap_capacity,
+            ),
         )
         self.pleg = GenericPLEG(
             runtime_service,

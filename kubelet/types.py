@@ -66,6 +66,16 @@ def is_static(pod: Pod) -> bool:
     return pod_annotations(pod).get(CONFIG_SOURCE, API_SOURCE) != API_SOURCE
 
 
+# scheduling.SystemCriticalPriority: system-cluster-critical and above.
+SYSTEM_CRITICAL_PRIORITY = 2 * 1_000_000_000
+
+
+def is_critical(pod: Pod) -> bool:
+    """IsCriticalPod: static (and so mirror) pods and system-critical priorities."""
+    priority = (pod.get("spec") or {}).get("priority")
+    return is_static(pod) or (priority is not None and int(priority) >= SYSTEM_CRITICAL_PRIORITY)
+
+
 def restart_policy(pod: Pod) -> str:
     return str(pod["spec"].get("restartPolicy") or "Always")
 

@@ -242,8 +242,8 @@ cdef const char* ACCT_KEYS[2]
 cdef Py_ssize_t ACCT_LEN[2]
 cdef const char* CPU1_KEYS[3]
 cdef Py_ssize_t CPU1_LEN[3]
-cdef const char* MEM1_KEYS[10]
-cdef Py_ssize_t MEM1_LEN[10]
+cdef const char* MEM1_KEYS[12]
+cdef Py_ssize_t MEM1_LEN[12]
 cdef const char* STAT_KEYS[4]
 cdef Py_ssize_t STAT_LEN[4]
 
@@ -280,6 +280,8 @@ _set(MEM1_KEYS, MEM1_LEN, 6, b"cache")
 _set(MEM1_KEYS, MEM1_LEN, 7, b"inactive_file")
 _set(MEM1_KEYS, MEM1_LEN, 8, b"pgfault")
 _set(MEM1_KEYS, MEM1_LEN, 9, b"pgmajfault")
+_set(MEM1_KEYS, MEM1_LEN, 10, b"total_swap")
+_set(MEM1_KEYS, MEM1_LEN, 11, b"swap")
 _set(STAT_KEYS, STAT_LEN, 0, b"ctxt")
 _set(STAT_KEYS, STAT_LEN, 1, b"processes")
 _set(STAT_KEYS, STAT_LEN, 2, b"procs_running")
@@ -422,11 +424,12 @@ cdef inline i64 working_set(i64 usage, i64 inactive) noexcept nogil:
 cdef enum:
     F_CPU_USAGE, F_CPU_USER, F_CPU_SYSTEM, F_NR_PERIODS, F_NR_THROTTLED, F_THROTTLED,
     F_MEM_USAGE, F_WORKING_SET, F_RSS, F_CACHE, F_INACTIVE, F_LIMIT, F_OOM_KILL,
-    F_PGFAULT, F_PGMAJFAULT, F_IO_RB, F_IO_WB, F_IO_RIO, F_IO_WIO, F_PIDS, F_PIDS_MAX, NF
+    F_PGFAULT, F_PGMAJFAULT, F_IO_RB, F_IO_WB, F_IO_RIO, F_IO_WIO, F_PIDS, F_PIDS_MAX,
+    F_SWAP, F_SWAP_MAX, NF
 
 
 cdef struct CG:
-    i64 v[21]
+    i64 v[23]
     i64 psi[24]  # 3 files x (some, full) x 4
     bint psi_file[3]
 
@@ -442,9 +445,9 @@ cdef void clear(CG* cg) noexcept nogil:
 # v2 file numbers: bits of a file mask, in kubelet.stats.types.V2_FILES order.
 cdef enum:
     V_CPU, V_MEMSTAT, V_MEMCUR, V_MEMMAX, V_MEMEVENTS, V_IO, V_PIDS, V_PIDSMAX,
-    V_CPUP, V_MEMP, V_IOP, NV2
+    V_CPUP, V_MEMP, V_IOP, V_SWAPCUR, V_SWAPMAX, NV2
 
-cdef const char* V2_NAMES[11]
+cdef const char* V2_NAMES[13]
 V2_NAMES[0] = b"cpu.stat"
 V2_NAMES[1] = b"memory.stat"
 V2_NAMES[2] = b"memory.current"
@@ -456,11 +459,13 @@ V2_NAMES[7] = b"pids.max"
 V2_NAMES[8] = b"cpu.pressure"
 V2_NAMES[9] = b"memory.pressure"
 V2_NAMES[10] = b"io.pressure"
+V2_NAMES[11] = b"memory.swap.current"
+V2_NAMES[12] = b"memory.swap.max"
 
 
 cdef struct Entry:
     # The kept descriptors of one cgroup v2 directory, -1 where not open.
-    int fd[11]
+    int fd[13]
 
 
 cdef struct Src:
@@ -547,6 +552,10 @@ cdef void parse_v2_src(Buf* buf, Src* s, CG* cg, int files) noexcept nogil:
     if files & (1 << V_IOP) and load_v2(buf, s, V_IOP):
         cg.psi_file[2] = True
         psi(buf.data, buf.n, &cg.psi[16])
+    if files & (1 << V_SWAPCUR) and load_v2(buf, s, V_SWAPCUR):
+        cg.v[F_SWAP] = single(buf.data, buf.n)
+    if files & (1 << V_SWAPMAX) and load_v2(buf, s, V_SWAPMAX):
+        cg.v[F_SWAP_MAX] = ABSENT if is_max(buf.data, buf.n) else single(buf.data, buf.n)
 
 
 cdef void parse_v2(Buf* buf, const char* d, CG* cg, int files) noexcept nogil:
@@ -631,7 +640,7 @@ cdef int open_dir(char* tmp, const char* root, const char* ctrl, const char* pat
 cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int files) noexcept nogil:
     cdef i64 acct[2]
     cdef i64 cpu[3]
-    cdef i64 mem[10]
+    cdef i64 mem[12]
     cdef i64 oom[1]
     cdef i64 rw[2]
     cdef char tmp[4096]
@@ -639,7 +648,7 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int fil
     cdef int k
     cdef int mfiles
     clear(cg)
-    for k in range(10):
+    for k in range(12):
         mem[k] = ABSENT
     fd = open_dir(tmp, root, b"cpuacct", path) if files & (1 << V_CPU) else -1
     if fd >= 0:
@@ -658,11 +667,14 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int fil
             cg.v[F_NR_THROTTLED] = cpu[1]
             cg.v[F_THROTTLED] = cpu[2]
         close(fd)
-    mfiles = files & ((1 << V_MEMSTAT) | (1 << V_MEMCUR) | (1 << V_MEMMAX) | (1 << V_MEMEVENTS))
+    mfiles = files & ((1 << V_MEMSTAT) | (1 << V_MEMCUR) | (1 << V_MEMMAX) | (1 << V_MEMEVENTS)
+                      | (1 << V_SWAPCUR) | (1 << V_SWAPMAX))
     fd = open_dir(tmp, root, b"memory", path) if mfiles else -1
     if fd >= 0:
-        if files & (1 << V_MEMSTAT) and buf_load_at(buf, fd, b"memory.stat"):
-            kv(buf.data, buf.n, MEM1_KEYS, MEM1_LEN, mem, 10)
+        # memory.stat also holds v1's swap usage.
+        if (files & ((1 << V_MEMSTAT) | (1 << V_SWAPCUR))
+                and buf_load_at(buf, fd, b"memory.stat")):
+            kv(buf.data, buf.n, MEM1_KEYS, MEM1_LEN, mem, 12)
         if files & (1 << V_MEMCUR) and buf_load_at(buf, fd, b"memory.usage_in_bytes"):
             cg.v[F_MEM_USAGE] = single(buf.data, buf.n)
         if files & (1 << V_MEMMAX) and buf_load_at(buf, fd, b"memory.limit_in_bytes"):
@@ -672,7 +684,13 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int fil
         if files & (1 << V_MEMEVENTS) and buf_load_at(buf, fd, b"memory.oom_control"):
             kv(buf.data, buf.n, OOM_KEYS, OOM_LEN, oom, 1)
             cg.v[F_OOM_KILL] = oom[0]
+        if files & (1 << V_SWAPMAX) and buf_load_at(buf, fd, b"memory.memsw.limit_in_bytes"):
+            cg.v[F_SWAP_MAX] = single(buf.data, buf.n)
+            if cg.v[F_SWAP_MAX] >= V1_UNLIMITED:
+                cg.v[F_SWAP_MAX] = ABSENT
         close(fd)
+    if files & (1 << V_SWAPCUR):
+        cg.v[F_SWAP] = pick(mem[10], mem[11])
     cg.v[F_RSS] = pick(mem[0], mem[5])
     cg.v[F_CACHE] = pick(mem[1], mem[6])
     cg.v[F_INACTIVE] = pick(mem[2], mem[7])
@@ -697,6 +715,15 @@ cdef void parse_v1(Buf* buf, const char* root, const char* path, CG* cg, int fil
         if files & (1 << V_PIDSMAX) and buf_load_at(buf, fd, b"pids.max"):
             cg.v[F_PIDS_MAX] = ABSENT if is_max(buf.data, buf.n) else single(buf.data, buf.n)
         close(fd)
+    # A hybrid host's unified tree holds the same cgroups, with their pressure.
+    mfiles = files & ((1 << V_CPUP) | (1 << V_MEMP) | (1 << V_IOP))
+    fd = open_dir(tmp, root, b"unified", path) if mfiles else -1
+    if fd >= 0:
+        for k in range(3):
+            if files & (1 << (V_CPUP + k)) and buf_load_at(buf, fd, V2_NAMES[V_CPUP + k]):
+                cg.psi_file[k] = True
+                psi(buf.data, buf.n, &cg.psi[k * 8])
+        close(fd)
 
 
 cdef object psi_obj(CG* cg, int r):
@@ -709,10 +736,10 @@ cdef object psi_obj(CG* cg, int r):
     return (some, full)
 
 
-cdef int ALL_F = (1 << 24) - 1
+cdef int ALL_F = (1 << 26) - 1
 
 
-cdef object to_stats(CG* cg, bint v2, int fm):
+cdef object to_stats(CG* cg, int fm):
     """The stats object; fields outside the field mask fm (FIELDS order) are None."""
     cdef i64* v = cg.v
     cdef int k
@@ -727,9 +754,7 @@ cdef object to_stats(CG* cg, bint v2, int fm):
         opt(v[0]), opt(v[1]), opt(v[2]), opt(v[3]), opt(v[4]), opt(v[5]), opt(v[6]),
         opt(v[7]), opt(v[8]), opt(v[9]), opt(v[10]), opt(v[11]), opt(v[12]), opt(v[13]),
         opt(v[14]), opt(v[15]), opt(v[16]), opt(v[17]), opt(v[18]), opt(v[19]), opt(v[20]),
-        psi_obj(cg, 0) if v2 else None,
-        psi_obj(cg, 1) if v2 else None,
-        psi_obj(cg, 2) if v2 else None,
+        opt(v[21]), opt(v[22]), psi_obj(cg, 0), psi_obj(cg, 1), psi_obj(cg, 2),
     )
 
 
@@ -784,7 +809,7 @@ def parse_cgroups(paths, int version, root="/sys/fs/cgroup", int threads=0, fiel
                 else:
                     parse_v1(b, croot, cpaths[i], &res[i], files)
             buf_free(b)
-        return [to_stats(&res[i], version == 2, fm) for i in range(n)]
+        return [to_stats(&res[i], fm) for i in range(n)]
     finally:
         free(cpaths)
         free(res)
@@ -972,7 +997,7 @@ cdef class CgroupReader:
                     else:
                         parse_v1(b, croot, cpaths[i], &res[i], files)
                 buf_free(b)
-            return [to_stats(&res[i], version == 2, fm) for i in range(n)]
+            return [to_stats(&res[i], fm) for i in range(n)]
         finally:
             free(cpaths)
             free(res)
@@ -1075,6 +1100,25 @@ def floor_read(paths, root="/sys/fs/cgroup", fields=None, int threads=0):
         return total
     finally:
         free(cpaths)
+
+
+def read_psi(path):
+    """One pressure file (/proc/pressure/<resource>, or a cgroup's): (some, full)."""
+    cdef CG cg
+    p = _cpath(path)
+    if p is None:
+        return None
+    cdef Buf* buf = buf_new()
+    if buf == NULL:
+        raise MemoryError()
+    try:
+        if not buf_load(buf, p):
+            return None
+        cg.psi_file[0] = True
+        psi(buf.data, buf.n, &cg.psi[0])
+        return psi_obj(&cg, 0)
+    finally:
+        buf_free(buf)
 
 
 def read_proc_stat(path="/proc/stat"):

@@ -25,7 +25,14 @@ trips, pod start, status sync) and the audit log's timing of its requests
 (pause sandbox + busybox sleep, cgroupsPerQOS on under a cgroupRoot of the run's
 own) instead of the simulated runtime, and also measures containerd's CPU and
 RSS and the sum over its shims. Its defaults: N 50 100 200, ours at 250 ms,
-pods created at 2/s (see CONTAINERD_RATE).
+pods created at 2/s (see CONTAINERD_RATE). The containerd is KPY_CONTAINERD's
+(kubelet/testing/containerd.py: 2 by default, 1.6 from Debian).
+--evented (containerd) adds, at every N, ours with the EventedPLEG gate: the
+runtime's GetContainerEvents stream drives the PLEG and the relist runs every
+300 s as a safety net (containerd 2 serves the stream; 1.6 does not).
+--kills K (containerd) kills K running containers in each steady state
+(--kill-rate per second) and records the status latency: kill -> the API
+server's watch showing it (benches/density/kills.py).
 """
 
 from __future__ import annotations
@@ -109,6 +116,29 @@ def table(results: list[Result]) -> str:
             + extra
             + (f" FailedMount events: {r.failed_mount_events}" if r.failed_mount_events else "")
             + (f" error: {r.error}" if r.error else "")
+        )
+    return "\n".join(lines)
+
+
+def status_table(results: list[Result]) -> str:
+    """The PLEG comparison: kubelet and containerd CPU, startup and status latency."""
+    lines = [
+        "| kubelet | PLEG | relist | N | containerd | kubelet CPU startup / steady (cores) "
+        "| containerd CPU steady (cores) | startup p99 (s) | killed | status latency p50 / p99 (s) "
+        "| relist p50 / p99 during kills (ms) |",
+        "|" + "---|" * 11,
+    ]
+    for r in results:
+
+        def f(v: float | None, d: int = 3) -> str:
+            return "-" if v is None else f"{v:.{d}f}"
+
+        lines.append(
+            f"| {r.kubelet} | {r.pleg} | {int(r.relist_period_s * 1000)} ms | {r.n} "
+            f"| {r.containerd or '-'} | {f(r.startup_cpu_cores)} / {f(r.steady_cpu_cores)} "
+            f"| {f(r.containerd_cpu_cores)} | {f(r.startup_p99_s, 2)} | {r.killed} "
+            f"| {f(r.status_latency_p50_s)} / {f(r.status_latency_p99_s)} "
+            f"| {f(r.kill_relist_p50_ms, 1)} / {f(r.kill_relist_p99_ms, 1)} |"
         )
     return "\n".join(lines)
 
@@ -200,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float,
                     help=f"pods created per second (default 50; containerd {CONTAINERD_RATE})")  # fmt: skip
     ap.add_argument("--hold", type=float, default=30.0, help="steady state seconds")
+    ap.add_argument("--evented", action="store_true",
+                    help="containerd: also ours with the EventedPLEG gate at every N")  # fmt: skip
+    ap.add_argument("--evented-first", action="store_true",
+                    help="run the evented row before the relist rows at each N (load-order control)")  # fmt: skip
+    ap.add_argument("--kills", type=int, default=0,
+                    help="containerd: containers killed per run for the status latency")  # fmt: skip
+    ap.add_argument("--kill-rate", type=float, default=2.0, help="kills per second")
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument(
         "--unthrottled",
@@ -254,11 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     specs = []
     for template in args.template:
         for n in args.n:
-            specs += [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
-                           runtime=args.runtime) for rl in args.relist]  # fmt: skip
+            kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate}
+            relists = [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
+                            runtime=args.runtime, **kill) for rl in args.relist]  # fmt: skip
+            evented = [Spec("ours", 1.0, n, args.rate, args.hold, args.profile, template,
+                            runtime=args.runtime, evented=True, **kill)] if args.evented and on_ctd else []  # fmt: skip
+            specs += evented + relists if args.evented_first else relists + evented
             if have_upstream:
                 specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
-                                  runtime=args.runtime))  # fmt: skip
+                                  runtime=args.runtime, **kill))  # fmt: skip
             if args.unthrottled:
                 specs.append(Spec("ours", args.unthrottled_relist, n, args.rate, args.hold,
                                   args.profile, template, UNTHROTTLED_QPS, UNTHROTTLED_BURST,
@@ -299,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         cp.stop()
     print()
     print(table(results))
+    if on_ctd:
+        print()
+        print(status_table(results))
     for r in results:
         for title, frames in (
             ("start-up, self time", r.profile_startup_top),

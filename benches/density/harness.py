@@ -35,6 +35,7 @@ import yaml
 
 from benches.density import evidence
 from benches.density.containerd import ContainerdRuntime, Usage
+from benches.density.kills import KillProbe
 from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
@@ -82,6 +83,9 @@ class Spec:
     qps: int = KUBE_API_QPS  # kubeAPIQPS / kubeAPIBurst of the kubelet
     burst: int = KUBE_API_BURST
     runtime: str = "sim"  # one of RUNTIMES
+    evented: bool = False  # ours with the EventedPLEG gate (containerd 2 serves the events)
+    kills: int = 0  # containerd: containers killed in the steady state (status latency)
+    kill_rate: float = 2.0  # kills per second
 
 
 @dataclass
@@ -142,6 +146,18 @@ class Result:
     # and the steady state (it answers every CRI call, in Python).
     sim_startup_cpu_cores: float | None = None
     sim_cpu_cores: float | None = None
+    # The PLEG: "relist" or "evented"; the containerd flavour ("2", "1.6").
+    pleg: str = "relist"
+    containerd: str | None = None
+    # Status latency (benches/density/kills.py): container killed -> the API
+    # server's watch shows it, over `killed` kills.
+    killed: int = 0
+    status_latencies_s: list[float] = field(default_factory=list)
+    status_latency_p50_s: float | None = None
+    status_latency_p99_s: float | None = None
+    # The relist's own duration while the kills were detected (relist runs only).
+    kill_relist_p50_ms: float | None = None
+    kill_relist_p99_ms: float | None = None
 
 
 def audit_policy(path: Path) -> None:
@@ -234,6 +250,8 @@ def kubelet_config(spec: Spec, cgroup_root: str = "", logs_dir: str = "") -> dic
     }
     if spec.kubelet == "ours":
         cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
+    if spec.evented:
+        cfg["featureGates"] = {"EventedPLEG": True}
     if spec.runtime == "containerd":
         # As a real node: QoS and pod cgroups kept by the kubelet, under a root
         # of the run's own (cgroupfs, as the private containerd's runc).
@@ -256,12 +274,16 @@ class Run:
         self.dir = workdir / f"run-{index:02d}-{spec.kubelet}-{int(spec.relist * 1000)}ms-{spec.n}"
         if spec.runtime != "sim":
             self.dir = self.dir.with_name(self.dir.name + f"-{spec.runtime}")
+        if spec.evented:
+            self.dir = self.dir.with_name(self.dir.name + "-evented")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node = f"density-{index:02d}-{spec.kubelet}"
         self.ns = f"density-{index:02d}"
         self.result = Result(spec.kubelet, spec.relist, spec.n, spec.rate, template=spec.template,
                              kube_api_qps=spec.qps, kube_api_burst=spec.burst,
-                             runtime=spec.runtime)  # fmt: skip
+                             runtime=spec.runtime,
+                             pleg="evented" if spec.evented else "relist")  # fmt: skip
+        self.kill_probe = KillProbe()
         self.created: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
         self.deleted: set[str] = set()
@@ -282,7 +304,9 @@ class Run:
         if self.spec.runtime == "sim":
             return self._start_sim()
         self.ctd = ContainerdRuntime(self.dir / "ctd")
-        return self.ctd.start()
+        endpoint = self.ctd.start()
+        self.result.containerd = self.ctd.ctd.flavor if self.ctd.ctd else None
+        return endpoint
 
     def _start_kubelet(self, endpoint: str) -> subprocess.Popen[bytes]:
         cgroup_root = self.ctd.cgroup_root if self.ctd is not None else ""
@@ -394,6 +418,12 @@ class Run:
             "tolerations": [{"operator": "Exists"}],
             "containers": [container],
         }
+        if self.spec.kills:
+            # The status-latency probe kills "c": with a second container and
+            # restartPolicy Never the pod keeps running and nothing is restarted,
+            # so the status write waits for no runc work (kills.py).
+            spec["restartPolicy"] = "Never"
+            spec["containers"].append({**container, "name": "side"})
         if self.spec.template == "volumes":
             # The ServiceAccount admission plugin adds kube-api-access-* (and its mount).
             del spec["automountServiceAccountToken"]
@@ -482,6 +512,8 @@ class Run:
                         self.deleted.add(name)
                     elif obj.get("status", {}).get("phase") == "Running":
                         self.running_at.setdefault(name, now)
+                    if etype == "MODIFIED":
+                        self.kill_probe.observe(name, obj, now)
                     if stop.is_set():
                         return
             except asyncio.CancelledError:
@@ -630,6 +662,8 @@ class Run:
             after = buckets(self._metrics(), RELIST_HIST)
             if spy is not None:
                 r.profile_top, _ = self._finish_profile(spy)
+            if self.spec.kills and self.ctd is not None:
+                await self._status_latency()
             if before and after and len(before) == len(after):
                 steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
@@ -681,6 +715,28 @@ class Run:
                 print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
             shutil.rmtree(self.dir / "root", ignore_errors=True)
         return r
+
+    async def _status_latency(self) -> None:
+        r, probe = self.result, self.kill_probe
+        assert self.ctd is not None
+        assert self.ctd.ctd is not None
+        before = buckets(self._metrics(), RELIST_HIST)
+        await probe.kill(self.ctd.ctd.endpoint, sorted(self.running_at), self.spec.kills,
+                         self.spec.kill_rate)  # fmt: skip
+        await self._wait(lambda: probe.killed.keys() <= probe.seen.keys(), 120.0)
+        after = buckets(self._metrics(), RELIST_HIST)
+        if before and after and len(before) == len(after):
+            window = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+            if window and window[-1][1] > 0:
+                p50, p99 = hist_quantile(window, 0.5), hist_quantile(window, 0.99)
+                r.kill_relist_p50_ms = None if p50 is None else p50 * 1000
+                r.kill_relist_p99_ms = None if p99 is None else p99 * 1000
+        lat = probe.latencies()
+        r.killed = len(probe.killed)
+        r.status_latencies_s = [round(x, 4) for x in lat]
+        r.status_latency_p50_s, r.status_latency_p99_s = pct(lat, 0.5), pct(lat, 0.99)
+        if probe.errors:
+            print(f"{self.node}: kills that failed: {probe.errors[:5]}", file=sys.stderr)
 
     def _runtime_usage(self, u0: Usage, u1: Usage, secs: float) -> None:
         r = self.result

@@ -78,6 +78,7 @@ class NodeConfig:
     kubelet_oom_score_adj: int = -999
     protect_kernel_defaults: bool = False
     fail_swap_on: bool = True
+    swap_behavior: str = ""  # memorySwap.swapBehavior
     pod_pids_limit: int = -1
     allocatable: nac.NodeAllocatableConfig = field(default_factory=nac.NodeAllocatableConfig)
     # KubeletInUserNamespace: a kernel tunable that cannot be set is not fatal.
@@ -97,6 +98,7 @@ class NodeConfig:
             kubelet_oom_score_adj=cfg.oom_score_adj,
             protect_kernel_defaults=cfg.protect_kernel_defaults,
             fail_swap_on=cfg.fail_swap_on,
+            swap_behavior=cfg.memory_swap.swap_behavior,
             pod_pids_limit=cfg.pod_pids_limit,
             allocatable=nac.NodeAllocatableConfig.from_config(cfg),
             tolerate_userns=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletInUserNamespace),
@@ -142,6 +144,7 @@ class ContainerManager:
         self.pods_mgr = CgroupManager(nc.cgroup_root if nc.cgroups_per_qos else "",
                                       self.host.mountinfo)  # fmt: skip
         self.host_mgr = CgroupManager("", self.host.mountinfo)
+        self._check_swap_behavior()
         if nc.cgroups_per_qos:
             try:
                 self.pods_mgr.validate("")
@@ -188,6 +191,17 @@ class ContainerManager:
             "The tmpfs noswap option is not supported. Memory-backed volumes (e.g. secrets, "
             "emptyDirs, etc.) might be swapped to disk and should no longer be considered secure.",
         )
+
+    def _check_swap_behavior(self) -> None:
+        """As upstream's kubelet start: LimitedSwap needs cgroup v2 (swap limits
+        are memory.swap.max), so it is refused on v1 rather than ignored."""
+        behavior = self.nc.swap_behavior
+        if behavior == "LimitedSwap" and self.host_mgr.version != 2:
+            raise ContainerManagerError(
+                "swap feature is enabled and LimitedSwap but it is only supported with cgroupv2"
+            )
+        if not self.nc.fail_swap_on and not behavior:
+            log.info("NoSwap is set due to memorySwapBehavior not specified (failSwapOn: false)")
 
     def _check_driver(self) -> None:
         if self.nc.cgroup_driver != "systemd":

@@ -37,7 +37,7 @@ from kubelet import stats
 from kubelet.eviction import local_storage
 from kubelet.lifecycle.predicate import Rejection, pod_requests
 from kubelet.stats.ephemeral import PodStorage
-from kubelet.types import Pod, is_static, name, namespace, object_ref, qos_class, uid
+from kubelet.types import Pod, is_critical, is_static, name, namespace, object_ref, qos_class, uid
 from kubelet.util.duration import parse_duration
 from kubelet.util.quantity import parse_quantity, to_bytes
 
@@ -207,9 +207,7 @@ class EvictionManager:
         candidates = [
             p
             for p in pods
-            if uid(p) not in self.evicted
-            and not local_storage.is_critical(p)
-            and local_storage.has_limits(p)
+            if uid(p) not in self.evicted and not is_critical(p) and local_storage.has_limits(p)
         ]
         if not candidates:
             return []

@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubelet.stats.ephemeral import PodStorage
-from kubelet.types import Pod, is_static
+from kubelet.types import Pod
 from kubelet.util.quantity import format_quantity, parse_quantity, quantity_format
 
 RESOURCE = "ephemeral-storage"
@@ -28,8 +28,6 @@ IMMEDIATE_GRACE = 1
 EMPTYDIR_MESSAGE = 'Usage of EmptyDir volume "{}" exceeds the limit "{}". '
 POD_MESSAGE = "Pod ephemeral local storage usage exceeds the total limit of containers {}. "
 CONTAINER_MESSAGE = 'Container {} exceeded its local ephemeral storage limit "{}". '
-# SystemCriticalPriority: pods at or above it are never evicted.
-SYSTEM_CRITICAL_PRIORITY = 2 * 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -103,12 +101,6 @@ def has_limits(pod: Pod) -> bool:
         *(spec.get("initContainers") or []),
     ]
     return any(_limit(c) is not None for c in containers)
-
-
-def is_critical(pod: Pod) -> bool:
-    """IsCriticalPod: static (and so mirror) pods and system-critical priorities."""
-    priority = (pod.get("spec") or {}).get("priority")
-    return is_static(pod) or (priority is not None and int(priority) >= SYSTEM_CRITICAL_PRIORITY)
 
 
 def violation(pod: Pod, usage: PodStorage) -> str | None:

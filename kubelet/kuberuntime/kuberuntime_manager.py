@@ -50,6 +50,8 @@ from kubelet.kuberuntime.security_context import (
     sandbox_security_context,
     verify_run_as_non_root,
 )
+from kubelet.kuberuntime.swap import SwapConfig
+from kubelet.kuberuntime.swap import configure as configure_swap
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
@@ -158,8 +160,15 @@ class RuntimeManager:
         credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
         container_resources: ContainerResourceManager | None = None,
+        user_namespaces_support: bool = True,
+        swap: SwapConfig | None = None,
     ) -> None:
         self.runtime = runtime
+        # The UserNamespacesSupport gate: on, host-user pods (hostUsers true or
+        # unset) say NODE to the runtime; off, setting hostUsers is an error.
+        self.user_namespaces_support = user_namespaces_support
+        # memorySwap.swapBehavior and the node's swap (None: no swap settings).
+        self.swap = swap
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
         # CPU and memory pinning (the container manager's InternalContainerLifecycle).
@@ -735,7 +744,11 @@ class RuntimeManager:
                 self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
                 return msg
             cfg.linux.security_context.namespace_options.CopyFrom(
-                namespace_options(pod, pid_target=target.id)
+                namespace_options(
+                    pod,
+                    user_namespaces_support=self.user_namespaces_support,
+                    pid_target=target.id,
+                )
             )
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
@@ -988,7 +1001,9 @@ class RuntimeManager:
         linux = pb.LinuxPodSandboxConfig(
             cgroup_parent=self.pod_cgroup_parent(pod),
             security_context=sandbox_security_context(
-                pod, seccomp_root=self.seccomp_root, user_namespaces_support=False
+                pod,
+                seccomp_root=self.seccomp_root,
+                user_namespaces_support=self.user_namespaces_support,
             ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
@@ -1067,7 +1082,7 @@ class RuntimeManager:
             image_uid=image_uid,
             image_username=image_username,
             seccomp_default=self.seccomp_default,
-            user_namespaces_support=False,  # no runtime here supports user namespaces
+            user_namespaces_support=self.user_namespaces_support,
         )
         return pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name=c["name"], attempt=restart),
@@ -1107,6 +1122,8 @@ class RuntimeManager:
             mem_req = to_bytes(req["memory"]) if "memory" in req else 0
             adj = 1000 - (1000 * mem_req) // self.node_memory if self.node_memory else 999
             out.oom_score_adj = int(min(max(adj, 2), 999))
+        if self.swap is not None:
+            configure_swap(self.swap, out, pod, c)
         return out
 
     def _event(

@@ -33,7 +33,9 @@ Errors upstream returns while building the config (a Localhost seccomp profile
 without `localhostProfile`, an unknown supplementalGroupsPolicy, a Localhost
 AppArmor profile without a name, hostUsers with the gate off) raise
 `SecurityContextError` with upstream's text. `hostUsers: false` (user namespace
-mappings) is not implemented and raises too.
+mappings) is not implemented and raises too: the pod is not started rather than
+run in the host's user namespace. `hostUsers: true` or unset with the gate on
+asks for the NODE user namespace, as upstream.
 """
 
 from __future__ import annotations
@@ -189,7 +191,11 @@ def namespace_options(
             'the feature gate "UserNamespacesSupport" is disabled: can\'t set spec.HostUsers'
         )
     if host_users is False:
-        raise SecurityContextError("hostUsers: false (user namespaces) is not supported yet")
+        # Never run such a pod in the host's user namespace instead.
+        raise SecurityContextError(
+            "hostUsers: false (a user namespace of the pod's own) is not implemented by this "
+            "kubelet yet; the pod is not started"
+        )
     if user_namespaces_support:
         # With the gate on, host-user pods say NODE explicitly.
         ns.userns_options.mode = pb.NODE

@@ -34,14 +34,16 @@ class MachineInfo:
     os_image: str
     architecture: str
     hugepages: dict[str, int] = field(default_factory=dict)  # "hugepages-2Mi" -> bytes
+    swap_capacity: int = 0  # bytes: /proc/meminfo SwapTotal, as cAdvisor's SwapCapacity
 
 
 def machine_info(proc: str = "/proc", sys: str = "/sys") -> MachineInfo:
-    mem_total = 0
+    mem_total = swap_total = 0
     for line in _read(f"{proc}/meminfo").splitlines():
         if line.startswith("MemTotal:"):
             mem_total = int(line.split()[1]) * 1024
-            break
+        elif line.startswith("SwapTotal:"):
+            swap_total = int(line.split()[1]) * 1024
     os_image = "Linux"
     for line in _read("/etc/os-release").splitlines():
         if line.startswith("PRETTY_NAME="):
@@ -64,6 +66,7 @@ def machine_info(proc: str = "/proc", sys: str = "/sys") -> MachineInfo:
     return MachineInfo(
         num_cores=os.cpu_count() or 1,
         memory_capacity=mem_total,
+        swap_capacity=swap_total,
         machine_id=_read("/etc/machine-id") or _read("/var/lib/dbus/machine-id"),
         system_uuid=_read(f"{sys}/class/dmi/id/product_uuid").lower(),
         boot_id=_read(f"{proc}/sys/kernel/random/boot_id"),

@@ -206,24 +206,27 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
     addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
     m = inp.machine
+    node_info: dict[str, Any] = {
+        "machineID": m.machine_id,
+        "systemUUID": m.system_uuid,
+        "bootID": m.boot_id,
+        "kernelVersion": m.kernel_version,
+        "osImage": m.os_image,
+        "containerRuntimeVersion": inp.runtime_version(),
+        "kubeletVersion": inp.kubelet_version,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": m.architecture,
+    }
+    if m.swap_capacity:  # NodeSwap (GA): the node's swap, when it has any
+        node_info["swap"] = {"capacity": m.swap_capacity}
     return {
         "capacity": cap,
         "allocatable": allocatable(inp, cap),
         "conditions": conditions,
         "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": inp.config.port}},
-        "nodeInfo": {
-            "machineID": m.machine_id,
-            "systemUUID": m.system_uuid,
-            "bootID": m.boot_id,
-            "kernelVersion": m.kernel_version,
-            "osImage": m.os_image,
-            "containerRuntimeVersion": inp.runtime_version(),
-            "kubeletVersion": inp.kubelet_version,
-            "kubeProxyVersion": "",
-            "operatingSystem": "linux",
-            "architecture": m.architecture,
-        },
+        "nodeInfo": node_info,
         "images": inp.images()[: max(0, inp.config.node_status_max_images)]
         if inp.config.node_status_max_images >= 0
         else inp.images(),

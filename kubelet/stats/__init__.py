@@ -5,6 +5,7 @@ pyx/cgstats.pyx) by default, the pure-Python reference with KUBELET_IMPL=referen
     CgroupReader(version, root, fields, max_fds).read(paths)  the same, descriptors kept
     floor_read(paths, root, fields) -> bytes    the no-parse floor (benchmarks)
     read_proc_stat(), read_meminfo(), read_loadavg(), read_pid_stat(pid), fs_usage(path)
+    read_psi(path) -> (some, full) of a pressure file (/proc/pressure/cpu, ...)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ read_meminfo = impl.read_meminfo
 read_loadavg = impl.read_loadavg
 read_pid_stat = impl.read_pid_stat
 fs_usage = impl.fs_usage
+read_psi = impl.read_psi
 
 # Share of the soft RLIMIT_NOFILE that kept cgroup descriptors may hold; the
 # rest is for the API and CRI connections, streaming sessions, logs, inotify.
@@ -72,5 +74,6 @@ __all__ = [
     "read_meminfo",
     "read_pid_stat",
     "read_proc_stat",
+    "read_psi",
     "reference",
 ]

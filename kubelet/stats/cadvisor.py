@@ -3,11 +3,15 @@ the kubelet gives them (container, id, image, name, namespace, pod), read from
 the stats provider's last collection: the root cgroup, each pod's cgroup and
 the cgroups of its running containers and sandbox.
 
+With KubeletPSI (beta, on), the six container_pressure_{cpu,memory,io}_
+{stalled,waiting}_seconds_total counters, from the full and some totals of the
+cgroup's pressure files (microseconds to seconds, as cAdvisor); only for cgroups
+whose pressure files exist.
+
 Left out, each because this kubelet has no source for it yet: per-CPU usage
-(the kubelet asks cAdvisor for the total only, labelled cpu="total"), swap
-(the parsers do not read memory.swap.current / memsw), per-device block I/O,
-per-container writable-layer usage (a CRI ListContainerStats figure) and
-load averages.
+(the kubelet asks cAdvisor for the total only, labelled cpu="total"),
+per-device block I/O, per-container writable-layer usage (a CRI
+ListContainerStats figure) and load averages.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kubelet.nodestatus.machine import MachineInfo
 from kubelet.stats.provider import CgroupRow, StatsProvider
+from kubelet.stats.types import PSI
 
 LABELS = ["container", "id", "image", "name", "namespace", "pod"]
 NET = (
@@ -33,6 +38,25 @@ NET = (
     ("transmit_errors_total", "Cumulative count of errors encountered while transmitting", "tx_errors"),
     ("transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting", "tx_dropped"),
 )  # fmt: skip
+# (resource, cAdvisor's word for it in the help text)
+PRESSURE = (("cpu", "CPU"), ("memory", "memory"), ("io", "IO"))
+
+
+def _pressure_counters() -> dict[tuple[str, str], CounterMetricFamily]:
+    """(resource, "full"|"some") -> its counter family."""
+    out = {}
+    for res, word in PRESSURE:
+        out[(res, "full")] = CounterMetricFamily(
+            f"container_pressure_{res}_stalled_seconds",
+            f"Total time duration no tasks in the container could make progress due to {word} congestion.",
+            labels=LABELS,
+        )
+        out[(res, "some")] = CounterMetricFamily(
+            f"container_pressure_{res}_waiting_seconds",
+            f"Total time duration tasks in the container have waited due to {word} congestion.",
+            labels=LABELS,
+        )
+    return out
 
 
 def _labels(r: CgroupRow) -> list[str]:
@@ -92,6 +116,9 @@ class CadvisorMetrics(Collector):
         quota = gauge("container_spec_cpu_quota", "CPU quota of the container.")
         period = gauge("container_spec_cpu_period", "CPU period of the container.")
         mem_limit = gauge("container_spec_memory_limit_bytes", "Memory limit for the container.")
+        swap = gauge("container_memory_swap", "Container swap usage in bytes.")
+        swap_limit = gauge("container_spec_memory_swap_limit_bytes", "Memory swap limit for the container.")  # fmt: skip
+        pressure = _pressure_counters() if self.provider.psi else {}
         fs_usage = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", ["device"])  # fmt: skip
         fs_limit = gauge("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on this filesystem.", ["device"])  # fmt: skip
         net = {
@@ -112,6 +139,8 @@ class CadvisorMetrics(Collector):
                 quota.add_metric(lv, r.cpu_quota)
             # cAdvisor writes 0 for "no limit".
             mem_limit.add_metric(lv, r.memory_limit or 0)
+            if st.swap_usage is not None or st.swap_limit is not None:
+                swap_limit.add_metric(lv, st.swap_limit or 0)
 
             def put(
                 fam: Any,
@@ -138,6 +167,13 @@ class CadvisorMetrics(Collector):
             put(failures, st.pgfault, 1.0, ("pgfault", "hierarchy"))
             put(failures, st.pgmajfault, 1.0, ("pgmajfault", "hierarchy"))
             put(oom, st.memory_oom_kill)
+            put(swap, st.swap_usage)
+            psi: tuple[PSI, ...] = (st.cpu_pressure, st.memory_pressure, st.io_pressure)
+            for (res, _word), p in zip(PRESSURE, psi if pressure else (), strict=False):
+                if p is None:
+                    continue
+                for kind, line in (("some", p[0]), ("full", p[1])):
+                    put(pressure[(res, kind)], line[3] if line else 0, 1e6)
             put(threads, st.pids_current)
             if st.pids_current is not None:
                 put(threads_max, st.pids_max or 0)
@@ -161,7 +197,8 @@ class CadvisorMetrics(Collector):
         err.add_metric([], 0)
         yield from (last_seen, start, user, system, usage, periods, throttled, throttled_s)
         yield from (cache, rss, mem, ws, failures, oom, threads, threads_max)
-        yield from (shares, quota, period, mem_limit, fs_usage, fs_limit, *net.values())
+        yield from (shares, quota, period, mem_limit, swap, swap_limit, *pressure.values())
+        yield from (fs_usage, fs_limit, *net.values())
         yield from (cores, memory, err)
 
 

@@ -1,7 +1,7 @@
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from kubelet.stats.types import CgroupStats
+from kubelet.stats.types import PSI, CgroupStats
 
 def parse_cgroups(
     paths: list[str],
@@ -44,3 +44,4 @@ def read_meminfo(path: str = "/proc/meminfo") -> dict[str, int | None] | None: .
 def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float, int, int] | None: ...
 def read_pid_stat(pid: int, proc: str = "/proc") -> dict[str, int | None] | None: ...
 def fs_usage(path: str) -> dict[str, int] | None: ...
+def read_psi(path: str) -> PSI: ...

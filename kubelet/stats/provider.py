@@ -11,7 +11,9 @@ cached for a second, so /stats/summary, /metrics/resource and /metrics/cadvisor
 scraped together cost one pass.
 
 Each consumer asks for the fields it needs (kubelet.stats.types: EVICTION,
-RESOURCE_METRICS, SUMMARY, CADVISOR) and only their files are read. The
+RESOURCE_METRICS, SUMMARY, CADVISOR; with KubeletPSI the summary adds
+PSI_FIELDS) and only their files are read. Pressure and swap take the shape of
+kubelet.stats.summary; the node's pressure is /proc/pressure/*. The
 SUMMARY files (which cover eviction and /metrics/resource) are read through a
 CgroupReader that keeps them open, one pread per file, for as many cgroups as
 the descriptor budget allows (those of /metrics/resource, the most frequent
@@ -37,7 +39,8 @@ from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts, pod_re
 from kubelet.container.runtime import PodStatus
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
-from kubelet.stats.types import EVICTION, RESOURCE_METRICS, SUMMARY, CgroupStats
+from kubelet.stats.summary import add_pressure, cgroup_pressure, cgroup_swap, node_swap
+from kubelet.stats.types import EVICTION, PSI_FIELDS, RESOURCE_METRICS, SUMMARY, CgroupStats
 from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Pod, host_network, name, namespace, uid
 
@@ -99,8 +102,14 @@ class StatsProvider:
         volume_usage: Callable[[str], list[VolumeUsage]] = lambda _uid: [],
         pod_status: Callable[[str], PodStatus] | None = None,
         container_resources: ContainerResources | None = None,
+        psi: bool = True,
+        proc_pressure: str = "/proc/pressure",
     ) -> None:
         self.pods = pods
+        # KubeletPSI: pressure in the summary (and /metrics/cadvisor).
+        self.psi = psi
+        self.proc_pressure = proc_pressure
+        self.summary_fields = SUMMARY | PSI_FIELDS if psi else SUMMARY
         # The runtime's view of each pod (container ids, images, start times) from
         # the PLEG's cache, and the resources the kubelet asked the runtime for.
         self.pod_status = pod_status
@@ -132,7 +141,8 @@ class StatsProvider:
         # all four. One thread: through kept descriptors a cgroup costs about a
         # microsecond of system calls, less than waking OpenMP workers.
         self._reader = stats.CgroupReader(
-            self.version, self.hierarchy, fields=SUMMARY, max_fds=stats.descriptor_budget(),
+            self.version, self.hierarchy, fields=self.summary_fields,
+            max_fds=stats.descriptor_budget(),
             threads=1, keep=RESOURCE_METRICS,
         )  # fmt: skip
         # Collections run in executor threads (HTTP handlers, eviction): the
@@ -158,7 +168,7 @@ class StatsProvider:
         self._cached = None
 
     def _parse(self, rels: list[str], fields: frozenset[str] | None) -> list[CgroupStats]:
-        if fields is not None and fields <= SUMMARY:
+        if fields is not None and fields <= self.summary_fields:
             return list(self._reader.read(rels, fields))
         return stats.parse_cgroups(rels, self.version, self.hierarchy, fields=fields)
 
@@ -206,7 +216,7 @@ class StatsProvider:
         return int((cpu_ns - prev[1]) / (now - prev[0]))
 
     def summary(self) -> dict[str, Any]:
-        return self.snapshot(SUMMARY)[0]
+        return self.snapshot(self.summary_fields)[0]
 
     def snapshot(
         self, fields: frozenset[str] | None = None
@@ -289,6 +299,7 @@ class StatsProvider:
                     "containers": [self._container_summary(r, now, ts) for r in containers],
                 }
             )
+            self._extras(pod_out[-1], ts, st)
             volumes = self.volume_usage(key)
             if volumes:
                 pod_out[-1]["volume"] = [v.to_api(ts) for v in volumes]
@@ -364,9 +375,14 @@ class StatsProvider:
         rows.extend(out)
         return out
 
+    def _extras(self, out: dict[str, Any], ts: str, st: CgroupStats) -> dict[str, Any]:
+        """Swap, and with KubeletPSI the pressure, of one cgroup's summary."""
+        cgroup_swap(out, ts, st)
+        return cgroup_pressure(out, ts, st) if self.psi else out
+
     def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
         st = r.stats
-        return {
+        out: dict[str, Any] = {
             "name": r.container,
             "startTime": _rfc3339(int(r.start_time * 1e9)),
             "cpu": {
@@ -383,6 +399,7 @@ class StatsProvider:
                 "majorPageFaults": st.pgmajfault,
             },
         }
+        return self._extras(out, ts, st)
 
     def _node(self, now: float, ts: str) -> dict[str, Any]:
         node: dict[str, Any] = {"nodeName": self.node_name}
@@ -415,6 +432,14 @@ class StatsProvider:
                 "inodes": fs["inodes"],
                 "inodesUsed": fs["inodes_used"],
             }
+        swap = node_swap(ts, mi)
+        if swap is not None:
+            node["swap"] = swap
+        if self.psi:
+            pressure = [
+                stats.read_psi(f"{self.proc_pressure}/{r}") for r in ("cpu", "memory", "io")
+            ]
+            add_pressure(node, ts, *pressure)
         return node
 
 

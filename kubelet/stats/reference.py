@@ -15,6 +15,10 @@ are exact and written down here:
   that passes 2**63-1 is absent;
 - PSI lines must read exactly "some|full avg10=W.FF avg60=W.FF avg300=W.FF
   total=N" with 1 to 9 digits W; averages are W*100+FF divided by 100.0;
+  the first valid line of each kind wins; a file with neither is (None, None);
+- v1 pressure comes from <root>/unified/<path>/ (the hybrid layout's v2 tree);
+- v1 swap: memory.stat total_swap, else swap; memory.memsw.limit_in_bytes at
+  or above 2**62 is no limit (None), as memory.limit_in_bytes;
 - unit conversions that would pass 2**63-1 are absent;
 - a missing, unreadable, empty or malformed file never raises.
 """
@@ -25,7 +29,7 @@ import os
 import re
 from typing import Any
 
-from kubelet.stats.types import FIELDS, PSI, V2_FILES, CgroupStats, PSILine, masks
+from kubelet.stats.types import FIELDS, FILE_BITS, PSI, V2_FILES, CgroupStats, PSILine, masks
 
 MAX = 2**63 - 1
 USER_HZ_NS = 10_000_000  # cpuacct.stat counts USER_HZ (100) ticks
@@ -164,6 +168,8 @@ def _v2(d: str, files: int) -> CgroupStats:
     cpu_p = _psi(r(8, "cpu.pressure"))
     mem_p = _psi(r(9, "memory.pressure"))
     io_p = _psi(r(10, "io.pressure"))
+    _, swap = _single(r(11, "memory.swap.current"))
+    _, swap_max = _single(r(12, "memory.swap.max"), allow_max=True)
     inactive = mem.get(b"inactive_file")
     return CgroupStats(
         _scale(cpu.get(b"usage_usec"), 1000),
@@ -187,6 +193,8 @@ def _v2(d: str, files: int) -> CgroupStats:
         wio,
         pids,
         pids_max,
+        swap,
+        swap_max,
         cpu_p,
         mem_p,
         io_p,
@@ -202,7 +210,9 @@ def _v1(root: str, path: str, files: int) -> CgroupStats:
     _, usage_ns = _single(f(0, "cpuacct", "cpuacct.usage"))
     acct = _kv(f(0, "cpuacct", "cpuacct.stat"))
     cpu = _kv(f(0, "cpu", "cpu.stat"))
-    mem = _kv(f(1, "memory", "memory.stat"))
+    # memory.stat also holds v1's swap usage.
+    mem_stat = FILE_BITS["memory.stat"] | FILE_BITS["memory.swap.current"]
+    mem = _kv(_read(f"{root}/memory/{path}/memory.stat") if files & mem_stat else None)
     _, usage = _single(f(2, "memory", "memory.usage_in_bytes"))
     _, limit = _single(f(3, "memory", "memory.limit_in_bytes"))
     if limit is not None and limit >= V1_UNLIMITED:
@@ -212,6 +222,9 @@ def _v1(root: str, path: str, files: int) -> CgroupStats:
     rio, wio = _blkio(f(5, "blkio", "blkio.throttle.io_serviced"))
     _, pids = _single(f(6, "pids", "pids.current"))
     _, pids_max = _single(f(7, "pids", "pids.max"), allow_max=True)
+    _, memsw = _single(f(12, "memory", "memory.memsw.limit_in_bytes"))
+    if memsw is not None and memsw >= V1_UNLIMITED:
+        memsw = None
 
     def m(key: bytes) -> int | None:
         v = mem.get(b"total_" + key)
@@ -240,9 +253,11 @@ def _v1(root: str, path: str, files: int) -> CgroupStats:
         wio,
         pids,
         pids_max,
-        None,
-        None,
-        None,
+        m(b"swap") if files & (1 << 11) else None,
+        memsw,
+        _psi(f(8, "unified", "cpu.pressure")),
+        _psi(f(9, "unified", "memory.pressure")),
+        _psi(f(10, "unified", "io.pressure")),
     )
 
 
@@ -347,6 +362,12 @@ def floor_read(
             data = _read(f"{root}/{p}/{n}")
             total += len(data or b"")
     return total
+
+
+def read_psi(path: str) -> PSI:
+    """One pressure file (/proc/pressure/<resource>, or a cgroup's): (some,
+    full) by the rules above; None when it cannot be read."""
+    return _psi(_read(path))
 
 
 def read_proc_stat(path: str = "/proc/stat") -> dict[str, Any] | None:

@@ -32,6 +32,8 @@ FIELDS = (
     "io_write_ops",
     "pids_current",
     "pids_max",
+    "swap_usage",
+    "swap_limit",
     "cpu_pressure",
     "memory_pressure",
     "io_pressure",
@@ -40,7 +42,11 @@ FIELDS = (
 
 class CgroupStats:
     """One cgroup's stats. Every field is None when its file is missing,
-    unreadable or malformed; memory_limit and pids_max are also None for "max"."""
+    unreadable or malformed; memory_limit, pids_max and swap_limit are also
+    None for "max" (v1: 2**62 and above). swap_usage/swap_limit are what
+    cAdvisor reports: v2 memory.swap.current / memory.swap.max; v1 the
+    memory.stat total_swap (else swap) / memory.memsw.limit_in_bytes (memory
+    plus swap, as cAdvisor's v1 SwapLimit)."""
 
     __slots__ = FIELDS
 
@@ -69,6 +75,8 @@ class CgroupStats:
         io_write_ops: Any,
         pids_current: Any,
         pids_max: Any,
+        swap_usage: Any,
+        swap_limit: Any,
         cpu_pressure: Any,
         memory_pressure: Any,
         io_pressure: Any,
@@ -94,6 +102,8 @@ class CgroupStats:
         self.io_write_ops = io_write_ops
         self.pids_current = pids_current
         self.pids_max = pids_max
+        self.swap_usage = swap_usage
+        self.swap_limit = swap_limit
         self.cpu_pressure = cpu_pressure
         self.memory_pressure = memory_pressure
         self.io_pressure = io_pressure
@@ -117,7 +127,10 @@ class CgroupStats:
 
 # cgroup v2 files the parsers read, one bit each (FILE_BITS order). v1 reads the
 # counterparts named in reference._v1 (cpu: cpuacct.usage, cpuacct.stat and
-# cpu.stat; io: the two blkio.throttle files); v1 has no pressure files.
+# cpu.stat; io: the two blkio.throttle files; swap: memory.stat and
+# memory.memsw.limit_in_bytes). v1 has no pressure files of its own: on a
+# hybrid host they are read from the same path in the unified tree
+# (<root>/unified/<path>/*.pressure), where runc makes every cgroup too.
 V2_FILES = (
     "cpu.stat",
     "memory.stat",
@@ -130,6 +143,8 @@ V2_FILES = (
     "cpu.pressure",
     "memory.pressure",
     "io.pressure",
+    "memory.swap.current",
+    "memory.swap.max",
 )
 FILE_BITS = {name: 1 << i for i, name in enumerate(V2_FILES)}
 ALL_FILES = (1 << len(V2_FILES)) - 1
@@ -157,6 +172,8 @@ _FIELD_FILES = {
     "io_write_ops": ("io.stat",),
     "pids_current": ("pids.current",),
     "pids_max": ("pids.max",),
+    "swap_usage": ("memory.swap.current",),
+    "swap_limit": ("memory.swap.max",),
     "cpu_pressure": ("cpu.pressure",),
     "memory_pressure": ("memory.pressure",),
     "io_pressure": ("io.pressure",),
@@ -171,13 +188,16 @@ ALL_FIELDS = (1 << len(FIELDS)) - 1
 #   faults, process count [CPUStats, MemoryStats without availableBytes,
 #   ProcessStats], 4 files;
 # - /metrics/cadvisor: every field (cpu throttling, memory limit and OOM
-#   kills, io, pids.max and pressure too), all 11 files.
+#   kills, io, pids.max, swap and pressure too), all 13 files.
+# The summary adds swap [SwapStats] (2 files) and, with KubeletPSI,
+# pressure [CPUStats.PSI, MemoryStats.PSI, IOStats.PSI] (3 files).
 EVICTION = frozenset({"memory_working_set"})
 RESOURCE_METRICS = frozenset({"cpu_usage_ns", "memory_working_set"})
 SUMMARY = frozenset(
     {"cpu_usage_ns", "memory_usage", "memory_working_set", "memory_rss", "pgfault",
-     "pgmajfault", "pids_current"}
+     "pgmajfault", "pids_current", "swap_usage", "swap_limit"}
 )  # fmt: skip
+PSI_FIELDS = frozenset({"cpu_pressure", "memory_pressure", "io_pressure"})
 CADVISOR = frozenset(FIELDS)
 
 

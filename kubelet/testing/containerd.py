@@ -6,6 +6,13 @@ CAP_SYS_RESOURCE, so negative scores fail), cgroupfs rather than systemd, and
 a bridge + host-local CNI network. Images come from local OCI tarballs
 (kubelet.testing.images). Only the processes this harness started are stopped.
 
+Two runtimes, chosen by KPY_CONTAINERD:
+- `2` (the default): containerd v2 and runc built from their Go modules by
+  hack/parts/containerd2.sh into $KUBELET_CACHE, configured in containerd 2's
+  config format (version 3);
+- `1.6`: Debian's containerd 1.6 and runc (hack/parts/containerd.sh), in the
+  version 2 format, kept for comparison.
+
     python -m kubelet.testing.containerd up --dir /tmp/ctd    # Ctrl-C stops it
 """
 
@@ -27,6 +34,10 @@ from kubelet.testing import images
 from kubelet.testing.process import unmount_under
 
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+# Kept in step with hack/parts/containerd2.sh (tests/unit/core/test_containerd_parts.py).
+CONTAINERD2_VERSION = "v2.4.2"
+RUNC_VERSION = "v1.5.2"
+FLAVORS = ("2", "1.6")
 
 
 class Unavailable(Exception):
@@ -44,6 +55,58 @@ def _which(name: str) -> str:
     return path
 
 
+def default_flavor() -> str:
+    """KPY_CONTAINERD, or "2"; anything else is an error, not a silent default."""
+    flavor = os.environ.get("KPY_CONTAINERD", "2")
+    if flavor not in FLAVORS:
+        raise ValueError(f"KPY_CONTAINERD={flavor!r}: want one of {', '.join(FLAVORS)}")
+    return flavor
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The binaries of one flavor."""
+
+    flavor: str
+    containerd: str
+    shim: str  # containerd-shim-runc-v2
+    ctr: str
+    runc: str
+
+
+def cache_dir() -> str:
+    return os.environ.get("KUBELET_CACHE") or os.path.expanduser("~/.cache/kubelet-py")
+
+
+def parts(flavor: str | None = None) -> Parts:
+    """The binaries of `flavor` (default: KPY_CONTAINERD); Unavailable names
+    what is missing and the script that provides it."""
+    flavor = flavor or default_flavor()
+    if flavor == "1.6":
+        return Parts(
+            flavor,
+            _which("containerd"),
+            _which("containerd-shim-runc-v2"),
+            _which("ctr"),
+            _which("runc"),
+        )
+    bin_dir = os.path.join(cache_dir(), f"containerd-{CONTAINERD2_VERSION}", "bin")
+    p = Parts(
+        flavor,
+        os.path.join(bin_dir, "containerd"),
+        os.path.join(bin_dir, "containerd-shim-runc-v2"),
+        os.path.join(bin_dir, "ctr"),
+        os.path.join(cache_dir(), f"runc-{RUNC_VERSION}", "runc"),
+    )
+    missing = [b for b in (p.containerd, p.shim, p.ctr, p.runc) if not os.access(b, os.X_OK)]
+    if missing:
+        raise Unavailable(
+            f"containerd {CONTAINERD2_VERSION} / runc {RUNC_VERSION} not built ({', '.join(missing)}"
+            " missing): run hack/parts/containerd2.sh, or KPY_CONTAINERD=1.6 for Debian's"
+        )
+    return p
+
+
 @dataclass
 class Containerd:
     directory: str
@@ -52,12 +115,15 @@ class Containerd:
     proc: subprocess.Popen[bytes] | None = None
     socket: str = ""
     imported: list[str] = field(default_factory=list)
+    flavor: str = field(default_factory=default_flavor)
+    bins: Parts | None = None  # found by start()
 
     @property
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
 
-    def config(self) -> str:
+    def _cni(self) -> str:
+        """Writes the CNI network config; returns the plugins' directory."""
         d = self.directory
         cni_bin = next((p for p in CNI_BIN_DIRS if os.path.exists(os.path.join(p, "bridge"))), None)
         if cni_bin is None:
@@ -86,6 +152,17 @@ class Containerd:
         }
         with open(f"{d}/cni/conf/10-kubelet-py.conflist", "w") as fh:
             json.dump(conflist, fh, indent=2)
+        return cni_bin
+
+    def config(self) -> str:
+        bins = self.bins or parts(self.flavor)
+        if self.flavor == "1.6":
+            return self._config_v2(self._cni())
+        return self._config_v3(self._cni(), bins)
+
+    def _config_v2(self, cni_bin: str) -> str:
+        """containerd 1.6: config version 2, the CRI plugin's options in one table."""
+        d = self.directory
         return f"""version = 2
 root = "{d}/root"
 state = "{d}/state"
@@ -115,11 +192,56 @@ state = "{d}/state"
     config_path = "{d}/certs.d"
 """
 
+    def _config_v3(self, cni_bin: str, bins: Parts) -> str:
+        """containerd 2: config version 3, where the CRI plugin is split into
+        io.containerd.cri.v1.images (snapshotter, pinned sandbox image,
+        registries) and io.containerd.cri.v1.runtime (runtimes, CNI, OOM
+        score). The shim and runc are the ones built with this containerd."""
+        d = self.directory
+        return f"""version = 3
+root = "{d}/root"
+state = "{d}/state"
+
+[grpc]
+  address = "{self.socket}"
+
+[ttrpc]
+  address = "{self.socket}.ttrpc"
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '{images.PAUSE_REF}'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{d}/certs.d'
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # These VMs lack CAP_SYS_RESOURCE: negative oom_score_adj values would fail.
+    restrict_oom_score_adj = true
+    enable_selinux = false
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        runtime_path = '{bins.shim}'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = '{bins.runc}'
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['{cni_bin}']
+      conf_dir = '{d}/cni/conf'
+
+  # NRI's socket is one per machine (/var/run/nri/nri.sock): several private
+  # containerds would take it from each other. Nothing here uses NRI.
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+"""
+
     def start(self, timeout: float = 30.0) -> Containerd:
         if os.geteuid() != 0:
             raise Unavailable("containerd needs root")
-        binary = _which("containerd")
-        _which("runc")
+        self.bins = parts(self.flavor)
         os.makedirs(self.directory, exist_ok=True)
         # unix socket paths are short: keep it near the top of the directory
         self.socket = os.path.join(self.directory, "ctd.sock")
@@ -127,8 +249,14 @@ state = "{d}/state"
         with open(cfg_path, "w") as fh:
             fh.write(self.config())
         log = open(os.path.join(self.directory, "containerd.log"), "ab")
+        # The shim is found on PATH (1.6 has no runtime_path): this flavor's first.
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(self.bins.shim) + os.pathsep + env.get("PATH", "")
         self.proc = subprocess.Popen(
-            [binary, "--config", cfg_path], stdout=log, stderr=subprocess.STDOUT
+            [self.bins.containerd, "--config", cfg_path],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -159,7 +287,14 @@ state = "{d}/state"
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [_which("ctr"), "--address", self.socket, "-n", "k8s.io", *args],
+            [
+                (self.bins or parts(self.flavor)).ctr,
+                "--address",
+                self.socket,
+                "-n",
+                "k8s.io",
+                *args,
+            ],
             capture_output=True,
             text=True,
             check=check,
@@ -219,16 +354,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kubelet.testing.containerd")
     ap.add_argument("command", choices=["up"])
     ap.add_argument("--dir", default="/tmp/kubelet-py-containerd")
+    ap.add_argument(
+        "--containerd", choices=FLAVORS, default=None, help="default: KPY_CONTAINERD, else 2"
+    )
     args = ap.parse_args(argv)
     # Block the stop signals so sigwait() receives them and the cleanup runs.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         # Its own bridge and subnet, so it can run beside the test suite's.
-        c = Containerd(args.dir, subnet="10.244.8.0/24", bridge="kpy1").start()
+        c = Containerd(
+            args.dir,
+            subnet="10.244.8.0/24",
+            bridge="kpy1",
+            flavor=args.containerd or default_flavor(),
+        ).start()
     except Unavailable as err:
         print(f"containerd unavailable: {err}", file=sys.stderr)
         return 1
-    print(f"containerd ready: {c.endpoint} (images: {', '.join(c.imported)})")
+    print(f"containerd {c.flavor} ready: {c.endpoint} (images: {', '.join(c.imported)})")
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})  # blocked above, so this returns
     finally:

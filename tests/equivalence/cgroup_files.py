@@ -84,6 +84,8 @@ V2_FILES = {
     "cpu.pressure": psi_file(),
     "memory.pressure": psi_file(),
     "io.pressure": psi_file(),
+    "memory.swap.current": single_file(False),
+    "memory.swap.max": single_file(True),
 }  # fmt: skip
 V1_FILES = {
     ("cpuacct", "cpuacct.usage"): single_file(False),
@@ -91,8 +93,10 @@ V1_FILES = {
     ("cpu", "cpu.stat"): kv_file(["nr_periods", "nr_throttled", "throttled_time"]),
     ("memory", "memory.stat"): kv_file(
         ["total_rss", "total_cache", "total_inactive_file", "total_pgfault",
-         "total_pgmajfault", "rss", "cache", "inactive_file", "pgfault", "pgmajfault"]
+         "total_pgmajfault", "rss", "cache", "inactive_file", "pgfault", "pgmajfault",
+         "total_swap", "swap", "swapcached"]
     ),
+    ("memory", "memory.memsw.limit_in_bytes"): single_file(False),
     ("memory", "memory.usage_in_bytes"): single_file(False),
     ("memory", "memory.limit_in_bytes"): single_file(False),
     ("memory", "memory.oom_control"): kv_file(["oom_kill", "under_oom"]),
@@ -100,6 +104,10 @@ V1_FILES = {
     ("blkio", "blkio.throttle.io_serviced"): blkio_file(),
     ("pids", "pids.current"): single_file(False),
     ("pids", "pids.max"): single_file(True),
+    # A hybrid host: the same cgroup in the unified tree, with its pressure.
+    ("unified", "cpu.pressure"): psi_file(),
+    ("unified", "memory.pressure"): psi_file(),
+    ("unified", "io.pressure"): psi_file(),
 }  # fmt: skip
 
 v2_tree = st.fixed_dictionaries({k: maybe(v) for k, v in V2_FILES.items()})

@@ -61,6 +61,40 @@ def test_cgroup_v1_native_equals_reference(
                 _write(Path(root) / controller / rel / name, data)
             paths.append(rel)
         assert native.parse_cgroups(paths, 1, root) == reference.parse_cgroups(paths, 1, root)
+        for fields in (SWAP, PSI, frozenset({"memory_rss"}) | SWAP):
+            got = native.parse_cgroups(paths, 1, root, fields=fields)
+            assert got == reference.parse_cgroups(paths, 1, root, fields=fields)
+
+
+SWAP = frozenset({"swap_usage", "swap_limit"})
+PSI = frozenset({"cpu_pressure", "memory_pressure", "io_pressure"})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(v2_tree, min_size=1, max_size=3), st.sampled_from([SWAP, PSI, SWAP | PSI]))
+def test_cgroup_v2_field_subsets_agree(
+    trees: list[dict[str, bytes | None]], fields: frozenset[str]
+) -> None:
+    """Reading only the swap or pressure files gives the same as the reference."""
+    with tempfile.TemporaryDirectory() as root:
+        paths = []
+        for i, tree in enumerate(trees):
+            rel = f"pod{i}"
+            (Path(root) / rel).mkdir()
+            for name, data in tree.items():
+                _write(Path(root) / rel / name, data)
+            paths.append(rel)
+        got = native.parse_cgroups(paths, 2, root, fields=fields)
+        assert got == reference.parse_cgroups(paths, 2, root, fields=fields)
+        assert all(v is None for k, v in got[0].as_dict().items() if k not in fields)
+
+
+@settings(max_examples=150, deadline=None)
+@given(maybe(psi_file()))
+def test_read_psi_native_equals_reference(data: bytes | None) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        _write(Path(d) / "cpu", data)
+        assert native.read_psi(f"{d}/cpu") == reference.read_psi(f"{d}/cpu")
 
 
 proc_stat = st.lists(
@@ -118,6 +152,13 @@ def test_proc_parsers_native_equal_reference(
 
 def test_real_proc_and_fs_agree() -> None:
     assert native.read_meminfo() == reference.read_meminfo()
+    # The node's pressure, read for real (PSI is on in this kernel): both parse it.
+    for res in ("cpu", "memory", "io"):
+        got = native.read_psi(f"/proc/pressure/{res}")
+        if os.path.exists(f"/proc/pressure/{res}"):
+            assert got is not None and got[0] is not None, res
+            assert 0.0 <= got[0][0] <= 100.0 and got[0][3] >= 0
+        assert reference.read_psi(f"/proc/pressure/{res}") is not None or got is None
     me = os.getpid()
     n, r = native.read_pid_stat(me), reference.read_pid_stat(me)
     assert n is not None and r is not None

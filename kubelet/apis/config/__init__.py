@@ -9,6 +9,7 @@ from kubelet.apis.config.types import (
     KubeletWebhookAuthorization,
     KubeletX509Authentication,
     LoggingConfiguration,
+    MemorySwapConfiguration,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "KubeletWebhookAuthorization",
     "KubeletX509Authentication",
     "LoggingConfiguration",
+    "MemorySwapConfiguration",
 ]

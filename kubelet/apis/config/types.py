@@ -70,6 +70,12 @@ class LoggingConfiguration:
     options: dict[str, Any] = f("options", factory=dict)
 
 
+@dataclass
+class MemorySwapConfiguration:
+    # "" (NoSwap), "NoSwap" or "LimitedSwap" (kubelet.kuberuntime.swap).
+    swap_behavior: str = f("swapBehavior", "")
+
+
 def _default_eviction_hard() -> dict[str, str]:
     return {
         "memory.available": "100Mi",
@@ -176,6 +182,7 @@ class KubeletConfiguration:
     make_iptables_util_chains: bool = f("makeIPTablesUtilChains", True)
     feature_gates: dict[str, bool] = f("featureGates", factory=dict)
     fail_swap_on: bool = f("failSwapOn", True)
+    memory_swap: MemorySwapConfiguration = f("memorySwap", factory=MemorySwapConfiguration)
     container_log_max_size: str = f("containerLogMaxSize", "10Mi")
     container_log_max_files: int = f("containerLogMaxFiles", 5)
     container_log_max_workers: int = f("containerLogMaxWorkers", 1)

@@ -120,6 +120,12 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         )
     if c.image_maximum_gc_age and c.image_maximum_gc_age <= c.image_minimum_gc_age:
         bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
+    if c.memory_swap.swap_behavior not in ("", "NoSwap", "LimitedSwap"):
+        bad(
+            "memorySwap.swapBehavior",
+            c.memory_swap.swap_behavior,
+            'must be one of: "", "LimitedSwap" or "NoSwap"',
+        )
     if c.cgroup_driver not in ("cgroupfs", "systemd"):
         bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
     errs += _validate_enforce_node_allocatable(c)

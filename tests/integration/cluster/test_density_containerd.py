@@ -14,7 +14,7 @@ import pytest
 from benches.conformance.harness import _hierarchies
 from benches.density.harness import Run, Spec, start_control_plane
 from kubelet.testing.containerd import Unavailable as ContainerdUnavailable
-from kubelet.testing.containerd import _which
+from kubelet.testing.containerd import parts
 from kubelet.testing.controlplane import Unavailable
 from kubelet.testing.parts import part_unavailable, starting, tail_of
 
@@ -25,8 +25,7 @@ def test_density_on_containerd(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         part_unavailable("containerd", "needs root")
     with starting("containerd", ContainerdUnavailable):
-        for binary in ("containerd", "runc", "ctr"):
-            _which(binary)
+        parts()  # the KPY_CONTAINERD flavour's containerd, shim, ctr and runc
     logs = tmp_path / "cp" / "logs"
     with starting("control plane", Unavailable, log_tail=lambda: tail_of(logs)):
         cp = start_control_plane(tmp_path)

@@ -4,6 +4,7 @@ systemd driver's refusal (NewContainerManager / setupNode upstream)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,23 @@ def test_pod_cgroup_removal_covers_the_hierarchies_only_runc_uses(tmp_path: Path
     pcm.destroy(pod("u9"))
     for hierarchy in ("systemd", "unified"):
         assert not (tmp_path / hierarchy / "kubepods/besteffort/podu9").exists(), hierarchy
+
+
+def test_limited_swap_on_cgroup_v1_is_refused_as_upstream(tmp_path: Path) -> None:
+    cfg = node_config(fail_swap_on=False)
+    limited = dataclasses.replace(cfg, swap_behavior="LimitedSwap")
+    with pytest.raises(
+        ContainerManagerError, match="LimitedSwap but it is only supported with cgroupv2"
+    ):
+        ContainerManager(limited, CAPACITY, host=host(tmp_path))
+    # NoSwap (and unset) are fine on v1: containers get memory+swap = memory.
+    (tmp_path / "v1").mkdir()
+    no_swap = dataclasses.replace(cfg, swap_behavior="NoSwap")
+    ContainerManager(no_swap, CAPACITY, host=host(tmp_path / "v1"))
+    # On cgroup v2 LimitedSwap is accepted.
+    (tmp_path / "v2").mkdir()
+    h = host(tmp_path / "v2")
+    cg = tmp_path / "v2" / "cg2"
+    cg.mkdir()
+    v2 = dataclasses.replace(h, mountinfo=mountinfo(cg, v1=False))
+    ContainerManager(limited, CAPACITY, host=v2)

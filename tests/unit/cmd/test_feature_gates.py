@@ -46,11 +46,9 @@ def test_kubelet_psi_from_a_config_file_starts(tmp_path: Path) -> None:
     )
     s, warnings, _ = build_server(["--config", str(cfg)])
     assert s is not None
-    psi = [w for w in warnings if "KubeletPSI" in w and w.startswith("feature gate")]
-    assert psi == [
-        "feature gate KubeletPSI=true is not supported by this kubelet yet: "
-        + account.state("gate", "KubeletPSI").evidence
-    ]
+    # KubeletPSI is implemented: setting it draws no "not supported" line.
+    assert account.state("gate", "KubeletPSI").state == "implemented"
+    assert not [w for w in warnings if "KubeletPSI" in w and w.startswith("feature gate")]
     # setting a GA gate logs upstream's warning
     assert (
         "Setting GA feature gate NodeSwap=true. It will be removed in a future release." in warnings

@@ -117,3 +117,26 @@ async def test_manifest_url_source_from_the_config(tmp_path: Path, monkeypatch) 
         "n1",
         7.0,
     )
+
+
+def test_memory_swap_and_psi_gate_reach_the_runtime_and_stats(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "failSwapOn: false\nmemorySwap:\n  swapBehavior: NoSwap\n"
+        "featureGates:\n  KubeletPSI: false\n  UserNamespacesSupport: false\n"
+    )
+    s, _, _ = build_server([f"--config={cfg}"])
+    assert s is not None
+    k = Kubelet(s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService())
+    swap = k.runtime_manager.swap
+    assert swap is not None and swap.behavior == "NoSwap"
+    assert swap.cgroup_v2 == (k.stats.version == 2)
+    assert not k.stats.psi and "cpu_pressure" not in k.stats.summary_fields
+    assert not k.runtime_manager.user_namespaces_support
+    # The defaults: KubeletPSI and UserNamespacesSupport are on in v1.34.
+    s, _, _ = build_server([])
+    assert s is not None
+    k = Kubelet(s.config, "n2", str(tmp_path / "2"), FakeRuntimeService(), FakeImageService())
+    assert k.stats.psi and k.runtime_manager.user_namespaces_support
+    assert k.runtime_manager.swap is not None and k.runtime_manager.swap.behavior == ""

@@ -70,3 +70,60 @@ async def test_deleted_pods_leave_no_cache_entry(cache_cls: Any) -> None:
     # u0 still has its sandbox; the other nine are gone from the runtime.
     assert len(cache) == 1 and cache.get("u0")[0].sandboxes
     assert pleg.events_seen == 20
+
+
+async def test_a_runtime_without_events_hands_over_to_the_relist_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """containerd 1.6 answers UNIMPLEMENTED: no five retries with relists in
+    between, the generic PLEG gets its normal period back straight away."""
+    from kubelet.cri import errors
+
+    class NoEvents:
+        calls = 0
+
+        async def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]:
+            NoEvents.calls += 1
+            raise errors.UnimplementedError("GetContainerEvents", "unknown method")
+            yield  # an async generator, as the remote client's
+
+    class Relisting(Generic):
+        relists = 0
+
+        async def relist(self) -> None:
+            self.relists += 1
+
+    generic = Relisting(set())
+    pleg = EventedPLEG(NoEvents(), RuntimeManager(), generic, ReferenceCache())
+    await asyncio.wait_for(pleg.run(asyncio.Event()), 5)
+    assert NoEvents.calls == 1 and generic.relists == 0
+    assert pleg.fell_back and generic.period == 1.0
+    assert "does not serve GetContainerEvents" in caplog.text
+
+
+async def test_a_broken_stream_is_retried_then_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kubelet.cri import errors
+    from kubelet.pleg import evented
+
+    class Broken:
+        calls = 0
+
+        async def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]:
+            Broken.calls += 1
+            raise errors.CRIError("GetContainerEvents", "stream reset")
+            yield
+
+    class Relisting(Generic):
+        relists = 0
+
+        async def relist(self) -> None:
+            self.relists += 1
+
+    generic = Relisting(set())
+    pleg = EventedPLEG(Broken(), RuntimeManager(), generic, ReferenceCache())
+    monkeypatch.setattr(evented, "RETRY_DELAY", 0.0)
+    await asyncio.wait_for(pleg.run(asyncio.Event()), 5)
+    assert Broken.calls == evented.MAX_STREAM_RETRIES == generic.relists
+    assert pleg.fell_back and generic.period == 1.0

@@ -241,3 +241,57 @@ async def test_a_failed_probe_kills_with_its_own_grace_period(tmp_path) -> None:
     assert m.compute_pod_actions(p, st).kill_grace == {cid2: 3}
     p["metadata"]["deletionGracePeriodSeconds"] = 30
     assert m.compute_pod_actions(p, st).kill_grace == {}
+
+
+@pytest.mark.parametrize("host_users", [None, True])
+async def test_host_user_pods_run_in_the_host_user_namespace(tmp_path, host_users) -> None:  # type: ignore[no-untyped-def]
+    """hostUsers unset or true (UserNamespacesSupport on, the v1.34 default):
+    the pod runs, and sandbox and containers ask for the NODE user namespace
+    (upstream's GetOrCreateUserNamespaceMappings)."""
+    from kubelet.cri.api import api_pb2 as pb
+
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    m = manager(tmp_path, rt, img)
+    extra = {} if host_users is None else {"hostUsers": host_users}
+    p = pod([c("a")], **extra)
+    res = await m.sync_pod(p, await status(m, p))
+    assert res.ok, res.errors
+    ((sb_cfg, _handler),) = rt.called("run_pod_sandbox")
+    assert sb_cfg.linux.security_context.namespace_options.userns_options.mode == pb.NODE
+    ((_sid, cfg, _sb),) = rt.called("create_container")
+    assert cfg.linux.security_context.namespace_options.userns_options.mode == pb.NODE
+
+
+async def test_host_users_false_is_refused_not_run_in_the_host_namespace(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """hostUsers: false asks for a user namespace of the pod's own, which this
+    kubelet does not set up yet: no sandbox is made (running it as root of the
+    host's namespace would defeat the point) and the event says why."""
+    events: list[tuple[str, str, str]] = []
+
+    class Rec:
+        def event(self, _ref: Any, etype: str, reason: str, msg: str) -> None:
+            events.append((etype, reason, msg))
+
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    m = manager(tmp_path, rt, img, recorder=Rec())
+    p = pod([c("a")], hostUsers=False)
+    res = await m.sync_pod(p, await status(m, p))
+    assert not res.ok and not rt.called("run_pod_sandbox")
+    assert any(
+        r == "FailedCreatePodSandBox" and "hostUsers: false" in msg and "not implemented" in msg
+        for _t, r, msg in events
+    ), events
+
+
+async def test_host_users_set_with_the_gate_off_is_upstreams_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    m = manager(tmp_path, rt, img, user_namespaces_support=False)
+    p = pod([c("a")], hostUsers=True)
+    res = await m.sync_pod(p, await status(m, p))
+    assert not res.ok and "UserNamespacesSupport" in res.errors[0]
+    # Unset with the gate off: no user-namespace option at all, as upstream.
+    q = pod([c("b")])
+    q["metadata"]["uid"] = "other"
+    assert (await m.sync_pod(q, await status(m, q))).ok
+    ((sb_cfg, _h),) = rt.called("run_pod_sandbox")
+    assert not sb_cfg.linux.security_context.namespace_options.HasField("userns_options")
