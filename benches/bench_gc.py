@@ -26,7 +26,7 @@ import pytest
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.images.image_gc_manager import FsUsage, ImageGCManager, ImageGCPolicy
-from kubelet.kuberuntime.gc import ContainerGC
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC
 from kubelet.kuberuntime.labels import CONTAINER_NAME, POD_UID
 
 PODS = 5000

@@ -47,4 +47,4 @@ GOFLAGS=-mod=mod nice go run . -out "$ROOT/kubelet/apis/config/data" \
     -kubeadm-out "$ROOT/tests/unit/cmd/testdata"
 cd "$ROOT"
 log "writing docs/configuration.md"
-[ "${SKIP_DOCS:-}" = 1 ] || KUBELET_IMPL="${KUBELET_IMPL:-reference}" python -m kubelet.apis.config.account --write-docs docs/configuration.md
+[ "${SKIP_DOCS:-}" = 1 ] || KUBELET_IMPL="${KUBELET_IMPL:-reference}" python -m kubelet.apis.config.account_doc --write-docs docs/configuration.md

@@ -10,14 +10,13 @@ Lookups are per pod, so releasing one pod's CPUs never walks all pods.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from kubelet.cm.interfaces import RunningContainer
 from kubelet.container.cache import PodCache
 from kubelet.pleg.differ import RUNNING
-from kubelet.pod_workers import PodWorkers
+from kubelet.pod_workers import PodWorkerStates
 from kubelet.podmanager import PodManager
-from kubelet.types import Pod, uid
+from kubelet.types import Pod, PodStatus, uid
 
 
 class ActivePods:
@@ -25,14 +24,14 @@ class ActivePods:
         self,
         pod_manager: PodManager,
         rejected: set[str],
-        pod_workers: Callable[[], PodWorkers],
-        status: Callable[[str], dict[str, Any] | None],
+        worker_states: PodWorkerStates,
+        status: Callable[[str], PodStatus | None],
         cache: PodCache,
     ) -> None:
         self.pod_manager = pod_manager
         self.rejected = rejected
-        # The workers are built after the managers that use this lookup.
-        self.pod_workers = pod_workers
+        # Where each pod's worker is (built before the workers, which fill it in).
+        self.worker_states = worker_states
         self.status = status
         self.cache = cache
 
@@ -40,8 +39,8 @@ class ActivePods:
         pod = self.pod_manager.get(pod_uid)
         if pod is None or pod_uid in self.rejected:
             return None
-        workers = self.pod_workers()
-        if pod_uid in workers.states and not workers.could_have_running_containers(pod_uid):
+        workers = self.worker_states
+        if pod_uid in workers and not workers.could_have_running_containers(pod_uid):
             return None  # known terminated
         phase = (self.status(pod_uid) or {}).get("phase")
         if phase in ("Succeeded", "Failed") and not workers.is_terminating(pod_uid):

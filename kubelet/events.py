@@ -17,9 +17,10 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from kubelet.client.rest import APIClient, APIError
+from kubelet.types import ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class _LRU(Generic[K, V]):
 class Recorder(Protocol):
     """What components emit events through (record.EventRecorder)."""
 
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None: ...
+    def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None: ...
 
 
 def _now() -> str:
@@ -92,14 +93,14 @@ class EventRecorder:
     def __init__(self, node_name: str, client: APIClient | None = None) -> None:
         self.node_name = node_name
         self.client = client
-        self.queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(QUEUE_SIZE)
+        self.queue: asyncio.Queue[tuple[ObjectReference, str, str, str]] = asyncio.Queue(QUEUE_SIZE)
         self._seen: _LRU[tuple[str, ...], _Seen] = _LRU()
         self._aggregate: _LRU[tuple[str, ...], _Aggregate] = _LRU()
         self._spam: _LRU[str, tuple[float, float]] = _LRU()
         self.dropped = 0
         self.sent = 0
 
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
         """Record an event about `ref` (kind, name, namespace, uid[, apiVersion])."""
         log.info(
             "Event %s %s/%s %s: %s",
@@ -116,7 +117,7 @@ class EventRecorder:
         except asyncio.QueueFull:
             self.dropped += 1
 
-    def _allow(self, ref: dict[str, Any]) -> bool:
+    def _allow(self, ref: ObjectReference) -> bool:
         key = f"{ref.get('kind')}/{ref.get('namespace')}/{ref.get('name')}/{ref.get('uid')}"
         now = time.monotonic()
         tokens, last = self._spam.get(key) or (float(SPAM_BURST), now)
@@ -140,10 +141,10 @@ class EventRecorder:
             ref, etype, reason, message = getter.result()
             try:
                 await self._send(ref, etype, reason, message)
-            except Exception as err:
+            except Exception as err:  # events are best effort; the sender goes on
                 log.debug("dropping event %s %s: %s", reason, ref.get("name"), err)
 
-    async def _send(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    async def _send(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
         assert self.client is not None
         if not self._allow(ref):
             self.dropped += 1

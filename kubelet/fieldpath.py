@@ -13,9 +13,15 @@ import ipaddress
 import math
 from collections.abc import Mapping, Sequence
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
 
-from kubelet.types import Pod
+from kubelet.types import (
+    Container,
+    ObjectFieldSelector,
+    Pod,
+    Quantity,
+    ResourceFieldSelector,
+    ResourceList,
+)
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.validation import is_qualified_name
 
@@ -67,7 +73,7 @@ def extract_field_path(pod: Pod, path: str) -> str:
     This is what the downwardAPI volume resolves; the environment goes through
     pod_field_value, which also knows spec and status fields.
     """
-    meta = pod.get("metadata") or {}
+    meta = pod["metadata"]
     head, subscript, subscripted = split_maybe_subscripted_path(path)
     if subscripted:
         if head == "metadata.annotations":
@@ -86,8 +92,12 @@ def extract_field_path(pod: Pod, path: str) -> str:
         return format_map(meta.get("annotations") or {})
     if path == "metadata.labels":
         return format_map(meta.get("labels") or {})
-    if path in ("metadata.name", "metadata.namespace", "metadata.uid"):
-        return str(meta.get(path[len("metadata.") :]) or "")
+    if path == "metadata.name":
+        return meta.get("name") or ""
+    if path == "metadata.namespace":
+        return meta.get("namespace") or ""
+    if path == "metadata.uid":
+        return meta.get("uid") or ""
     raise ValueError(f"unsupported fieldPath: {path}")
 
 
@@ -137,7 +147,7 @@ def sort_pod_ips(pod_ips: Sequence[str], node_ips: Sequence[str]) -> list[str]:
 
 def pod_field_value(
     pod: Pod,
-    field_ref: Mapping[str, Any],
+    field_ref: ObjectFieldSelector,
     host_ips: Sequence[str],
     pod_ips: Sequence[str],
 ) -> str:
@@ -149,7 +159,7 @@ def pod_field_value(
     path = convert_downward_api_field_label(
         field_ref.get("apiVersion") or "v1", field_ref.get("fieldPath") or ""
     )
-    spec = pod.get("spec") or {}
+    spec = pod["spec"]
     if path == "spec.nodeName":
         return str(spec.get("nodeName") or "")
     if path == "spec.serviceAccountName":
@@ -171,7 +181,7 @@ _MERGED_FROM_ALLOCATABLE = ("cpu", "memory", "ephemeral-storage")
 _HUGEPAGES_PREFIX = "hugepages-"
 
 
-def _quantity(v: Any) -> Decimal:
+def _quantity(v: Quantity | None) -> Decimal:
     return parse_quantity(v) if v is not None else Decimal(0)
 
 
@@ -185,8 +195,8 @@ def _milli_value(q: Decimal) -> int:
 
 
 def merge_container_resource_limits(
-    container: Mapping[str, Any], allocatable: Mapping[str, Any]
-) -> dict[str, Any]:
+    container: Container, allocatable: Mapping[str, Quantity]
+) -> ResourceList:
     """The container's limits with cpu, memory and ephemeral-storage taken from
     allocatable where unset or zero (MergeContainerResourceLimits). Hugepages are
     never defaulted: they are not overcommitted, so a limit is always set."""
@@ -199,7 +209,7 @@ def merge_container_resource_limits(
 
 
 def extract_container_resource_value(
-    ref: Mapping[str, Any], limits: Mapping[str, Any], requests: Mapping[str, Any]
+    ref: ResourceFieldSelector, limits: Mapping[str, Quantity], requests: Mapping[str, Quantity]
 ) -> str:
     """A container resource divided by the divisor, rounded up
     (ExtractContainerResourceValue); a missing resource reads as 0."""
@@ -221,18 +231,17 @@ def extract_container_resource_value(
     raise ValueError(f"unsupported container resource : {resource}")
 
 
-def find_container(pod: Pod, container_name: str) -> Mapping[str, Any]:
+def find_container(pod: Pod, container_name: str) -> Container:
     """A container or init container by name (findContainerInPod)."""
-    spec = pod.get("spec") or {}
-    for key in ("containers", "initContainers"):
-        for c in spec.get(key) or []:
-            if c.get("name") == container_name:
-                return c  # type: ignore[no-any-return]
+    spec = pod["spec"]
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        if c.get("name") == container_name:
+            return c
     raise ValueError(f"container {container_name} not found")
 
 
 def extract_resource_value(
-    ref: Mapping[str, Any],
+    ref: ResourceFieldSelector,
     pod: Pod,
     container_name: str,
     node_allocatable: Mapping[str, str],
@@ -246,12 +255,12 @@ def extract_resource_value(
     return extract_container_resource_value(ref, limits, requests)
 
 
-def pod_level_allocatable(pod: Pod, node_allocatable: Mapping[str, str]) -> dict[str, Any]:
+def pod_level_allocatable(pod: Pod, node_allocatable: Mapping[str, str]) -> ResourceList:
     """Node allocatable with the pod-level limits (spec.resources.limits) of cpu and
     memory put in place of the node's, the default for containers without their own
     limits in the environment (defaultPodLimitsForDownwardAPI, PodLevelResources)."""
-    allocatable: dict[str, Any] = dict(node_allocatable)
-    pod_limits = ((pod.get("spec") or {}).get("resources") or {}).get("limits") or {}
+    allocatable: ResourceList = dict(node_allocatable)
+    pod_limits = (pod["spec"].get("resources") or {}).get("limits") or {}
     for name in ("cpu", "memory"):
         q = pod_limits.get(name)
         if q is not None and _quantity(q) != 0 and name in allocatable:

@@ -8,7 +8,6 @@ from its components; it holds no state of its own.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -19,7 +18,7 @@ from kubelet.kuberuntime.logs import LogOptions, LogTargetError, log_container_i
 from kubelet.podmanager import PodManager
 from kubelet.stats.provider import StatsProvider
 from kubelet.status.status_manager import StatusManager
-from kubelet.types import container_list, uid
+from kubelet.types import Pod, container_list, uid
 from kubelet.util.clock import Clock
 
 # /healthz/syncloop fails when the loop has not come round for twice the sync
@@ -27,6 +26,19 @@ from kubelet.util.clock import Clock
 SYNC_LOOP_MIN_THRESHOLD = 300.0
 
 HealthCheck = Callable[[], str | None]
+
+
+class SyncLoopHeartbeat:
+    """When the syncLoop last came round (monotonic seconds; 0: not yet)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+
+    def beat(self, now: float) -> None:
+        self.last = now
+
+    def last_beat(self) -> float:
+        return self.last
 
 
 class KubeletHost:
@@ -64,18 +76,18 @@ class KubeletHost:
     def runtime_service(self) -> RuntimeService:
         return self.runtime
 
-    def get_pods(self) -> list[dict[str, Any]]:
+    def get_pods(self) -> list[Pod]:
         """The pods as the kubelet runs them, each with the status it computed."""
         out = []
         for pod in self.pod_manager.pods():
-            p = dict(pod)
+            p = pod.copy()
             st = self.status_manager.get(uid(pod))
             if st is not None:
                 p["status"] = st
             out.append(p)
         return out
 
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+    def get_pod_by_name(self, namespace_: str, name: str) -> Pod | None:
         return self.pod_manager.get_by_full_name(f"{name}_{namespace_}")
 
     def healthz_checks(self) -> dict[str, HealthCheck]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
+from kubelet.types import ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,26 @@ _DEFAULT_LABELS = (
 )
 
 
+class RegisteredNode:
+    """The Node object as this kubelet last registered or patched it. Built
+    before what reads its UID (mirror pods' owner, the Lease) and written only
+    by the NodeStatusManager."""
+
+    def __init__(self) -> None:
+        self.node: dict[str, Any] | None = None
+
+    def uid(self) -> str | None:
+        """The Node's UID once it is registered."""
+        return (self.node or {}).get("metadata", {}).get("uid")
+
+
 class NodeStatusManager:
     def __init__(
         self,
         client: APIClient,
         inputs: NodeInputs,
         recorder: Any = None,
+        registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
     ) -> None:
         self.client = client
@@ -42,7 +57,7 @@ class NodeStatusManager:
         # Set by whoever needs the status reported now (the shutdown manager).
         self.wake = wake or asyncio.Event()
         self.registered = asyncio.Event()
-        self.node: dict[str, Any] | None = None
+        self._node = registered or RegisteredNode()
         self.last_report = 0.0
         self.patches = 0
         self._last_ready: str | None = None
@@ -68,13 +83,13 @@ class NodeStatusManager:
                         self.node = await self._adopt(node)
                         log.info("Node %s was previously registered", self.inp.name)
                         break
-                    except Exception as err2:
+                    except Exception as err2:  # registration retries until it works
                         log.warning("Unable to reconcile existing node %s: %s", self.inp.name, err2)
                 else:
                     log.warning(
                         "Unable to register node %s with API server: %s", self.inp.name, err
                     )
-            except Exception as err:
+            except Exception as err:  # registration retries until it works
                 log.warning("Unable to register node %s with API server: %s", self.inp.name, err)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 7.0)
@@ -122,11 +137,19 @@ class NodeStatusManager:
             )
         self._last_ready = state
 
+    @property
+    def node(self) -> dict[str, Any] | None:
+        return self._node.node
+
+    @node.setter
+    def node(self, node: dict[str, Any] | None) -> None:
+        self._node.node = node
+
     def uid(self) -> str | None:
         """The Node's UID once it is registered."""
-        return (self.node or {}).get("metadata", {}).get("uid")
+        return self._node.uid()
 
-    def node_ref(self) -> dict[str, Any]:
+    def node_ref(self) -> ObjectReference:
         uid = (self.node or {}).get("metadata", {}).get("uid", self.inp.name)
         return {"kind": "Node", "name": self.inp.name, "uid": uid, "apiVersion": "v1"}
 

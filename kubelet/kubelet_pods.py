@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from kubelet.container.env import EnvContext, make_environment_variables
 from kubelet.container.expansion import expand_subpath_expr
@@ -27,9 +26,10 @@ from kubelet.events import Recorder
 from kubelet.kuberuntime.termination import create_termination_log_file
 from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
 from kubelet.objectcache import ObjectGetter
-from kubelet.types import Pod, name, namespace, object_ref, uid
+from kubelet.types import Container, Pod, Secret, as_secret, name, namespace, object_ref, uid
 from kubelet.util import filesystem
-from kubelet.volumemanager import MountedVolume, VolumeManager
+from kubelet.volume import MountedVolume
+from kubelet.volumemanager import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class PodRuntimeHelper:
         return pod_dir(self.root_dir, pod_uid)
 
     async def generate_run_container_options(
-        self, pod: Pod, container: dict[str, Any], pod_ips: list[str]
+        self, pod: Pod, container: Container, pod_ips: list[str]
     ) -> RunContainerOptions:
         try:
             hostname, domain = self.generate_pod_hostname_and_domain(pod)
@@ -106,7 +106,7 @@ class PodRuntimeHelper:
     def _mounts(
         self,
         pod: Pod,
-        container: dict[str, Any],
+        container: Container,
         volumes: Mapping[str, MountedVolume],
         envs: list[tuple[str, str]],
         pod_ips: list[str],
@@ -156,17 +156,17 @@ class PullSecretGetter:
         self.secrets = secrets
         self.recorder = recorder
 
-    async def get_pull_secrets(self, pod: Pod) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    async def get_pull_secrets(self, pod: Pod) -> list[Secret]:
+        out: list[Secret] = []
         failed: list[str] = []
         ns = namespace(pod)
-        for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []:
+        for ref in pod["spec"].get("imagePullSecrets") or []:
             secret_name = (ref or {}).get("name") or ""
             if not secret_name:
                 continue  # the API has let empty names through: nothing to read
             try:
-                out.append(await self.secrets.get(ns, secret_name))
-            except Exception as err:
+                out.append(as_secret(await self.secrets.get(ns, secret_name)))
+            except Exception as err:  # as upstream: the pull goes on without that secret
                 log.info(
                     "Unable to retrieve pull secret %s/%s for pod %s/%s, the image pull may "
                     "not succeed: %s",

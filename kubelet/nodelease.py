@@ -106,7 +106,7 @@ class NodeLeaseController:
                 await self.renew()
                 backoff = 0.2
                 wait = interval
-            except Exception as err:
+            except Exception as err:  # the heartbeat must go on: retried with back-off
                 log.warning(
                     "Failed to update lease %s, will retry in %.1fs: %s", self.path, backoff, err
                 )

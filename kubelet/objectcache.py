@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubelet.client.reflector import Reflector
 from kubelet.client.rest import APIClient
+from kubelet.types import Pod, all_containers
 from kubelet.util.clock import REAL_CLOCK, Clock
-
-Pod = dict[str, Any]
 
 
 class ObjectNotFoundError(Exception):
@@ -73,22 +72,17 @@ class StandaloneError(Exception):
     """No API client: configMaps and secrets cannot be had (standalone mode)."""
 
 
-def _containers(pod: Pod) -> Iterator[dict[str, Any]]:
-    spec = pod.get("spec") or {}
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        yield from spec.get(key) or []
-
-
 def configmap_names(pod: Pod) -> set[str]:
     """Every configMap the pod references (VisitPodConfigmapNames upstream)."""
     names: set[str] = set()
-    for c in _containers(pod):
-        for src in c.get("envFrom") or []:
-            names.add((src.get("configMapRef") or {}).get("name") or "")
+    for c in all_containers(pod):
+        for env_from in c.get("envFrom") or []:
+            if (cm_ref := env_from.get("configMapRef")) is not None:
+                names.add(cm_ref.get("name") or "")
         for env in c.get("env") or []:
-            ref = (env.get("valueFrom") or {}).get("configMapKeyRef") or {}
-            names.add(ref.get("name") or "")
-    for vol in (pod.get("spec") or {}).get("volumes") or []:
+            if (cm_key := (env.get("valueFrom") or {}).get("configMapKeyRef")) is not None:
+                names.add(cm_key.get("name") or "")
+    for vol in pod["spec"].get("volumes") or []:
         names.add((vol.get("configMap") or {}).get("name") or "")
         for src in (vol.get("projected") or {}).get("sources") or []:
             names.add((src.get("configMap") or {}).get("name") or "")
@@ -102,22 +96,26 @@ _SECRET_REF_VOLUMES = ("cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleI
 
 def secret_names(pod: Pod) -> set[str]:
     """Every secret the pod references (VisitPodSecretNames upstream)."""
-    spec = pod.get("spec") or {}
+    spec = pod["spec"]
     names = {s.get("name") or "" for s in spec.get("imagePullSecrets") or []}
-    for c in _containers(pod):
-        for src in c.get("envFrom") or []:
-            names.add((src.get("secretRef") or {}).get("name") or "")
+    for c in all_containers(pod):
+        for env_from in c.get("envFrom") or []:
+            if (secret_ref := env_from.get("secretRef")) is not None:
+                names.add(secret_ref.get("name") or "")
         for env in c.get("env") or []:
-            ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
-            names.add(ref.get("name") or "")
+            if (secret_key := (env.get("valueFrom") or {}).get("secretKeyRef")) is not None:
+                names.add(secret_key.get("name") or "")
     for vol in spec.get("volumes") or []:
         names.add((vol.get("secret") or {}).get("secretName") or "")
         for src in (vol.get("projected") or {}).get("sources") or []:
             names.add((src.get("secret") or {}).get("name") or "")
-        names.add((vol.get("azureFile") or {}).get("secretName") or "")
-        names.add(((vol.get("csi") or {}).get("nodePublishSecretRef") or {}).get("name") or "")
+        if (csi := vol.get("csi")) is not None:
+            names.add((csi.get("nodePublishSecretRef") or {}).get("name") or "")
+        # Volume types this kubelet has no plugin for, read as the JSON they came as.
+        raw: Mapping[str, Any] = vol
+        names.add((raw.get("azureFile") or {}).get("secretName") or "")
         for kind in _SECRET_REF_VOLUMES:
-            names.add(((vol.get(kind) or {}).get("secretRef") or {}).get("name") or "")
+            names.add(((raw.get(kind) or {}).get("secretRef") or {}).get("name") or "")
     names.discard("")
     return names
 

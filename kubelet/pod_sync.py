@@ -17,6 +17,8 @@ import logging
 from typing import Any
 
 from kubelet import metrics
+from kubelet import types as v1
+from kubelet.client.rest import API_ERRORS
 from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
@@ -43,9 +45,9 @@ from kubelet.types import (
 )
 from kubelet.unsupported import unsupported_fields
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.mountutil import remove_all_one_filesystem
 from kubelet.util.workqueue import PodWorkQueue
 from kubelet.volumemanager import VolumeManager
-from kubelet.volumemanager.mountutil import remove_all_one_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,7 @@ class KubeletPodSyncer:
     def pod_dir(self, pod_uid: str) -> str:
         return pod_dir(self.root_dir, pod_uid)
 
-    def _previous_status(self, pod: Pod) -> dict[str, Any] | None:
+    def _previous_status(self, pod: Pod) -> v1.PodStatus | None:
         """The basis of the next status: the status manager's, or before this
         process has set one (a restarted kubelet) the API's copy, as upstream's
         generateAPIPodStatus does; startTime, conditions' transition times and
@@ -210,8 +212,8 @@ class KubeletPodSyncer:
 
     def _generate(
         self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]],
-        old: dict[str, Any] | None,
-    ) -> dict[str, Any]:  # fmt: skip
+        old: v1.PodStatus | None,
+    ) -> v1.PodStatus:  # fmt: skip
         return generate.generate(
             pod, status, waiting, self.node_ips, old, self.probes,
             tracking=self.status_manager.tracking,
@@ -240,7 +242,7 @@ class KubeletPodSyncer:
             if mirror is not None:
                 await self.mirror_client.delete(mirror)
             await self.mirror_client.create(pod)
-        except Exception as err:
+        except API_ERRORS as err:  # the static pod runs all the same; the next sync retries
             log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
 
     async def delete_orphaned_mirror(self, mirror: Pod) -> None:
@@ -249,7 +251,7 @@ class KubeletPodSyncer:
             return
         try:
             await self.mirror_client.delete(mirror)
-        except Exception as err:
+        except API_ERRORS as err:  # housekeeping finds it again and retries
             log.warning("Failed deleting mirror pod %s: %s", full_name(mirror), err)
 
     # ---------------------------------------------------------- terminating
@@ -312,7 +314,7 @@ class KubeletPodSyncer:
             log.warning("Pod %s: volumes not torn down yet; its directory stays for now", u)
 
     # ------------------------------------------------------ active deadline
-    def _past_deadline(self, pod: Pod, api: dict[str, Any]) -> bool:
+    def _past_deadline(self, pod: Pod, api: v1.PodStatus) -> bool:
         """activeDeadlineSeconds counted from the status' startTime (active_deadline.go)."""
         deadline = pod["spec"].get("activeDeadlineSeconds")
         start = _parse_time(api.get("startTime"))
@@ -320,7 +322,7 @@ class KubeletPodSyncer:
             return False
         return self.clock.time() - start >= int(deadline)
 
-    def _fail_past_deadline(self, pod: Pod, api: dict[str, Any]) -> None:
+    def _fail_past_deadline(self, pod: Pod, api: v1.PodStatus) -> None:
         api["phase"] = "Failed"
         api["reason"], api["message"] = DEADLINE_REASON, DEADLINE_MESSAGE
         u = uid(pod)
@@ -328,7 +330,7 @@ class KubeletPodSyncer:
             self._deadline_told.add(u)
             self.recorder.event(object_ref(pod), "Normal", DEADLINE_REASON, DEADLINE_MESSAGE)
 
-    def _arm_deadline(self, pod: Pod, api: dict[str, Any]) -> None:
+    def _arm_deadline(self, pod: Pod, api: v1.PodStatus) -> None:
         u = uid(pod)
         deadline = pod["spec"].get("activeDeadlineSeconds")
         start = _parse_time(api.get("startTime"))

@@ -56,6 +56,30 @@ class PodSyncResult:
     retry_after: float | None = None
 
 
+class SyncRequests:
+    """Pods that something below the syncLoop wants synced now (a probe result
+    changed, its volumes are set up). The loop drains them, as upstream's
+    syncLoop reads the probe managers' update channels: whoever asks needs no
+    reference to the pod workers."""
+
+    def __init__(self) -> None:
+        self._uids: dict[str, None] = {}  # in the order asked, each once
+        self._asked = asyncio.Event()
+
+    def request(self, pod_uid: str) -> None:
+        self._uids[pod_uid] = None
+        self._asked.set()
+
+    async def wait(self) -> None:
+        await self._asked.wait()
+
+    def drain(self) -> list[str]:
+        out = list(self._uids)
+        self._uids.clear()
+        self._asked.clear()
+        return out
+
+
 class PodSyncer(Protocol):
     """The pod lifecycle behind the workers (podSyncer in pod_workers.go)."""
 
@@ -86,6 +110,46 @@ class _State:
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+class PodWorkerStates:
+    """Where each pod's worker is in its lifecycle (podSyncStatuses upstream).
+    The workers write it; others only ask. Built before the workers, so that
+    what the workers' syncer needs (the status manager) can ask it too."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, _State] = {}
+
+    def __contains__(self, pod_uid: object) -> bool:
+        return pod_uid in self._states
+
+    def get(self, pod_uid: str) -> _State | None:
+        return self._states.get(pod_uid)
+
+    def add(self, pod_uid: str, st: _State) -> None:
+        self._states[pod_uid] = st
+
+    def pop(self, pod_uid: str) -> None:
+        self._states.pop(pod_uid, None)
+
+    def all(self) -> list[_State]:
+        return list(self._states.values())
+
+    def could_have_running_containers(self, pod_uid: str) -> bool:
+        """False once the worker has stopped every container (or never ran the pod)."""
+        st = self._states.get(pod_uid)
+        return st is not None and not st.terminated
+
+    def all_stopped(self, pod_uid: str) -> bool:
+        """The pod's containers are all stopped: its API object may be deleted."""
+        return not self.could_have_running_containers(pod_uid)
+
+    def is_terminating(self, pod_uid: str) -> bool:
+        st = self._states.get(pod_uid)
+        return st is not None and (st.terminating or st.terminated)
+
+    def known(self) -> set[str]:
+        return set(self._states)
+
+
 class PodWorkers:
     def __init__(
         self,
@@ -97,6 +161,7 @@ class PodWorkers:
         max_concurrency: int = 256,
         on_terminated: Callable[[str], None] | None = None,
         clock: Clock = REAL_CLOCK,
+        states: PodWorkerStates | None = None,
     ) -> None:
         self.syncer = syncer
         self.cache = cache
@@ -105,7 +170,7 @@ class PodWorkers:
         self.backoff_period = backoff_period
         self.clock = clock
         self._sem = asyncio.Semaphore(max_concurrency)
-        self.states: dict[str, _State] = {}
+        self.states = states or PodWorkerStates()
         # Told when a pod's containers are all stopped (the status manager may
         # then finish a graceful deletion).
         self.on_terminated = on_terminated
@@ -117,7 +182,7 @@ class PodWorkers:
             # A kill for a pod never synced still runs: after a restart its
             # containers may be running in the runtime.
             st = _State(work.pod)
-            self.states[u] = st
+            self.states.add(u, st)
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")
         if work.type is UpdateType.KILL:
             # The newest copy of the pod (a deletion bumps its generation): the
@@ -137,13 +202,10 @@ class PodWorkers:
         st.wake.set()
 
     def could_have_running_containers(self, pod_uid: str) -> bool:
-        """False once the worker has stopped every container (or never ran the pod)."""
-        st = self.states.get(pod_uid)
-        return st is not None and not st.terminated
+        return self.states.could_have_running_containers(pod_uid)
 
     def is_terminating(self, pod_uid: str) -> bool:
-        st = self.states.get(pod_uid)
-        return st is not None and (st.terminating or st.terminated)
+        return self.states.is_terminating(pod_uid)
 
     async def wait_terminated(self, pod_uid: str, timeout: float) -> bool:
         """Wait until the pod's containers are stopped (True), at most timeout
@@ -158,7 +220,15 @@ class PodWorkers:
         return True
 
     def known(self) -> set[str]:
-        return set(self.states)
+        return self.states.known()
+
+    def sync_known_pods(self, desired: set[str]) -> None:
+        """Workers of pods that no source wants any more are told to stop for
+        good (SyncKnownPods upstream)."""
+        for u in self.known() - desired:
+            st = self.states.get(u)
+            if st is not None and not st.removed:
+                self.update_pod(PodWork(st.pod, UpdateType.KILL, removed=True))
 
     async def _worker(self, u: str, st: _State) -> None:
         while True:
@@ -186,7 +256,7 @@ class PodWorkers:
                     st.stopped.set()
                     if self.on_terminated is not None:
                         self.on_terminated(u)
-                except Exception as err:
+                except Exception as err:  # a pod that may still run is never given up
                     log.warning("Error killing pod %s, will retry: %s", u, err)
                     self.work_queue.enqueue(u, self.backoff_period)
                     continue
@@ -194,9 +264,9 @@ class PodWorkers:
                 async with self._sem:
                     try:
                         await self.syncer.sync_terminated_pod(st.pod)
-                    except Exception:
-                        log.exception("cleanup of pod %s failed", u)
-                self.states.pop(u, None)
+                    except Exception:  # housekeeping removes what is left of it
+                        log.exception("cleanup of pod %s failed; forgetting it anyway", u)
+                self.states.pop(u)
                 st.done.set()
                 return
 
@@ -205,7 +275,7 @@ class PodWorkers:
         op = work.type.value if work.type is not UpdateType.KILL else "sync"
         try:
             result = await self.syncer.sync_pod(work.type, st.pod, status)
-        except Exception as err:
+        except Exception as err:  # the worker retries, and logs it below as the sync's error
             result = PodSyncResult(error=str(err) or repr(err))
         finally:
             metrics.POD_WORKER_DURATION.labels(op).observe(self.clock.monotonic() - start)
@@ -227,7 +297,7 @@ class PodWorkers:
         self.work_queue.enqueue(u, self.resync_interval * (1 + random.random() * 0.5))
 
     async def stop(self) -> None:
-        tasks = [s.task for s in self.states.values() if s.task is not None]
+        tasks = [s.task for s in self.states.all() if s.task is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

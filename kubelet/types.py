@@ -1,12 +1,62 @@
-"""Small helpers on pods as API dicts (pkg/kubelet/types, pkg/apis/core/v1/helper/qos)."""
+"""Small helpers on pods (pkg/kubelet/types, pkg/apis/core/v1/helper/qos), and
+the typed API objects of kubelet/core_v1.py, re-exported: a JSON document
+becomes one of those at the wire (the pod sources, the API client) through
+`as_pod`.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
+from kubelet.core_v1 import *  # noqa: F403  (the API types, re-exported)
+from kubelet.core_v1 import (
+    ConfigMap,
+    Container,
+    ObjectReference,
+    Pod,
+    PodSpec,
+    ResourceList,
+    Secret,
+)
 from kubelet.util.quantity import parse_quantity
 
-Pod = dict[str, Any]
+# What JSON decodes to before it is known to be one of the above.
+JSONObject = dict[str, Any]
+
+
+def as_pod(doc: Mapping[str, Any]) -> Pod:
+    """A decoded pod document as a Pod: the one place where JSON becomes typed.
+    The sources check what they rely on (metadata, spec, containers) first."""
+    return cast(Pod, doc)
+
+
+def as_secret(doc: Mapping[str, Any]) -> Secret:
+    """A Secret as the object cache read it from the API."""
+    return cast(Secret, doc)
+
+
+def as_configmap(doc: Mapping[str, Any]) -> ConfigMap:
+    """A ConfigMap as the object cache read it from the API."""
+    return cast(ConfigMap, doc)
+
+
+ContainerKind = Literal["containers", "initContainers", "ephemeralContainers"]
+CONTAINER_KINDS: tuple[ContainerKind, ...] = ("containers", "initContainers", "ephemeralContainers")
+
+
+def containers_of(spec: PodSpec, kind: ContainerKind) -> list[Container]:
+    if kind == "containers":
+        return spec.get("containers") or []
+    if kind == "initContainers":
+        return spec.get("initContainers") or []
+    return list(spec.get("ephemeralContainers") or [])
+
+
+def all_containers(pod: Pod) -> list[Container]:
+    """containers, initContainers and ephemeralContainers, in that order."""
+    return [c for kind in CONTAINER_KINDS for c in containers_of(pod["spec"], kind)]
+
 
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
@@ -30,20 +80,20 @@ def namespace(pod: Pod) -> str:
     return str(pod["metadata"].get("namespace") or "default")
 
 
-def object_ref(pod: Pod, field_path: str | None = None) -> dict[str, str]:
+def object_ref(pod: Pod, field_path: str | None = None) -> ObjectReference:
     """The ObjectReference an event about this pod points at."""
-    ref = {"kind": "Pod", "namespace": namespace(pod), "name": name(pod), "uid": uid(pod),
-           "apiVersion": "v1"}  # fmt: skip
+    ref: ObjectReference = {"kind": "Pod", "namespace": namespace(pod), "name": name(pod),
+                            "uid": uid(pod), "apiVersion": "v1"}  # fmt: skip
     if field_path:
         ref["fieldPath"] = field_path
     return ref
 
 
-def container_list(pod: Pod, cname: str) -> str | None:
+def container_list(pod: Pod, cname: str) -> ContainerKind | None:
     """Which list of the pod's spec holds the container named cname, if any
     (GetContainerSpec upstream)."""
-    for kind in ("containers", "initContainers", "ephemeralContainers"):
-        if any(c.get("name") == cname for c in pod["spec"].get(kind) or []):
+    for kind in CONTAINER_KINDS:
+        if any(c.get("name") == cname for c in containers_of(pod["spec"], kind)):
             return kind
     return None
 
@@ -91,10 +141,11 @@ def host_network(pod: Pod) -> bool:
 
 def qos_class(pod: Pod) -> str:
     """Guaranteed, Burstable or BestEffort (GetPodQOS) from cpu and memory requests/limits."""
-    requests: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
+    requests: ResourceList = {}
+    limits: ResourceList = {}
     guaranteed = True
-    containers = [*pod["spec"].get("initContainers", []), *pod["spec"].get("containers", [])]
+    spec = pod["spec"]
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     for c in containers:
         res = c.get("resources") or {}
         req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}

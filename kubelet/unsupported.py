@@ -10,9 +10,10 @@ set up in a FailedMount event, and the pod waits.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-Pod = dict[str, Any]
+from kubelet.types import Pod
 
 # Pod-level fields, when set to anything but their zero value.
 _POD_FIELDS = (
@@ -27,7 +28,8 @@ _RESOURCES = ("cpu", "memory")
 
 
 def unsupported_fields(pod: Pod) -> list[str]:
-    spec = pod.get("spec") or {}
+    # Read as the JSON it came as: these are the fields the typed Pod leaves out.
+    spec: Mapping[str, Any] = pod["spec"]
     out: list[str] = []
     for f in _POD_FIELDS:
         if spec.get(f):

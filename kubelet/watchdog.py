@@ -55,7 +55,7 @@ class HealthChecker:
         for name, check in self.checks().items():
             try:
                 reason = check()
-            except Exception as err:
+            except Exception as err:  # a broken check is a failed check: the others still run
                 reason = f"check raised {err!r}"
             if reason is not None:
                 return f"checker {name} failed: {reason}"

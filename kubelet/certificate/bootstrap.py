@@ -263,7 +263,7 @@ async def wait_for_server(client: CSRClient, deadline: float = 60.0) -> bool:
         try:
             await client.get("/version", timeout=1.0)
             return True
-        except Exception as err:
+        except Exception as err:  # not answering, whatever the reason: poll again
             log.info("Failed to connect to apiserver: %s", err)
         await asyncio.sleep(2.0 * (1 + 0.2 * random.random()))
     log.info("Error waiting for apiserver to come up: timed out waiting to connect to apiserver")
@@ -357,7 +357,7 @@ async def _bootstrap(
             )
         except ValueError as err:  # the issued certificate is not for this node
             raise BootstrapError(str(err)) from err
-        except Exception as err:
+        except Exception as err:  # the request loop retries with back-off
             log.error("Unable to request a client certificate: %s (retrying in %.0fs)", err, delay)
         await asyncio.sleep(delay * (1 + 0.1 * random.random()))
         delay = min(delay * 2, 32.0)

@@ -25,8 +25,8 @@ from kubelet.certificate.csr import (
     usages_for,
     wait_for_certificate,
 )
-from kubelet.certificate.source import CertificateFile
 from kubelet.certificate.store import FileStore, KeyPair, NoCertKeyError, parse_pair
+from kubelet.client.certificate import CertificateFile
 from kubelet.util.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class Manager:
             await self._rotate()
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # one failed attempt: the rotation loop tries again later
             log.error("%s: certificate rotation failed: %s", self.name, err)
             if self.renew_errors is not None:
                 self.renew_errors.inc()

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kubelet.certificate.source import CertificateFile, CertificateSource
+from kubelet.client.certificate import CertificateFile, CertificateSource
 from kubelet.client.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,17 @@ class APIError(Exception):
         return self.status == 410
 
 
+# What one API call may fail with: the server's answer, the connection, the
+# deadline, or a body that is no JSON.
+API_ERRORS: tuple[type[Exception], ...] = (
+    APIError,
+    aiohttp.ClientError,
+    OSError,
+    TimeoutError,
+    orjson.JSONDecodeError,
+)
+
+
 @dataclass
 class ConnectionConfig:
     host: str
@@ -73,7 +84,7 @@ def load_kubeconfig(path: str) -> ConnectionConfig:
     cfg = kclient.Configuration()
     try:
         kconfig.load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
-    except Exception as err:
+    except Exception as err:  # whatever the package raised: the file cannot be used
         raise ValueError(f"invalid kubeconfig {path!r}: {err}") from err
     return _from_configuration(cfg)
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.types import Pod
-
-Container = dict[str, Any]
+from kubelet.types import Container, Pod
 
 
 class ContainerManagerError(Exception):
@@ -47,9 +45,15 @@ def stale_refs(refs: Iterable[tuple[str, str]], pods: PodLookup) -> list[tuple[s
     out = []
     for pod_uid, name in sorted(set(refs)):
         pod = pods.active_pod(pod_uid)
-        spec = (pod or {}).get("spec") or {}
-        names = {c.get("name") for k in ("initContainers", "containers") for c in spec.get(k) or []}
-        if pod is None or name not in names:
+        if pod is None:
+            out.append((pod_uid, name))
+            continue
+        spec = pod["spec"]
+        names = {
+            c["name"]
+            for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        }
+        if name not in names:
             out.append((pod_uid, name))
     return out
 

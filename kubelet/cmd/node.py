@@ -20,6 +20,7 @@ from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.setters import NodeInputs
+from kubelet.types import ObjectReference
 from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
@@ -93,7 +94,7 @@ def new_container_manager(
 
     def node_event(etype: str, reason: str, message: str) -> None:
         if deps.recorder is not None:
-            ref = {"kind": "Node", "name": name, "uid": name, "namespace": ""}
+            ref: ObjectReference = {"kind": "Node", "name": name, "uid": name, "namespace": ""}
             deps.recorder.event(ref, etype, reason, message)
 
     return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)
@@ -115,8 +116,9 @@ def credential_plugins(s: KubeletServer) -> LoadedPlugins | None:
     return loaded
 
 
-def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
-    """What the node status setters read, wired to the running Kubelet `k`."""
+def node_inputs(s: KubeletServer, name: str) -> NodeInputs:
+    """What the node status setters read that the flags and the machine say;
+    the Kubelet adds what it learns at run time (runtime, images, pressure)."""
     from kubelet.nodestatus.machine import machine_info
     from kubelet.nodestatus.setters import default_node_ip, rootfs_capacity
 
@@ -130,12 +132,6 @@ def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
         node_ips=ips,
         node_labels=dict(s.flags.node_labels),
         hostname=(s.flags.hostname_override or "").strip().lower() or name,
-        runtime_version=lambda: k.runtime_version if k is not None else "",
-        readiness_checks=[k.readiness] if k is not None else [],
-        images=lambda: k.node_images if k is not None else [],
-        memory_pressure=lambda: k is not None and k.eviction.under("MemoryPressure"),
-        disk_pressure=lambda: k is not None and k.eviction.under("DiskPressure"),
-        pid_pressure=lambda: k is not None and k.eviction.under("PIDPressure"),
         rootfs_capacity=lambda: rootfs_capacity(root),
     )
 
@@ -157,17 +153,12 @@ async def start_node(
     apply_reserved_cpus(s.config, discover_cpus(machine))
     runtime_service, image_service = build_cri(s, deps)
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
-    # Admission needs allocatable before the Kubelet exists; runtime-derived
-    # inputs are not read by these two.
-    inputs = node_inputs(s, name, None)
+    inputs = node_inputs(s, name)
     alloc = allocatable(inputs, capacity(inputs))
     plugins = credential_plugins(s)
     await cgroup_driver_from_cri(s, runtime_service)
     cm = deps.container_manager or new_container_manager(s, name, deps, inputs)
     await asyncio.get_running_loop().run_in_executor(None, cm.start)
-    # The Node's UID, for the owner references of mirror pods, is known once the
-    # node status manager (built below, it reads the Kubelet) has registered.
-    node_status: NodeStatusManager | None = None
     k = Kubelet(
         s.config,
         name,
@@ -178,8 +169,8 @@ async def start_node(
         recorder=deps.recorder,
         kube_client=deps.kube_client,
         allocatable=alloc,
-        node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
+        node_inputs=inputs,
         machine_topology=machine,
         container_manager=cm,
         credential_plugins=plugins,
@@ -190,11 +181,8 @@ async def start_node(
     cm_task = asyncio.create_task(cm.run(stop_cm), name="container-manager")
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
-    if deps.kube_client is not None:
-        node_status = NodeStatusManager(
-            deps.kube_client, node_inputs(s, name, k), deps.recorder, wake=k.node_status_due
-        )
-        tasks += _start_cluster_loops(s, deps, name, node_status, stop)
+    if k.node_status.reporter is not None:
+        tasks += _start_cluster_loops(s, deps, name, k.node_status.reporter, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:
         # The loops ending on their own is fatal: stop the process rather than
@@ -209,12 +197,10 @@ async def start_node(
         stop_cm.set()
         await cm_task
         await k.stop()
-        try:
-            await asyncio.wait_for(tasks[0], 30)
-        except (TimeoutError, asyncio.CancelledError):
-            tasks[0].cancel()
-        except Exception:
-            pass
+        # A loop that ended with an error was logged by on_done already.
+        _done, pending = await asyncio.wait({tasks[0]}, timeout=30)
+        for t in pending:
+            t.cancel()
         for t in tasks[1:]:
             t.cancel()
         await asyncio.gather(*tasks[1:], return_exceptions=True)

@@ -18,8 +18,8 @@ import kubelet
 from kubelet import watchdog
 from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
-from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
+from kubelet.client.certificate import CertificateSource
 from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
@@ -152,7 +152,7 @@ async def run(
                 res = fn()
                 if asyncio.iscoroutine(res):
                     await res
-            except Exception:
+            except Exception:  # every cleanup runs, whatever the one before did
                 log.exception("cleanup failed")
 
 

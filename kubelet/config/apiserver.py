@@ -15,12 +15,14 @@ from typing import Any
 from kubelet.client.reflector import Reflector
 from kubelet.client.rest import APIClient
 from kubelet.config.config import PodConfig
-from kubelet.types import API_SOURCE, CONFIG_SEEN, CONFIG_SOURCE, Pod
+from kubelet.types import API_SOURCE, CONFIG_SEEN, CONFIG_SOURCE, JSONObject, Pod, as_pod
 
 log = logging.getLogger(__name__)
 
 
-def _annotate(pod: Pod) -> Pod:
+def _annotate(doc: JSONObject) -> Pod:
+    """A pod from the API (the watch's JSON) with its source annotations."""
+    pod = as_pod(doc)
     md = pod.setdefault("metadata", {})
     ann = md.get("annotations") or {}
     md["annotations"] = ann

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import yaml
 
-from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, Pod
+from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, JSONObject, Pod, as_pod
 from kubelet.util.validation import is_dns1123_label, is_dns1123_subdomain
 
 MAX_UID_LENGTH = 128
@@ -69,7 +69,7 @@ def now_rfc3339nano() -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
 
-def decode_manifest(data: bytes) -> list[Pod]:
+def decode_manifest(data: bytes) -> list[JSONObject]:
     """YAML or JSON: a Pod, or a PodList/List of pods (the HTTP source sends those)."""
     try:
         # libyaml's loader when built in: the pure-Python one takes seconds on a
@@ -242,7 +242,7 @@ def _validate_volumes(spec: dict[str, Any], mounted: dict[str, str]) -> None:
         raise ManifestError(f"{mounted[missing[0]]}: Not found: {missing[0]!r}")
 
 
-def validate(pod: Pod) -> None:
+def validate(pod: JSONObject) -> None:
     _validate_meta(pod.get("metadata"))
     spec = pod.get("spec")
     if not isinstance(spec, dict):
@@ -256,8 +256,9 @@ def validate(pod: Pod) -> None:
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
 
 
-def apply_defaults(pod: Pod, source: str, source_kind: str, node_name: str) -> Pod:
-    """Turn a manifest into the static pod the node runs (applyDefaults upstream)."""
+def apply_defaults(pod: JSONObject, source: str, source_kind: str, node_name: str) -> Pod:
+    """Turn a manifest into the static pod the node runs (applyDefaults upstream):
+    where the JSON a source read becomes a typed Pod."""
     validate(pod)
     md = pod["metadata"]
     if not md.get("uid"):
@@ -298,4 +299,4 @@ def apply_defaults(pod: Pod, source: str, source_kind: str, node_name: str) -> P
     pod.setdefault("apiVersion", "v1")
     pod.setdefault("kind", "Pod")
     pod["status"] = {"phase": "Pending"}
-    return pod
+    return as_pod(pod)

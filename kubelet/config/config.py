@@ -35,8 +35,8 @@ class PodUpdate:
 
 def _identity(pod: Pod) -> bytes:
     """What makes a pod different for the kubelet: everything but status and seen-time."""
-    md = dict(pod["metadata"])
-    ann = dict(md.get("annotations") or {})
+    md: dict[str, object] = dict(pod["metadata"])
+    ann = dict(pod["metadata"].get("annotations") or {})
     ann.pop(CONFIG_SEEN, None)
     md["annotations"] = ann
     md.pop("resourceVersion", None)

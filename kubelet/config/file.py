@@ -62,7 +62,7 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
             pods_out.append(apply_defaults(doc, f, FILE_SOURCE, node_name))
     except (OSError, ManifestError) as err:
         error = f"{f}: {err}"
-    except Exception as err:  # malformed structures (wrong types) are a bad file too
+    except Exception as err:  # a hostile file's structure must not hide the other files
         error = f"{f}: invalid manifest: {err!r}"
     if error:
         pods_out = []
@@ -159,7 +159,7 @@ class FileSource:
                 self._dirty.clear()
                 try:
                     await self.read_once()
-                except Exception:
+                except Exception:  # the watch goes on: the next change or period reads again
                     log.exception("reading static pods from %s failed", self.path)
                 waiter = asyncio.ensure_future(self._dirty.wait())
                 stopper = asyncio.ensure_future(stop.wait())

@@ -35,9 +35,7 @@ from kubelet.fieldpath import (
     sort_pod_ips,
 )
 from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
-from kubelet.types import Pod, is_static
-
-Container = Mapping[str, Any]
+from kubelet.types import Container, Pod, Quantity, ResourceFieldSelector, ResourceList, is_static
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ async def _get(
         if optional:
             return None
         raise ContainerConfigError(str(err)) from err
-    except Exception as err:
+    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
         raise ContainerConfigError(str(err)) from err
 
 
@@ -90,7 +88,7 @@ def _secret_data(secret: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _resource_value(
-    ref: Mapping[str, Any], pod: Pod, container: Container, allocatable: Mapping[str, Any]
+    ref: ResourceFieldSelector, pod: Pod, container: Container, allocatable: Mapping[str, Quantity]
 ) -> str:
     """resourceFieldRef with limits defaulted from allocatable: for this container,
     or a named one (only regular containers get defaults there, as upstream)."""
@@ -100,7 +98,7 @@ def _resource_value(
         limits = merge_container_resource_limits(container, allocatable)
     else:
         target = find_container(pod, name)
-        regular = any(c is target for c in (pod.get("spec") or {}).get("containers") or [])
+        regular = any(c is target for c in pod["spec"].get("containers") or [])
         if regular:
             limits = merge_container_resource_limits(target, allocatable)
         else:
@@ -113,9 +111,8 @@ async def make_environment_variables(
     pod: Pod, container: Container, ctx: EnvContext
 ) -> list[tuple[str, str]]:
     """The container's environment as (name, value) pairs, each name once."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    namespace = str(meta.get("namespace") or "default")
+    spec = pod["spec"]
+    namespace = pod["metadata"].get("namespace") or "default"
 
     service_env: Mapping[str, str] = {}
     if ctx.services is not None:
@@ -150,13 +147,15 @@ async def make_environment_variables(
         return data
 
     env: dict[str, str] = {}
-    for source in container.get("envFrom") or []:
-        prefix = source.get("prefix") or ""
-        if (ref := source.get("configMapRef")) is not None:
-            cm = await configmap(ref.get("name") or "", bool(ref.get("optional")))
+    for env_from in container.get("envFrom") or []:
+        prefix = env_from.get("prefix") or ""
+        if (cm_ref := env_from.get("configMapRef")) is not None:
+            cm = await configmap(cm_ref.get("name") or "", bool(cm_ref.get("optional")))
             data: Mapping[str, Any] = (cm.get("data") or {}) if cm is not None else {}
-        elif (ref := source.get("secretRef")) is not None:
-            data = await secret(ref.get("name") or "", bool(ref.get("optional"))) or {}
+        elif (secret_ref := env_from.get("secretRef")) is not None:
+            data = (
+                await secret(secret_ref.get("name") or "", bool(secret_ref.get("optional"))) or {}
+            )
         else:
             continue
         for k, v in data.items():
@@ -164,7 +163,7 @@ async def make_environment_variables(
 
     mapping = mapping_func_for(env, service_env)
     pod_ips: list[str] | None = None
-    allocatable: dict[str, Any] | None = None
+    allocatable: ResourceList | None = None
     for var in container.get("env") or []:
         name = var["name"]
         value = var.get("value") or ""
@@ -172,25 +171,25 @@ async def make_environment_variables(
         if value:
             value = expand(value, mapping)
         elif source:
-            if (ref := source.get("fieldRef")) is not None:
+            if (field_ref := source.get("fieldRef")) is not None:
                 if pod_ips is None:
                     pod_ips = sort_pod_ips(ctx.pod_ips, ctx.node_ips)
                 try:
-                    value = pod_field_value(pod, ref, ctx.host_ips, pod_ips)
+                    value = pod_field_value(pod, field_ref, ctx.host_ips, pod_ips)
                 except ValueError as err:
                     raise ContainerConfigError(str(err)) from err
-            elif (ref := source.get("resourceFieldRef")) is not None:
+            elif (res_ref := source.get("resourceFieldRef")) is not None:
                 if allocatable is None:
                     allocatable = pod_level_allocatable(pod, ctx.node_allocatable)
                 try:
-                    value = _resource_value(ref, pod, container, allocatable)
+                    value = _resource_value(res_ref, pod, container, allocatable)
                 except ValueError as err:
                     raise ContainerConfigError(str(err)) from err
-            elif (ref := source.get("configMapKeyRef")) is not None:
+            elif (cm_key := source.get("configMapKeyRef")) is not None:
                 cm_name, key, optional = (
-                    ref.get("name") or "",
-                    ref.get("key") or "",
-                    bool(ref.get("optional")),
+                    cm_key.get("name") or "",
+                    cm_key.get("key") or "",
+                    bool(cm_key.get("optional")),
                 )
                 cm = await configmap(cm_name, optional)
                 if cm is None:
@@ -203,11 +202,11 @@ async def make_environment_variables(
                         f"couldn't find key {key} in ConfigMap {namespace}/{cm_name}"
                     )
                 value = str(found)
-            elif (ref := source.get("secretKeyRef")) is not None:
+            elif (secret_key := source.get("secretKeyRef")) is not None:
                 s_name, key, optional = (
-                    ref.get("name") or "",
-                    ref.get("key") or "",
-                    bool(ref.get("optional")),
+                    secret_key.get("name") or "",
+                    secret_key.get("key") or "",
+                    bool(secret_key.get("optional")),
                 )
                 sdata = await secret(s_name, optional)
                 if sdata is None:

@@ -23,16 +23,15 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.types import Container, Pod
 from kubelet.util import filesystem
-from kubelet.volumemanager import MountedVolume
+from kubelet.volume import MountedVolume
 from kubelet.volumemanager.subpath import bind_subpath
 
 log = logging.getLogger(__name__)
 
-Pod = dict[str, Any]
 
 _PROPAGATION = {
     None: "",
@@ -43,7 +42,7 @@ _PROPAGATION = {
 }
 
 
-def has_subpath(container: dict[str, Any]) -> bool:
+def has_subpath(container: Container) -> bool:
     return any(
         m.get("subPath") or m.get("subPathExpr") for m in container.get("volumeMounts") or []
     )
@@ -51,7 +50,7 @@ def has_subpath(container: dict[str, Any]) -> bool:
 
 def make_mounts(
     pod: Pod,
-    container: dict[str, Any],
+    container: Container,
     volumes: Mapping[str, MountedVolume],
     expand: Callable[[str], str],
     pod_dir: str,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+from kubelet.types import Container, Pod
 
 CREATED, RUNNING, EXITED, UNKNOWN = "created", "running", "exited", "unknown"
 
@@ -112,14 +114,14 @@ class RuntimeHelper(Protocol):
     container configs. Implemented in kubelet/kubelet_pods.py."""
 
     async def generate_run_container_options(
-        self, pod: dict[str, Any], container: dict[str, Any], pod_ips: list[str]
+        self, pod: Pod, container: Container, pod_ips: list[str]
     ) -> RunContainerOptions:
         """Raises ContainerConfigError when the container cannot start yet."""
         ...
 
-    def get_pod_dns(self, pod: dict[str, Any]) -> DNSSettings: ...
+    def get_pod_dns(self, pod: Pod) -> DNSSettings: ...
 
-    def generate_pod_hostname_and_domain(self, pod: dict[str, Any]) -> tuple[str, str]: ...
+    def generate_pod_hostname_and_domain(self, pod: Pod) -> tuple[str, str]: ...
 
     def get_pod_dir(self, pod_uid: str) -> str: ...
 

@@ -15,9 +15,10 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubelet.credentialprovider.config import DockerConfig
+from kubelet.types import Pod
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class DockerKeyring(Protocol):
 class ExternalKeyring(Protocol):
     """Credentials that depend on the pod too (the credential provider plugins)."""
 
-    async def lookup(self, image: str, pod: dict[str, Any]) -> list[AuthConfig]: ...
+    async def lookup(self, image: str, pod: Pod) -> list[AuthConfig]: ...
 
 
 _BAD_HOST = re.compile(r"[\s\x00-\x1f\x7f%]")

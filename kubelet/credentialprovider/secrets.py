@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable
-from typing import Any
 
 from kubelet.credentialprovider.config import (
     DockerConfigError,
@@ -19,6 +18,7 @@ from kubelet.credentialprovider.config import (
     read_dockercfg,
 )
 from kubelet.credentialprovider.keyring import BasicDockerKeyring, SecretCoordinates
+from kubelet.types import Secret
 
 SECRET_TYPE_DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
 SECRET_TYPE_DOCKERCFG = "kubernetes.io/dockercfg"
@@ -26,7 +26,7 @@ DOCKER_CONFIG_JSON_KEY = ".dockerconfigjson"
 DOCKERCFG_KEY = ".dockercfg"
 
 
-def _data(secret: dict[str, Any], key: str) -> bytes:
+def _data(secret: Secret, key: str) -> bytes:
     raw = (secret.get("data") or {}).get(key) or ""
     try:
         return base64.b64decode(raw, validate=True)
@@ -34,7 +34,7 @@ def _data(secret: dict[str, Any], key: str) -> bytes:
         raise DockerConfigError(f"{key} is not base64: {err}") from None
 
 
-def make_docker_keyring(secrets: Iterable[dict[str, Any]]) -> BasicDockerKeyring:
+def make_docker_keyring(secrets: Iterable[Secret]) -> BasicDockerKeyring:
     """Raises DockerConfigError when a docker config secret does not parse."""
     keyring = BasicDockerKeyring()
     for s in secrets:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from google.protobuf.message import DecodeError
+
 import kubelet
 from kubelet.cri.api import api_pb2 as pb
 
@@ -21,7 +23,7 @@ from kubelet.cri.api import api_pb2 as pb
 def reference_container_ids(raw: bytes) -> list[str]:
     try:
         resp = pb.ListContainersResponse.FromString(raw)
-    except Exception as err:
+    except DecodeError as err:
         raise ValueError(f"undecodable ListContainersResponse: {err}") from err
     return [c.id for c in resp.containers]
 

@@ -37,7 +37,18 @@ from kubelet import stats
 from kubelet.eviction import local_storage
 from kubelet.lifecycle.predicate import Rejection, pod_requests
 from kubelet.stats.ephemeral import PodStorage
-from kubelet.types import Pod, is_critical, is_static, name, namespace, object_ref, qos_class, uid
+from kubelet.types import (
+    Container,
+    Pod,
+    PodCondition,
+    is_critical,
+    is_static,
+    name,
+    namespace,
+    object_ref,
+    qos_class,
+    uid,
+)
 from kubelet.util.duration import parse_duration
 from kubelet.util.quantity import parse_quantity, to_bytes
 
@@ -192,7 +203,7 @@ class EvictionManager:
         while not stop.is_set():
             try:
                 await self.synchronize()
-            except Exception:
+            except Exception:  # the node must stay watched: the next pass runs on time
                 log.exception("eviction manager: synchronize failed")
             try:
                 await asyncio.wait_for(stop.wait(), MONITORING_PERIOD)
@@ -313,11 +324,11 @@ class EvictFn(Protocol):
 
     def __call__(
         self, pod: Pod, grace: int, reason: str, message: str,
-        condition: dict[str, str] | None = None,
+        condition: PodCondition | None = None,
     ) -> Awaitable[None]: ...  # fmt: skip
 
 
-def disruption_target(message: str) -> dict[str, str]:
+def disruption_target(message: str) -> PodCondition:
     """The DisruptionTarget condition a node-pressure eviction adds (local storage
     evictions add none, as upstream)."""
     return {
@@ -346,7 +357,7 @@ def _ephemeral_request(pod: Pod) -> int:
     run before and their space is freed, so the largest of them if bigger)."""
     spec = pod.get("spec") or {}
 
-    def req(c: dict[str, Any]) -> int:
+    def req(c: Container) -> int:
         r = (c.get("resources") or {}).get("requests") or {}
         return to_bytes(r.get("ephemeral-storage", 0))
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from kubelet.stats.ephemeral import PodStorage
-from kubelet.types import Pod
+from kubelet.types import Container, Pod
 from kubelet.util.quantity import format_quantity, parse_quantity, quantity_format
 
 RESOURCE = "ephemeral-storage"
@@ -45,7 +44,7 @@ class Quantity:
         return format_quantity(self.value, self.fmt)
 
 
-def _limit(c: dict[str, Any]) -> str | None:
+def _limit(c: Container) -> str | None:
     limits = (c.get("resources") or {}).get("limits") or {}
     v = limits.get(RESOURCE)
     return None if v is None else str(v)
@@ -96,7 +95,7 @@ def has_limits(pod: Pod) -> bool:
         ed = v.get("emptyDir")
         if isinstance(ed, dict) and ed.get("sizeLimit") is not None:
             return True
-    containers: Iterable[dict[str, Any]] = [
+    containers: Iterable[Container] = [
         *(spec.get("containers") or []),
         *(spec.get("initContainers") or []),
     ]

@@ -164,7 +164,7 @@ class ImageGCManager:
         while not stop.is_set():
             try:
                 await self.garbage_collect()
-            except Exception as err:
+            except Exception as err:  # told (event when repeated); the next period retries
                 if failed_before:
                     log.error("Image garbage collection failed multiple times in a row: %s", err)
                     self._event("ImageGCFailed", str(err))

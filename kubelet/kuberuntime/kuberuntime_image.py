@@ -1,24 +1,38 @@
-"""Image pulls with credentials (kuberuntime_image.go upstream): with none,
-one anonymous pull; otherwise each matching credential in turn until one
-works, and when none does, every attempt's error together."""
+"""Images of a pod's containers: EnsureImageExists with its pull policies,
+pull secrets and ImagePullBackOff (images/image_manager.go), and the pull
+itself with credentials (kuberuntime_image.go): with none, one anonymous pull;
+otherwise each matching credential in turn until one works, and when none
+does, every attempt's error together."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-from kubelet.credentialprovider.keyring import AuthConfig
+from kubelet.credentialprovider.config import DockerConfigError
+from kubelet.credentialprovider.keyring import (
+    AuthConfig,
+    DockerKeyring,
+    ExternalKeyring,
+    UnionDockerKeyring,
+)
+from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService
-
-Secret = dict[str, Any]
+from kubelet.images.puller import ImagePuller, PullQPSExceeded
+from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.helpers import PodReporter, SyncResult
+from kubelet.types import Container, Pod, Secret, uid
+from kubelet.util.parsers import ImageNameError, parse_image_name
 
 
 class PullSecretsGetter(Protocol):
     """The pod's image pull secrets that could be read (getPullSecretsForPod)."""
 
-    async def get_pull_secrets(self, pod: dict[str, Any]) -> list[Secret]: ...
+    async def get_pull_secrets(self, pod: Pod) -> list[Secret]: ...
 
 
 class PullError(Exception):
@@ -61,3 +75,132 @@ async def pull_image(
         except errors.CRIError as err:
             failures.append(err)
     raise PullError(failures)
+
+
+# (image ref, the image when its status is known, why it cannot be had)
+Ensured = tuple[str, pb.Image | None, str | None]
+
+
+class ImageManager:
+    def __init__(
+        self,
+        images: ImageService,
+        reporter: PodReporter,
+        backoff: Backoff,
+        puller: ImagePuller,
+        node_keyring: DockerKeyring | None,
+        credential_plugins: ExternalKeyring | None = None,
+    ) -> None:
+        self.images = images
+        self.reporter = reporter
+        self.backoff = backoff
+        # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
+        self.puller = puller
+        # The node's own docker config files, after the pod's secrets.
+        self.node_keyring = node_keyring
+        # The exec credential provider plugins, after both (as upstream's union).
+        self.credential_plugins = credential_plugins
+        self._pull_locks: dict[str, asyncio.Lock] = {}
+        # pod UID -> image -> why its last pull failed, told while the back-off lasts.
+        self._prev_pull_err: dict[str, dict[str, str]] = {}
+
+    def forget(self, pod_uid: str) -> None:
+        self._prev_pull_err.pop(pod_uid, None)
+
+    async def ensure_image(
+        self,
+        pod: Pod,
+        c: Container,
+        sandbox_cfg: pb.PodSandboxConfig,
+        res: SyncResult,
+        pull_secrets: list[Secret] | None = None,
+    ) -> Ensured:
+        """EnsureImageExists. A back-off that blocks the pull is recorded in res."""
+        image, cname = c["image"], c["name"]
+        try:
+            repo, _tag, _digest = parse_image_name(image)
+        except ImageNameError as err:
+            msg = f'Failed to apply default image tag "{image}": {err}'
+            return self._fail(pod, cname, "InspectFailed", "InvalidImageName", msg)
+        spec = pb.ImageSpec(image=image)
+        try:
+            present = await self.images.image_status(spec)
+        except errors.CRIError as err:
+            msg = f'Failed to inspect image "{image}": {err.message}'
+            return self._fail(pod, cname, "InspectFailed", "ImageInspectError", msg)
+        policy = c.get("imagePullPolicy", "IfNotPresent")
+        if policy == "Never" and present is None:
+            msg = f'Container image "{image}" is not present with pull policy of Never'
+            return self._fail(pod, cname, "ErrImageNeverPull", "ErrImageNeverPull", msg)
+        if present is not None and policy in ("Never", "IfNotPresent"):
+            return str(present.id), present, None
+        try:
+            credentials = self._credentials(repo, pull_secrets or [])
+        except DockerConfigError as err:
+            # Upstream's error is its own reason: no pull is attempted, no back-off.
+            return self._fail(pod, cname, None, str(err), str(err))
+        if self.credential_plugins is not None:
+            credentials += await self.credential_plugins.lookup(repo, pod)
+        return await self._pull(pod, cname, spec, credentials, sandbox_cfg, res)
+
+    def _credentials(self, repo: str, pull_secrets: list[Secret]) -> list[AuthConfig]:
+        keyrings: list[DockerKeyring] = [make_docker_keyring(pull_secrets)]
+        if self.node_keyring is not None:
+            keyrings.append(self.node_keyring)
+        return UnionDockerKeyring(keyrings).lookup(repo)
+
+    async def _pull(
+        self,
+        pod: Pod,
+        cname: str,
+        spec: pb.ImageSpec,
+        credentials: list[AuthConfig],
+        sandbox_cfg: pb.PodSandboxConfig,
+        res: SyncResult,
+    ) -> Ensured:
+        image, pod_uid = spec.image, uid(pod)
+        key = f"{pod_uid}_{image}"
+        # "Is the time since the last failed pull shorter than the back-off?"
+        # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.
+        if self.backoff.in_backoff_since_update(key):
+            res.backoff_until(self.backoff.remaining(key))
+            msg = f'Back-off pulling image "{image}"'
+            self.reporter.event(pod, "Normal", "BackOff", msg, cname)
+            prev = self._prev_pull_err.get(pod_uid, {}).get(image)
+            return self._fail(
+                pod, cname, None, "ImagePullBackOff", f"{msg}: {prev}" if prev else msg
+            )
+        self._prev_pull_err.get(pod_uid, {}).pop(image, None)
+        self.reporter.event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
+        lock = self._pull_locks.setdefault(image, asyncio.Lock())
+        t = time.monotonic()
+
+        async def timed_pull() -> tuple[str, float]:
+            start = time.monotonic()
+            ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
+            return ref, time.monotonic() - start
+
+        try:
+            async with lock:  # never two pulls of one image at once
+                ref, took = await self.puller.pull(timed_pull)
+        except (PullError, PullQPSExceeded) as err:
+            self.backoff.next(key, self.backoff.now())
+            msg = f'Failed to pull image "{image}": {err}'
+            self.reporter.event(pod, "Warning", "Failed", msg, cname)
+            self._prev_pull_err.setdefault(pod_uid, {})[image] = f"ErrImagePull: {err}"
+            return self._fail(pod, cname, None, "ErrImagePull", str(err))
+        waited = time.monotonic() - t
+        msg = (
+            f'Successfully pulled image "{image}" in {took:.3f}s ({waited:.3f}s including waiting)'
+        )
+        self.reporter.event(pod, "Normal", "Pulled", msg, cname)
+        return ref, None, None
+
+    def _fail(
+        self, pod: Pod, cname: str, event_reason: str | None, reason: str, msg: str
+    ) -> Ensured:
+        """The image cannot be had: an event of its own (when event_reason is set),
+        then startContainer's, which names the reason, not the message."""
+        if event_reason is not None:
+            self.reporter.event(pod, "Warning", event_reason, msg, cname)
+        return "", None, self.reporter.container_failed(pod, cname, reason, msg, told=reason)

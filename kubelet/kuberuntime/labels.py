@@ -4,11 +4,9 @@ restarted kubelet (or the Go kubelet) recognises what it created
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
-from kubelet.types import Pod, grace_period, name, namespace, uid
+from kubelet.types import Container, Pod, grace_period, name, namespace, uid
 
 POD_NAME = "io.kubernetes.pod.name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
@@ -33,7 +31,7 @@ def sandbox_annotations(pod: Pod) -> dict[str, str]:
     return {k: str(v) for k, v in (pod["metadata"].get("annotations") or {}).items()}
 
 
-def container_labels(pod: Pod, container: dict[str, Any]) -> dict[str, str]:
+def container_labels(pod: Pod, container: Container) -> dict[str, str]:
     return {
         POD_NAME: name(pod),
         POD_NAMESPACE: namespace(pod),
@@ -43,7 +41,7 @@ def container_labels(pod: Pod, container: dict[str, Any]) -> dict[str, str]:
 
 
 def container_annotations(
-    pod: Pod, container: dict[str, Any], restart_count: int, container_hash: str
+    pod: Pod, container: Container, restart_count: int, container_hash: str
 ) -> dict[str, str]:
     ann = {
         CONTAINER_HASH: container_hash,
@@ -61,7 +59,7 @@ def container_annotations(
     return ann
 
 
-def container_hash(container: dict[str, Any]) -> str:
+def container_hash(container: Container) -> str:
     """Stable hash of the container spec minus resources (those can change in
     place), so an edited spec restarts the container and nothing else does."""
     import zlib

@@ -44,12 +44,17 @@ import functools
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubelet.cri.api import api_pb2 as pb
-
-Pod = dict[str, Any]
-Container = dict[str, Any]
+from kubelet.types import (
+    AppArmorProfile,
+    Container,
+    Pod,
+    PodSecurityContext,
+    SecurityContext,
+    containers_of,
+)
 
 APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 APPARMOR_RUNTIME_DEFAULT = "runtime/default"
@@ -128,26 +133,27 @@ def readonly_paths(proc_mount: str | None) -> list[str]:
 
 
 # ------------------------------------------------------------ effective sc
-_POD_INHERITED = ("seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot")
+_POD_INHERITED = ("seLinuxOptions", "runAsUser", "runAsGroup", "runAsNonRoot")
 
 
-def _pod_sc(pod: Pod) -> dict[str, Any]:
-    return (pod.get("spec") or {}).get("securityContext") or {}
+def _pod_sc(pod: Pod) -> PodSecurityContext:
+    return pod["spec"].get("securityContext") or {}
 
 
-def _set(d: Mapping[str, Any], key: str) -> bool:
+def _set(d: Mapping[str, object], key: str) -> bool:
     return d.get(key) is not None
 
 
-def effective_security_context(pod: Pod, container: Container) -> dict[str, Any]:
-    """The container's securityContext over the five fields it inherits from
-    the pod's (DetermineEffectiveSecurityContext); a field set on the
-    container replaces the pod's whole value."""
-    psc = _pod_sc(pod)
-    out = {k: psc[k] for k in _POD_INHERITED if _set(psc, k)}
-    csc = container.get("securityContext") or {}
-    out.update({k: v for k, v in csc.items() if v is not None})
-    return out
+def effective_security_context(pod: Pod, container: Container) -> SecurityContext:
+    """The container's securityContext over the fields it inherits from the
+    pod's (DetermineEffectiveSecurityContext; windowsOptions has no meaning
+    here); a field set on the container replaces the pod's whole value."""
+    psc: Mapping[str, object] = _pod_sc(pod)
+    csc: Mapping[str, object] = container.get("securityContext") or {}
+    merged = {k: psc[k] for k in _POD_INHERITED if _set(psc, k)}
+    merged.update({k: v for k, v in csc.items() if v is not None})
+    # Every key is a SecurityContext field: the inherited ones exist in both.
+    return cast(SecurityContext, merged)
 
 
 def image_user(image: pb.Image | None) -> tuple[int | None, str]:
@@ -243,8 +249,8 @@ def seccomp_profile(
     )
 
 
-def _apparmor_from_annotation(pod: Pod, container_name: str) -> dict[str, Any] | None:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+def _apparmor_from_annotation(pod: Pod, container_name: str) -> AppArmorProfile | None:
+    annotations = pod["metadata"].get("annotations") or {}
     val = annotations.get(APPARMOR_ANNOTATION_PREFIX + container_name)
     if val is None:
         return None
@@ -369,9 +375,8 @@ def container_security_context(
 
 
 def _all_containers(pod: Pod) -> Iterable[Container]:
-    spec = pod.get("spec") or {}
     for kind in ("initContainers", "containers", "ephemeralContainers"):
-        yield from spec.get(kind) or []
+        yield from containers_of(pod["spec"], kind)
 
 
 def sandbox_security_context(

@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.types import is_critical, qos_class
+from kubelet.types import Container, Pod, is_critical, qos_class
 from kubelet.util.quantity import to_bytes
 
 log = logging.getLogger(__name__)
@@ -32,8 +31,6 @@ NO_SWAP = "NoSwap"
 LIMITED_SWAP = "LimitedSwap"
 BEHAVIORS = ("", NO_SWAP, LIMITED_SWAP)
 SWAP_MAX = "memory.swap.max"  # cm.Cgroup2MaxSwapFilename
-
-Pod = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,7 @@ def swap_controller(cgroup_v2: bool, self_cgroup: str = "/proc/self/cgroup",
     return os.path.exists(os.path.join(mount, own.lstrip("/"), SWAP_MAX))
 
 
-def container_swap_behavior(cfg: SwapConfig, pod: Pod, c: dict[str, Any]) -> str:
+def container_swap_behavior(cfg: SwapConfig, pod: Pod, c: Container) -> str:
     """GetContainerSwapBehavior: LimitedSwap only where upstream allows it."""
     if cfg.behavior != LIMITED_SWAP or not cfg.controller or not cfg.cgroup_v2:
         return NO_SWAP
@@ -87,7 +84,7 @@ def limited_swap(request: int, node_memory: int, swap_capacity: int) -> int:
 
 
 def configure(cfg: SwapConfig, out: pb.LinuxContainerResources, pod: Pod,
-              c: dict[str, Any]) -> None:  # fmt: skip
+              c: Container) -> None:  # fmt: skip
     """configureContainerSwapResources: sets the swap fields of `out`, whose
     memory limit is already set."""
     if not cfg.controller:

@@ -23,7 +23,17 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.events import Recorder
 from kubelet.probe.dial import join_host_port
 from kubelet.probe.http import HTTPGetter, RedirectError
-from kubelet.types import Pod, name, namespace, object_ref, uid
+from kubelet.types import (
+    Container,
+    HTTPGetAction,
+    IntOrString,
+    LifecycleHandler,
+    Pod,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +69,7 @@ def go_list(items: list[Any]) -> str:
     return "[" + " ".join(str(i) for i in items) + "]"
 
 
-def resolve_port(port: Any, container: dict[str, Any]) -> int:
+def resolve_port(port: IntOrString | None, container: Container) -> int:
     """An IntOrString port: a number, a numeric string, or a named port of the container."""
     if isinstance(port, int):
         n = port
@@ -97,15 +107,15 @@ class HandlerRunner:
         self,
         container_id: str,
         pod: Pod,
-        container: dict[str, Any],
-        handler: dict[str, Any],
+        container: Container,
+        handler: LifecycleHandler,
         timeout: float = 0,
     ) -> str | None:
         """Run one hook; None on success, else the message upstream reports.
         timeout: seconds for an exec hook (0: none, as upstream's postStart)."""
         cname = container.get("name", "")
-        if handler.get("exec") is not None:
-            cmd = list(handler["exec"].get("command") or [])
+        if (ex := handler.get("exec")) is not None:
+            cmd = list(ex.get("command") or [])
             try:
                 await self._exec(container_id, cmd, timeout)
             except _ExecFailed as f:
@@ -115,8 +125,7 @@ class HandlerRunner:
                     f"message: {go_quote(f.output)}"
                 )
             return None
-        if handler.get("httpGet") is not None:
-            h = handler["httpGet"]
+        if (h := handler.get("httpGet")) is not None:
             try:
                 await self._http_get(pod, container, h)
             except HookError as err:
@@ -126,10 +135,10 @@ class HandlerRunner:
                     f"error: {err}"
                 )
             return None
-        if handler.get("sleep") is not None:
+        if (sl := handler.get("sleep")) is not None:
             # Runs to its end: a caller that gives up cancels the task
             # (upstream: "container terminated before sleep hook finished").
-            await asyncio.sleep(max(0, int(handler["sleep"].get("seconds") or 0)))
+            await asyncio.sleep(max(0, int(sl.get("seconds") or 0)))
             return None
         return f"Cannot run handler: invalid handler: {handler}"
 
@@ -149,7 +158,7 @@ class HandlerRunner:
             )
 
     # ------------------------------------------------------------------ http
-    async def _http_get(self, pod: Pod, container: dict[str, Any], h: dict[str, Any]) -> None:
+    async def _http_get(self, pod: Pod, container: Container, h: HTTPGetAction) -> None:
         host = h.get("host") or ""
         if not host:
             ips = await self.pod_ips(pod)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
-from kubelet.types import Pod
+from kubelet.types import Container, Pod
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 
@@ -26,9 +25,9 @@ class Requests:
 
 def pod_requests(pod: Pod) -> Requests:
     """The larger of the containers' sum and the biggest init container, plus overhead."""
-    spec = pod.get("spec") or {}
+    spec = pod["spec"]
 
-    def req(c: dict[str, Any]) -> Requests:
+    def req(c: Container) -> Requests:
         r = (c.get("resources") or {}).get("requests") or {}
         return Requests(cpu_millis(r.get("cpu", 0)), to_bytes(r.get("memory", 0)))
 
@@ -174,13 +173,14 @@ OS_LABEL = "kubernetes.io/os"
 
 def os_mismatch(pod: Pod) -> Rejection | None:
     """A pod labelled for, or declaring (spec.os), another OS than this node's."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
+    labels = pod["metadata"].get("labels") or {}
     if OS_LABEL in labels and labels[OS_LABEL] != NODE_OS:
         return Rejection(
             "PodOSSelectorNodeLabelDoesNotMatch",
             "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
         )
-    pod_os = ((pod.get("spec") or {}).get("os") or {}).get("name")
+    declared = pod["spec"].get("os")
+    pod_os = declared.get("name") if declared is not None else None
     if pod_os is not None and pod_os != NODE_OS:
         return Rejection(
             "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS"

@@ -122,7 +122,7 @@ class ContainerLogManager:
         while not stop.is_set():
             try:
                 await self.rotate_logs()
-            except Exception as err:
+            except Exception as err:  # the next interval rotates again
                 log.error("Failed to rotate container logs: %s", err)
             try:
                 await asyncio.wait_for(stop.wait(), self.monitor_interval)

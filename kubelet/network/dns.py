@@ -16,7 +16,7 @@ from typing import Any
 
 from kubelet.container.runtime import DNSSettings
 from kubelet.events import WARNING, Recorder
-from kubelet.types import Pod, object_ref
+from kubelet.types import ObjectReference, Pod, object_ref
 from kubelet.util.validation import DNS1123_SUBDOMAIN_MAX, is_dns1123_label
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class DNSConfigurer:
         *,
         node_ips: Sequence[str] = (),
         recorder: Recorder | None = None,
-        node_ref: Mapping[str, Any] | None = None,
+        node_ref: ObjectReference | None = None,
     ) -> None:
         # Re-stringified as upstream's net.IP does (e.g. IPv6 compressed).
         self.cluster_dns = [str(ipaddress.ip_address(ip)) for ip in cluster_dns]
@@ -136,13 +136,13 @@ class DNSConfigurer:
         self.resolv_conf = resolv_conf
         self.node_ips = [ipaddress.ip_address(ip) for ip in node_ips]
         self.recorder = recorder
-        self.node_ref = dict(node_ref or {})
+        self.node_ref: ObjectReference = node_ref or {}
         self._host_key: tuple[int, int, int, int] | None = None
         self._host = HostDNS()
 
-    def _warn(self, ref: Mapping[str, Any], reason: str, message: str) -> None:
+    def _warn(self, ref: ObjectReference, reason: str, message: str) -> None:
         if self.recorder is not None and ref:
-            self.recorder.event(dict(ref), WARNING, reason, message)
+            self.recorder.event(ref.copy(), WARNING, reason, message)
 
     def host_dns(self) -> HostDNS:
         """The host's resolv.conf, parsed; ValueError with upstream's message when

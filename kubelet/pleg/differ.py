@@ -16,6 +16,8 @@ response repeats one, the first occurrence counts.
 
 from __future__ import annotations
 
+from google.protobuf.message import DecodeError
+
 import kubelet
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.pleg.pleg import (
@@ -67,7 +69,7 @@ class ReferenceRelistDiffer:
         try:
             sb = pb.ListPodSandboxResponse.FromString(sandboxes)
             cs = pb.ListContainersResponse.FromString(containers)
-        except Exception as err:
+        except DecodeError as err:
             raise ValueError(f"undecodable relist response: {err}") from err
         pods: dict[str, dict[str, str]] = {}
         running_pods: set[str] = set()

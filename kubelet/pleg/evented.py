@@ -115,7 +115,7 @@ class EventedPLEG:
                 # A relist right away covers whatever happened while the stream was down.
                 try:
                     await self.generic.relist()
-                except Exception as relist_err:
+                except Exception as relist_err:  # the stream's retry loop goes on
                     log.warning("relist after stream failure failed: %s", relist_err)
                 await asyncio.sleep(min(RETRY_DELAY * failures, 5 * RETRY_DELAY))
             if not stop.is_set():

@@ -105,7 +105,8 @@ class GenericPLEG:
                     try:
                         status = await self.get_status(u)
                     except Exception as err:
-                        # Keep the old status and look again next relist.
+                        # One pod's failure must not fail the relist: keep its old
+                        # status and look again next relist.
                         log.warning("PLEG: failed to inspect pod %s: %s", u, err)
                         self._reinspect.add(u)
                         old, _ = self.cache.get(u)
@@ -138,7 +139,7 @@ class GenericPLEG:
         while not stop.is_set():
             try:
                 await self.relist()
-            except Exception as err:
+            except Exception as err:  # the PLEG must keep relisting; health tells if it stalls
                 log.error("PLEG relist failed: %s", err)
             try:
                 await asyncio.wait_for(stop.wait(), self.period)

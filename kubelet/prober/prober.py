@@ -13,9 +13,10 @@ import aiohttp
 import grpc
 import yarl
 
+from kubelet.cri import errors
 from kubelet.probe.dial import ip_family, join_host_port, probe_socket
 from kubelet.probe.http import HTTPGetter, RedirectError
-from kubelet.types import Pod
+from kubelet.types import Container, HTTPGetAction, IntOrString, Pod, Probe
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _GRPC_OPTIONS = (
 )
 
 
-def _port(container: dict[str, Any], port: Any) -> int:
+def _port(container: Container, port: IntOrString | None) -> int:
     """A probe port: a number, or the name of one of the container's ports."""
     if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
         return int(port)
@@ -61,11 +62,11 @@ class Prober:
         await self.http.close()
 
     async def probe(
-        self, pod: Pod, container: dict[str, Any], container_id: str, spec: dict[str, Any]
+        self, pod: Pod, container: Container, container_id: str, spec: Probe
     ) -> tuple[Result, str]:
         timeout = float(spec.get("timeoutSeconds") or 1)
         pod_ip = (pod.get("status") or {}).get("podIP") or ""
-        owner = str((pod.get("metadata") or {}).get("uid", ""))  # lookups are per pod
+        owner = pod["metadata"].get("uid", "")  # lookups are per pod
         try:
             if "exec" in spec:
                 return await self._exec(container_id, spec["exec"].get("command") or [], timeout)
@@ -89,7 +90,7 @@ class Prober:
     async def _exec(self, cid: str, cmd: list[str], timeout: float) -> tuple[Result, str]:
         try:
             resp = await self.runtime.exec_sync(cid, cmd, timeout)
-        except Exception as err:
+        except (errors.CRIError, TimeoutError) as err:
             msg = str(err)
             if "deadline" in msg.lower() or "timeout" in msg.lower():
                 return Result.FAILURE, f"command timed out after {timeout:g}s"
@@ -178,7 +179,7 @@ def _varint(n: int) -> bytes:
 
 
 def http_request(
-    container: dict[str, Any], h: dict[str, Any], pod_ip: str
+    container: Container, h: HTTPGetAction, pod_ip: str
 ) -> tuple[yarl.URL, dict[str, str]]:
     """The URL and headers of an httpGet probe (NewRequestForHTTPGetAction)."""
     scheme = (h.get("scheme") or "HTTP").lower()

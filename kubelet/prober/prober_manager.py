@@ -18,11 +18,22 @@ import datetime
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubelet import metrics
+from kubelet import types as v1
 from kubelet.prober.prober import Prober, Result
-from kubelet.types import Pod, container_field_path, name, namespace, object_ref, uid
+from kubelet.types import (
+    Container,
+    Pod,
+    Probe,
+    container_field_path,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +47,8 @@ INITIAL = {"readiness": Result.FAILURE, "liveness": Result.SUCCESS, "startup": R
 _METRIC_RESULT = {Result.SUCCESS: "successful", Result.FAILURE: "failed", Result.UNKNOWN: "unknown"}
 
 
-def _started_at(cs: dict[str, Any]) -> float | None:
-    ts = (cs.get("state") or {}).get("running", {}).get("startedAt")
+def _started_at(cs: v1.ContainerStatus) -> float | None:
+    ts = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
     if not ts:
         return None
     try:
@@ -50,11 +61,30 @@ def _started_at(cs: dict[str, Any]) -> float | None:
         return None
 
 
+@dataclass
+class _WorkerState:
+    """One probe worker's memory: the container it probes, the run of equal
+    results, and whether it holds after a failure that restarts the container."""
+
+    cid: str = ""
+    count: int = 0
+    last: Result | None = None
+    hold: bool = False
+
+
+def _probe_of(c: Container, kind: str) -> Probe | None:
+    if kind == "startup":
+        return c.get("startupProbe")
+    if kind == "liveness":
+        return c.get("livenessProbe")
+    return c.get("readinessProbe")
+
+
 class ProbeManager:
     def __init__(
         self,
         prober: Prober,
-        status_of: Callable[[str], dict[str, Any] | None],
+        status_of: Callable[[str], v1.PodStatus | None],
         on_change: Callable[[str], None],
         recorder: Any = None,
         clock: Callable[[], float] | None = None,
@@ -69,12 +99,12 @@ class ProbeManager:
         self._workers: dict[str, dict[tuple[str, str], asyncio.Task[None]]] = {}
 
     # ------------------------------------------------------------- queries
-    def is_ready(self, container: dict[str, Any], cid: str) -> bool:
+    def is_ready(self, container: Container, cid: str) -> bool:
         if "readinessProbe" not in container:
             return True
         return self.results["readiness"].get(cid) is Result.SUCCESS
 
-    def is_started(self, container: dict[str, Any], cid: str) -> bool:
+    def is_started(self, container: Container, cid: str) -> bool:
         if "startupProbe" not in container:
             return True
         return self.results["startup"].get(cid) is Result.SUCCESS
@@ -96,15 +126,16 @@ class ProbeManager:
             c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"
         ]
         for c in [*(pod["spec"].get("containers") or []), *sidecars]:
-            for kind, field in KINDS:
-                if field not in c:
+            for kind, _field in KINDS:
+                spec = _probe_of(c, kind)
+                if spec is None:
                     continue
                 if workers is None:
                     workers = self._workers[u] = {}
                 key = (c["name"], kind)
                 if key not in workers:
                     workers[key] = asyncio.create_task(
-                        self._worker(pod, c, kind, c[field]), name=f"probe-{kind}-{u}-{c['name']}"
+                        self._worker(pod, c, kind, spec), name=f"probe-{kind}-{u}-{c['name']}"
                     )
 
     def remove_pod(self, pod_uid: str) -> None:
@@ -122,24 +153,24 @@ class ProbeManager:
     def __len__(self) -> int:
         return sum(len(w) for w in self._workers.values())
 
-    async def _worker(self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any]) -> None:
+    async def _worker(self, pod: Pod, c: Container, kind: str, spec: Probe) -> None:
         period = max(1, int(spec.get("periodSeconds") or 10))
         # Spread the first probes of pods created together (upstream: up to one period).
         await asyncio.sleep(random.random() * min(period, 1))
-        state: dict[str, Any] = {"cid": "", "count": 0, "last": None, "hold": False}
+        state = _WorkerState()
         try:
             while True:
                 try:
                     await self._probe_once(pod, c, kind, spec, state)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
+                except Exception:  # the probe worker lives as long as its container
                     log.exception("%s probe of %s/%s failed to run", kind, uid(pod), c["name"])
                 await asyncio.sleep(period)
         finally:
             # A removed pod's results go with its workers, or they pile up forever.
-            if state["cid"]:
-                self.results[kind].pop(state["cid"], None)
+            if state.cid:
+                self.results[kind].pop(state.cid, None)
             for result in _METRIC_RESULT.values():
                 labels = (kind.capitalize(), result, c["name"], name(pod), namespace(pod), uid(pod))
                 try:
@@ -148,23 +179,22 @@ class ProbeManager:
                     pass
 
     async def _probe_once(
-        self, pod: Pod, c: dict[str, Any], kind: str, spec: dict[str, Any], state: dict[str, Any]
+        self, pod: Pod, c: Container, kind: str, spec: Probe, state: _WorkerState
     ) -> None:
         u = uid(pod)
-        st = self.status_of(u) or {}
+        st: v1.PodStatus = self.status_of(u) or {}
         statuses = [*(st.get("containerStatuses") or []), *(st.get("initContainerStatuses") or [])]
         cs = next((x for x in statuses if x["name"] == c["name"]), None)
-        cid = (cs or {}).get("containerID", "")
-        cid = cid.split("://", 1)[-1]
+        cid = (cs.get("containerID", "") if cs is not None else "").split("://", 1)[-1]
         results = self.results[kind]
-        if cid != state["cid"]:
+        if cid != state.cid:
             # A new container: start over from the initial result.
-            if state["cid"]:
-                results.pop(state["cid"], None)
-            state.update(cid=cid, count=0, last=None, hold=False)
+            if state.cid:
+                results.pop(state.cid, None)
+            state.cid, state.count, state.last, state.hold = cid, 0, None, False
             if cid:
                 results[cid] = INITIAL[kind]
-        if not cid or state["hold"]:
+        if not cid or state.hold:
             return
         if kind == "startup" and results.get(cid) is Result.SUCCESS:
             return  # a started container is never probed for startup again, as upstream
@@ -180,7 +210,8 @@ class ProbeManager:
         delay = int(spec.get("initialDelaySeconds") or 0)
         if started is not None and self.clock() - started < delay:
             return
-        live_pod = dict(pod, status=st)
+        live_pod = pod.copy()
+        live_pod["status"] = st
         result, output = await self.prober.probe(live_pod, c, cid, spec)
         if result is Result.WARNING:
             self._event(pod, c, kind, output, warning=True)
@@ -192,25 +223,23 @@ class ProbeManager:
             return  # an error running the probe changes nothing
         if result is Result.FAILURE:
             self._event(pod, c, kind, output)
-        if result is state["last"]:
-            state["count"] += 1
+        if result is state.last:
+            state.count += 1
         else:
-            state["last"], state["count"] = result, 1
-        threshold = int(
-            spec.get("successThreshold" if result is Result.SUCCESS else "failureThreshold")
-            or (1 if result is Result.SUCCESS else 3)
-        )
-        if state["count"] < threshold or results.get(cid) is result:
+            state.last, state.count = result, 1
+        if result is Result.SUCCESS:
+            threshold = int(spec.get("successThreshold") or 1)
+        else:
+            threshold = int(spec.get("failureThreshold") or 3)
+        if state.count < threshold or results.get(cid) is result:
             return
         results[cid] = result
         log.info("%s probe of %s/%s: %s", kind, name(pod), c["name"], result.value)
         if kind in ("liveness", "startup") and result is Result.FAILURE:
-            state["hold"] = True  # until the restarted container replaces this one
+            state.hold = True  # until the restarted container replaces this one
         self.on_change(u)
 
-    def _event(
-        self, pod: Pod, c: dict[str, Any], kind: str, output: str, warning: bool = False
-    ) -> None:
+    def _event(self, pod: Pod, c: Container, kind: str, output: str, warning: bool = False) -> None:
         if self.recorder is None:
             return
         ref = object_ref(pod, container_field_path(pod, c["name"]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from kubelet.kuberuntime import labels
 from kubelet.kuberuntime.logs import LogOptionsError, LogTargetError, parse_options
 from kubelet.server import checkpoint, nodelogs, streaming
 from kubelet.server.host import NodeView
+from kubelet.types import Pod
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class _Streaming:
         app.router.add_get("/runningpods/", self.running_pods)
 
     @staticmethod
-    def pod_or_404(view: NodeView, m: Any) -> dict[str, Any]:
+    def pod_or_404(view: NodeView, m: Mapping[str, str]) -> Pod:
         pod = view.get_pod_by_name(m["namespace"], m["pod"])
         if pod is None:
             raise streaming.StreamError(404, "pod does not exist")

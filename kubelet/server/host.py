@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime.logs import LogOptions, LogTargetError
+from kubelet.types import Pod
 
 HealthCheck = Callable[[], str | None]
 
@@ -34,7 +35,7 @@ class NodeView(Protocol):
         """/metrics/cadvisor: container_* series from the stats provider's collection."""
         ...
 
-    def get_pods(self) -> list[dict[str, Any]]: ...
+    def get_pods(self) -> list[Pod]: ...
 
     def healthz_checks(self) -> dict[str, HealthCheck]: ...
 
@@ -49,7 +50,7 @@ class NodeView(Protocol):
         """Stream a container's log; raises LogTargetError before the first byte."""
         ...
 
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+    def get_pod_by_name(self, namespace_: str, name: str) -> Pod | None:
         """The pod as the kubelet runs it (for a static pod: not the mirror pod)."""
         ...
 
@@ -73,10 +74,10 @@ class NoPods:
     runtime_service: RuntimeService | None = None
     streaming_idle_timeout: float = 4 * 3600.0
 
-    def get_pods(self) -> list[dict[str, Any]]:
+    def get_pods(self) -> list[Pod]:
         return []
 
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
+    def get_pod_by_name(self, namespace_: str, name: str) -> Pod | None:
         return None
 
     def healthz_checks(self) -> dict[str, HealthCheck]:

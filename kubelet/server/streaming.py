@@ -30,6 +30,7 @@ from kubelet.cri import errors as cri_errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime import labels
+from kubelet.types import Pod, all_containers
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ async def ready_sandbox(rt: RuntimeService, pod_uid: str) -> str | None:
 
 
 async def exec_url(
-    rt: RuntimeService, pod: dict[str, Any], container: str, cmd: list[str],
+    rt: RuntimeService, pod: Pod, container: str, cmd: list[str],
     opts: tuple[bool, bool, bool, bool],
 ) -> str:  # fmt: skip
     stdin, stdout, stderr, tty = opts
@@ -147,7 +148,7 @@ async def exec_url(
 
 
 async def attach_url(
-    rt: RuntimeService, pod: dict[str, Any], uid_in_path: str, container: str,
+    rt: RuntimeService, pod: Pod, uid_in_path: str, container: str,
     opts: tuple[bool, bool, bool, bool],
 ) -> str:  # fmt: skip
     stdin, stdout, stderr, _ = opts
@@ -158,11 +159,7 @@ async def attach_url(
         raise StreamError(500, f"container {container} not found in pod {full_name}")
     if uid_in_path and uid_in_path != meta["uid"]:
         raise StreamError(500, f"pod {full_name} not found")
-    spec = next(
-        (c for kind in ("containers", "initContainers", "ephemeralContainers")
-         for c in pod["spec"].get(kind) or [] if c.get("name") == container),
-        None,
-    )  # fmt: skip
+    spec = next((c for c in all_containers(pod) if c.get("name") == container), None)
     if spec is None:
         raise StreamError(500, f"container {container} not found in pod {full_name}")
     # Whether the process has a TTY was fixed when it started: the spec says, not the client.
@@ -173,7 +170,7 @@ async def attach_url(
         raise cri_stream_error(err) from None
 
 
-async def port_forward_url(rt: RuntimeService, pod: dict[str, Any], ports: list[int]) -> str:
+async def port_forward_url(rt: RuntimeService, pod: Pod, ports: list[int]) -> str:
     meta = pod["metadata"]
     sid = await ready_sandbox(rt, str(meta["uid"]))
     if sid is None:

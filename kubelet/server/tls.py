@@ -11,7 +11,7 @@ import socket
 import ssl
 from dataclasses import dataclass, field
 
-from kubelet.certificate.source import CertificateSource
+from kubelet.client.certificate import CertificateSource
 from kubelet.util.atomicfile import write_atomic
 from kubelet.util.tlsconfig import TLSPolicy
 

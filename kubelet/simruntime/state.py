@@ -345,7 +345,7 @@ class Runtime:
                 list(config.args),
                 config.annotations.get("sim.kubelet.io/behavior"),
             )
-        except Exception:  # a command we cannot read still runs forever
+        except ValueError:  # a command we cannot read still runs forever
             behavior = Behavior()
         cid = new_id()
         c = Container(

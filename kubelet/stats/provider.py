@@ -42,7 +42,7 @@ from kubelet.stats.netdev import Interface, first_pid, read_net_dev
 from kubelet.stats.summary import add_pressure, cgroup_pressure, cgroup_swap, node_swap
 from kubelet.stats.types import EVICTION, PSI_FIELDS, RESOURCE_METRICS, SUMMARY, CgroupStats
 from kubelet.stats.volumes import VolumeUsage
-from kubelet.types import Pod, host_network, name, namespace, uid
+from kubelet.types import Container, Pod, host_network, name, namespace, uid
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class CgroupRow:
     network: tuple[Interface, ...] = ()
 
 
-ContainerResources = Callable[[Pod, dict[str, Any]], pb.LinuxContainerResources]
+ContainerResources = Callable[[Pod, Container], pb.LinuxContainerResources]
 
 
 class StatsProvider:

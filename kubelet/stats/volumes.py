@@ -146,7 +146,7 @@ class VolumeStatsCalculator:
         while not stop.is_set():
             try:
                 await self.refresh()
-            except Exception:
+            except Exception:  # the last figures stay; the next period measures again
                 log.exception("measuring volume usage failed")
             try:
                 await asyncio.wait_for(stop.wait(), self.period)

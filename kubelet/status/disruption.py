@@ -5,9 +5,9 @@ killPodNow), and the DisruptionTarget condition that tells controllers why."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet.status.generate import now
+from kubelet.types import PodCondition, PodStatus
 
 DISRUPTION_TARGET = "DisruptionTarget"
 TERMINATION_BY_KUBELET = "TerminationByKubelet"
@@ -23,17 +23,17 @@ class KubeletTermination:
     keep_succeeded: bool = False
 
 
-def _set_condition(status: dict[str, Any], ctype: str, value: str, reason: str, msg: str) -> None:
+def _set_condition(status: PodStatus, ctype: str, value: str, reason: str, msg: str) -> None:
     """Replace the condition where it stands, else append it (UpdatePodCondition);
     its transition time moves only when its status does."""
-    conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+    conditions: list[PodCondition] = list(status.get("conditions") or [])
     old = next((c for c in conditions if c.get("type") == ctype), None)
     keep = old is not None and old.get("status") == value and old.get("lastTransitionTime")
-    cond: dict[str, Any] = {
+    cond: PodCondition = {
         "type": ctype,
         "status": value,
         "lastProbeTime": None,
-        "lastTransitionTime": old["lastTransitionTime"] if keep and old is not None else now(),
+        "lastTransitionTime": (old.get("lastTransitionTime") or now()) if keep and old else now(),
         "reason": reason,
     }
     if msg:
@@ -43,14 +43,14 @@ def _set_condition(status: dict[str, Any], ctype: str, value: str, reason: str, 
     )
 
 
-def mark_disruption(term: KubeletTermination, status: dict[str, Any]) -> None:
+def mark_disruption(term: KubeletTermination, status: PodStatus) -> None:
     """Only the DisruptionTarget condition: what is reported while the pod's
     containers may still run (its phase turns terminal once they stopped)."""
     if term.disruption:
         _set_condition(status, DISRUPTION_TARGET, "True", TERMINATION_BY_KUBELET, term.message)
 
 
-def apply(term: KubeletTermination, status: dict[str, Any]) -> None:
+def apply(term: KubeletTermination, status: PodStatus) -> None:
     """The final status of a stopped pod: phase, reason, message, the
     condition, and Ready / ContainersReady false as a terminal pod's are."""
     if not (term.keep_succeeded and status.get("phase") == "Succeeded"):

@@ -4,8 +4,10 @@ getPhase, and the status package's condition generators)."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
+from kubelet import types as v1
 from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, PodStatus
 from kubelet.kuberuntime.termination import (
     MAX_POD_TERMINATION_MESSAGE_LENGTH,
@@ -13,7 +15,16 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Pod, host_network, is_static, qos_class, restart_policy
+from kubelet.types import Container, Pod, host_network, is_static, qos_class, restart_policy
+
+
+class ProbeResults(Protocol):
+    """What the prober says of a running container (prober.ProbeManager)."""
+
+    def is_started(self, container: Container, cid: str) -> bool: ...
+
+    def is_ready(self, container: Container, cid: str) -> bool: ...
+
 
 # Pod conditions the kubelet owns; the others (readiness gates' conditions,
 # DisruptionTarget, anything a controller adds) are kept as the API has them.
@@ -34,10 +45,10 @@ READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
-def readiness_gates_unready(pod: Pod, conditions: list[dict[str, Any]]) -> list[str]:
+def readiness_gates_unready(pod: Pod, conditions: list[v1.PodCondition]) -> list[str]:
     """Why the pod's readiness gates hold it unready (one message per gate,
     upstream's wording), given the pod's current conditions."""
-    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    gates = pod["spec"].get("readinessGates") or []
     if not gates:
         return []
     by_type = {c.get("type"): c for c in conditions}
@@ -58,16 +69,21 @@ def need_to_reconcile_pod_readiness(pod: Pod) -> bool:
     """A pod with readiness gates whose API Ready condition no longer says what
     the gates and its containers say (NeedToReconcilePodReadiness): someone set
     a gate's condition, and the kubelet must write Ready again."""
-    if not (pod.get("spec") or {}).get("readinessGates"):
+    if not pod["spec"].get("readinessGates"):
         return False
     conditions = (pod.get("status") or {}).get("conditions") or []
     by_type = {c.get("type"): c for c in conditions}
     ready = by_type.get("Ready")
     if ready is None:
         return False
-    containers = by_type.get("ContainersReady") or {}
-    if containers.get("status") != "True":
-        want = (containers.get("status"), containers.get("message"))
+    containers = by_type.get("ContainersReady")
+    want: tuple[str | None, str | None]
+    if containers is None or containers.get("status") != "True":
+        want = (
+            (containers.get("status"), containers.get("message"))
+            if containers is not None
+            else (None, None)
+        )
     else:
         gates = readiness_gates_unready(pod, conditions)
         want = ("False", ", ".join(gates)) if gates else ("True", None)
@@ -84,11 +100,13 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _state(cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH) -> dict[str, Any]:
+def _state(
+    cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH
+) -> v1.ContainerState:
     if cs.state == RUNNING:
         return {"running": {"startedAt": ts(cs.started_at)}}
     if cs.state == EXITED:
-        t: dict[str, Any] = {
+        t: v1.ContainerStateTerminated = {
             "exitCode": cs.exit_code,
             "reason": cs.reason or ("Completed" if cs.exit_code == 0 else "Error"),
             "startedAt": ts(cs.started_at),
@@ -102,22 +120,22 @@ def _state(cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH
     return {"waiting": {}}
 
 
-def is_sidecar(c: dict[str, Any]) -> bool:
+def is_sidecar(c: Container) -> bool:
     """An init container with restartPolicy Always (a restartable init container)."""
     return c.get("restartPolicy") == "Always"
 
 
 def container_statuses(
-    specs: list[dict[str, Any]],
+    specs: Sequence[Container],
     status: PodStatus,
     waiting: dict[str, tuple[str, str]],
     init: bool,
-    old: dict[str, dict[str, Any]],
-    probes: Any = None,
+    old: dict[str, v1.ContainerStatus],
+    probes: ProbeResults | None = None,
     budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH,
     has_init: bool = False,
     ephemeral: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[v1.ContainerStatus]:
     """convertToAPIContainerStatuses plus the prober's started/ready.
     budget: bytes of termination message each container's status may keep;
     has_init: the pod has init containers (containers not created yet then
@@ -130,7 +148,7 @@ def container_statuses(
         instances = status.all_named(cname)
         cur = instances[0] if instances else None
         prev = instances[1] if len(instances) > 1 else None
-        entry: dict[str, Any] = {
+        entry: v1.ContainerStatus = {
             "name": cname,
             "image": c["image"],
             "imageID": "",
@@ -143,7 +161,7 @@ def container_statuses(
         before = old.get(cname)
         if cur is None and before is not None:
             if "terminated" in (before.get("state") or {}):
-                entry = dict(before)  # gone from the runtime: its end stays known
+                entry = before.copy()  # gone from the runtime: its end stays known
             else:
                 entry["restartCount"] = before.get("restartCount", 0)
                 entry["lastState"] = before.get("lastState") or {}
@@ -164,7 +182,7 @@ def container_statuses(
             ready = started and (probes is None or probes.is_ready(c, cur.id))
         if init and not sidecar:
             term = entry["state"].get("terminated")
-            ready = bool(term) and term.get("exitCode") == 0
+            ready = term is not None and term.get("exitCode") == 0
         entry["ready"] = ready
         entry["started"] = started
         reason = waiting.get(cname)
@@ -175,7 +193,7 @@ def container_statuses(
             # A container waiting to (re)start shows why, and the run before it.
             if cur is not None and cur.state == EXITED:
                 entry["lastState"] = _state(cur, budget)
-            w: dict[str, Any] = {"reason": reason[0]}
+            w: v1.ContainerStateWaiting = {"reason": reason[0]}
             if reason[1]:
                 w["message"] = reason[1]
             entry["state"] = {"waiting": w}
@@ -190,8 +208,8 @@ def container_statuses(
 
 def get_phase(
     pod: Pod,
-    init_st: list[dict[str, Any]],
-    st: list[dict[str, Any]],
+    init_st: list[v1.ContainerStatus],
+    st: list[v1.ContainerStatus],
     initialized: bool = False,
     terminal: bool = False,
 ) -> str:
@@ -252,8 +270,8 @@ def get_phase(
 
 
 def _foreign_conditions(
-    api_conditions: list[dict[str, Any]], disruption: dict[str, Any] | None
-) -> list[dict[str, Any]]:
+    api_conditions: list[v1.PodCondition], disruption: v1.PodCondition | None
+) -> list[v1.PodCondition]:
     """The conditions others own, as the API has them, with the DisruptionTarget
     the kubelet set itself (on eviction) taken from its own previous status: the
     API copy may not carry it yet."""
@@ -267,14 +285,14 @@ def _foreign_conditions(
     return out
 
 
-UNKNOWN_TERMINATION = {
+UNKNOWN_TERMINATION: v1.ContainerStateTerminated = {
     "exitCode": 137,
     "reason": "ContainerStatusUnknown",
     "message": "The container could not be located when the pod was terminated",
 }
 
 
-def _has_initialized(pod: Pod, status: dict[str, Any]) -> bool:
+def _has_initialized(pod: Pod, status: v1.PodStatus) -> bool:
     """hasPodInitialized: a regular container ever left Waiting, or the last init
     container completed (a sidecar: started)."""
     init_specs = pod["spec"].get("initContainers") or []
@@ -296,23 +314,25 @@ def _has_initialized(pod: Pod, status: dict[str, Any]) -> bool:
     return any(t is not None and t.get("exitCode") == 0 for t in ends)
 
 
-def _tried(c: dict[str, Any]) -> bool:
+def _tried(c: v1.ContainerStatus) -> bool:
     return "waiting" not in c.get("state", {}) or "terminated" in (c.get("lastState") or {})
 
 
-def terminate_pod(pod: Pod, status: dict[str, Any]) -> dict[str, Any]:
+def terminate_pod(pod: Pod, status: v1.PodStatus) -> v1.PodStatus:
     """TerminatePod: the status a pod ends with once its containers are stopped.
     Once it has initialized, a regular container with no final state ended
     unknown (137); so did every init container up to the last one that tried
     to start (at least the first); regular containers of a pod that never
     initialized keep waiting. A pod that is not static and not yet Succeeded
     or Failed is Failed."""
-    out = dict(status)
+    out = status.copy()
 
-    def unknown(c: dict[str, Any]) -> dict[str, Any]:
+    def unknown(c: v1.ContainerStatus) -> v1.ContainerStatus:
         if "terminated" in c.get("state", {}):
             return c
-        return {**c, "state": {"terminated": dict(UNKNOWN_TERMINATION)}}
+        ended = c.copy()
+        ended["state"] = {"terminated": UNKNOWN_TERMINATION.copy()}
+        return ended
 
     if _has_initialized(pod, status):
         out["containerStatuses"] = [unknown(c) for c in status.get("containerStatuses") or []]
@@ -328,24 +348,25 @@ def terminate_pod(pod: Pod, status: dict[str, Any]) -> dict[str, Any]:
 
 
 def failed_status(
-    old: dict[str, Any],
+    old: v1.PodStatus,
     pod: Pod,
     reason: str,
     message: str,
-    condition: dict[str, Any] | None = None,
+    condition: v1.PodCondition | None = None,
     tracking: bool = True,
-) -> dict[str, Any]:
+) -> v1.PodStatus:
     """The status a kill by the kubelet leaves (killPodFunc's status function):
     Failed with reason and message, plus a condition such as DisruptionTarget,
     which takes the place of one of its type (keeping its transition time when
     its status is the same)."""
-    out = {**old, "phase": "Failed", "reason": reason, "message": message}
+    out = old.copy()
+    out["phase"], out["reason"], out["message"] = "Failed", reason, message
     if condition is None:
         return out
     conditions = list(old.get("conditions") or [])
     at = next((i for i, c in enumerate(conditions) if c.get("type") == condition["type"]), None)
     before = conditions[at] if at is not None else None
-    c = {"lastProbeTime": None, **condition}
+    c: v1.PodCondition = {"lastProbeTime": None, **condition}
     c["lastTransitionTime"] = (
         before["lastTransitionTime"]
         if before and before.get("status") == c["status"] and before.get("lastTransitionTime")
@@ -376,10 +397,10 @@ def generate(
     status: PodStatus,
     waiting: dict[str, tuple[str, str]],
     node_ips: list[str],
-    old: dict[str, Any] | None,
-    probes: Any = None,
+    old: v1.PodStatus | None,
+    probes: ProbeResults | None = None,
     tracking: bool = True,
-) -> dict[str, Any]:
+) -> v1.PodStatus:
     """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
     kubelet condition then reports the pod generation the status was made from)."""
     old = old or {}
@@ -407,14 +428,14 @@ def generate(
     prev_conds = {c["type"]: c for c in old_conditions}
     gen = generation(pod)
 
-    def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
+    def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> v1.PodCondition:
         status_s = "True" if ok else "False"
         before = prev_conds.get(ctype)
-        c: dict[str, Any] = {
+        c: v1.PodCondition = {
             "type": ctype,
             "status": status_s,
             "lastProbeTime": None,
-            "lastTransitionTime": before["lastTransitionTime"]
+            "lastTransitionTime": before.get("lastTransitionTime") or now()
             if before and before["status"] == status_s
             else now(),
         }
@@ -480,7 +501,7 @@ def generate(
         cond("ContainersReady", *ready_args),
         cond("PodScheduled", True),
     ]
-    out: dict[str, Any] = {
+    out: v1.PodStatus = {
         "phase": phase,
         "conditions": conditions,
         "hostIP": node_ips[0] if node_ips else None,
@@ -497,6 +518,6 @@ def generate(
     if ips:
         out["podIP"] = ips[0]
         out["podIPs"] = [{"ip": ip} for ip in ips]
-    elif old.get("podIP"):
-        out["podIP"], out["podIPs"] = old["podIP"], old.get("podIPs", [])
+    elif old_ip := old.get("podIP"):
+        out["podIP"], out["podIPs"] = old_ip, old.get("podIPs", [])
     return out

@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet import types as v1
 from kubelet.status.generation import status_observed_generation
-from kubelet.types import Pod, is_static, name, namespace, uid
+from kubelet.types import JSONObject, Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue
 
 log = logging.getLogger(__name__)
@@ -37,13 +38,13 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 @dataclass
 class Versioned:
-    status: dict[str, Any]
+    status: v1.PodStatus
     version: int
 
 
-def _comparable(status: dict[str, Any]) -> dict[str, Any]:
+def _comparable(status: v1.PodStatus) -> dict[str, object]:
     # Transition times alone do not make a new status.
-    s = dict(status)
+    s: dict[str, object] = dict(status)
     s["conditions"] = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"}
         for c in status.get("conditions", [])
@@ -51,13 +52,13 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def _cond_view(c: dict[str, Any]) -> dict[str, Any]:
+def _cond_view(c: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in c.items() if k != "lastTransitionTime" and v is not None}
 
 
 def _with_generation(
-    status: dict[str, Any], pod: Pod | None, old: dict[str, Any] | None, tracking: bool
-) -> dict[str, Any]:
+    status: v1.PodStatus, pod: Pod | None, old: v1.PodStatus | None, tracking: bool
+) -> v1.PodStatus:
     """status with observedGeneration from the pod it was made from, never below
     what the previous status said (a sync of an older copy of the pod must not
     step it back)."""
@@ -66,7 +67,7 @@ def _with_generation(
     gen = max(gen, before)
     if gen == int(status.get("observedGeneration") or 0):
         return status
-    out = dict(status)
+    out = status.copy()
     if gen:
         out["observedGeneration"] = gen
     else:
@@ -81,7 +82,7 @@ _KUBELET_OWNED = ("reason", "message", "podIP", "podIPs", "initContainerStatuses
 _MERGE_BY_IP = ("podIPs", "hostIPs")
 
 
-def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+def status_patch(api: Mapping[str, Any], ours: Mapping[str, Any]) -> JSONObject:
     """A strategic merge patch that turns `api` into `ours`, with only what differs.
 
     Conditions merge by type (their patch strategy), so only changed ones are
@@ -89,7 +90,7 @@ def status_patch(api: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     would otherwise keep, say, a stale "message"). podIPs and hostIPs merge by
     ip: dropped IPs are deleted by name. Other lists are atomic and sent whole. Fields the kubelet does not own are left to whoever set them.
     """
-    patch: dict[str, Any] = {}
+    patch: JSONObject = {}
     for key, value in ours.items():
         if key == "conditions":
             have = {c.get("type"): c for c in api.get("conditions") or []}
@@ -158,7 +159,7 @@ class StatusManager:
         self.deletes = 0
 
     # ----------------------------------------------------------- local state
-    def get(self, uid: str) -> dict[str, Any] | None:
+    def get(self, uid: str) -> v1.PodStatus | None:
         v = self._statuses.get(uid)
         return v.status if v else None
 
@@ -166,7 +167,7 @@ class StatusManager:
         v = self._statuses.get(uid)
         return v.version if v else 0
 
-    def set_pod_status(self, uid: str, status: dict[str, Any], pod: Pod | None = None) -> bool:
+    def set_pod_status(self, uid: str, status: v1.PodStatus, pod: Pod | None = None) -> bool:
         """Store a new status computed from `pod` (SetPodStatus); False when nothing
         but timestamps changed. Without the pod, the generation stays the one
         the previous status answered."""
@@ -259,7 +260,7 @@ class StatusManager:
             self.queue.forget(u)
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # one pod's failure must not stop the others: retried
             log.warning("Failed to update status for pod %s, will retry: %s", u, err)
             self.queue.add_rate_limited(u)
             self._kick.set()

@@ -273,7 +273,7 @@ state = "{d}/state"
             raise Unavailable(f"containerd did not come up in {timeout}s: {self.log_tail()}")
         try:
             self.import_images()
-        except Exception as err:
+        except Exception as err:  # whatever failed, containerd must not outlive the harness
             self.stop()
             raise Unavailable(f"could not import test images: {err}") from err
         return self

@@ -443,7 +443,7 @@ current-context: tls-bootstrap-token-user@test
                 with urllib.request.urlopen(self.url + "/readyz", context=ctx, timeout=5) as r:
                     if r.status == 200:
                         return
-            except Exception as err:
+            except Exception as err:  # not ready yet, whatever the reason: poll again
                 last = str(err)
             time.sleep(0.5)
         self.stop()

@@ -35,6 +35,7 @@ from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.net import free_port, wait_http
 from kubelet.testing.process import stop_process
 from kubelet.testing.wait import wait_for_async
+from kubelet.types import ContainerStatus, ObjectReference, Pod
 
 KUBELET_COMMAND = (sys.executable, "-m", "kubelet")
 # A node without an API server: no webhook to ask about tokens or access, and no
@@ -380,7 +381,7 @@ class EventLog:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
 
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
         self.events.append((ref.get("name", ""), etype, reason, message))
 
 
@@ -415,7 +416,7 @@ class InProcessKubelet:
         self.kubelet.runtime_manager.recorder = log
         return log
 
-    def pod(self, name: str) -> dict[str, Any] | None:
+    def pod(self, name: str) -> Pod | None:
         for p in self.kubelet.host.get_pods():
             if p["metadata"]["name"] == f"{name}-{self.node_name}":
                 return p
@@ -425,7 +426,7 @@ class InProcessKubelet:
         p = self.pod(name)
         return p.get("status", {}).get("phase") if p else None
 
-    def container(self, name: str, cname: str) -> dict[str, Any]:
+    def container(self, name: str, cname: str) -> ContainerStatus:
         p = self.pod(name)
         assert p is not None
         st = p["status"]

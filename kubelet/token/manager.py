@@ -20,10 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet.client.rest import APIClient, APIError
+from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.util.clock import REAL_CLOCK, Clock
 
 log = logging.getLogger(__name__)
+
+# A request that failed: the API's answer or the connection, or an answer
+# without a token (RuntimeError).
+_FETCH_ERRORS: tuple[type[Exception], ...] = (RuntimeError, *API_ERRORS)
 
 MAX_TTL = 24 * 3600.0
 GC_PERIOD = 60.0
@@ -141,9 +145,7 @@ class TokenManager:
             pending.add_done_callback(lambda f: self._done(key, f))
         try:
             token = await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
+        except _FETCH_ERRORS as err:
             cached = self._cache.get(key)
             if cached is None:
                 raise RuntimeError(f"failed to fetch token: {err}") from err

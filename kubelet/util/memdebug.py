@@ -61,12 +61,12 @@ def container_sizes(root: object, depth: int = 3, min_len: int = 1) -> dict[str,
                 continue
             try:
                 n = len(val) if hasattr(val, "__len__") else None
-            except Exception:
+            except (TypeError, ValueError, RuntimeError):  # an object whose size is not known
                 n = None
             if n is None and callable(getattr(val, "pod_ids", None)):
                 try:
                     n = len(val.pod_ids())  # the native relist differ
-                except Exception:
+                except (TypeError, RuntimeError):
                     n = None
             if n is not None and n >= min_len:
                 out[p] = n

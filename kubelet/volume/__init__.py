@@ -9,12 +9,23 @@ volume manager can be written apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from kubelet.types import Pod, Volume
 from kubelet.util import filesystem
 
-Pod = dict[str, Any]
-VolumeSpec = dict[str, Any]  # one entry of pod.spec.volumes
+VolumeSpec = Volume  # one entry of pod.spec.volumes
+
+
+@dataclass(frozen=True)
+class MountedVolume:
+    """A volume set up for a pod: where it is on the host."""
+
+    name: str  # the pod.spec.volumes[].name
+    host_path: str
+    read_only: bool = False  # the volume itself is read-only (e.g. PVC readOnly)
+    # For tmpfs and other real mounts: the selinux relabel hint upstream passes on.
+    selinux_relabel: bool = False
 
 
 class VolumeError(Exception):

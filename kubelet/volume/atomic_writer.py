@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet.util import filesystem
+from kubelet.util import filesystem, mountutil
 from kubelet.volume import ownership
-from kubelet.volumemanager import mountutil
+from kubelet.volume import util as volume_util
 
 log = logging.getLogger(__name__)
 
@@ -504,7 +504,7 @@ class VolumeWriter:
             self._written.pop(dir, None)
             # Unmounts a tmpfs first; never deletes through another mount.
             await loop.run_in_executor(
-                None, mountutil.unmount_and_remove, dir, "unlinkat", self.mountinfo
+                None, volume_util.unmount_and_remove, dir, "unlinkat", self.mountinfo
             )
 
 
@@ -543,7 +543,7 @@ def _set_up_dir(
         os.mkdir(dir, ROOT_DIR_MODE)
         os.chmod(dir, ROOT_DIR_MODE)
     if tmpfs_mountinfo is not None:
-        mountutil.ensure_tmpfs(dir, 0, f"volume {volume_name}", tmpfs_mountinfo)
+        volume_util.ensure_tmpfs(dir, 0, f"volume {volume_name}", tmpfs_mountinfo)
         os.chmod(dir, ROOT_DIR_MODE)  # the tmpfs root's own mode
     make_nested_mountpoints(pod, volume_name, dir)
     return AtomicWriter(dir, context).write(payload, fs_group), digest

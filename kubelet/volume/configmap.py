@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.types import KeyToPath
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, PayloadError, VolumeWriter
 
@@ -51,12 +52,12 @@ async def get_object(
         raise VolumeError(str(err)) from err
     except VolumeError:
         raise
-    except Exception as err:
+    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
         raise VolumeError(str(err) or repr(err)) from err
 
 
 def make_payload(
-    items: list[dict[str, Any]] | None,
+    items: list[KeyToPath] | None,
     configmap: Mapping[str, Any],
     mode: int,
     optional: bool,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from kubelet import fieldpath
+from kubelet.types import DownwardAPIVolumeFile
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, VolumeWriter
 from kubelet.volume.configmap import default_mode, remove_volume, write_volume
@@ -31,7 +31,7 @@ def aggregate(errors: list[str]) -> VolumeError:
 
 
 def collect_data(
-    items: list[dict[str, Any]] | None,
+    items: list[DownwardAPIVolumeFile] | None,
     pod: Pod,
     node_allocatable: NodeAllocatable,
     mode: int,

@@ -15,10 +15,10 @@ import os
 from collections.abc import Callable
 
 from kubelet.cm.cgroup_manager import pod_resources
-from kubelet.util import filesystem
+from kubelet.util import filesystem, mountutil
 from kubelet.util.quantity import to_bytes
 from kubelet.volume import Pod, VolumeError, VolumeSpec
-from kubelet.volumemanager import mountutil
+from kubelet.volume import util as volume_util
 
 PLUGIN_NAME = "kubernetes.io/empty-dir"
 DEFAULT_PERM = 0o777
@@ -84,7 +84,7 @@ class EmptyDirPlugin:
         except OSError as err:
             raise VolumeError(mountutil.go_path_error("mkdir", err)) from err
         if medium == MEDIUM_MEMORY:
-            mountutil.ensure_tmpfs(dir, size, "emptyDir medium Memory", self._mountinfo)
+            volume_util.ensure_tmpfs(dir, size, "emptyDir medium Memory", self._mountinfo)
         if fs_group is not None:
             _set_ownership(dir, int(fs_group))
 
@@ -95,7 +95,7 @@ class EmptyDirPlugin:
     def _tear_down(self, dir: str) -> None:
         # The medium comes from the mount table, not the spec: after a restart
         # the spec of an orphaned pod is unknown.
-        mountutil.unmount_and_remove(dir, "unlinkat", self._mountinfo)
+        volume_util.unmount_and_remove(dir, "unlinkat", self._mountinfo)
 
 
 def _medium(spec: VolumeSpec) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Mapping
 
-from kubelet.volume import Pod, VolumeError, VolumeSpec
-from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec
 
 PLUGIN_NAME = "kubernetes.io/host-path"
 
@@ -111,7 +112,7 @@ class HostPathPlugin:
         await self.set_up_volume(pod, spec, dir)
 
     async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume:
-        src = spec.get("hostPath") or {}
+        src: Mapping[str, object] = spec.get("hostPath") or {}
         path = str(src.get("path") or "")
         validate_no_backsteps(path)
         path_type = str(src.get("type") or "")

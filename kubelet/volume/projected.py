@@ -11,10 +11,9 @@ podCertificate sources are not supported: a clear FailedMount says so.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubelet.objectcache import ObjectGetter
 from kubelet.token import BoundObjectRef, TokenManager, TokenRequestSpec
+from kubelet.types import Container, ServiceAccountTokenProjection
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volume import configmap as configmap_volume
 from kubelet.volume import secret as secret_volume
@@ -32,7 +31,7 @@ PLUGIN_NAME = "kubernetes.io/projected"
 DEFAULT_TOKEN_EXPIRATION = 3600  # the API's default for expirationSeconds
 
 
-def _run_as_user(pod: Pod, container: dict[str, Any]) -> int | None:
+def _run_as_user(pod: Pod, container: Container) -> int | None:
     uid = (container.get("securityContext") or {}).get("runAsUser")
     if uid is None:
         uid = ((pod.get("spec") or {}).get("securityContext") or {}).get("runAsUser")
@@ -139,7 +138,9 @@ class ProjectedPlugin:
             raise aggregate(errors)
         return payload
 
-    async def _token(self, pod: Pod, src: dict[str, Any], mode: int) -> tuple[str, FileProjection]:
+    async def _token(
+        self, pod: Pod, src: ServiceAccountTokenProjection, mode: int
+    ) -> tuple[str, FileProjection]:
         assert self.tokens is not None
         md = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
@@ -160,7 +161,7 @@ class ProjectedPlugin:
             token = await self.tokens.get_service_account_token(
                 md.get("namespace") or "", account, request
             )
-        except Exception as err:
+        except RuntimeError as err:  # the token manager's failure, fit for the event
             raise VolumeError(str(err)) from err
         return src.get("path") or "", FileProjection(token.token.encode(), mode, fs_user)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from kubelet.client.rest import APIError
-from kubelet.volume import Pod, VolumeError, VolumeSpec, ownership
+from kubelet.client.rest import API_ERRORS, APIError
+from kubelet.util import mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
-from kubelet.volumemanager import MountedVolume, mountutil
 
 PLUGIN_NAME = "kubernetes.io/persistent-claim"
 
@@ -48,7 +48,7 @@ class PVCPlugin:
         await self.set_up_volume(pod, spec, dir)
 
     async def set_up_volume(self, pod: Pod, spec: VolumeSpec, dir: str) -> MountedVolume:
-        src = spec.get("persistentVolumeClaim") or {}
+        src: Mapping[str, object] = spec.get("persistentVolumeClaim") or {}
         claim = str(src.get("claimName") or "")
         ns = pod["metadata"].get("namespace") or "default"
         read_only = bool(src.get("readOnly"))
@@ -60,7 +60,7 @@ class PVCPlugin:
             )
         try:
             pvc = await self._get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
             ) from err
@@ -77,7 +77,7 @@ class PVCPlugin:
             )
         try:
             pv = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
             ) from err

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.objectcache import ObjectGetter
+from kubelet.types import KeyToPath
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, VolumeWriter
 from kubelet.volume.configmap import (
@@ -23,7 +24,7 @@ PLUGIN_NAME = "kubernetes.io/secret"
 
 
 def make_payload(
-    items: list[dict[str, Any]] | None,
+    items: list[KeyToPath] | None,
     secret: Mapping[str, Any],
     mode: int,
     optional: bool,

@@ -7,21 +7,12 @@ through VolumeManager.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-Pod = dict[str, Any]
+from kubelet.types import Pod
+from kubelet.volume import MountedVolume
 
-
-@dataclass(frozen=True)
-class MountedVolume:
-    """A volume set up for a pod: where it is on the host."""
-
-    name: str  # the pod.spec.volumes[].name
-    host_path: str
-    read_only: bool = False  # the volume itself is read-only (e.g. PVC readOnly)
-    # For tmpfs and other real mounts: the selinux relabel hint upstream passes on.
-    selinux_relabel: bool = False
+__all__ = ["MountedVolume", "Pod", "VolumeManager"]
 
 
 class VolumeManager(Protocol):

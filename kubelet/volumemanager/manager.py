@@ -24,10 +24,11 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kubelet.types import object_ref
+from kubelet.types import ObjectReference, object_ref
+from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
-from kubelet.volumemanager import MountedVolume, mountutil
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
+from kubelet.volume import util as volume_util
 from kubelet.volumemanager.cache import (
     ActualStateOfWorld,
     DesiredStateOfWorld,
@@ -45,7 +46,7 @@ from kubelet.volumemanager.subpath import clean_subpaths
 log = logging.getLogger(__name__)
 
 # (involved object ref, type, reason, message): EventRecorder.event's signature.
-Recorder = Callable[[dict[str, str], str, str, str], None]
+Recorder = Callable[[ObjectReference, str, str, str], None]
 
 FAILED_MOUNT = "FailedMount"
 REMOUNT_PERIOD = 60.0
@@ -234,8 +235,8 @@ class VolumeManagerImpl:
         if not self._reconstructed:
             try:
                 await self.reconstruct()
-            except Exception:
-                log.exception("volume manager: reading volume dirs on disk failed")
+            except Exception:  # the reconciler below must run all the same
+                log.exception("volume manager: reading volume dirs on disk failed; going on")
         stopper = asyncio.ensure_future(stop.wait())
         try:
             while not stop.is_set():
@@ -243,7 +244,7 @@ class VolumeManagerImpl:
                 try:
                     self.reconcile()
                 except Exception:  # a bug here must not stop all volume work
-                    log.exception("volume manager: reconcile failed")
+                    log.exception("volume manager: reconcile failed; next pass retries")
                 timeout = None
                 if self._timers:
                     timeout = max(0.0, self._timers[0][0] - self.clock.monotonic())
@@ -429,7 +430,7 @@ class VolumeManagerImpl:
             raise
         except VolumeError as err:
             error = str(err)
-        except Exception as err:
+        except Exception as err:  # a plugin bug must not kill the reconciler: retried
             log.exception("volume %s of pod %s: tear-down raised", entry.name, uid)
             error = str(err) or type(err).__name__
         self.ops.finish(key)
@@ -521,10 +522,7 @@ class VolumeManagerImpl:
         if want.ready or self._unmounted_names(want):
             return
         want.ready = True
-        try:
-            self.on_pod_ready(want.uid)
-        except Exception:
-            log.exception("on_pod_ready(%s) raised", want.uid)
+        self.on_pod_ready(want.uid)
 
     def _is_unmounted(self, uid: str) -> bool:
         return uid not in self.asw.pods and not self.ops.pod_busy(uid) and uid not in self.dsw.pods
@@ -539,10 +537,7 @@ class VolumeManagerImpl:
         if self.recorder is None:
             return
         msg = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
-        try:
-            self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
-        except Exception:
-            log.exception("recording FailedMount for pod %s", pod["metadata"].get("name"))
+        self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
 
     def _mark_dirty(self, uid: str) -> None:
         self._dirty.add(uid)
@@ -565,5 +560,5 @@ class VolumeManagerImpl:
 def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
     if not dir:
         return
-    mountutil.unmount_and_remove(dir, "remove", mountinfo)
+    volume_util.unmount_and_remove(dir, "remove", mountinfo)
     mountutil.remove_empty_parents(dir, pod_dir)

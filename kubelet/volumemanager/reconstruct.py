@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kubelet.volumemanager import mountutil
+from kubelet.util import mountutil
 from kubelet.volumemanager.subpath import subpath_volumes
 
 

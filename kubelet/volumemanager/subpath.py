@@ -15,8 +15,7 @@ import errno
 import os
 import stat
 
-from kubelet.util import filesystem
-from kubelet.volumemanager import mountutil
+from kubelet.util import filesystem, mountutil
 
 SUBPATH_DIR = "volume-subpaths"
 MS_BIND = 4096

@@ -17,7 +17,14 @@ from kubelet.stats import reference
 pytestmark = pytest.mark.skipif(kubelet.__impl__ != "native", reason="needs the native module")
 
 from kubelet.stats import cgstats as native  # noqa: E402
-from tests.equivalence.cgroup_files import kv_file, v1_tree, v2_tree, value  # noqa: E402
+from tests.equivalence.cgroup_files import (  # noqa: E402
+    kv_file,
+    maybe,
+    psi_file,
+    v1_tree,
+    v2_tree,
+    value,
+)
 
 
 def _write(path: Path, data: bytes | None) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubelet.apis.config import upstream
@@ -217,28 +216,3 @@ def counts() -> dict[str, dict[str, int]]:
     for (kind, _), e in entries().items():
         out[kind][e.state] += 1
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from kubelet.apis.config import account_doc
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write-docs", metavar="PATH", help="render docs/configuration.md")
-    ap.add_argument("--check", action="store_true", help="list names in none of the states")
-    args = ap.parse_args(argv)
-    rc = 0
-    if args.check:
-        parsed, problems = parse(ACCOUNT.read_text())
-        problems += completeness_problems(parsed)
-        for p in problems:
-            print(p)
-        rc = 1 if problems else 0
-    if args.write_docs:
-        Path(args.write_docs).write_text(account_doc.render())
-    return rc
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -16,7 +16,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet.checkpointmanager import CheckpointStore
 from kubelet.cm.containermap import ContainerMap
@@ -29,12 +28,11 @@ from kubelet.cm.topologymanager.topology_manager import Store
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError
 from kubelet.features import FeatureGate
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, uid
 from kubelet.util.cpuset import EMPTY, CPUSet, format_cpus
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
 POLICY_NONE = "none"
 
 

@@ -27,13 +27,12 @@ from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
 from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
 from kubelet.features import Feature, FeatureGate
-from kubelet.types import Pod, qos_class, uid
+from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.cpuset import EMPTY, CPUSet, format_cpus
 from kubelet.util.quantity import cpu_millis
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
 POLICY_STATIC = "static"
 
 
@@ -66,10 +65,9 @@ def is_restartable_init(c: Container) -> bool:
 
 def pod_level_resources_set(pod: Pod) -> bool:
     """IsPodLevelResourcesSet: the pod (not its containers) sets cpu or memory."""
-    res = (pod.get("spec") or {}).get("resources") or {}
-    return any(
-        r in ("cpu", "memory") for part in ("requests", "limits") for r in res.get(part) or {}
-    )
+    res = pod["spec"].get("resources") or {}
+    named = [*(res.get("requests") or {}), *(res.get("limits") or {})]
+    return any(r in ("cpu", "memory") for r in named)
 
 
 def guaranteed_cpus(pod: Pod, c: Container) -> int:

@@ -21,12 +21,11 @@ from kubelet.cm.memorymanager.policy_static import Hints, StaticPolicy, is_memor
 from kubelet.cm.memorymanager.state import Block, MemoryManagerState
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cm.topologymanager.topology_manager import Store
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, uid
 from kubelet.util.quantity import format_binary, parse_quantity
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
 POLICY_NONE = "None"
 POLICY_STATIC = "Static"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from kubelet.cm.cpumanager.policy_static import pod_level_resources_set
 from kubelet.cm.memorymanager.state import (
@@ -24,12 +23,11 @@ from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
 from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
-from kubelet.types import Pod, qos_class, uid
+from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.quantity import format_binary, to_bytes
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
 POLICY_STATIC = "Static"
 Hints = dict[str, list[TopologyHint]]
 # NUMA node -> resource name -> bytes reserved for the system

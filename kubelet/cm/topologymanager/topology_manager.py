@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubelet.cm.containermap import ContainerMap
 from kubelet.cm.topologymanager.policy import (
@@ -28,11 +28,10 @@ from kubelet.cm.topologymanager.policy import (
 )
 from kubelet.features import FeatureGate
 from kubelet.lifecycle.predicate import Rejection
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, uid
 
 log = logging.getLogger(__name__)
 
-Container = dict[str, Any]
 
 SCOPE_CONTAINER = "container"
 SCOPE_POD = "pod"

@@ -15,9 +15,9 @@ import pytest
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.testing.images import BUSYBOX_REF
 from kubelet.testing.kubelets import InProcessKubelet
+from kubelet.util import mountutil
 from kubelet.volume.atomic_writer import DATA_DIR, is_ts_name
 from kubelet.volume.configmap import PLUGIN_NAME as CONFIGMAP
-from kubelet.volumemanager import mountutil
 
 pytestmark = pytest.mark.containerd
 

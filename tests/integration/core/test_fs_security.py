@@ -15,7 +15,7 @@ import pytest
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.testing.kubelets import EventLog, InProcessKubelet, in_process_kubelet
-from kubelet.volumemanager import mountutil
+from kubelet.util import mountutil
 
 
 @pytest.fixture

@@ -205,7 +205,7 @@ def test_fields_reach_the_managers(tmp_path: Path) -> None:
     assert rm.memory.policy.reserved == {0: {}, 1: {"memory": 1124 << 20}}
     assert (rm.topology.policy.name, rm.topology.scope) == ("single-numa-node", "pod")
     assert rm.topology.policy.opts.prefer_closest_numa
-    assert k.runtime_manager.container_resources is rm
+    assert k.runtime_manager.containers.resources is rm
 
 
 def kubelet_with(tmp_path: Path, *flags: str) -> Kubelet:

@@ -63,7 +63,7 @@ def test_every_implemented_line_names_a_test_that_exists() -> None:
 
 
 def test_docs_are_rendered_from_the_account() -> None:
-    # Regenerate with: python -m kubelet.apis.config.account --write-docs docs/configuration.md
+    # Regenerate with: python -m kubelet.apis.config.account_doc --write-docs docs/configuration.md
     assert (ROOT / "docs" / "configuration.md").read_text() == account_doc.render()
 
 

@@ -68,7 +68,7 @@ async def test_cri_endpoints_and_request_timeout(tmp_path: Path) -> None:
 def test_node_provider_id_and_image_cap() -> None:
     s, _, _ = build_server(["--provider-id=kind://docker/kind/n1", "--node-status-max-images=2"])
     assert s is not None
-    inp = node_inputs(s, "n1", None)
+    inp = node_inputs(s, "n1")
     assert initial_node(inp)["spec"]["providerID"] == "kind://docker/kind/n1"
     many = [{"names": [f"img{i}"], "sizeBytes": i} for i in range(5)]
     status = compute_status(dataclasses.replace(inp, images=lambda: many), None)
@@ -129,14 +129,14 @@ def test_memory_swap_and_psi_gate_reach_the_runtime_and_stats(tmp_path: Path) ->
     s, _, _ = build_server([f"--config={cfg}"])
     assert s is not None
     k = Kubelet(s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService())
-    swap = k.runtime_manager.swap
+    swap = k.runtime_manager.node.swap
     assert swap is not None and swap.behavior == "NoSwap"
     assert swap.cgroup_v2 == (k.stats.version == 2)
     assert not k.stats.psi and "cpu_pressure" not in k.stats.summary_fields
-    assert not k.runtime_manager.user_namespaces_support
+    assert not k.runtime_manager.node.user_namespaces_support
     # The defaults: KubeletPSI and UserNamespacesSupport are on in v1.34.
     s, _, _ = build_server([])
     assert s is not None
     k = Kubelet(s.config, "n2", str(tmp_path / "2"), FakeRuntimeService(), FakeImageService())
-    assert k.stats.psi and k.runtime_manager.user_namespaces_support
-    assert k.runtime_manager.swap is not None and k.runtime_manager.swap.behavior == ""
+    assert k.stats.psi and k.runtime_manager.node.user_namespaces_support
+    assert k.runtime_manager.node.swap is not None and k.runtime_manager.node.swap.behavior == ""

@@ -190,7 +190,7 @@ def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
 
 
 def _can_mount(tmp: Path) -> bool:
-    from kubelet.volumemanager import mountutil
+    from kubelet.util import mountutil
 
     d = tmp / "probe"
     d.mkdir()
@@ -204,7 +204,7 @@ def _can_mount(tmp: Path) -> bool:
 
 
 def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Path):
-    from kubelet.volumemanager import mountutil
+    from kubelet.util import mountutil
     from kubelet.volumemanager.subpath import clean_subpaths
 
     base = Path(vol.host_path)
@@ -248,7 +248,7 @@ def test_subpath_that_cannot_be_bind_mounted_fails_the_container(
     """Where the kernel refuses the bind mount (EPERM: no CAP_SYS_ADMIN), the
     container fails: the plain path would be looked up again by the runtime,
     after a container sharing the volume may have swapped a link in."""
-    from kubelet.volumemanager import mountutil
+    from kubelet.util import mountutil
 
     (Path(vol.host_path) / "conf").mkdir()
 
@@ -270,7 +270,7 @@ def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
     """The container replaces the subPath with a link out after the kubelet
     resolved it: what is bound (and handed to the runtime) is the directory
     the kubelet opened, not where the link now points."""
-    from kubelet.volumemanager import mountutil
+    from kubelet.util import mountutil
 
     if not _can_mount(tmp_path):
         part_unavailable("bind mounts", "this test needs CAP_SYS_ADMIN (the kubelet runs with it)")

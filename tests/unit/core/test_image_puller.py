@@ -54,7 +54,9 @@ async def pull_all(
     pods = [pod([c("c", image=f"registry.local/app{i}:v1")]) for i in range(n)]
     tasks = [
         asyncio.create_task(
-            m.ensure_image(p, p["spec"]["containers"][0], pb.PodSandboxConfig(), SyncResult())
+            m.image_manager.ensure_image(
+                p, p["spec"]["containers"][0], pb.PodSandboxConfig(), SyncResult()
+            )
         )
         for p in pods
     ]
@@ -94,16 +96,16 @@ async def test_pull_qps_exceeded_fails_the_pull_and_backs_off(tmp_path: Path) ->
     results = []
     for i in range(3):
         p = pod([c("c", image=f"registry.local/q{i}:v1")])
-        results.append(await m.ensure_image(p, p["spec"]["containers"][0],
-                                            pb.PodSandboxConfig(), SyncResult()))  # fmt: skip
+        results.append(await m.image_manager.ensure_image(p, p["spec"]["containers"][0],
+                                                          pb.PodSandboxConfig(), SyncResult()))  # fmt: skip
     # The burst of 2 goes through; the third finds the bucket empty.
     assert [r[2] for r in results] == [None, None, "pull QPS exceeded"]
     assert len(img.called("pull_image")) == 2
     assert m.waiting[p["metadata"]["uid"]]["c"] == ("ErrImagePull", "pull QPS exceeded")
     clock.step(1.0)  # one token back a second later
     p = pod([c("c", image="registry.local/q9:v1")])
-    assert (await m.ensure_image(p, p["spec"]["containers"][0], pb.PodSandboxConfig(),
-                                 SyncResult()))[2] is None  # fmt: skip
+    assert (await m.image_manager.ensure_image(p, p["spec"]["containers"][0],
+                                               pb.PodSandboxConfig(), SyncResult()))[2] is None  # fmt: skip
 
 
 def test_from_config_defaults_serialize_and_qps() -> None:

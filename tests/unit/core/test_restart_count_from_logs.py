@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from kubelet.kuberuntime.kuberuntime_manager import restart_count_from_log_dir
+from kubelet.kuberuntime.kuberuntime_container import restart_count_from_log_dir
 
 
 def test_one_past_the_highest_log_file(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeRuntimeService
-from kubelet.kuberuntime.gc import ContainerGC, ContainerGCError, GCPolicy
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, GCPolicy
 
 from .fakes import Clock, add_container, add_sandbox
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kubelet.util import mountutil
 from kubelet.volume import VolumeError
 from kubelet.volume.emptydir import EmptyDirPlugin, tmpfs_size
-from kubelet.volumemanager import mountutil
 
 GI = 1 << 30
 

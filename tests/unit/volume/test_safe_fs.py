@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from kubelet.testing.parts import part_unavailable
-from kubelet.util import filesystem
-from kubelet.volumemanager import mountutil
+from kubelet.util import filesystem, mountutil
 from tests.unit.volume.helpers import assert_intact
 
 

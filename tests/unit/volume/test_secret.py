@@ -98,7 +98,7 @@ async def test_invalid_base64(tmp_path: Any, getter: FakeGetter) -> None:
 
 
 async def test_secret_files_live_on_a_tmpfs_never_on_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from kubelet.volumemanager import mountutil
+    from kubelet.util import mountutil
 
     d = str(tmp_path / "v")
     getter = FakeGetter("secret")

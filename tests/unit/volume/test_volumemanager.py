@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from kubelet.util import mountutil
 from kubelet.util.clock import FakeClock
 from kubelet.volume import VolumeError, VolumeHost
 from kubelet.volume.emptydir import EmptyDirPlugin
-from kubelet.volumemanager import mountutil
 from kubelet.volumemanager.manager import VolumeManagerImpl
 from kubelet.volumemanager.operations import MAX_BACKOFF
 

@@ -107,7 +107,7 @@ class ContainerGC:
         while not stop.is_set():
             try:
                 await self.garbage_collect()
-            except Exception as err:
+            except Exception as err:  # told on the Node; the next period runs a full pass
                 log.error("Container garbage collection failed: %s", err)
                 if self.node_event is not None:
                     self.node_event("Warning", "ContainerGCFailed", str(err))
@@ -187,9 +187,29 @@ class ContainerGC:
                 [units[i] for i in old],
             )
         counts = Counter(units)
-        # The steady state: one dead instance per container, every pod there. Only
-        # the (pod, container) pairs with something to remove get grouped.
+        work, removable = self._groups_to_trim(counts, len(dead), ready, evict_non_deleted_pods)
+        if not work:
+            return all_dead
+        await self._trim_groups(dead, units, work, removable, result)
+        if not result.containers:
+            return all_dead
+        gone = set(result.containers)
+        for cid in gone:
+            self._keys.pop(cid, None)
+        return [c for c, i in zip(all_dead, all_ids, strict=True) if i not in gone]
+
+    def _groups_to_trim(
+        self,
+        counts: Counter[tuple[str, str]],
+        n_dead: int,
+        ready: bool,
+        evict_non_deleted_pods: bool,
+    ) -> tuple[set[tuple[str, str]], set[str]]:
+        """The (pod, container) groups with something to remove, and the pods
+        whose dead containers all go. The steady state (one dead instance per
+        container, every pod there) answers two empty sets."""
         work: set[tuple[str, str]] = set()
+        removable: set[str] = set()
         if ready:
             uids = {k[0] for k in counts}
             exists = self.pod_exists
@@ -199,16 +219,24 @@ class ContainerGC:
                 removable.update(u for u in uids if terminated(u))
             if removable:
                 work.update(k for k in counts if k[0] in removable)
-        else:
-            removable = set()
         keep = self.policy.max_per_pod_container
         if keep >= 0:
             work.update(k for k, n in counts.items() if n > keep)
         limit = self.policy.max_containers
-        if limit >= 0 and len(dead) > limit:
+        if limit >= 0 and n_dead > limit:
             work = set(counts)  # the node-wide limit looks at every group
-        if not work:
-            return all_dead
+        return work, removable
+
+    async def _trim_groups(
+        self,
+        dead: list[pb.Container],
+        units: list[tuple[str, str]],
+        work: set[tuple[str, str]],
+        removable: set[str],
+        result: GCResult,
+    ) -> None:
+        """Remove all of the removable pods' groups, then the oldest of each
+        group over the per-container limit, then the oldest over the node's."""
         groups: dict[tuple[str, str], list[pb.Container]] = {}  # in the runtime's order
         for c, k in zip(dead, units, strict=True):
             if k in work:
@@ -218,6 +246,7 @@ class ContainerGC:
         for key in [k for k in groups if k[0] in removable]:
             group = groups.pop(key)
             await self._remove_oldest(group, len(group), result)
+        keep, limit = self.policy.max_per_pod_container, self.policy.max_containers
         if keep >= 0:
             await self._enforce_per_unit(groups, keep, result)
         if limit >= 0 and groups and sum(len(g) for g in groups.values()) > limit:
@@ -227,12 +256,6 @@ class ContainerGC:
                 flat = [c for g in groups.values() for c in g]
                 flat.sort(key=_created, reverse=True)
                 await self._remove_oldest(flat, total - limit, result)
-        if not result.containers:
-            return all_dead
-        gone = set(result.containers)
-        for cid in gone:
-            self._keys.pop(cid, None)
-        return [c for c, i in zip(all_dead, all_ids, strict=True) if i not in gone]
 
     def _unit_keys(self, dead: list[pb.Container], ids: list[str]) -> list[tuple[str, str]]:
         """(pod UID, container name) of each container. Labels are a slow protobuf

@@ -1,15 +1,14 @@
-"""Mount syscalls and mount-table reads for the volume code (mount-utils
-upstream). Everything here blocks: callers run it in an executor."""
+"""Mount syscalls, mount-table reads and removal that never crosses a mount
+(mount-utils upstream): below both the volume plugins and the volume manager.
+Everything here blocks: callers run it in an executor."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
 
 from kubelet.util import filesystem
-from kubelet.volume import VolumeError
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -115,43 +114,3 @@ def remove_empty_parents(path: str, stop: str) -> None:
         except OSError:
             return
         cur = os.path.dirname(cur)
-
-
-def unmount_and_remove(dir: str, op: str, mountinfo: str = MOUNTINFO) -> None:
-    """Unmount `dir` if something is mounted there, then remove it without ever
-    crossing into another filesystem. VolumeError with upstream's texts; `op` is
-    the syscall the removal error names (unlinkat, remove)."""
-    if not os.path.lexists(dir):
-        return
-    if mount_fstype(dir, mount_table(mountinfo)) is not None:
-        try:
-            umount(dir)
-        except OSError as err:
-            raise VolumeError(
-                f"unmount failed: {lowercase_strerror(err)}\nUnmounting arguments: {dir}"
-            ) from err
-    try:
-        remove_all_one_filesystem(dir)
-    except OSError as err:
-        raise VolumeError(go_path_error(op, err)) from err
-
-
-def ensure_tmpfs(dir: str, size: int, what: str, mountinfo: str = MOUNTINFO) -> None:
-    """Mount a tmpfs at `dir` unless one is there already (set_up is idempotent).
-    VolumeError naming `what` when this kubelet may not mount here."""
-    if mount_fstype(dir, mount_table(mountinfo)) == "tmpfs":
-        return
-    options = f"size={size}" if size > 0 else ""
-    try:
-        mount("tmpfs", dir, "tmpfs", options)
-    except OSError as err:
-        if err.errno in (errno.EPERM, errno.EACCES):
-            raise VolumeError(
-                f"{what} needs a tmpfs mount at {dir}, which this kubelet is not permitted "
-                f"to make here ({lowercase_strerror(err)}: it needs CAP_SYS_ADMIN in the "
-                "host mount namespace)"
-            ) from err
-        raise VolumeError(
-            f"mount failed: {lowercase_strerror(err)}\n"
-            f"Mounting command: mount\nMounting arguments: -t tmpfs -o {options} tmpfs {dir}"
-        ) from err

@@ -1,0 +1,591 @@
+"""The Kubelet's subsystems, each with its builder (NewMainKubelet in
+kubelet.go, cut by subsystem).
+
+Kubelet.__init__ calls the builders in this order; each returns a fully built
+object and reads only what the builders before it returned. What flows back
+up (a probe result changed, a pod's volumes are ready, a pod's containers have
+all stopped) goes through objects built first (SyncRequests, PodWorkerStates),
+never through a reference to something built later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, replace
+
+from kubelet.active_pods import ActivePods
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.client.rest import APIClient
+from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup_mounts
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    ResourceManagers,
+    apply_reserved_cpus,
+    new_resource_managers,
+    node_reservation,
+)
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.sysinfo import discover as discover_machine
+from kubelet.config.apiserver import APIServerSource
+from kubelet.config.config import PodConfig
+from kubelet.container.cache import Cache, PodCache
+from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.plugin.plugin import APIServiceAccounts
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyring
+from kubelet.credentialprovider.provider import NodeDockerKeyring
+from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.envvars import ServiceInformer
+from kubelet.events import Recorder
+from kubelet.eviction.eviction_manager import EvictionManager
+from kubelet.features import Feature, FeatureGate
+from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.puller import ImagePuller
+from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
+from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
+from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGetter
+from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, NodeEvent
+from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
+from kubelet.kuberuntime.swap import SwapConfig, swap_controller
+from kubelet.lifecycle.predicate import Admitter
+from kubelet.logs.container_log_manager import ContainerLogManager
+from kubelet.mirror_client import MirrorClient
+from kubelet.network.dns import DNSConfigurer
+from kubelet.nodeshutdown.manager import NodeShutdownManager
+from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import NodeInputs, max_pods
+from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
+from kubelet.pleg.differ import RelistDiffer
+from kubelet.pleg.evented import EventedPLEG
+from kubelet.pleg.generic import GenericPLEG
+from kubelet.pod_sync import KubeletPodSyncer
+from kubelet.pod_workers import PodWork, PodWorkers, PodWorkerStates, SyncRequests, UpdateType
+from kubelet.podmanager import PodManager
+from kubelet.prober.prober import Prober
+from kubelet.prober.prober_manager import ProbeManager
+from kubelet.runtime_state import RuntimeState
+from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
+from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
+from kubelet.stats.provider import StatsProvider, resource_registry
+from kubelet.stats.volumes import VolumeStatsCalculator
+from kubelet.status import generate, generation
+from kubelet.status.disruption import KubeletTermination
+from kubelet.status.status_manager import StatusManager
+from kubelet.sysctl import SysctlAllowlist
+from kubelet.token.manager import TokenManager
+from kubelet.types import ObjectReference, Pod, PodCondition, object_ref, uid
+from kubelet.util import filesystem
+from kubelet.util.clock import Clock
+from kubelet.util.quantity import cpu_millis, to_bytes
+from kubelet.util.workqueue import PodWorkQueue, WorkQueue
+from kubelet.volume import VolumeHost
+from kubelet.volume.configmap import ConfigMapPlugin
+from kubelet.volume.downwardapi import DownwardAPIPlugin
+from kubelet.volume.emptydir import EmptyDirPlugin
+from kubelet.volume.hostpath import HostPathPlugin
+from kubelet.volume.projected import ProjectedPlugin
+from kubelet.volume.pvc import PVCPlugin
+from kubelet.volume.secret import SecretPlugin
+from kubelet.volumemanager.manager import VolumeManagerImpl
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the kubelet is told about its node; nothing here is built."""
+
+    config: KubeletConfiguration
+    name: str
+    root_dir: str
+    ips: list[str]
+    # Node status allocatable: admission and the env's resource defaults.
+    allocatable: dict[str, str]
+    features: FeatureGate
+    recorder: Recorder | None
+    kube_client: APIClient | None
+    clock: Clock
+
+    @property
+    def ref(self) -> ObjectReference:
+        return {"kind": "Node", "name": self.name, "uid": self.name, "namespace": ""}
+
+    @property
+    def pods_dir(self) -> str:
+        return os.path.join(self.root_dir, "pods")
+
+    def event(self, etype: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.event(self.ref, etype, reason, message)
+
+
+# ------------------------------------------------------------------ pods
+@dataclass(frozen=True)
+class Pods:
+    """Where pods come from, what the kubelet knows of each, and admission."""
+
+    config: PodConfig
+    api_source: APIServerSource | None
+    configmaps: WatchingObjectManager
+    secrets: WatchingObjectManager
+    manager: PodManager
+    services: ServiceInformer | None
+    runtime_classes: RuntimeClassManager | None
+    cache: PodCache
+    work_queue: PodWorkQueue
+    worker_states: PodWorkerStates
+    status: StatusManager
+    sync_requests: SyncRequests
+    admitter: Admitter
+    sysctls: SysctlAllowlist
+    rejected: set[str]  # UIDs of pods admission refused
+    # Set once every configured source has delivered its pods.
+    sources_ready: asyncio.Event
+
+
+def build_pods(node: Node) -> Pods:
+    cfg, client = node.config, node.kube_client
+    pod_config = PodConfig()
+    # configMaps and secrets of the node's pods: one watch per referenced object.
+    configmaps = WatchingObjectManager(CONFIGMAP, client, cfg.sync_frequency)
+    secrets = WatchingObjectManager(SECRET, client, cfg.sync_frequency)
+    manager = PodManager([configmaps, secrets])
+    # Cluster mode: the API server is a pod source and pod statuses are written
+    # there. None of it in standalone mode.
+    api_source = APIServerSource(client, node.name, pod_config) if client is not None else None
+    worker_states = PodWorkerStates()
+    status = StatusManager(
+        client,
+        api_pod=api_source.get if api_source is not None else None,
+        desired_pod=manager.get,
+        mirror_of=manager.get_mirror,
+        can_delete=worker_states.all_stopped,
+        tracking=node.features.enabled(generation.GATE),
+    )
+    alloc = node.allocatable
+    admitter = Admitter(
+        int(alloc.get("pods", max_pods(cfg, machine_info().num_cores))),
+        cpu_millis(alloc.get("cpu", "1000000")),
+        to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
+    )
+    return Pods(
+        pod_config, api_source, configmaps, secrets, manager,
+        ServiceInformer(client) if client is not None else None,
+        RuntimeClassManager(client) if client is not None else None,
+        Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter,
+        # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
+        SysctlAllowlist.for_node(cfg.allowed_unsafe_sysctls),
+        set(), asyncio.Event(),
+    )  # fmt: skip
+
+
+# ----------------------------------------------------- resource managers
+def build_resource_managers(
+    node: Node,
+    pods: Pods,
+    machine: MachineTopology | None,
+    container_manager: ContainerManager | None,
+) -> ResourceManagers:
+    """CPU, memory and topology managers: admission allocates, container
+    creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
+    They reserve what the container manager's node allocatable reserves.
+    ContainerManagerError (a setting or state file they refuse) is fatal."""
+    cfg = node.config
+    topo = machine or discover_machine()
+    reserved_cpus = apply_reserved_cpus(cfg, discover_cpus(topo))
+    reservation = (
+        container_manager.reservation()
+        if container_manager is not None
+        else node_reservation(cfg, topo)
+    )
+    # Their state files are written into the root dir now: made as
+    # setupDataDirs makes it (0750), which upstream runs before them.
+    filesystem.mkdir_all(node.root_dir, DATA_DIR_MODE)
+    active = ActivePods(
+        pods.manager, pods.rejected, pods.worker_states, pods.status.get, pods.cache
+    )
+    # Before the sources start nothing is admitted; after, ready once each delivered.
+    has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
+    return new_resource_managers(
+        cfg,
+        ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
+        node.features,
+        active,
+        lambda: pods.sources_ready.is_set() or not has_sources,
+    )
+
+
+# --------------------------------------------------------------- volumes
+@dataclass(frozen=True)
+class Volumes:
+    tokens: TokenManager | None
+    manager: VolumeManagerImpl
+    # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
+    stats: VolumeStatsCalculator
+
+    def bytes_used(self, pod_uid: str) -> dict[str, int]:
+        """Bytes in each of the pod's volumes, from the volume stats' last pass."""
+        return {v.name: v.used_bytes for v in self.stats.usage(pod_uid)}
+
+
+def build_volumes(node: Node, pods: Pods) -> Volumes:
+    client, alloc = node.kube_client, node.allocatable
+    tokens = TokenManager(client) if client is not None else None
+    manager = VolumeManagerImpl(
+        VolumeHost(node.root_dir, node.name),
+        [
+            ConfigMapPlugin(pods.configmaps),
+            SecretPlugin(pods.secrets),
+            DownwardAPIPlugin(lambda: alloc),
+            ProjectedPlugin(pods.configmaps, pods.secrets, tokens, lambda: alloc),
+            EmptyDirPlugin(lambda: to_bytes(alloc.get("memory", "0"))),
+            HostPathPlugin(),
+            PVCPlugin(client.get if client is not None else None),
+        ],
+        # Every volume of the pod is set up: sync it now, not on its next retry.
+        on_pod_ready=pods.sync_requests.request,
+        recorder=node.recorder.event if node.recorder is not None else None,
+        clock=node.clock,
+    )
+    stats = VolumeStatsCalculator(
+        lambda: list(pods.manager.uids()),
+        lambda u: {n: v.host_path for n, v in manager.get_mounted_volumes(u).items()},
+        node.pods_dir,
+        period=node.config.volume_stats_agg_period,
+    )
+    return Volumes(tokens, manager, stats)
+
+
+# ---------------------------------------------------------------- probes
+def build_probes(node: Node, pods: Pods, runtime_service: RuntimeService) -> ProbeManager:
+    """Readiness decides `ready`; liveness and startup failures restart. A result
+    that changed asks for a sync of its pod."""
+    return ProbeManager(
+        Prober(runtime_service), pods.status.get, pods.sync_requests.request, node.recorder
+    )
+
+
+# --------------------------------------------------------------- runtime
+@dataclass(frozen=True)
+class Runtime:
+    state: RuntimeState
+    helper: PodRuntimeHelper
+    manager: RuntimeManager
+    pleg: GenericPLEG
+    evented: EventedPLEG | None  # the EventedPLEG gate
+
+    def readiness(self) -> str | None:
+        """Why the node is not Ready, or None (runtime and PLEG health)."""
+        return self.state.error or self.pleg.healthy()
+
+
+def _swap_config(cfg: KubeletConfiguration) -> SwapConfig:
+    """memorySwap.swapBehavior with what this node's cgroups can do about swap."""
+    try:
+        v2 = cgroup_mounts()[0] == 2
+    except OSError:
+        v2 = True  # as the stats provider: no mountinfo, assume the unified tree
+    m = machine_info()
+    return SwapConfig(
+        cfg.memory_swap.swap_behavior, v2, swap_controller(v2), m.memory_capacity, m.swap_capacity
+    )
+
+
+def build_runtime(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    probes: ProbeManager,
+    resources: ResourceManagers,
+    services: tuple[RuntimeService, ImageService],
+    backoffs: tuple[Backoff | None, Backoff | None],
+    credential_plugins: LoadedPlugins | None = None,
+) -> Runtime:
+    cfg, client = node.config, node.kube_client
+    runtime_service, image_service = services
+    dns = DNSConfigurer(
+        cfg.cluster_dns, cfg.cluster_domain, cfg.resolv_conf,
+        node_ips=node.ips, recorder=node.recorder, node_ref=node.ref,
+    )  # fmt: skip
+    env = EnvContext(
+        host_ips=tuple(node.ips),
+        node_ips=tuple(node.ips),
+        node_allocatable=node.allocatable,
+        configmaps=pods.configmaps if client is not None else None,
+        secrets=pods.secrets if client is not None else None,
+        services=pods.services,
+    )
+    helper = PodRuntimeHelper(node.root_dir, dns, cfg.cluster_domain, env, volumes.manager)
+    manager = RuntimeManager(
+        runtime_service,
+        image_service,
+        helper,
+        cfg.pod_logs_dir,
+        node_memory=machine_info().memory_capacity,
+        cgroups_per_qos=cfg.cgroups_per_qos,
+        cgroup_root=cfg.cgroup_root,
+        crash_backoff=backoffs[0],
+        image_backoff=backoffs[1],
+        recorder=node.recorder,
+        must_restart=probes.must_restart,
+        is_started=probes.is_started,
+        seccomp_root=os.path.join(node.root_dir, "seccomp"),
+        seccomp_default=cfg.seccomp_default,
+        pull_secrets=PullSecretGetter(pods.secrets, node.recorder),
+        runtime_classes=pods.runtime_classes,
+        node_keyring=NodeDockerKeyring(node.root_dir),
+        credential_plugins=(
+            PluginKeyring(credential_plugins, APIServiceAccounts(client, volumes.tokens))
+            if credential_plugins is not None
+            else None
+        ),
+        image_puller=ImagePuller.from_config(cfg),
+        container_resources=resources,
+        user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
+        swap=_swap_config(cfg),
+    )
+    pleg = GenericPLEG(
+        runtime_service, RelistDiffer(), pods.cache, manager.get_pod_status,
+        cfg.pleg_relist_period, clock=node.clock,
+    )  # fmt: skip
+    evented = (
+        EventedPLEG(runtime_service, manager, pleg, pods.cache)
+        if node.features.enabled(Feature.EventedPLEG)
+        else None
+    )
+    state = RuntimeState(runtime_service, image_service, node.clock)
+    return Runtime(state, helper, manager, pleg, evented)
+
+
+# --------------------------------------------------------------- workers
+@dataclass(frozen=True)
+class Workers:
+    pod_cgroups: PodContainerManager | None  # kubepods/<qos>/pod<uid>, cgroupfs driver
+    syncer: KubeletPodSyncer
+    workers: PodWorkers
+
+
+def build_workers(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    probes: ProbeManager,
+    runtime: Runtime,
+    resources: ResourceManagers,
+    registered: RegisteredNode,
+) -> Workers:
+    cfg, client = node.config, node.kube_client
+    pod_cgroups = (
+        PodContainerManager(
+            CgroupManager(cfg.cgroup_root),
+            cfg.cpu_cfs_quota,
+            int(cfg.cpu_cfs_quota_period * 1_000_000),
+            pod_pids_limit=cfg.pod_pids_limit,
+            exclusive_cpus=resources.pod_has_exclusive_cpus,
+        )
+        if cfg.cgroups_per_qos
+        else None
+    )
+    # Static pods get mirror pods in cluster mode, owned by the Node once registered.
+    mirror_client = MirrorClient(client, node.name, registered.uid) if client else None
+    syncer = KubeletPodSyncer(
+        node.root_dir, node.ips, runtime.manager, pods.status, probes, pods.manager,
+        pods.cache, pods.work_queue, pods.admitter, volumes.manager,
+        pod_cgroups=pod_cgroups, mirror_client=mirror_client,
+        recorder=node.recorder, clock=node.clock,
+    )  # fmt: skip
+    workers = PodWorkers(
+        syncer, pods.cache, pods.work_queue, cfg.sync_frequency,
+        on_terminated=pods.status.enqueue, clock=node.clock, states=pods.worker_states,
+    )  # fmt: skip
+    return Workers(pod_cgroups, syncer, workers)
+
+
+# ----------------------------------------------------------- node status
+class _EvictionTarget:
+    """What node-pressure eviction and graceful node shutdown read and act on:
+    the active pods, and how one is killed and reported."""
+
+    def __init__(self, node: Node, pods: Pods, workers: Workers) -> None:
+        self.node = node
+        self.pods = pods
+        self.workers = workers
+
+    def active_pods(self) -> list[Pod]:
+        """Admitted pods that are not finished or being killed."""
+        out = []
+        for p in self.pods.manager.pods():
+            u = uid(p)
+            if (
+                u in self.pods.rejected
+                or self.workers.syncer.is_evicted(u)
+                or self.workers.workers.is_terminating(u)
+            ):
+                continue
+            st = self.pods.status.get(u) or {}
+            if st.get("phase") not in ("Succeeded", "Failed"):
+                out.append(p)
+        return out
+
+    async def evict(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: PodCondition | None = None,
+    ) -> None:  # fmt: skip
+        u, status = uid(pod), self.pods.status
+        self.workers.syncer.mark_evicted(u, reason, message)
+        self.pods.admitter.release(u)
+        old = status.get(u) or {}
+        new = generate.failed_status(old, pod, reason, message, condition, status.tracking)
+        status.set_pod_status(u, new, pod)
+        self.workers.workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+
+    async def kill_now(self, pod: Pod, grace: int, why: KubeletTermination) -> None:
+        """killPodNow: stop the pod with this grace period and final status;
+        returns once its containers are stopped, raises TimeoutError when that
+        takes more than 1.5 x grace (at least 10 s)."""
+        u, workers = uid(pod), self.workers.workers
+        self.workers.syncer.mark_terminated_by_kubelet(u, why)
+        self.pods.admitter.release(u)
+        workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+        if not await workers.wait_terminated(u, max(grace + grace // 2, 10)):
+            msg = "Container runtime did not kill the pod within specified grace period."
+            if self.node.recorder is not None:
+                self.node.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
+            raise TimeoutError("timeout waiting to kill pod")
+
+    def pods_for_shutdown(self) -> list[Pod]:
+        """Admitted pods whose containers may still run, those being killed
+        included (a shutdown may shorten their grace period)."""
+        states = self.pods.worker_states
+        return [
+            p for p in self.pods.manager.pods()
+            if uid(p) not in self.pods.rejected and states.could_have_running_containers(uid(p))
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    stats: StatsProvider
+    eviction: EvictionManager
+    # Graceful node shutdown; None when its gate is off or no period is set.
+    shutdown: NodeShutdownManager | None
+    # Set to have the node status reported now rather than on its period.
+    due: asyncio.Event
+    # Registration and status updates in cluster mode (None standalone).
+    reporter: NodeStatusManager | None
+
+    def readiness(self, runtime: Runtime) -> str | None:
+        """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
+        shutdown = self.shutdown.shutdown_status() if self.shutdown is not None else None
+        return runtime.readiness() or shutdown
+
+
+def build_node_status(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    runtime: Runtime,
+    workers: Workers,
+    inputs: tuple[NodeInputs | None, RegisteredNode],
+) -> NodeStatus:
+    """Pod and node usage from the Cython parsers (/stats/summary,
+    /metrics/resource), node-pressure eviction, and the Node object's status."""
+    cfg = node.config
+    stats = StatsProvider(
+        pods.manager.pods, node.root_dir, node.name, cfg.cgroup_root,
+        volume_usage=volumes.stats.usage,
+        pod_status=lambda u: pods.cache.get(u)[0],
+        container_resources=runtime.manager.resources,
+        psi=node.features.enabled(Feature.KubeletPSI),
+    )  # fmt: skip
+    # Local storage limits measured for the pods that have them.
+    ephemeral = EphemeralStorageStats(
+        runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
+        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
+    )  # fmt: skip
+    target = _EvictionTarget(node, pods, workers)
+    eviction = EvictionManager(
+        cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
+        recorder=node.recorder, volume_usage=volumes.bytes_used,
+        local_storage_usage=ephemeral.measure,
+    )  # fmt: skip
+    due = asyncio.Event()
+    shutdown = NodeShutdownManager.from_config(
+        cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
+        on_status_change=due.set, node_event=node.event,
+    )  # fmt: skip
+    static, registered = inputs
+    reporter = None
+    if node.kube_client is not None and static is not None:
+        readers = replace(
+            static,
+            runtime_version=lambda: runtime.state.runtime_version,
+            readiness_checks=[runtime.readiness]
+            + ([shutdown.shutdown_status] if shutdown is not None else []),
+            images=lambda: runtime.state.node_images,
+            memory_pressure=lambda: eviction.under("MemoryPressure"),
+            disk_pressure=lambda: eviction.under("DiskPressure"),
+            pid_pressure=lambda: eviction.under("PIDPressure"),
+        )
+        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+    return NodeStatus(stats, eviction, shutdown, due, reporter)
+
+
+# -------------------------------------------------------------------- GC
+@dataclass(frozen=True)
+class GarbageCollectors:
+    """StartGarbageCollection, and container log rotation."""
+
+    containers: ContainerGC
+    images: ImageGCManager
+    logs: ContainerLogManager
+
+
+def build_gc(
+    node: Node, pods: Pods, workers: Workers, runtime: Runtime, sandbox_image: str
+) -> GarbageCollectors:
+    """Built once the sandbox image is known (the flag, or the runtime's answer)."""
+
+    def pod_content_needed(pod_uid: str) -> bool:
+        # False once the pod is gone from every source and its worker is done
+        # (ShouldPodContentBeRemoved upstream): its dead containers may go.
+        return pods.manager.get(pod_uid) is not None or (
+            workers.workers.could_have_running_containers(pod_uid)
+        )
+
+    rt, cfg = runtime.state.runtime, node.config
+    node_event: NodeEvent = node.event
+    return GarbageCollectors(
+        ContainerGC(rt, pod_content_needed, cfg.pod_logs_dir,
+                    sources_ready=pods.sources_ready.is_set, node_event=node_event),
+        ImageGCManager.from_config(cfg, runtime.state.images, rt, sandbox_image=sandbox_image,
+                                   node_event=node_event),
+        ContainerLogManager.from_config(cfg, rt),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------- servers
+def build_host(
+    node: Node,
+    pods: Pods,
+    runtime: Runtime,
+    node_status: NodeStatus,
+    heartbeat: SyncLoopHeartbeat,
+) -> KubeletHost:
+    """What the kubelet's servers read of this node."""
+    cfg = node.config
+    return KubeletHost(
+        pods.manager,
+        pods.status,
+        runtime.state.runtime,
+        node_status.stats,
+        resource_registry(node_status.stats),
+        cadvisor_registry(node_status.stats, machine_info()),
+        sync_frequency=float(cfg.sync_frequency),
+        streaming_idle_timeout=float(cfg.streaming_connection_idle_timeout),
+        last_loop=heartbeat.last_beat,
+        pleg_healthy=runtime.pleg.healthy,
+        clock=node.clock,
+    )

@@ -1,0 +1,210 @@
+"""Pod sandboxes: their config, creation, status and teardown
+(kuberuntime_sandbox.go, kuberuntime_sandbox_linux.go)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from kubelet.container.runtime import RuntimeHelper, SandboxStatus
+from kubelet.cri import errors
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.types import RuntimeService
+from kubelet.kuberuntime import labels as L
+from kubelet.kuberuntime.helpers import PodReporter, each_ignoring_gone, format_pod
+from kubelet.kuberuntime.security_context import sandbox_security_context
+from kubelet.network.dns import kernel_hostname
+from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
+from kubelet.sysctl import sandbox_sysctls
+from kubelet.types import Pod, ResourceList, host_network, name, namespace, qos_class, uid
+from kubelet.util import filesystem
+from kubelet.util.quantity import cpu_millis, to_bytes
+
+log = logging.getLogger(__name__)
+
+
+class CreateSandboxError(Exception):
+    """The sandbox could not be created; the event about it is sent already."""
+
+
+def to_sandbox_status(sid: str, st: pb.PodSandboxStatus) -> SandboxStatus:
+    return SandboxStatus(
+        sid,
+        st.state == pb.SANDBOX_READY,
+        st.created_at,
+        st.metadata.attempt,
+        st.network.ip,
+        st.linux.namespaces.options.network == pb.NODE,
+    )
+
+
+class SandboxManager:
+    def __init__(
+        self,
+        runtime: RuntimeService,
+        helper: RuntimeHelper,
+        reporter: PodReporter,
+        pod_logs_dir: str,
+        *,
+        runtime_classes: RuntimeClassLookup | None,
+        seccomp_root: str,
+        cgroups_per_qos: bool,
+        cgroup_root: str,
+        user_namespaces_support: bool = True,
+    ) -> None:
+        self.user_namespaces_support = user_namespaces_support
+        self.runtime = runtime
+        self.helper = helper
+        self.reporter = reporter
+        self.pod_logs_dir = pod_logs_dir
+        # RuntimeClass name -> CRI runtime handler (None: no API server).
+        self.runtime_classes = runtime_classes
+        # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
+        self.seccomp_root = seccomp_root
+        self.cgroups_per_qos = cgroups_per_qos
+        self.cgroup_root = cgroup_root
+
+    # -------------------------------------------------------------- status
+    async def status(self, s: pb.PodSandbox) -> SandboxStatus:
+        return to_sandbox_status(s.id, (await self.runtime.pod_sandbox_status(s.id)).status)
+
+    async def pod_ips(self, pod: Pod, sid: str, fallback: list[str]) -> list[str]:
+        """The IPs of a sandbox just created (determinePodSandboxIPs): the
+        containers' env (status.podIP) needs them now."""
+        try:
+            st = (await self.runtime.pod_sandbox_status(sid)).status
+        except errors.CRIError as err:
+            log.warning("Pod %s: no status for its new sandbox: %s", format_pod(pod), err)
+            return fallback
+        return [ip for ip in (st.network.ip, *(a.ip for a in st.network.additional_ips)) if ip]
+
+    # -------------------------------------------------------------- create
+    def config_for_sync(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
+        """sandbox_config, its failure told as upstream's SyncPod does."""
+        try:
+            return self.sandbox_config(pod, attempt)
+        except ValueError as err:  # resolv.conf unreadable, an invalid hostname
+            raise self._failed(
+                pod, f"GeneratePodSandboxConfig for pod {format_pod(pod)} failed: {err}"
+            ) from err
+
+    async def create(self, pod: Pod, cfg: pb.PodSandboxConfig) -> str:
+        """createPodSandbox: the log directory, the runtime handler of the pod's
+        RuntimeClass, then RunPodSandbox. Raises CreateSandboxError."""
+        os.makedirs(cfg.log_directory, exist_ok=True)
+        handler = await self._runtime_handler(pod)
+        try:
+            return await self.runtime.run_pod_sandbox(cfg, handler)
+        except errors.CRIError as err:
+            raise self._failed(pod, err.message) from err
+
+    async def _runtime_handler(self, pod: Pod) -> str:
+        rc_name = pod["spec"].get("runtimeClassName") or ""
+        if not rc_name:
+            return ""
+        if self.runtime_classes is None:
+            # Standalone: no API server to read RuntimeClasses from.
+            log.warning(
+                "Pod %s: runtimeClassName %r ignored: no API server to look it up in; "
+                "the runtime's default handler runs the pod",
+                format_pod(pod),
+                rc_name,
+            )
+            return ""
+        try:
+            return await self.runtime_classes.lookup_runtime_handler(rc_name)
+        except LookupError as err:  # not found, or the lookup failed
+            raise self._failed(pod, str(err)) from err
+
+    def _failed(self, pod: Pod, why: str) -> CreateSandboxError:
+        msg = f"Failed to create pod sandbox: {why}"
+        self.reporter.event(pod, "Warning", "FailedCreatePodSandBox", msg)
+        return CreateSandboxError(msg)
+
+    # -------------------------------------------------------------- config
+    def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
+        """generatePodSandboxConfig. ValueError: a bad hostname, resolv.conf unreadable."""
+        hostname = self._hostname(pod)
+        linux = pb.LinuxPodSandboxConfig(
+            cgroup_parent=self.pod_cgroup_parent(pod),
+            security_context=sandbox_security_context(
+                pod,
+                seccomp_root=self.seccomp_root,
+                user_namespaces_support=self.user_namespaces_support,
+            ),
+            sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
+        )
+        overhead = pod["spec"].get("overhead") or {}
+        if overhead:
+            linux.overhead.CopyFrom(_overhead_resources(overhead))
+        return pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(
+                name=name(pod), uid=uid(pod), namespace=namespace(pod), attempt=attempt
+            ),
+            hostname=hostname,
+            log_directory=os.path.join(
+                self.pod_logs_dir,
+                filesystem.component(
+                    f"{namespace(pod)}_{name(pod)}_{uid(pod)}", "pod log directory"
+                ),
+            ),
+            dns_config=self._dns(pod),
+            port_mappings=_port_mappings(pod),
+            labels=L.sandbox_labels(pod),
+            annotations=L.sandbox_annotations(pod),
+            linux=linux,
+        )
+
+    def _hostname(self, pod: Pod) -> str:
+        # Host-network sandboxes get an empty hostname: the runtime then uses the
+        # node's, which is what they share anyway.
+        if host_network(pod):
+            return ""
+        host, domain = self.helper.generate_pod_hostname_and_domain(pod)
+        return kernel_hostname(host, domain, bool(pod["spec"].get("setHostnameAsFQDN")))
+
+    def pod_cgroup_parent(self, pod: Pod) -> str:
+        if not self.cgroups_per_qos:
+            return ""
+        qos = qos_class(pod)
+        root = self.cgroup_root.rstrip("/") + "/kubepods"
+        if qos == "Guaranteed":
+            return f"{root}/pod{uid(pod)}"
+        return f"{root}/{qos.lower()}/pod{uid(pod)}"
+
+    def _dns(self, pod: Pod) -> pb.DNSConfig:
+        d = self.helper.get_pod_dns(pod)
+        return pb.DNSConfig(servers=d.servers, searches=d.searches, options=d.options)
+
+    # ------------------------------------------------------------ teardown
+    async def stop(self, sandbox_ids: list[str]) -> None:
+        await each_ignoring_gone(self.runtime.stop_pod_sandbox, sandbox_ids)
+
+    async def remove(self, sandbox_ids: list[str]) -> None:
+        await each_ignoring_gone(self.runtime.remove_pod_sandbox, sandbox_ids)
+
+
+def _port_mappings(pod: Pod) -> list[pb.PortMapping]:
+    return [
+        pb.PortMapping(
+            protocol=pb.Protocol.Value(p.get("protocol", "TCP")),
+            container_port=int(p["containerPort"]),
+            host_port=int(p["hostPort"]),
+            host_ip=p.get("hostIP", ""),
+        )
+        for c in pod["spec"]["containers"]
+        for p in c.get("ports") or []
+        if p.get("hostPort")
+    ]
+
+
+def _overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
+    """What the RuntimeClass says the sandbox costs, as requests == limits, for
+    runtimes that size a VM by it (convertOverheadToLinuxResources)."""
+    cpu_m = cpu_millis(overhead.get("cpu") or 0)
+    return pb.LinuxContainerResources(
+        cpu_shares=max(2, cpu_m * 1024 // 1000),
+        cpu_period=100000,
+        cpu_quota=max(1000, cpu_m * 100) if cpu_m else 0,
+        memory_limit_in_bytes=to_bytes(overhead.get("memory") or 0),
+    )
