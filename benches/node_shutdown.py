@@ -35,12 +35,13 @@ import yaml
 
 from benches import records
 from benches.density.harness import upstream_kubelet
-from benches.procmetrics import free_port, proc_cpu_s
+from benches.procmetrics import proc_cpu_s
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError
 from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing import login1
 from kubelet.testing.dbus import SystemBus
+from kubelet.testing.net import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 GROUPS = ((0, 0.6), (1000, 0.3), (2_000_000_000, 0.1))  # priority, share of the pods

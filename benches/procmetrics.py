@@ -1,19 +1,12 @@
 """What the node benchmarks read about a kubelet process: CPU and RSS from /proc,
-histograms from its Prometheus text, and free ports to run it on."""
+and histograms from its Prometheus text."""
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_cpu_s(pid: int) -> float:

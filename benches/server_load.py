@@ -24,8 +24,6 @@ import asyncio
 import json
 import resource
 import ssl
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -33,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from benches import records
-from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s
+from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s
+from kubelet.testing.kubelets import STANDALONE_CONFIG, KubeletProcess, sleeper_pod, write_manifest
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import start_simruntime
 
 HIST = "kubelet_pleg_relist_duration_seconds"
 
@@ -143,39 +144,14 @@ def main(argv: list[str] | None = None) -> None:
     manifests = tmp / "m"
     manifests.mkdir()
     for i in range(args.pods):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i:04d}"},
-               "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
-                                        "command": ["sleep", "infinity"]}]}}  # fmt: skip
-        (manifests / f"p{i:04d}.json").write_text(json.dumps(pod))
-    sock = Path("/tmp") / f"sl-{time.monotonic_ns()}.sock"
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
-        stdout=open(tmp / "sim.log", "wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    cfg = tmp / "config.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                "kind": "KubeletConfiguration",
-                "cgroupsPerQOS": False,
-                "enforceNodeAllocatable": [],
-                "authentication": {"webhook": {"enabled": False}},
-                "authorization": {"mode": "AlwaysAllow"},
-            }
-        )
-    )
-    port, ro = free_port(), free_port()
-    argv = [
-        sys.executable, "-m", "kubelet", "--pleg-relist-period", "100ms",
-        "--address", "127.0.0.1", "--port", str(port), "--read-only-port", str(ro),
-        "--healthz-port", str(free_port()), "--container-runtime-endpoint", f"unix://{sock}",
-        "--pod-manifest-path", str(manifests), "--root-dir", str(tmp / "root"),
-        "--cert-dir", str(tmp / "pki"), "--pod-logs-dir", str(tmp / "logs"),
-        "--hostname-override", "load", "--max-pods", str(args.pods + 10),
-        "--config", str(cfg),
-    ]  # fmt: skip
-    k = subprocess.Popen(argv, stdout=open(tmp / "kubelet.log", "wb"), stderr=subprocess.STDOUT)
+        write_manifest(manifests, sleeper_pod(f"p{i:04d}"), ".json")
+    sim = start_simruntime(short_dir("sl"))
+    k = KubeletProcess(
+        tmp, sim.endpoint, "load", config=STANDALONE_CONFIG, manifests=manifests,
+        flags=("--pleg-relist-period", "100ms", "--max-pods", str(args.pods + 10)),
+        pod_logs_dir=tmp / "logs",
+    ).start()  # fmt: skip
+    port, ro = k.port, k.read_only_port
 
     def get(path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}{path}", timeout=10) as r:
@@ -186,14 +162,14 @@ def main(argv: list[str] | None = None) -> None:
         probe: list[float] = []
         busy_lat: list[float] = []
         before = await asyncio.to_thread(buckets, await asyncio.to_thread(get, "/metrics"), HIST)
-        c0, t0 = proc_cpu_s(k.pid), time.monotonic()
+        c0, t0 = proc_cpu_s(k.proc.pid), time.monotonic()
         tasks = [asyncio.create_task(_probe(port, stop, probe))]
         hold = asyncio.create_task(_hold(port, ro, args.conns, stop)) if held else None
         if busy:
             tasks.append(asyncio.create_task(_busy(ro, stop, busy_lat)))
         await asyncio.sleep(args.hold)
         after = buckets(await asyncio.to_thread(get, "/metrics"), HIST)
-        cores = (proc_cpu_s(k.pid) - c0) / (time.monotonic() - t0)
+        cores = (proc_cpu_s(k.proc.pid) - c0) / (time.monotonic() - t0)
         stop.set()
         opened = await hold if hold else 0
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -221,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 pass
             await asyncio.sleep(0.5)
         if running < args.pods:
-            raise RuntimeError(f"only {running} of {args.pods} pods Running; log {tmp}/kubelet.log")
+            raise RuntimeError(f"only {running} of {args.pods} pods Running; log {k.log}")
         await asyncio.sleep(5)  # start-up work settles
         out = {
             "idle": await window(False, False),
@@ -238,10 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = asyncio.run(run())
     finally:
-        k.terminate()
-        k.wait(30)
-        sim.terminate()
-        sim.wait(10)
+        k.stop()
+        sim.stop()
     figures = {"pods": args.pods, "conns": args.conns, "hold_s": args.hold, **result}
     print(json.dumps(figures, indent=2))
     records.write(started, "server_load", figures)

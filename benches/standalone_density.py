@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +20,11 @@ import urllib.request
 from pathlib import Path
 
 from benches import records
-from benches.procmetrics import buckets, free_port, hist_quantile, proc_cpu_s, proc_rss_mib
+from benches.procmetrics import buckets, hist_quantile, proc_cpu_s, proc_rss_mib
+from kubelet.testing.kubelets import KubeletProcess, sleeper_pod, write_manifest
+from kubelet.testing.simruntime import start_simruntime
 
+DEMO_CONFIG = Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml"
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
 START_HIST = "kubelet_pod_start_duration_seconds"
 
@@ -33,50 +35,28 @@ def rounded(v: float | None, scale: float = 1.0, digits: int = 3) -> float | Non
 
 def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix=f"density-{n}-{impl}-"))
-    sock = tmp / "sim.sock"
     manifests = tmp / "m"
     manifests.mkdir()
     for i in range(n):
-        (manifests / f"p{i:05d}.json").write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"p{i:05d}"},
-                    "spec": {
-                        "containers": [
-                            {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                        ]
-                    },
-                }
-            )
-        )
+        write_manifest(manifests, sleeper_pod(f"p{i:05d}"), ".json")
     ctd = None
     sim = None
     if runtime == "containerd":
         from kubelet.testing.containerd import Containerd
 
         ctd = Containerd(str(tmp / "ctd"), subnet="10.244.9.0/24", bridge="kpy2").start()
-        sock = Path(ctd.socket)
+        endpoint = ctd.endpoint
     else:
-        sim = subprocess.Popen([sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        while not sock.exists():
-            time.sleep(0.05)
-    ro = free_port()
-    env = dict(os.environ, KUBELET_IMPL=impl)
-    argv = [
-        sys.executable, "-m", "kubelet", "--config", str(Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml"),
-        "--pleg-relist-period", f"{int(relist * 1000)}ms", "--max-pods", str(n + 10),
-        "--port", str(free_port()), "--read-only-port", str(ro), "--healthz-port", str(free_port()),
-        "--container-runtime-endpoint", f"unix://{sock}", "--pod-manifest-path", str(manifests),
-        "--root-dir", str(tmp / "root"), "--cert-dir", str(tmp / "pki"), "--pod-logs-dir", str(tmp / "logs"),
-        "--hostname-override", "density",
-    ]  # fmt: skip
+        sim = start_simruntime(tmp)
+        endpoint = sim.endpoint
+    k = KubeletProcess(
+        tmp, endpoint, "density", config_file=DEMO_CONFIG, manifests=manifests,
+        flags=("--pleg-relist-period", f"{int(relist * 1000)}ms", "--max-pods", str(n + 10)),
+        pod_logs_dir=tmp / "logs", env=dict(os.environ, KUBELET_IMPL=impl),
+    )  # fmt: skip
+    ro = k.read_only_port
     t0 = time.monotonic()
-    k = subprocess.Popen(
-        argv, env=env, stdout=open(tmp / "kubelet.log", "wb"), stderr=subprocess.STDOUT
-    )
+    k.start()
     try:
         running = 0
         while time.monotonic() - t0 < 600:
@@ -93,10 +73,10 @@ def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> 
         time.sleep(5)  # let start-up work settle
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
             before = buckets(r.read().decode(), RELIST_HIST)
-        c0, w0 = proc_cpu_s(k.pid), time.monotonic()
+        c0, w0 = proc_cpu_s(k.proc.pid), time.monotonic()
         time.sleep(hold)
-        cpu = (proc_cpu_s(k.pid) - c0) / (time.monotonic() - w0)
-        rss = proc_rss_mib(k.pid)
+        cpu = (proc_cpu_s(k.proc.pid) - c0) / (time.monotonic() - w0)
+        rss = proc_rss_mib(k.proc.pid)
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}/metrics", timeout=10) as r:
             after = buckets(r.read().decode(), RELIST_HIST)
         steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
@@ -118,11 +98,9 @@ def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> 
             "rss_mib": round(rss, 1),
         }
     finally:
-        k.terminate()
-        k.wait(30)
+        k.stop()
         if sim is not None:
-            sim.terminate()
-            sim.wait(30)
+            sim.stop()
         if ctd is not None:
             ctd.stop()
 

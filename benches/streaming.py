@@ -337,36 +337,29 @@ async def _exec_load(
 
 
 def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict[str, Any]:
-    import subprocess
-    import sys
     import urllib.request
     from pathlib import Path
     from urllib.parse import urlencode
 
-    from benches.procmetrics import buckets, free_port, hist_quantile, proc_cpu_s
+    from benches.procmetrics import buckets, hist_quantile, proc_cpu_s
     from kubelet.cri.api import api_pb2 as pb
     from kubelet.cri.remote import RemoteRuntimeService
     from kubelet.testing.containerd import Containerd
+    from kubelet.testing.kubelets import KubeletProcess, sleeper_pod, write_manifest
 
     hist = "kubelet_pleg_relist_duration_seconds"
     tmp = Path(tempfile.mkdtemp(prefix="exec-relist-"))
     manifests = tmp / "m"
     manifests.mkdir()
     for i in range(n_pods):
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"e{i:03d}"},
-               "spec": {"containers": [{"name": "c", "image": "busybox:1.36",
-                                        "command": ["sleep", "infinity"]}]}}  # fmt: skip
-        (manifests / f"e{i:03d}.json").write_text(json.dumps(pod))
+        write_manifest(manifests, sleeper_pod(f"e{i:03d}"), ".json")
     ctd = Containerd(str(tmp / "ctd"), subnet="10.244.11.0/24", bridge="kpy4").start()
-    port, ro = free_port(), free_port()
-    argv = [
-        sys.executable, "-m", "kubelet", "--config", str(Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml"),
-        "--pleg-relist-period", "100ms", "--port", str(port), "--read-only-port", str(ro),
-        "--healthz-port", str(free_port()), "--container-runtime-endpoint", f"unix://{ctd.socket}",
-        "--pod-manifest-path", str(manifests), "--root-dir", str(tmp / "root"),
-        "--cert-dir", str(tmp / "pki"), "--pod-logs-dir", str(tmp / "logs"), "--hostname-override", "relist",
-    ]  # fmt: skip
-    k = subprocess.Popen(argv, stdout=open(tmp / "kubelet.log", "wb"), stderr=subprocess.STDOUT)
+    kp = KubeletProcess(
+        tmp, ctd.endpoint, "relist", manifests=manifests,
+        config_file=Path(__file__).parent.parent / "hack/demo/kubelet-config.yaml",
+        flags=("--pleg-relist-period", "100ms"), pod_logs_dir=tmp / "logs",
+    ).start()  # fmt: skip
+    k, port, ro = kp.proc, kp.port, kp.read_only_port
 
     def get(path: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{ro}{path}", timeout=10) as r:
@@ -399,7 +392,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
             names = [p["metadata"]["name"] for p in items if p.get("status", {}).get("phase") == "Running"]  # fmt: skip
             time.sleep(0.5)
         if len(names) < n_pods:
-            raise RuntimeError(f"only {len(names)} of {n_pods} pods Running; log {tmp}/kubelet.log")
+            raise RuntimeError(f"only {len(names)} of {n_pods} pods Running; log {kp.log}")
         time.sleep(5)  # start-up work settles
 
         def idle_load() -> dict[str, Any]:
@@ -445,8 +438,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
             out["relist_p99_kubelet_over_direct_ms"] = round(p99[2] - p99[1], 2)
         return out
     finally:
-        k.terminate()
-        k.wait(30)
+        kp.stop()
         ctd.stop()
 
 

@@ -5,11 +5,12 @@ plane) live in tests/fixtures/ and are registered here.
 """
 
 import os
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
+
+from kubelet.testing.process import unmount_under
 
 pytest_plugins: list[str] = [
     "tests.fixtures.cluster",
@@ -34,12 +35,6 @@ def _unmount_under_tmp_path(request: pytest.FixtureRequest) -> Iterator[None]:
     if "tmp_path" not in request.fixturenames:
         yield
         return
-    base = str(request.getfixturevalue("tmp_path")) + "/"  # torn down after this one
+    base = request.getfixturevalue("tmp_path")  # torn down after this one
     yield
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            points = [line.split()[4] for line in fh]
-    except OSError:
-        return
-    for point in sorted((p for p in points if p.startswith(base)), reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+    unmount_under(base)

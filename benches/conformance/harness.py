@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benches.conformance.results import RunResult, TestResult, parse_junit
-from benches.procmetrics import free_port
 from kubelet.testing import images
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, Unavailable
+from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess, cluster_auth
+from kubelet.testing.process import stop_process, unmount_under
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
@@ -108,28 +107,17 @@ def host_ip() -> str:
     return m.group(1) if m else "127.0.0.1"
 
 
-def kubelet_config(cp: ControlPlane, run_dir: Path, port: int, healthz: int) -> dict[str, Any]:
+def kubelet_config(cp: ControlPlane, run_dir: Path) -> dict[str, Any]:
     """The same configuration for both kubelets: a cluster node as upstream
-    defaults it, with what this machine needs changed."""
+    defaults it, with what this machine needs changed (the launcher adds the
+    ports, the read-only one off)."""
     return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        "port": port,
-        "readOnlyPort": 0,
-        "healthzPort": healthz,
         "healthzBindAddress": "127.0.0.1",
         "cgroupDriver": "cgroupfs",
         "failSwapOn": False,
         "podLogsDir": str(run_dir / "pod-logs"),
         "serializeImagePulls": False,
-        # As a cluster kubelet runs: the API server's client certificate from
-        # the cluster CA, tokens and authorization checked with the API server.
-        "authentication": {
-            "anonymous": {"enabled": False},
-            "webhook": {"enabled": True},
-            "x509": {"clientCAFile": cp.pki.ca.cert},
-        },
-        "authorization": {"mode": "Webhook"},
+        **cluster_auth(cp),
         # The test images cannot be pulled again here: never collect them, and
         # do not let a busy shared disk evict test pods.
         "imageGCHighThresholdPercent": 100,
@@ -261,28 +249,16 @@ class Run:
 
     def _start_kubelet(self) -> None:
         assert self.cp is not None and self.ctd is not None
-        port, healthz = free_port(), free_port()
-        cfg = self.dir / "kubelet-config.yaml"
-        config = kubelet_config(self.cp, self.dir, port, healthz)
+        config = kubelet_config(self.cp, self.dir)
         config["cgroupRoot"] = "/" + self.cgroup_root
-        cfg.write_text(yaml.safe_dump(config))
-        common = [
-            "--config", str(cfg),
-            "--kubeconfig", self.cp.node_kubeconfig(self.node),
-            "--hostname-override", self.node,
-            "--node-ip", self.opts.node_ip or host_ip(),
-            "--container-runtime-endpoint", self.ctd.endpoint,
-            "--root-dir", str(self.dir / "root"),
-            "--cert-dir", str(self.dir / "pki"),
-        ]  # fmt: skip
-        if self.opts.kubelet == "ours":
-            argv = [sys.executable, "-m", "kubelet", *common]
-        else:
-            argv = [str(BIN / "kubelet"), *common, "--v=2"]
-        with open(self.kubelet_log, "wb") as log:
-            self.kubelet = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        ours = self.opts.kubelet == "ours"
+        self.kubelet = KubeletProcess(
+            self.dir, self.ctd.endpoint, self.node, cp=self.cp, config=config,
+            kubeconfig=self.cp.node_kubeconfig(self.node), node_ip=self.opts.node_ip or host_ip(),
+            read_only_port=False, port_flags=False,
+            command=KUBELET_COMMAND if ours else (str(BIN / "kubelet"),),
+            flags=() if ours else ("--v=2",), log_file=self.kubelet_log, new_session=True,
+        ).start().proc  # fmt: skip
 
     def _wait_node_ready(self, timeout: float = 180.0) -> None:
         assert self.cp is not None and self.kubelet is not None
@@ -310,23 +286,14 @@ class Run:
             )
 
     def stop(self) -> None:
-        if self.kubelet is not None and self.kubelet.poll() is None:
-            self.kubelet.terminate()
-            try:
-                self.kubelet.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kubelet.kill()
-                self.kubelet.wait()
+        if self.kubelet is not None:
+            stop_process(self.kubelet, 30)
         if self.ctd is not None:
             self.ctd.stop()
         if self.cp is not None:
             self.cp.stop()
         # Volumes of pods the kubelet had no time to tear down.
-        with open("/proc/self/mounts") as fh:
-            mounts = [line.split()[1] for line in fh]
-        prefix = str(self.dir) + "/"
-        for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-            subprocess.run(["umount", "-l", m], capture_output=True)
+        unmount_under(self.dir)
         if self.cgroup_root:
             remove_cgroup_root(self.cgroup_root)
         if self._net_lock >= 0:

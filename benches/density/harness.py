@@ -37,9 +37,13 @@ from benches.density import evidence, kwok
 from benches.density.changes import ChangeProbe
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.density.kills import KillProbe
-from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s, proc_rss_mib
+from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
+from kubelet.testing.process import short_dir, unmount_under
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import WaitTimeout, wait_for_async
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
 # Containers stopped per second after the steady state (Spec.changes).
@@ -231,26 +235,6 @@ def count_requests(audit_log: Path, user: str) -> tuple[int, dict[str, int]]:
     return n, dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
 
 
-def unmount_under(root: Path) -> int:
-    """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
-    bind-mounts its root dir onto itself and puts secret and projected volumes
-    on tmpfs), deepest first. Returns the count."""
-    top = str(root.resolve())
-    prefix = top + "/"
-    points = []
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            for line in fh:
-                mp = line.split()[4].replace("\\040", " ")
-                if mp == top or mp.startswith(prefix):
-                    points.append(mp)
-    except OSError:
-        return 0
-    for mp in sorted(points, key=len, reverse=True):
-        subprocess.run(["umount", "-l", mp], capture_output=True)
-    return len(points)
-
-
 def upstream_kubelet() -> str | None:
     cache = Path(os.environ.get("KUBELET_CACHE", Path.home() / ".cache/kubelet-py"))
     version = os.environ.get("K8S_VERSION", "v1.34.4")
@@ -258,16 +242,11 @@ def upstream_kubelet() -> str | None:
     return str(path) if path.exists() else None
 
 
-def kubelet_config(
-    spec: Spec, ro_port: int, healthz_port: int, cgroup_root: str = "", logs_dir: str = ""
-) -> dict[str, Any]:
+def kubelet_config(spec: Spec, cgroup_root: str = "", logs_dir: str = "") -> dict[str, Any]:
+    """The configuration both kubelets run with (the launcher adds the ports)."""
     cfg: dict[str, Any] = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
         "maxPods": spec.n + 20,
         "address": "127.0.0.1",
-        "readOnlyPort": ro_port,
-        "healthzPort": healthz_port,
         "cgroupDriver": "cgroupfs",
         "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [],
@@ -335,20 +314,12 @@ class Run:
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
-        sock = Path(f"/tmp/dsim-{os.getpid()}-{self.node}.sock")
-        sock.unlink(missing_ok=True)
-        p = subprocess.Popen(
-            [sys.executable, "-m", "kubelet.simruntime", "--listen", f"unix://{sock}"],
-            stdout=open(self.dir / "simruntime.log", "wb"),
-            stderr=subprocess.STDOUT,
+        sim = start_simruntime(
+            short_dir(f"dsim-{self.node}"), log=self.dir / "simruntime.log", timeout=20
         )
-        self.procs.append(p)
-        self.sim_pid = p.pid
-        for _ in range(400):
-            if sock.exists():
-                return f"unix://{sock}"
-            time.sleep(0.05)
-        raise RuntimeError("simulated runtime did not start")
+        self.procs.append(sim.proc)
+        self.sim_pid = sim.proc.pid
+        return sim.endpoint
 
     def _start_runtime(self) -> str:
         if self.spec.runtime == "sim":
@@ -359,36 +330,27 @@ class Run:
         return endpoint
 
     def _start_kubelet(self, endpoint: str) -> subprocess.Popen[bytes]:
-        self.ro = free_port()
-        healthz = free_port()
-        cfg = self.dir / "kubelet-config.yaml"
         cgroup_root = self.ctd.cgroup_root if self.ctd is not None else ""
-        config = kubelet_config(self.spec, self.ro, healthz, cgroup_root, str(self.dir / "logs"))
-        cfg.write_text(yaml.safe_dump(config))
-        common = [
-            "--config", str(cfg),
-            "--kubeconfig", self.cp.node_kubeconfig(self.node),
-            "--hostname-override", self.node,
-            "--node-ip", "127.0.0.1",
-            "--container-runtime-endpoint", endpoint,
-            "--root-dir", str(self.dir / "root"),
-            "--cert-dir", str(self.dir / "pki"),
-            "--port", str(free_port()),
-        ]  # fmt: skip
-        if self.spec.kubelet == "ours":
-            argv = [sys.executable, "-m", "kubelet", *common, *os.environ.get("DENSITY_OURS_ARGS", "").split(),
-                    "--pod-logs-dir", str(self.dir / "logs")]  # fmt: skip
-        else:
+        config = kubelet_config(self.spec, cgroup_root, str(self.dir / "logs"))
+        command: tuple[str, ...] = KUBELET_COMMAND
+        flags: tuple[str, ...] = tuple(os.environ.get("DENSITY_OURS_ARGS", "").split())
+        logs: Path | None = self.dir / "logs"
+        if self.spec.kubelet != "ours":
             binary = upstream_kubelet()
             if binary is None:
                 raise RuntimeError(
                     "upstream kubelet not built (hack/build-control-plane.sh kubelet)"
                 )
-            argv = [binary, *common, "--v=1"]
-        p = subprocess.Popen(argv, stdout=open(self.dir / "kubelet.log", "wb"),
-                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        self.procs.append(p)
-        return p
+            command, flags, logs = (binary,), ("--v=1",), None
+        k = KubeletProcess(
+            self.dir, endpoint, self.node, cp=self.cp, config=config,
+            kubeconfig=self.cp.node_kubeconfig(self.node), node_ip="127.0.0.1",
+            port_flags=False, pod_logs_dir=logs, command=command, flags=flags,
+            log_file=self.dir / "kubelet.log", new_session=True,
+        ).start()  # fmt: skip
+        self.ro = k.read_only_port
+        self.procs.append(k.proc)
+        return k.proc
 
     def _start_profile(
         self, pid: int, name: str = "profile", duration: float | None = None
@@ -622,16 +584,21 @@ class Run:
         raise RuntimeError("DeleteCollection timed out 20 times")
 
     async def _wait(self, cond: Any, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """Whether cond() held within `timeout` s; RuntimeError once a part exits."""
+
+        def held() -> bool:
             if cond():
                 return True
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"a process exited; see {self.dir}")
             if self.ctd is not None and not self.ctd.alive():
                 raise RuntimeError(f"containerd exited; see {self.dir}/ctd/containerd.log")
-            await asyncio.sleep(0.2)
-        return False
+            return False
+
+        try:
+            return await wait_for_async(repr(cond), held, timeout, every=0.2, retry_on=())
+        except WaitTimeout:
+            return False
 
     # ------------------------------------------------------------------ run
     async def run(self) -> Result:

@@ -20,20 +20,21 @@ from typing import Any
 
 from benches.drills.harness import (
     CuttableProxy,
-    DrillKubelet,
     create_namespace,
     create_pods,
     diff,
+    drill_kubelet,
     mark_emptydirs,
     pod,
     running,
     runtime_view,
     status_view,
     volume_view,
-    wait_for,
 )
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.wait import wait_for
 
 
 @dataclass
@@ -60,10 +61,10 @@ def steady_node(
     extra_args: tuple[str, ...] = (),
     api_server: str | None = None,
     max_pods: int | None = None,
-) -> tuple[DrillKubelet, str]:
+) -> tuple[KubeletProcess, str]:
     """A Ready node with `n` pods Running (an emptyDir and a configMap each)."""
     ns = node
-    k = DrillKubelet(
+    k = drill_kubelet(
         cp,
         workdir,
         endpoint,
@@ -136,17 +137,17 @@ def kill9(
     return r
 
 
-def cleanup(k: DrillKubelet, ns: str) -> None:
+def cleanup(k: KubeletProcess, ns: str) -> None:
     """Delete the pods through the API while the kubelet runs, then stop it."""
     try:
         if k.alive():
-            k.cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+            k.kubectl("delete", "namespace", ns, "--wait=false", check=False)
             wait_for("the pods to be gone", lambda: not k.api_pods(ns), timeout=120, every=1)
     except AssertionError:
         pass
     finally:
         k.stop()
-        k.cp.kubectl("delete", "node", k.node, "--wait=false", check=False)
+        k.kubectl("delete", "node", k.node, "--wait=false", check=False)
 
 
 def runtime_restarted_empty(

@@ -32,7 +32,7 @@ from benches.drills import (
 )
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
+from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,191 +8,76 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benches.procmetrics import free_port
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.net import free_port
 
 BUSYBOX = "docker.io/library/busybox:1.36"
 CONFIGMAP = "drill-config"
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as err:  # keep trying until the deadline
-            last = err
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
-class DrillKubelet:
-    """Our kubelet joined to `cp` as `node`, on the runtime at `endpoint`. Every
-    start uses the same root dir, cert dir and config: a restart finds what the
-    previous process left."""
-
-    def __init__(
-        self,
-        cp: ControlPlane,
-        workdir: Path,
-        endpoint: str,
-        node: str,
-        max_pods: int,
-        config: dict[str, Any] | None = None,
-        root_dir: Path | None = None,
-        extra_args: tuple[str, ...] = (),
-        api_server: str | None = None,
-    ) -> None:
-        self.cp = cp
-        self.dir = workdir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.endpoint = endpoint
-        self.node = node
-        self.root = root_dir or workdir / "root"
-        self.ro_port = free_port()
-        self.healthz_port = free_port()
-        self.port = free_port()
-        self.config = self.dir / "kubelet-config.yaml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                    "kind": "KubeletConfiguration",
-                    "maxPods": max_pods,
-                    "address": "127.0.0.1",
-                    "readOnlyPort": self.ro_port,
-                    "healthzPort": self.healthz_port,
-                    "cgroupDriver": "cgroupfs",
-                    "cgroupsPerQOS": False,
-                    "enforceNodeAllocatable": [],
-                    "failSwapOn": False,
-                    "kubeAPIQPS": 200,
-                    "kubeAPIBurst": 400,
-                    "serializeImagePulls": False,
-                    "plegRelistPeriod": "250ms",
-                    "nodeStatusUpdateFrequency": "2s",
-                    "nodeLeaseDurationSeconds": 10,
-                    "authentication": {
-                        "anonymous": {"enabled": True},
-                        "webhook": {"enabled": False},
-                    },
-                    "authorization": {"mode": "AlwaysAllow"},
-                    "evictionHard": {"memory.available": "100Mi"},
-                    "resolvConf": "",
-                    **(config or {}),
-                }
-            )
-        )
-        self.kubeconfig = cp.node_kubeconfig(node)
-        if api_server is not None:  # through a proxy
-            self.kubeconfig = kubeconfig_via(
-                self.kubeconfig, api_server, workdir / "via.kubeconfig"
-            )
-        self.extra_args = extra_args
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    @property
-    def log(self) -> Path:
-        return self.dir / f"kubelet-{self.starts}.log"
-
-    def logs(self) -> str:
-        return "".join(
-            (self.dir / f"kubelet-{i}.log").read_text(errors="replace")
-            for i in range(1, self.starts + 1)
-            if (self.dir / f"kubelet-{i}.log").exists()
-        )
-
-    def start(self) -> DrillKubelet:
-        self.starts += 1
-        argv = [
-            sys.executable, "-m", "kubelet",
-            "--config", str(self.config),
-            "--kubeconfig", self.kubeconfig,
-            "--hostname-override", self.node,
-            "--node-ip", "127.0.0.1",
-            "--container-runtime-endpoint", self.endpoint,
-            "--root-dir", str(self.root),
-            "--cert-dir", str(self.dir / "pki"),
-            "--pod-logs-dir", str(self.dir / "logs"),
-            "--port", str(self.port),
-            *self.extra_args,
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
-        )
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    # ------------------------------------------------------------- API views
-    def kubectl_json(self, *args: str) -> Any:
-        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
-
-    def node_conditions(self) -> dict[str, dict[str, Any]]:
-        n = self.kubectl_json("get", "node", self.node)
-        return {c["type"]: c for c in n["status"].get("conditions", [])}
-
-    def ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"kubelet exited {self.proc.returncode}; see {self.log}")
-        return self.node_conditions().get("Ready", {}).get("status") == "True"
-
-    def serving(self) -> bool:
-        """This process answers on its healthz port (the node's Ready condition in
-        the API may still be the previous process's)."""
-        import urllib.request
-
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"kubelet exited {self.proc.returncode}; see {self.log}")
-        url = f"http://127.0.0.1:{self.healthz_port}/healthz"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return bool(r.status == 200)
-
-    def api_pods(self, ns: str) -> dict[str, dict[str, Any]]:
-        items = self.kubectl_json("get", "pods", "-n", ns, "--field-selector",
-                                  f"spec.nodeName={self.node}")["items"]  # fmt: skip
-        return {p["metadata"]["name"]: p for p in items}
-
-    def events(self, ns: str) -> list[dict[str, Any]]:
-        return list(self.kubectl_json("get", "events", "-n", ns)["items"])
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ro_port}/metrics", timeout=10) as r:
-            return str(r.read().decode())
+def drill_kubelet(
+    cp: ControlPlane,
+    workdir: Path,
+    endpoint: str,
+    node: str,
+    max_pods: int,
+    config: dict[str, Any] | None = None,
+    root_dir: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    api_server: str | None = None,
+) -> KubeletProcess:
+    """Our kubelet joined to `cp` as `node`, on the runtime at `endpoint` (not
+    started yet). Every start uses the same root dir, cert dir and config: a
+    restart finds what the previous process left."""
+    kubeconfig = cp.node_kubeconfig(node)
+    if api_server is not None:  # through a proxy
+        workdir.mkdir(parents=True, exist_ok=True)
+        kubeconfig = kubeconfig_via(kubeconfig, api_server, workdir / "via.kubeconfig")
+    return KubeletProcess(
+        workdir,
+        endpoint,
+        node,
+        cp=cp,
+        config={
+            "maxPods": max_pods,
+            "address": "127.0.0.1",
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "kubeAPIQPS": 200,
+            "kubeAPIBurst": 400,
+            "serializeImagePulls": False,
+            "plegRelistPeriod": "250ms",
+            "nodeStatusUpdateFrequency": "2s",
+            "nodeLeaseDurationSeconds": 10,
+            "authentication": {
+                "anonymous": {"enabled": True},
+                "webhook": {"enabled": False},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "100Mi"},
+            "resolvConf": "",
+            **(config or {}),
+        },
+        kubeconfig=kubeconfig,
+        node_ip="127.0.0.1",
+        root_dir=root_dir,
+        pod_logs_dir=workdir / "logs",
+        flags=extra_args,
+        new_session=True,
+        stop_timeout=60,
+    )
 
 
 def pod(
@@ -336,19 +221,6 @@ def runtime_view(endpoint: str, namespace: str | None = None) -> RuntimeView:
         )
 
     return asyncio.run(run())
-
-
-def remove_all_pods(endpoint: str) -> None:
-    async def run() -> None:
-        rt = RemoteRuntimeService(endpoint, 60)
-        try:
-            for sb in await rt.list_pod_sandbox():
-                await rt.stop_pod_sandbox(sb.id)
-                await rt.remove_pod_sandbox(sb.id)
-        finally:
-            await rt.close()
-
-    asyncio.run(run())
 
 
 def volume_view(root: Path, pods: dict[str, dict[str, Any]]) -> dict[str, Any]:

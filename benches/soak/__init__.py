@@ -26,11 +26,11 @@ from benches.density.harness import (
     Spec,
     needs_controllers,
     start_control_plane,
-    unmount_under,
 )
 from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.process import unmount_under
 
 
 @dataclass

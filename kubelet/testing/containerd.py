@@ -28,8 +28,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kubelet.testing import images
+from kubelet.testing.process import unmount_under
 
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 # Kept in step with hack/parts/containerd2.sh (tests/unit/core/test_containerd_parts.py).
@@ -345,13 +347,7 @@ state = "{d}/state"
                 os.kill(pid, signal.SIGKILL)
 
     def _unmount_all(self) -> None:
-        try:
-            with open("/proc/self/mounts") as fh:
-                mounts = [line.split()[1] for line in fh]
-        except OSError:
-            return
-        for m in sorted((m for m in mounts if m.startswith(self.directory)), key=len, reverse=True):
-            subprocess.run(["umount", "-l", m], capture_output=True)
+        unmount_under(Path(self.directory))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from kubelet.testing.net import free_port
 from kubelet.testing.pki import PKI, CertPair
 
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
@@ -90,12 +90,6 @@ def find_binaries(controllers: bool = False) -> dict[str, str]:
         raise Unavailable("etcd not installed: apt-get install etcd-server")
     found["etcd"] = etcd
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_kubeconfig(path: str, server: str, ca: str, client: CertPair, user: str) -> str:

@@ -17,7 +17,9 @@ import os
 import subprocess
 import time
 
-from kubelet.testing.controlplane import ControlPlane, Unavailable, free_port
+from kubelet.testing.controlplane import ControlPlane, Unavailable
+from kubelet.testing.net import free_port
+from kubelet.testing.process import stop_process
 
 VERSION = "v0.8.0"
 
@@ -113,12 +115,7 @@ class MetricsServer:
         raise Unavailable(f"APIService v1beta1.metrics.k8s.io not Available in {timeout}s: {last}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
         with contextlib.suppress(Exception):
             self.cp.kubectl("delete", "apiservice", "v1beta1.metrics.k8s.io", check=False)

@@ -11,12 +11,17 @@ explicit `pytest.skip` calls listed in tests/unit/testing/test_parts.py.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+from kubelet.testing import containerd as containerd_mod
+from kubelet.testing import controlplane as controlplane_mod
+from kubelet.testing import registry as registry_mod
 
 LOG_TAIL_BYTES = 3000
 
@@ -71,3 +76,34 @@ def require_binary(name: str, path: str | None, hint: str) -> str:
     if path and os.access(path, os.X_OK):
         return path
     part_unavailable(name, f"{path or name} missing: {hint}")
+
+
+def start_control_plane(cp: controlplane_mod.ControlPlane) -> controlplane_mod.ControlPlane:
+    """`cp` started, or the test skipped (failed on CI) with its logs' tail."""
+    logs = os.path.join(cp.directory, "logs")
+    with starting("control plane", controlplane_mod.Unavailable, log_tail=lambda: tail_of(logs)):
+        return cp.start()
+
+
+def start_containerd(c: containerd_mod.Containerd) -> containerd_mod.Containerd:
+    """`c` started, or the test skipped (failed on CI) with containerd's log tail."""
+    with starting("containerd", containerd_mod.Unavailable, log_tail=c.log_tail):
+        return c.start()
+
+
+def start_registry(
+    r: registry_mod.Registry, containerd: containerd_mod.Containerd
+) -> registry_mod.Registry:
+    """`r` serving the test images to `containerd`, or skipped (failed on CI)."""
+    # skopeo failing to push is a CalledProcessError; the registry's own
+    # checks raise Unavailable.
+    errors = (registry_mod.Unavailable, subprocess.CalledProcessError, OSError)
+    try:
+        with starting("image registry", *errors, log_tail=lambda: tail_of(r.log_path)):
+            r.start()
+            r.push_test_images()
+    except BaseException:
+        r.stop()
+        raise
+    r.trust_from_containerd(os.path.join(containerd.directory, "certs.d"))
+    return r

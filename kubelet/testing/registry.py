@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -13,16 +12,12 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from kubelet.testing import images
+from kubelet.testing.net import free_port
+from kubelet.testing.process import stop_process
 
 
 class Unavailable(Exception):
     """The registry cannot run here; the message says why."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -50,7 +45,7 @@ class Registry:
                 "docker-registry or skopeo not installed (apt-get install docker-registry skopeo)"
             )
         os.makedirs(self.directory, exist_ok=True)
-        self.port = self.port or _free_port()
+        self.port = self.port or free_port()
         cfg = os.path.join(self.directory, "config.yml")
         auth = ""
         if self.auth is not None:
@@ -160,10 +155,5 @@ class Registry:
         return sum(text.count(f'"{verb} /v2/{repo}/manifests/') for verb in ("GET", "HEAD"))
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)

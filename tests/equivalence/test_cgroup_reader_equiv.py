@@ -29,12 +29,11 @@ from kubelet.stats.types import CADVISOR, EVICTION, FIELDS, RESOURCE_METRICS, SU
 pytestmark = pytest.mark.skipif(kubelet.__impl__ != "native", reason="needs the native module")
 
 from kubelet.stats import cgstats as native  # noqa: E402
-from tests.equivalence.test_stats_equiv import V2_FILES, maybe, v1_tree  # noqa: E402
+from tests.equivalence.cgroup_files import V2_FILES, v1_tree, v2_tree  # noqa: E402
 
 K = 5  # cgroups in a tree
 # Trees in memory when there is a tmpfs (thousands of small files per test).
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-tree = st.fixed_dictionaries({k: maybe(v) for k, v in V2_FILES.items()})
 field_sets = st.one_of(
     st.none(),
     st.sampled_from([EVICTION, RESOURCE_METRICS, SUMMARY, CADVISOR, frozenset()]),
@@ -44,7 +43,7 @@ op = st.one_of(
     st.tuples(st.just("rewrite"), st.integers(0, K - 1), st.sampled_from(sorted(V2_FILES)),
               st.data()),
     st.tuples(st.just("remove"), st.integers(0, K - 1)),
-    st.tuples(st.just("recreate"), st.integers(0, K - 1), tree),
+    st.tuples(st.just("recreate"), st.integers(0, K - 1), v2_tree),
     st.tuples(st.just("read"), st.lists(st.integers(0, K), min_size=1, max_size=8)),
     st.tuples(st.just("read_subset"), st.lists(st.integers(0, K), min_size=1, max_size=8)),
     st.tuples(st.just("retain"), st.frozensets(st.integers(0, K))),
@@ -67,7 +66,7 @@ def _rewrite(path: Path, data: bytes) -> None:
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.lists(tree, min_size=K, max_size=K),
+    st.lists(v2_tree, min_size=K, max_size=K),
     field_sets,
     st.integers(0, 40),
     st.lists(op, min_size=1, max_size=14),
@@ -125,7 +124,7 @@ def test_reader_equals_reference_through_changes(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(tree, min_size=1, max_size=3), field_sets)
+@given(st.lists(v2_tree, min_size=1, max_size=3), field_sets)
 def test_field_sets_v2(trees: list[dict[str, bytes | None]], fields: frozenset[str] | None) -> None:
     with tempfile.TemporaryDirectory(dir=SHM) as root:
         paths = []

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.core.test_command import free_port, wait_http
+from kubelet.testing.kubelets import STANDALONE_CONFIG, KubeletProcess, write_manifest
+from kubelet.testing.net import wait_http
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBELET_CACHE", Path.home() / ".cache" / "kubelet-py"))
@@ -99,66 +101,35 @@ def test_fresh_venv_without_a_compiler_runs_the_command(wheels: Path, tmp_path: 
     assert kind == "native" and where.startswith(str(venv)), impl.stdout
 
     # A tiny standalone node: the installed simulated runtime and kubelet.
-    sock = Path("/tmp") / f"pkg-{os.getpid()}-{time.monotonic_ns()}.sock"
-    sim = subprocess.Popen(
-        [str(bin_ / "kubelet-simruntime"), "--listen", f"unix://{sock}"],
-        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    sim = start_simruntime(
+        short_dir("pkg"), command=[str(bin_ / "kubelet-simruntime")], env=env, cwd=tmp_path
+    )
     manifests = tmp_path / "m"
     manifests.mkdir()
-    (manifests / "web.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web"},
-                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
-            }
-        )
+    web = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+           "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}  # fmt: skip
+    write_manifest(manifests, web)
+    k = KubeletProcess(
+        tmp_path,
+        sim.endpoint,
+        "pkg",
+        config=STANDALONE_CONFIG,
+        manifests=manifests,
+        pod_logs_dir=tmp_path / "logs",
+        command=[str(bin_ / "kubelet")],
+        env=env,
+        cwd=tmp_path,
     )
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                "kind": "KubeletConfiguration",
-                "cgroupsPerQOS": False,
-                "enforceNodeAllocatable": [],
-                "authentication": {"webhook": {"enabled": False}},
-                "authorization": {"mode": "AlwaysAllow"},
-            }
-        )
-    )
-    ro, healthz = free_port(), free_port()
-    log = tmp_path / "kubelet.log"
-    k = None
     try:
-        for _ in range(100):
-            if sock.exists():
-                break
-            time.sleep(0.05)
-        k = subprocess.Popen(
-            [
-                str(bin_ / "kubelet"),
-                f"--container-runtime-endpoint=unix://{sock}", f"--pod-manifest-path={manifests}",
-                f"--root-dir={tmp_path / 'root'}", f"--cert-dir={tmp_path / 'pki'}",
-                f"--pod-logs-dir={tmp_path / 'logs'}", "--hostname-override=pkg",
-                "--address=127.0.0.1", f"--port={free_port()}", f"--read-only-port={ro}",
-                f"--healthz-port={healthz}", f"--config={cfg}",
-            ],
-            env=env, cwd=tmp_path, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        assert wait_http(f"http://127.0.0.1:{healthz}/healthz", timeout=60) == b"ok"
-        deadline = time.monotonic() + 30
-        phase = None
-        while time.monotonic() < deadline and phase != "Running":
-            pods = yaml.safe_load(wait_http(f"http://127.0.0.1:{ro}/pods"))["items"]
-            phase = next((p["status"].get("phase") for p in pods), None)
-            time.sleep(0.2)
-        assert phase == "Running", log.read_text()[-3000:]
+        k.start()
+        assert wait_http(f"http://127.0.0.1:{k.healthz_port}/healthz", timeout=60) == b"ok"
+
+        def phase() -> str | None:
+            pods = yaml.safe_load(wait_http(f"http://127.0.0.1:{k.read_only_port}/pods"))["items"]
+            return next((p["status"].get("phase") for p in pods), None)
+
+        wait_for("the pod to run", lambda: phase() == "Running", 30, 0.2, detail=k.log_tail)
     finally:
-        if k is not None:
-            k.send_signal(signal.SIGTERM)
-            assert k.wait(30) == 0, log.read_text()[-3000:]
-        sim.terminate()
-        sim.wait(10)
+        if k.starts:
+            assert k.stop() == 0, k.log_tail()
+        sim.stop()

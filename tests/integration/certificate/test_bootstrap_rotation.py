@@ -10,9 +10,7 @@ import signal
 import ssl
 import stat
 import subprocess
-import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +22,11 @@ from cryptography import x509
 
 from kubelet.certificate.store import load_pair_file
 from kubelet.testing.controlplane import ControlPlane, cache_bin
-from tests.fixtures.cluster import start_control_plane
-from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
-from tests.integration.cluster.test_cluster_kubelet import wait_for
-from tests.integration.core.test_command import free_port
+from kubelet.testing.kubelets import KubeletProcess, cluster_auth
+from kubelet.testing.parts import start_control_plane
+from kubelet.testing.process import unmount_under
+from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
+from kubelet.testing.wait import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -48,72 +47,40 @@ def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[SimRuntimeProc]:
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"simb-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(parents=True)
-    s = start_simruntime(d)
+    s = start_simruntime()
     try:
         yield s
     finally:
         s.stop()
 
 
-class BootKubelet:
+class BootKubelet(KubeletProcess):
     """A kubelet that starts from a bootstrap kubeconfig alone."""
 
     def __init__(self, cp: ControlPlane, tmp: Path, sim: SimRuntimeProc, name: str) -> None:
-        self.cp, self.tmp, self.name = cp, tmp, name
-        self.pki = tmp / "pki"
         self.kubeconfig = tmp / "kubelet.kubeconfig"
-        cfg = tmp / "config.yaml"
-        cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                    "kind": "KubeletConfiguration",
-                    "address": "127.0.0.1",
-                    "cgroupsPerQOS": False,
-                    "enforceNodeAllocatable": [],
-                    "nodeStatusUpdateFrequency": "2s",
-                    "nodeLeaseDurationSeconds": 8,
-                    "rotateCertificates": True,
-                    "serverTLSBootstrap": True,
-                    "authorization": {"mode": "Webhook"},
-                    "authentication": {
-                        "anonymous": {"enabled": False},
-                        "webhook": {"enabled": True},
-                        "x509": {"clientCAFile": cp.pki.ca.cert},
-                    },
-                }
-            )
+        super().__init__(
+            tmp,
+            sim.endpoint,
+            name,
+            cp=cp,
+            config={
+                "address": "127.0.0.1",
+                "cgroupsPerQOS": False,
+                "enforceNodeAllocatable": [],
+                "nodeStatusUpdateFrequency": "2s",
+                "nodeLeaseDurationSeconds": 8,
+                "rotateCertificates": True,
+                "serverTLSBootstrap": True,
+                **cluster_auth(cp),
+            },
+            bootstrap_kubeconfig=cp.bootstrap_kubeconfig(str(tmp / "bootstrap.kubeconfig")),
+            kubeconfig=str(self.kubeconfig),
+            node_ip="127.0.0.1",
+            read_only_port=False,
+            pod_logs_dir=tmp / "logs",
         )
-        self.log = tmp / "kubelet.log"
-        self.port = free_port()
-        self.argv = [
-            sys.executable, "-m", "kubelet",
-            "--config", str(cfg),
-            "--bootstrap-kubeconfig", cp.bootstrap_kubeconfig(str(tmp / "bootstrap.kubeconfig")),
-            "--kubeconfig", str(self.kubeconfig),
-            "--hostname-override", name,
-            "--node-ip", "127.0.0.1",
-            "--port", str(self.port),
-            "--read-only-port", "0",
-            "--healthz-port", str(free_port()),
-            "--container-runtime-endpoint", sim.endpoint,
-            "--root-dir", str(tmp / "root"),
-            "--cert-dir", str(self.pki),
-            "--pod-logs-dir", str(tmp / "logs"),
-        ]  # fmt: skip
-        self.proc = self.start()
-
-    def start(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
-
-    def alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"kubelet exited {self.proc.returncode}: {self.log_tail()}")
-
-    def log_tail(self) -> str:
-        return self.log.read_text()[-3000:]
+        self.start()
 
     def pairs(self, prefix: str) -> list[Path]:
         if not self.pki.exists():
@@ -122,26 +89,9 @@ class BootKubelet:
             p for p in self.pki.glob(f"{prefix}-*.pem") if not p.name.endswith("-current.pem")
         )
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 def kj(cp: ControlPlane, *args: str) -> Any:
     return json.loads(cp.kubectl(*args, "-o", "json").stdout)
-
-
-def ready(cp: ControlPlane, k: BootKubelet) -> bool:
-    k.alive()
-    n = kj(cp, "get", "node", k.name)
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
-    )
 
 
 def csrs(cp: ControlPlane) -> list[dict[str, Any]]:
@@ -188,7 +138,7 @@ def node(
     approver = ServingApprover(cp, NODE)
     k = BootKubelet(cp, tmp_path_factory.mktemp("boot-kubelet"), sim, NODE)
     try:
-        wait_for("the bootstrapped Node to be Ready", lambda: ready(cp, k), timeout=90)
+        wait_for("the bootstrapped Node to be Ready", k.ready, timeout=90)
         yield k
     finally:
         approver.stop()
@@ -201,17 +151,8 @@ def node(
             pass
         finally:
             k.stop()
-            unmount_under(k.tmp)
+            unmount_under(k.dir)
             print(f"kubelet log: {k.log}")
-
-
-def unmount_under(path: Path) -> None:
-    """Unmount what a stopped kubelet left mounted under its own directory."""
-    with open("/proc/self/mounts") as fh:
-        mounts = [line.split()[1] for line in fh]
-    for m in sorted(mounts, reverse=True):
-        if m.startswith(str(path) + "/"):
-            subprocess.run(["umount", m], check=False)
 
 
 def test_node_joins_from_a_bootstrap_kubeconfig_and_runs_a_pod(
@@ -282,7 +223,7 @@ def test_node_joins_from_a_bootstrap_kubeconfig_and_runs_a_pod(
             ],
         },
     }
-    path = node.tmp / "pod.yaml"
+    path = node.dir / "pod.yaml"
     path.write_text(yaml.safe_dump(pod))
     cp.kubectl("create", "-f", str(path))
     wait_for(
@@ -323,8 +264,7 @@ def test_client_and_serving_certificates_rotate_under_load(
         renew_times: set[str] = set()
 
         def rotated() -> bool:
-            node.alive()
-            assert ready(cp, node), "the node left Ready during rotation"
+            assert node.ready(), "the node left Ready during rotation"
             lease = kj(cp, "get", "lease", NODE, "-n", "kube-node-lease")
             renew_times.add(lease["spec"]["renewTime"])
             clients = len(node.pairs("kubelet-client")) - start_clients
@@ -363,15 +303,13 @@ def test_killed_while_waiting_for_approval_reuses_its_key_and_request(
     name = "py-boot-killed"
     cp.kubectl("delete", "clusterrolebinding", "kubeadm:node-autoapprove-bootstrap")
     # A runtime of its own: a kubelet owns every sandbox of the runtime it talks to.
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"simk-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(parents=True)
-    sim = start_simruntime(d)
+    sim = start_simruntime()
     k = BootKubelet(cp, tmp_path, sim, name)
     try:
         tmp_key = k.pki / "kubelet-client.key.tmp"
 
         def pending() -> list[dict[str, Any]]:
-            k.alive()
+            k.check()
             return [
                 c
                 for c in csrs(cp)
@@ -385,7 +323,7 @@ def test_killed_while_waiting_for_approval_reuses_its_key_and_request(
         k.proc.send_signal(signal.SIGKILL)
         k.proc.wait()
         assert not k.kubeconfig.exists()
-        k.proc = k.start()
+        k.start()
         wait_for(
             "the restarted kubelet to find its pending request",
             lambda: "reusing it" in k.log.read_text(),
@@ -394,7 +332,7 @@ def test_killed_while_waiting_for_approval_reuses_its_key_and_request(
         assert tmp_key.read_bytes() == key_before
         assert [c["metadata"]["name"] for c in pending()] == [first[0]["metadata"]["name"]]
         cp.kubectl("certificate", "approve", first[0]["metadata"]["name"])
-        wait_for("the restarted kubelet's Node to be Ready", lambda: ready(cp, k), timeout=90)
+        wait_for("the restarted kubelet's Node to be Ready", k.ready, timeout=90)
         assert not tmp_key.exists()
         assert load_pair_file(str(k.pki / "kubelet-client-current.pem")).common_name == (
             f"system:node:{name}"

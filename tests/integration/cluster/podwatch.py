@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
+from kubelet.testing.wait import wait_for
 
 Event = tuple[str, dict[str, Any]]
 
@@ -88,17 +88,15 @@ class PodWatch:
 
     def wait_for(self, what: str, fn: Callable[[list[Event]], Any], timeout: float = 120.0) -> Any:
         """Wait until fn(all events so far) is truthy; return it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def seen() -> Any:
             if self.error is not None:
                 raise AssertionError(f"pod watch failed: {self.error!r}")
             with self._lock:
                 snapshot = list(self.events)
-            got = fn(snapshot)
-            if got:
-                return got
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}")
+            return fn(snapshot)
+
+        return wait_for(what, seen, timeout, every=0.2, retry_on=())
 
     def last(self, name: str) -> dict[str, Any] | None:
         ev = self.of(name)

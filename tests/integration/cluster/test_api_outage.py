@@ -13,22 +13,18 @@ from pathlib import Path
 import pytest
 
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.cluster import start_control_plane
-from tests.fixtures.simruntime import start_simruntime
-from tests.integration.cluster.test_cluster_kubelet import (
-    NODE,
-    ClusterKubelet,
-    create,
-    pod_manifest,
-    wait_for,
-)
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.parts import start_control_plane
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import NODE, pod_manifest, start_node
 
 pytestmark = pytest.mark.cluster
 
 OUTAGE_SECONDS = float(os.environ.get("KUBELET_TEST_OUTAGE_SECONDS", "60"))
 
 
-def _ready_since(k: ClusterKubelet, after: str) -> bool:
+def _ready_since(k: KubeletProcess, after: str) -> bool:
     """Ready, with a Lease renewed after `after` (the node status itself is only
     re-sent on change or every nodeStatusReportFrequency, as upstream)."""
     n = k.kubectl_json("get", "node", NODE)
@@ -37,14 +33,14 @@ def _ready_since(k: ClusterKubelet, after: str) -> bool:
     return ready["status"] == "True" and lease["spec"]["renewTime"] > after
 
 
-def _static_running_locally(k: ClusterKubelet) -> bool:
+def _static_running_locally(k: KubeletProcess) -> bool:
     """Through the kubelet's own server, which needs no API server."""
     with urllib.request.urlopen(f"http://127.0.0.1:{k.healthz_port}/healthz", timeout=5) as r:
         assert r.status == 200
     return True
 
 
-def _running(k: ClusterKubelet) -> dict[str, tuple[str, int]]:
+def _running(k: KubeletProcess) -> dict[str, tuple[str, int]]:
     items = k.kubectl_json("get", "pods", "-n", "default", "-l", "app=steady")["items"]
     out = {}
     for p in items:
@@ -57,14 +53,12 @@ def _running(k: ClusterKubelet) -> dict[str, tuple[str, int]]:
 
 def test_api_server_away_at_start_and_for_a_minute(tmp_path: Path) -> None:
     cp = start_control_plane(ControlPlane(str(tmp_path / "cp"), controllers=True))
-    simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"simo-{os.getpid()}-{time.monotonic_ns()}"
-    simdir.mkdir(parents=True)
-    sim = start_simruntime(simdir)
+    sim = start_simruntime()
     k = None
     try:
         # 1. Unreachable at start: the static pod runs anyway, the kubelet keeps trying.
         cp.stop_apiserver()
-        k = ClusterKubelet(cp, tmp_path, sim)
+        k = start_node(cp, tmp_path, sim.endpoint)
         wait_for("the kubelet's healthz", lambda: _static_running_locally(k), timeout=30)
         time.sleep(3)
         assert k.proc.poll() is None, k.log.read_text()[-2000:]
@@ -75,8 +69,8 @@ def test_api_server_away_at_start_and_for_a_minute(tmp_path: Path) -> None:
         wait_for("the Node to register and be Ready", lambda: _ready_since(k, ""), timeout=90)
 
         # 2. Pods running, then the API server goes away.
-        create(
-            k, [pod_manifest(f"steady-{i}", {"app": "steady"}, "sleep 100000") for i in range(5)]
+        k.create(
+            *(pod_manifest(f"steady-{i}", {"app": "steady"}, "sleep 100000") for i in range(5))
         )
         before = wait_for("5 pods Running", lambda: len(r := _running(k)) == 5 and r, timeout=60)
         cp.stop_apiserver()
@@ -89,7 +83,7 @@ def test_api_server_away_at_start_and_for_a_minute(tmp_path: Path) -> None:
         wait_for("Ready, Lease renewed", lambda: _ready_since(k, stopped), timeout=90)
         after = wait_for("the 5 pods still Running", lambda: len(r := _running(k)) == 5 and r)
         assert after == before, "no container may be restarted or replaced by an outage"
-        create(k, [pod_manifest("after-outage", {"app": "after"}, "sleep 100000")])
+        k.create(pod_manifest("after-outage", {"app": "after"}, "sleep 100000"))
         wait_for(
             "a pod created after the outage to run",
             lambda: (

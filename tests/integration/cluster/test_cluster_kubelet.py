@@ -5,146 +5,27 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
-from tests.integration.core.test_command import free_port
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import NODE, pod_manifest, start_node
 
 pytestmark = pytest.mark.cluster
-
-NODE = "py-cluster-node"
-
-STATIC_POD = """
-apiVersion: v1
-kind: Pod
-metadata:
-  name: static-web
-  labels: {app: static-web}
-spec:
-  containers:
-  - name: web
-    image: busybox:1.36
-    command: ["sh", "-c", "while true; do sleep 1; done"]
-"""
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except Exception as err:  # a test helper: keep trying until the deadline
-            last = err
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-class ClusterKubelet:
-    def __init__(
-        self,
-        cp: ControlPlane,
-        tmp: Path,
-        sim: SimRuntimeProc,
-        node_name: str = NODE,
-        config: dict[str, Any] | None = None,
-        extra_args: list[str] | None = None,
-        env: dict[str, str] | None = None,
-        wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
-    ) -> None:
-        self.cp = cp
-        self.tmp = tmp
-        manifests = tmp / "manifests"
-        manifests.mkdir()
-        (manifests / "static-web.yaml").write_text(STATIC_POD)
-        self.manifests = manifests
-        cfg = tmp / "config.yaml"
-        cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                    "kind": "KubeletConfiguration",
-                    "maxPods": 150,
-                    "address": "127.0.0.1",
-                    "cgroupsPerQOS": False,
-                    "enforceNodeAllocatable": [],
-                    "plegRelistPeriod": "100ms",
-                    "nodeStatusUpdateFrequency": "2s",
-                    "nodeLeaseDurationSeconds": 8,
-                    # As a cluster kubelet runs: tokens and authorization checked
-                    # with the API server, client certificates from its CA.
-                    "authorization": {"mode": "Webhook"},
-                    "authentication": {
-                        "anonymous": {"enabled": False},
-                        "webhook": {"enabled": True},
-                        "x509": {"clientCAFile": cp.pki.ca.cert},
-                    },
-                    **(config or {}),
-                }
-            )
-        )
-        self.log = tmp / "kubelet.log"
-        self.healthz_port = free_port()
-        self.port = free_port()
-        argv = [
-            sys.executable, "-m", "kubelet",
-            "--config", str(cfg),
-            "--kubeconfig", cp.node_kubeconfig(node_name),
-            "--hostname-override", node_name,
-            "--node-ip", "127.0.0.1",
-            "--node-labels", "example.com/pool=py",
-            "--port", str(self.port),
-            "--read-only-port", "0",
-            "--healthz-port", str(self.healthz_port),
-            "--container-runtime-endpoint", sim.endpoint,
-            "--pod-manifest-path", str(manifests),
-            "--root-dir", str(tmp / "root"),
-            "--cert-dir", str(tmp / "pki"),
-            "--pod-logs-dir", str(tmp / "logs"),
-        ]  # fmt: skip
-        argv += extra_args or []
-        self.proc = subprocess.Popen(
-            wrap(argv), stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env
-        )
-
-    def kubectl_json(self, *args: str) -> Any:
-        return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        # The kubelet bind-mounts its root dir onto itself (rshared, as upstream)
-        # and volumes may be left mounted under it: none outlives the test.
-        from kubelet.testing.csi import unmount_all_under
-
-        unmount_all_under(str(self.tmp / "root"))
 
 
 @pytest.fixture(scope="module")
 def node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tmp = tmp_path_factory.mktemp("cluster-kubelet")
-    simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"simc-{os.getpid()}-{time.monotonic_ns()}"
-    simdir.mkdir(parents=True)
-    sim = start_simruntime(simdir)
-    k = ClusterKubelet(control_plane, tmp, sim)
+    sim = start_simruntime()
+    k = start_node(control_plane, tmp, sim.endpoint)
     try:
-        wait_for("the Node to be Ready", lambda: _ready(k), timeout=60)
+        wait_for("the Node to be Ready", k.ready, timeout=60)
         yield k
     finally:
         k.stop()
@@ -152,41 +33,11 @@ def node(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
         print(f"kubelet log: {k.log}")
 
 
-def _ready(k: ClusterKubelet) -> bool:
-    if k.proc.poll() is not None:
-        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
-    n = k.kubectl_json("get", "node", NODE)
-    conds = {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
-    return conds.get("Ready") == "True"
-
-
-def _pods(k: ClusterKubelet, selector: str) -> list[dict[str, Any]]:
+def _pods(k: KubeletProcess, selector: str) -> list[dict[str, Any]]:
     return list(k.kubectl_json("get", "pods", "-n", "default", "-l", selector)["items"])
 
 
-def pod_manifest(name: str, labels: dict[str, str], command: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": labels},
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 2,
-            "containers": [
-                {"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}
-            ],
-            **spec,
-        },
-    }
-
-
-def create(k: ClusterKubelet, pods: list[dict[str, Any]]) -> None:
-    path = k.tmp / f"pods-{time.monotonic_ns()}.yaml"
-    path.write_text(yaml.safe_dump_all(pods))
-    k.cp.kubectl("create", "-f", str(path))
-
-
-def test_node_is_ready_with_capacity_labels_and_a_renewing_lease(node: ClusterKubelet) -> None:
+def test_node_is_ready_with_capacity_labels_and_a_renewing_lease(node: KubeletProcess) -> None:
     n = node.kubectl_json("get", "node", NODE)
     assert n["status"]["capacity"]["pods"] == "150"
     assert n["status"]["capacity"]["cpu"] == str(os.cpu_count())
@@ -221,7 +72,7 @@ def test_node_is_ready_with_capacity_labels_and_a_renewing_lease(node: ClusterKu
     assert {"Starting", "NodeReady"} <= {e["reason"] for e in events}
 
 
-def test_static_pod_has_a_mirror_pod_that_comes_back_when_deleted(node: ClusterKubelet) -> None:
+def test_static_pod_has_a_mirror_pod_that_comes_back_when_deleted(node: KubeletProcess) -> None:
     name = f"static-web-{NODE}"
 
     def mirror() -> dict[str, Any] | None:
@@ -231,7 +82,7 @@ def test_static_pod_has_a_mirror_pod_that_comes_back_when_deleted(node: ClusterK
 
     first = wait_for("the mirror pod to report Running", mirror, timeout=60)
     assert first["metadata"]["ownerReferences"][0]["kind"] == "Node"
-    node.cp.kubectl("delete", "pod", name, "-n", "default", "--wait=false")
+    node.kubectl("delete", "pod", name, "-n", "default", "--wait=false")
     second = wait_for(
         "the mirror pod to be recreated",
         lambda: (m := mirror()) and m["metadata"]["uid"] != first["metadata"]["uid"] and m,
@@ -244,13 +95,13 @@ def test_static_pod_has_a_mirror_pod_that_comes_back_when_deleted(node: ClusterK
 
 
 def test_100_pods_run_with_ips_and_deleting_them_removes_everything(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     pods = [
         pod_manifest(f"many-{i}", {"app": "many"}, "while true; do sleep 1; done")
         for i in range(100)
     ]
-    create(node, pods)
+    node.create(*pods)
 
     def all_running() -> bool:
         items = _pods(node, "app=many")
@@ -261,7 +112,7 @@ def test_100_pods_run_with_ips_and_deleting_them_removes_everything(
     wait_for("100 pods Running with pod IPs", all_running, timeout=120, every=1)
     ips = {p["status"]["podIP"] for p in _pods(node, "app=many")}
     assert len(ips) == 100
-    node.cp.kubectl("delete", "pods", "-n", "default", "-l", "app=many", "--wait=false")
+    node.kubectl("delete", "pods", "-n", "default", "-l", "app=many", "--wait=false")
     wait_for("every pod gone from the API", lambda: not _pods(node, "app=many"), timeout=120)
     # Their containers are gone from the runtime too.
     import asyncio
@@ -269,7 +120,7 @@ def test_100_pods_run_with_ips_and_deleting_them_removes_everything(
     from kubelet.cri.remote import RemoteRuntimeService
 
     async def containers() -> list[Any]:
-        rs = RemoteRuntimeService(node_endpoint(node), 10)
+        rs = RemoteRuntimeService(node.endpoint, 10)
         try:
             return [
                 c
@@ -284,14 +135,8 @@ def test_100_pods_run_with_ips_and_deleting_them_removes_everything(
     )
 
 
-def node_endpoint(node: ClusterKubelet) -> str:
-    argv = node.proc.args
-    assert isinstance(argv, list)
-    return str(argv[argv.index("--container-runtime-endpoint") + 1])
-
-
-def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
-    create(node, [pod_manifest("crasher", {"app": "crasher"}, "echo bye; exit 1")])
+def test_crash_looping_pod_has_events(node: KubeletProcess) -> None:
+    node.create(pod_manifest("crasher", {"app": "crasher"}, "echo bye; exit 1"))
 
     def events() -> dict[str, str]:
         items = node.kubectl_json(
@@ -312,20 +157,20 @@ def test_crash_looping_pod_has_events(node: ClusterKubelet) -> None:
         or p["status"]["containerStatuses"][0]["restartCount"] >= 1
     )
     # kubectl logs goes through the API server to this kubelet's /containerLogs.
-    logs = node.cp.kubectl("logs", "crasher", "-n", "default", check=False)
+    logs = node.kubectl("logs", "crasher", "-n", "default", check=False)
     assert (logs.returncode, logs.stdout) == (0, "bye\n"), logs.stderr
-    prev = node.cp.kubectl("logs", "crasher", "-n", "default", "--previous", check=False)
+    prev = node.kubectl("logs", "crasher", "-n", "default", "--previous", check=False)
     assert (prev.returncode, prev.stdout) == (0, "bye\n"), prev.stderr
-    node.cp.kubectl("delete", "pod", "crasher", "-n", "default", "--wait=false")
+    node.kubectl("delete", "pod", "crasher", "-n", "default", "--wait=false")
 
 
-def test_readiness_gates_hold_ready_until_their_condition_is_true(node: ClusterKubelet) -> None:
+def test_readiness_gates_hold_ready_until_their_condition_is_true(node: KubeletProcess) -> None:
     """A pod with a readiness gate runs but is not Ready until someone (a load
     balancer controller, here kubectl) sets the gate's condition; then the
     kubelet writes Ready, and takes it back when the condition goes False."""
     gate = "example.com/lb-ready"
-    create(node, [pod_manifest("gated", {"app": "gated"}, "sleep 1000",
-                               readinessGates=[{"conditionType": gate}])])  # fmt: skip
+    node.create(pod_manifest("gated", {"app": "gated"}, "sleep 1000",
+                               readinessGates=[{"conditionType": gate}]))  # fmt: skip
 
     def conditions() -> dict[str, dict[str, Any]]:
         p = node.kubectl_json("get", "pod", "gated", "-n", "default")
@@ -346,7 +191,7 @@ def test_readiness_gates_hold_ready_until_their_condition_is_true(node: ClusterK
 
     def set_gate(status: str) -> None:
         patch = {"status": {"conditions": [{"type": gate, "status": status}]}}
-        node.cp.kubectl("patch", "pod", "gated", "-n", "default", "--subresource=status",
+        node.kubectl("patch", "pod", "gated", "-n", "default", "--subresource=status",
                         "--type=strategic", "-p", json.dumps(patch))  # fmt: skip
 
     set_gate("True")
@@ -357,13 +202,13 @@ def test_readiness_gates_hold_ready_until_their_condition_is_true(node: ClusterK
     assert c["Ready"]["message"] == (
         f'the status of pod readiness gate "{gate}" is not "True", but False'
     )
-    node.cp.kubectl("delete", "pod", "gated", "-n", "default", "--wait=false")
+    node.kubectl("delete", "pod", "gated", "-n", "default", "--wait=false")
 
 
-def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: ClusterKubelet) -> None:
+def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: KubeletProcess) -> None:
     big = pod_manifest("too-big", {"app": "too-big"}, "sleep 1000")
     big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
-    create(node, [big])
+    node.create(big)
 
     def failed() -> dict[str, Any] | None:
         p = node.kubectl_json("get", "pod", "too-big", "-n", "default")
@@ -374,11 +219,11 @@ def test_pod_that_does_not_fit_is_rejected_with_the_upstream_reason(node: Cluste
     assert p["status"]["message"].startswith(
         "Pod was rejected: Node didn't have enough resource: cpu"
     )
-    node.cp.kubectl("delete", "pod", "too-big", "-n", "default", "--wait=false")
+    node.kubectl("delete", "pod", "too-big", "-n", "default", "--wait=false")
     wait_for("the rejected pod to be deleted", lambda: not _pods(node, "app=too-big"))
 
 
-def test_kubelet_port_checks_tokens_and_access_with_the_api_server(node: ClusterKubelet) -> None:
+def test_kubelet_port_checks_tokens_and_access_with_the_api_server(node: KubeletProcess) -> None:
     """TokenReview for bearer tokens, SubjectAccessReview on nodes/<subresource>."""
     import ssl
     import urllib.error

@@ -27,13 +27,14 @@ import yaml
 from kubelet.testing import credplugin
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KubeletProcess
 from kubelet.testing.parts import part_unavailable
 from kubelet.testing.registry import Registry
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import start_node
 from tests.integration.cluster.test_pull_secrets_runtime_class import (
     PASSWORD,
     USER,
-    apply,
     events,
     get_pod,
     private_registry,  # noqa: F401  (a fixture)
@@ -65,7 +66,7 @@ def node(
     containerd: Containerd,
     registry: Registry,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     tmp = tmp_path_factory.mktemp("credplugin-kubelet")
     bins = tmp / "plugins"
     try:
@@ -112,14 +113,14 @@ def node(
     # What a cluster admin grants a node for a plugin's audience (the API
     # server's ServiceAccountNodeAudienceRestriction).
     (tmp / "kubelet").mkdir()
-    k = ClusterKubelet(
-        control_plane, tmp / "kubelet", containerd,  # type: ignore[arg-type]
-        node_name=NODE, config={"cgroupsPerQOS": False, "clusterDNS": ["10.0.0.10"]},
-        extra_args=["--image-credential-provider-config", str(cfg),
-                    "--image-credential-provider-bin-dir", str(bins)],
+    k = start_node(
+        control_plane, tmp / "kubelet", containerd.endpoint, NODE,
+        config={"cgroupsPerQOS": False, "clusterDNS": ["10.0.0.10"]},
+        flags=["--image-credential-provider-config", str(cfg),
+               "--image-credential-provider-bin-dir", str(bins)],
     )  # fmt: skip
     try:
-        apply(k, *_audience_rbac())
+        k.apply(*_audience_rbac())
         wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
         yield k
     finally:
@@ -153,21 +154,21 @@ def pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
     return p
 
 
-def _ready(k: ClusterKubelet) -> bool:
+def _ready(k: KubeletProcess) -> bool:
     if k.proc.poll() is not None:
         raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
     n = k.kubectl_json("get", "node", NODE)
     return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
 
 
-def _requests(k: ClusterKubelet, name: str) -> list[dict[str, Any]]:
-    path = Path(k.tmp).parent / f"{name}.log"
+def _requests(k: KubeletProcess, name: str) -> list[dict[str, Any]]:
+    path = Path(k.dir).parent / f"{name}.log"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _running(k: ClusterKubelet, name: str) -> bool:
+def _running(k: KubeletProcess, name: str) -> bool:
     return get_pod(k, name)["status"].get("phase") == "Running"
 
 
@@ -180,11 +181,11 @@ ALWAYS = {"container": {"imagePullPolicy": "Always"}}
 
 
 def test_pulls_succeed_only_with_the_plugins_credentials(
-    node: ClusterKubelet, registry: Registry
+    node: KubeletProcess, registry: Registry
 ) -> None:
     image = f"{registry.host}/plain/busybox:1.36"
     served = registry.served_manifests("plain/busybox")
-    apply(node, pod("plugin-a", image, **ALWAYS))
+    node.apply(pod("plugin-a", image, **ALWAYS))
     wait_for("plugin-a Running", lambda: _running(node, "plugin-a"), timeout=90)
     assert registry.served_manifests("plain/busybox") > served
     reqs = _requests(node, "plain")
@@ -194,13 +195,13 @@ def test_pulls_succeed_only_with_the_plugins_credentials(
     ]  # fmt: skip
     assert "serviceAccountToken" not in reqs[0]
     # cacheKeyType Registry, 5 minutes: the next pull needs no plugin run.
-    apply(node, pod("plugin-b", image, **ALWAYS))
+    node.apply(pod("plugin-b", image, **ALWAYS))
     wait_for("plugin-b Running", lambda: _running(node, "plugin-b"), timeout=90)
     assert len(_requests(node, "plain")) == 1
 
     # No plugin matches: the registry refuses the pull.
     other = f"{registry.host}/nomatch/busybox:1.36"
-    apply(node, pod("no-plugin", other, **ALWAYS))
+    node.apply(pod("no-plugin", other, **ALWAYS))
 
     def refused() -> bool:
         w = waiting(node, "no-plugin")
@@ -213,17 +214,16 @@ def test_pulls_succeed_only_with_the_plugins_credentials(
 
 
 def test_service_account_mode_sends_a_bound_token_and_the_annotation(
-    node: ClusterKubelet, registry: Registry
+    node: KubeletProcess, registry: Registry
 ) -> None:
     image = f"{registry.host}/sa/busybox:1.36"
     sa = {"apiVersion": "v1", "kind": "ServiceAccount"}
-    apply(
-        node,
+    node.apply(
         {**sa, "metadata": {"name": "registry-user", "namespace": "default",
                             "annotations": {IDENTITY: "team-a", "other.example/x": "ignored"}}},
         {**sa, "metadata": {"name": "no-identity", "namespace": "default"}},
     )  # fmt: skip
-    apply(node, pod("sa-pod", image, serviceAccountName="registry-user", **ALWAYS))
+    node.apply(pod("sa-pod", image, serviceAccountName="registry-user", **ALWAYS))
     wait_for("sa-pod Running", lambda: _running(node, "sa-pod"), timeout=90)
     (req,) = _requests(node, "sa")
     assert req["image"] == f"{registry.host}/sa/busybox"
@@ -236,7 +236,7 @@ def test_service_account_mode_sends_a_bound_token_and_the_annotation(
 
     # The account lacks the required annotation: the plugin is not run, the
     # registry refuses the anonymous pull.
-    apply(node, pod("sa-missing", image, serviceAccountName="no-identity", **ALWAYS))
+    node.apply(pod("sa-missing", image, serviceAccountName="no-identity", **ALWAYS))
 
     def refused() -> bool:
         w = waiting(node, "sa-missing")

@@ -6,8 +6,6 @@ still admitted (at 100 % allocatable memory would be 0 and it would be OutOfmemo
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +13,10 @@ from typing import Any
 import pytest
 
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import start_simruntime
-from tests.integration.cluster.test_cluster_kubelet import (
-    ClusterKubelet,
-    create,
-    pod_manifest,
-    wait_for,
-)
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import pod_manifest, start_node
 
 pytestmark = pytest.mark.cluster
 
@@ -29,14 +24,12 @@ NODE = "py-pressure-node"
 
 
 @pytest.fixture
-def pressured(control_plane: ControlPlane, tmp_path: Path) -> Iterator[ClusterKubelet]:
-    simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"sime-{os.getpid()}-{time.monotonic_ns()}"
-    simdir.mkdir(parents=True)
-    sim = start_simruntime(simdir)
-    k = ClusterKubelet(
+def pressured(control_plane: ControlPlane, tmp_path: Path) -> Iterator[KubeletProcess]:
+    sim = start_simruntime()
+    k = start_node(
         control_plane,
         tmp_path,
-        sim,
+        sim.endpoint,
         node_name=NODE,
         config={"evictionHard": {"memory.available": "99%"},
                 "evictionPressureTransitionPeriod": "30s"},
@@ -49,7 +42,7 @@ def pressured(control_plane: ControlPlane, tmp_path: Path) -> Iterator[ClusterKu
         print(f"kubelet log: {k.log}")
 
 
-def test_memory_pressure_evicts_and_gates_admission(pressured: ClusterKubelet) -> None:
+def test_memory_pressure_evicts_and_gates_admission(pressured: KubeletProcess) -> None:
     k = pressured
 
     def conditions() -> dict[str, str]:
@@ -62,7 +55,7 @@ def test_memory_pressure_evicts_and_gates_admission(pressured: ClusterKubelet) -
     burst["spec"]["containers"][0]["resources"] = {"requests": {"memory": "16Mi"}}
     for p in (be, burst):
         p["spec"]["nodeName"] = NODE
-    create(k, [be, burst])
+    k.create(be, burst)
 
     def status(name: str) -> dict[str, Any]:
         return dict(k.kubectl_json("get", "pod", name, "-n", "default")["status"])

@@ -24,14 +24,11 @@ import pytest
 
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, Unavailable, cache_bin
+from kubelet.testing.kubelets import KubeletProcess
 from kubelet.testing.metrics_server import MetricsServer
 from kubelet.testing.parts import part_unavailable, starting, tail_of
-from tests.integration.cluster.test_cluster_kubelet import (
-    ClusterKubelet,
-    create,
-    pod_manifest,
-    wait_for,
-)
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import pod_manifest, start_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -41,18 +38,18 @@ NODE = "py-exec-node"
 @pytest.fixture(scope="module")
 def node(
     control_plane: ControlPlane, containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     tmp = tmp_path_factory.mktemp("exec-kubelet")
     # Pod cgroups as on a real node, so /metrics/cadvisor has pods and containers to report.
-    k = ClusterKubelet(
+    k = start_node(
         control_plane,
         tmp,
-        containerd,  # type: ignore[arg-type]
+        containerd.endpoint,
         node_name=NODE,
         config={"cgroupsPerQOS": True},
     )
     try:
-        wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
+        wait_for("the Node to be Ready", k.ready, timeout=90)
         pods = [
             pod_manifest("sh", {"app": "exec"}, "sleep 100000"),
             pod_manifest(
@@ -74,39 +71,32 @@ def node(
             p["spec"]["nodeName"] = NODE
             # No kube-controller-manager here: no kube-root-ca.crt for a token volume.
             p["spec"]["automountServiceAccountToken"] = False
-        create(k, pods)
+        k.create(*pods)
         for name in ("sh", "web", "talk", "busy"):
             wait_for(f"pod {name} Running", functools.partial(_running, k, name), timeout=90)
         yield k
     finally:
-        k.cp.kubectl("delete", "pods", "-l", "app=exec", "--wait=false", check=False)
+        k.kubectl("delete", "pods", "-l", "app=exec", "--wait=false", check=False)
         k.stop()
         print(f"kubelet log: {k.log}")
 
 
-def _ready(k: ClusterKubelet) -> bool:
-    if k.proc.poll() is not None:
-        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
-    n = k.kubectl_json("get", "node", NODE)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-
-
-def _running(k: ClusterKubelet, name: str) -> bool:
+def _running(k: KubeletProcess, name: str) -> bool:
     return _phase(k, name) == "Running"
 
 
-def _phase(k: ClusterKubelet, name: str) -> str:
+def _phase(k: KubeletProcess, name: str) -> str:
     return str(k.kubectl_json("get", "pod", name, "-n", "default")["status"].get("phase"))
 
 
 def kubectl(
-    k: ClusterKubelet, *args: str, stdin: bytes | None = None, timeout: float = 60
+    k: KubeletProcess, *args: str, stdin: bytes | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[bytes]:
     argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={k.cp.admin_kubeconfig}", *args]
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
 
 
-def test_exec_output_and_exit_codes(node: ClusterKubelet) -> None:
+def test_exec_output_and_exit_codes(node: KubeletProcess) -> None:
     r = kubectl(node, "exec", "sh", "--", "sh", "-c", "echo out; echo err >&2")
     assert (r.returncode, r.stdout, r.stderr) == (0, b"out\n", b"err\n")
     r = kubectl(node, "exec", "sh", "--", "sh", "-c", "exit 3")
@@ -115,7 +105,7 @@ def test_exec_output_and_exit_codes(node: ClusterKubelet) -> None:
     assert r.returncode != 0 and b"no-such-binary" in r.stderr
 
 
-def test_exec_it_in_a_terminal(node: ClusterKubelet, tmp_path: Path) -> None:
+def test_exec_it_in_a_terminal(node: KubeletProcess, tmp_path: Path) -> None:
     """kubectl exec -it under tmux, as a person types: a tty in the container,
     keystrokes answered, the shell's exit code carried back to kubectl."""
     import shutil
@@ -159,7 +149,7 @@ def test_exec_it_in_a_terminal(node: ClusterKubelet, tmp_path: Path) -> None:
     assert r.stdout.split()[0].decode() == hashlib.md5(big).hexdigest(), r.stderr
 
 
-def test_cp_both_ways(node: ClusterKubelet, tmp_path: Path) -> None:
+def test_cp_both_ways(node: KubeletProcess, tmp_path: Path) -> None:
     src = tmp_path / "up.bin"
     src.write_bytes(os.urandom(512 * 1024))
     r = kubectl(node, "cp", str(src), "default/sh:/tmp/up.bin")
@@ -170,7 +160,7 @@ def test_cp_both_ways(node: ClusterKubelet, tmp_path: Path) -> None:
     assert back.read_bytes() == src.read_bytes()
 
 
-def _forward(k: ClusterKubelet, port: int) -> tuple[subprocess.Popen[str], int]:
+def _forward(k: KubeletProcess, port: int) -> tuple[subprocess.Popen[str], int]:
     argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={k.cp.admin_kubeconfig}",
             "port-forward", "pod/web", f":{port}"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -183,7 +173,7 @@ def _forward(k: ClusterKubelet, port: int) -> tuple[subprocess.Popen[str], int]:
     return proc, int(m.group(1))
 
 
-def test_port_forward_to_httpd_in_the_pod(node: ClusterKubelet) -> None:
+def test_port_forward_to_httpd_in_the_pod(node: KubeletProcess) -> None:
     proc, local = _forward(node, 8080)
     try:
         for _ in range(3):  # each request is a new stream pair on the same connection
@@ -194,7 +184,7 @@ def test_port_forward_to_httpd_in_the_pod(node: ClusterKubelet) -> None:
         proc.wait()
 
 
-def test_port_forward_to_a_closed_port_reports_on_the_error_stream(node: ClusterKubelet) -> None:
+def test_port_forward_to_a_closed_port_reports_on_the_error_stream(node: KubeletProcess) -> None:
     proc, local = _forward(node, 9999)
     try:
         with pytest.raises(OSError):
@@ -206,7 +196,7 @@ def test_port_forward_to_a_closed_port_reports_on_the_error_stream(node: Cluster
     assert "9999" in err and ("refused" in err or "error" in err.lower()), err
 
 
-def test_attach_with_stdin(node: ClusterKubelet) -> None:
+def test_attach_with_stdin(node: KubeletProcess) -> None:
     argv = [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={node.cp.admin_kubeconfig}",
             "attach", "-i", "talk"]  # fmt: skip
     proc = subprocess.Popen(
@@ -233,7 +223,7 @@ def _read_some(fd: int) -> str:
     return os.read(fd, 4096).decode() if ready else ""
 
 
-def test_exec_into_a_missing_container_through_kubectl(node: ClusterKubelet) -> None:
+def test_exec_into_a_missing_container_through_kubectl(node: KubeletProcess) -> None:
     r = kubectl(node, "exec", "sh", "-c", "nope", "--", "true")
     assert r.returncode != 0
     assert b"container nope is not valid for pod sh" in r.stderr  # the API server's check
@@ -249,7 +239,7 @@ def _tls(cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
     return ctx
 
 
-def _raw(k: ClusterKubelet, ctx: ssl.SSLContext, path: str) -> tuple[ssl.SSLSocket, bytes]:
+def _raw(k: KubeletProcess, ctx: ssl.SSLContext, path: str) -> tuple[ssl.SSLSocket, bytes]:
     s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", k.port), timeout=10))
     s.sendall(
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
@@ -265,7 +255,7 @@ def _raw(k: ClusterKubelet, ctx: ssl.SSLContext, path: str) -> tuple[ssl.SSLSock
     return s, head
 
 
-def test_kubelet_port_answers_and_aborted_streams(node: ClusterKubelet) -> None:
+def test_kubelet_port_answers_and_aborted_streams(node: KubeletProcess) -> None:
     admin = node.cp.pki.issue("exec-admin", "exec-admin", ["system:masters"])
     nobody = node.cp.pki.issue("exec-nobody", "exec-nobody", [])
     ok = _tls(admin.cert, admin.key)
@@ -309,7 +299,7 @@ def test_kubelet_port_answers_and_aborted_streams(node: ClusterKubelet) -> None:
 
 
 # ------------------------------------------------------------ metrics endpoints (authn/authz as above)
-def _raw_get(k: ClusterKubelet, path: str) -> str:
+def _raw_get(k: KubeletProcess, path: str) -> str:
     # Straight to the kubelet port with a client certificate: the API server's node
     # proxy refuses a node whose address is loopback ("address not allowed").
     admin = k.cp.pki.issue("metrics-reader", "metrics-reader", ["system:masters"])
@@ -324,7 +314,7 @@ def _cgroup_file(ctrl: str, rel: str, name: str) -> str:
 
 
 def test_metrics_endpoints_parse_and_cadvisor_matches_the_cgroup_files(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -385,7 +375,7 @@ def _quantity(text: str) -> float:
     return float(text)
 
 
-def test_kubectl_top_through_metrics_server(node: ClusterKubelet) -> None:
+def test_kubectl_top_through_metrics_server(node: KubeletProcess) -> None:
     """metrics-server scrapes /metrics/resource; kubectl top pod and node show
     what the cgroup files and /proc/meminfo say."""
     if not node.cp.aggregation:

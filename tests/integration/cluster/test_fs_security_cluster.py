@@ -5,17 +5,17 @@ writing into any of them gets EROFS, whatever its volumeMount's readOnly says.""
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.process import unmount_under
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import start_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -26,43 +26,21 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 @pytest.fixture(scope="module")
 def node(
     control_plane: ControlPlane, containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     tmp = tmp_path_factory.mktemp("secfs-kubelet")
-    k = ClusterKubelet(control_plane, tmp, containerd, node_name=NODE)  # type: ignore[arg-type]
+    k = start_node(control_plane, tmp, containerd.endpoint, node_name=NODE)
     try:
-        wait_for("the node to be Ready", lambda: _ready(k), timeout=120)
+        wait_for("the node to be Ready", k.ready, timeout=120)
         yield k
     finally:
         k.stop()
         # A stopped kubelet leaves its pods' tmpfs volumes mounted (as upstream).
-        _unmount_under(str(tmp))
+        unmount_under(tmp)
         print(f"kubelet log: {k.log}")
 
 
-def _unmount_under(base: str) -> None:
-    with open("/proc/self/mountinfo") as fh:
-        points = [line.split()[4] for line in fh]
-    for point in sorted((p for p in points if p.startswith(base + "/")), reverse=True):
-        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
-
-
-def _ready(k: ClusterKubelet) -> bool:
-    if k.proc.poll() is not None:
-        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
-    n = k.kubectl_json("get", "node", NODE)
-    return any(
-        c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
-    )
-
-
-def apply(k: ClusterKubelet, *objects: dict[str, Any]) -> None:
-    path = k.tmp / f"objects-{time.monotonic_ns()}.yaml"
-    path.write_text(yaml.safe_dump_all(objects))
-    k.cp.kubectl("apply", "-f", str(path))
-
-
 def test_writes_into_configmap_secret_and_token_volumes_fail_with_erofs(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     cm = {
         "apiVersion": "v1",
@@ -107,7 +85,7 @@ def test_writes_into_configmap_secret_and_token_volumes_fail_with_erofs(
             ],
         },
     }
-    apply(node, cm, secret, pod)
+    node.apply(cm, secret, pod)
 
     def terminated() -> dict[str, Any] | None:
         p = node.kubectl_json("get", "pod", "secfs-erofs", "-n", "default")
@@ -123,4 +101,4 @@ def test_writes_into_configmap_secret_and_token_volumes_fail_with_erofs(
     assert len(errors) == 7 and all("Read-only file system" in e for e in errors), errors
     for d in dirs:
         assert any(f"{d}/planted" in e for e in errors), (d, errors)
-    node.cp.kubectl("delete", "pod", "secfs-erofs", "-n", "default", "--timeout=120s")
+    node.kubectl("delete", "pod", "secfs-erofs", "-n", "default", "--timeout=120s")

@@ -32,9 +32,10 @@ from kubelet.nodeshutdown.storage import STATE_FILE, parse_go_time
 from kubelet.testing import login1
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, cache_bin
+from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
+from kubelet.testing.wait import wait_for
 from tests.fixtures.dbus import Logind
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
-from tests.integration.cluster.test_pull_secrets_runtime_class import apply
+from tests.integration.cluster.helpers import start_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -85,7 +86,7 @@ def shutdown_pods(prefix: str = "sd") -> list[dict[str, Any]]:
 class Watch:
     """`kubectl get pods -w` in a thread: every pod status seen, in order."""
 
-    def __init__(self, k: ClusterKubelet) -> None:
+    def __init__(self, k: KubeletProcess) -> None:
         self.events: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             [os.path.join(cache_bin(), "kubectl"), f"--kubeconfig={k.cp.admin_kubeconfig}",
@@ -116,14 +117,14 @@ class Watch:
 @pytest.fixture
 def node(
     control_plane: ControlPlane, containerd: Containerd, logind: Logind, tmp_path: Path
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     apply_objs = [priority_class(n, v) for n, v, _ in GROUPS]
     (tmp_path / "kubelet").mkdir()
-    k = ClusterKubelet(
+    k = start_node(
         control_plane,
         tmp_path / "kubelet",
-        containerd,  # type: ignore[arg-type]
-        node_name=NODE,
+        containerd.endpoint,
+        NODE,
         config={
             # Not under the shared kubepods tree: other kubelets on this machine
             # take pod cgroups there that they do not know for orphans.
@@ -136,12 +137,12 @@ def node(
                 {"priority": v, "shutdownGracePeriodSeconds": BUDGET} for _, v, _ in GROUPS
             ],
         },
-        extra_args=["--v", "1"],
+        flags=["--v", "1"],
         env=logind.bus.env(),
-        wrap=lambda argv: login1.in_private_etc_systemd(logind.conf_dir, argv),
+        command=login1.in_private_etc_systemd(logind.conf_dir, [*KUBELET_COMMAND]),
     )
     try:
-        apply(k, *apply_objs)
+        k.apply(*apply_objs)
         wait_for("the Node to be Ready", lambda: _ready(k), timeout=120)
         # Only the test's pods: the harness's static pod ignores SIGTERM for 30 s.
         (k.manifests / "static-web.yaml").unlink()
@@ -157,18 +158,18 @@ def node(
         print(f"kubelet log: {k.log}")
 
 
-def _ready(k: ClusterKubelet) -> bool:
+def _ready(k: KubeletProcess) -> bool:
     return _ready_condition(k).get("status") == "True"
 
 
-def _ready_condition(k: ClusterKubelet) -> dict[str, Any]:
+def _ready_condition(k: KubeletProcess) -> dict[str, Any]:
     if k.proc.poll() is not None:
         raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
     n = k.kubectl_json("get", "node", NODE)
     return next(c for c in n["status"]["conditions"] if c["type"] == "Ready")
 
 
-def _all_running(k: ClusterKubelet, want: int) -> bool:
+def _all_running(k: KubeletProcess, want: int) -> bool:
     items = k.kubectl_json("get", "pods", "-n", "default", "-l", "app=shutdown")["items"]
     ready = [p for p in items if any(c["type"] == "Ready" and c["status"] == "True"
                                      for c in p["status"].get("conditions", []))]  # fmt: skip
@@ -208,7 +209,7 @@ def _kubelet_inhibitors(address: str) -> list[Any]:
 
 
 def test_fifty_pods_in_three_priority_groups_stop_in_order_within_budget(
-    node: ClusterKubelet, logind: Logind, containerd: Containerd
+    node: KubeletProcess, logind: Logind, containerd: Containerd
 ) -> None:
     k, address = node, logind.bus.address
     # The kubelet raised logind's delay to the sum of the budgets and holds a lock.
@@ -216,7 +217,7 @@ def test_fifty_pods_in_three_priority_groups_stop_in_order_within_budget(
     assert f"InhibitDelayMaxSec={BUDGET * len(GROUPS)}" in drop_in
     wait_for("the kubelet's delay lock", lambda: len(_kubelet_inhibitors(address)) == 1)
     pods = shutdown_pods()
-    apply(k, *pods)
+    k.apply(*pods)
     wait_for("50 pods Running and Ready", lambda: _all_running(k, len(pods)), timeout=600, every=2)
 
     watch = Watch(k)
@@ -227,7 +228,7 @@ def test_fifty_pods_in_three_priority_groups_stop_in_order_within_budget(
         assert (cond["reason"], cond["message"]) == ("KubeletNotReady", "node is shutting down")
         late = pod("late-comer", "lc-high", QUITS_ON_TERM, 1)
         late["metadata"]["labels"] = {"app": "late"}
-        apply(k, late)
+        k.apply(late)
         wait_for("logind to go on with the shutdown",
                  lambda: asyncio.run(login1.call(address, "LastShutdown"))[1] > 0,
                  timeout=BUDGET * len(GROUPS) + 30)  # fmt: skip
@@ -266,7 +267,7 @@ def test_fifty_pods_in_three_priority_groups_stop_in_order_within_budget(
         late_status["message"] == "Pod was rejected: Pod was rejected as the node is shutting down."
     )
     assert _kubelet_inhibitors(address) == []
-    state = json.loads(Path(k.tmp, "root", STATE_FILE).read_text())
+    state = json.loads(Path(k.dir, "root", STATE_FILE).read_text())
     assert start <= parse_go_time(state["startTime"]) <= parse_go_time(state["endTime"])
     events = k.kubectl_json("get", "events", "-n", "default", "--field-selector",
                             f"involvedObject.name={NODE}")["items"]  # fmt: skip
@@ -284,7 +285,7 @@ def _lower(cls: str) -> list[str]:
     return names[: names.index(cls)]
 
 
-def _all_shut_down(k: ClusterKubelet, want: int) -> bool:
+def _all_shut_down(k: KubeletProcess, want: int) -> bool:
     items = k.kubectl_json("get", "pods", "-n", "default", "-l", "app=shutdown")["items"]
     done = 0
     for p in items:

@@ -30,13 +30,10 @@ import pytest
 from kubelet.client.rest import APIClient, load_kubeconfig
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import pod_manifest, start_node
 from tests.integration.cluster.podwatch import Event, PodWatch
-from tests.integration.cluster.test_cluster_kubelet import (
-    ClusterKubelet,
-    create,
-    pod_manifest,
-    wait_for,
-)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -55,30 +52,23 @@ KUBELET_CONDITIONS = (
 @pytest.fixture(scope="module")
 def node(
     control_plane: ControlPlane, containerd: Containerd, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     tmp = tmp_path_factory.mktemp("podstatus-kubelet")
     # Volumes measured every 2 s instead of every minute, so an emptyDir over
     # its sizeLimit is seen by the next eviction pass.
-    k = ClusterKubelet(
-        control_plane, tmp, containerd,  # type: ignore[arg-type]
+    k = start_node(
+        control_plane, tmp, containerd.endpoint,
         node_name=NODE, config={"volumeStatsAggPeriod": "2s"},
     )  # fmt: skip
     try:
-        wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
+        wait_for("the Node to be Ready", k.ready, timeout=90)
         yield k
     finally:
-        k.cp.kubectl("delete", "statefulset", "-n", NS, "-l", "podstatus", "--wait=false",
+        k.kubectl("delete", "statefulset", "-n", NS, "-l", "podstatus", "--wait=false",
                      check=False)  # fmt: skip
-        k.cp.kubectl("delete", "pods", "-n", NS, "-l", "podstatus", "--wait=false", check=False)
+        k.kubectl("delete", "pods", "-n", NS, "-l", "podstatus", "--wait=false", check=False)
         k.stop()
         print(f"kubelet log: {k.log}")
-
-
-def _ready(k: ClusterKubelet) -> bool:
-    assert k.proc.poll() is None, f"kubelet exited: {k.log.read_text()[-3000:]}"
-    jsonpath = '{.status.conditions[?(@.type=="Ready")].status}'
-    got = k.cp.kubectl("get", "node", NODE, "-o", f"jsonpath={jsonpath}", check=False)
-    return got.stdout.strip() == "True"
 
 
 def pod(name: str, case: str, command: str, **spec: Any) -> dict[str, Any]:
@@ -88,7 +78,7 @@ def pod(name: str, case: str, command: str, **spec: Any) -> dict[str, Any]:
     return p
 
 
-def api(k: ClusterKubelet, *requests: tuple[str, str, Any]) -> list[Any]:
+def api(k: KubeletProcess, *requests: tuple[str, str, Any]) -> list[Any]:
     """Send requests (method, path, body) one after the other, as a controller does."""
 
     async def run() -> list[Any]:
@@ -143,7 +133,7 @@ def assert_generations_never_step_back(events: list[Event]) -> None:
 # ------------------------------------------------------ observedGeneration
 
 
-def test_observed_generation_follows_spec_updates(node: ClusterKubelet) -> None:
+def test_observed_generation_follows_spec_updates(node: KubeletProcess) -> None:
     k = node
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=generation") as w:
         gen = pod("gen", "generation", "sleep 100000", activeDeadlineSeconds=5000,
@@ -152,7 +142,7 @@ def test_observed_generation_follows_spec_updates(node: ClusterKubelet) -> None:
         # Starts on an image that cannot be pulled (upstream's e2e does the same).
         fixed = pod("gen-image", "generation", "sleep 100000")
         fixed["spec"]["containers"][0]["image"] = "example.invalid/no-such-image:1"
-        create(k, [gen, fixed])
+        k.create(gen, fixed)
         w.wait_for("gen Running at generation 1", lambda _: _is(w.last("gen"), "Running", 1))
         # The image fix is a spec update the kubelet acts on: a new generation.
         w.wait_for("gen-image's conditions at generation 1", lambda _: _observed(w, "gen-image", 1))
@@ -169,7 +159,7 @@ def test_observed_generation_follows_spec_updates(node: ClusterKubelet) -> None:
         w.wait_for("gen at generation 501", lambda _: _observed(w, "gen", 501), timeout=120)
         # A graceful deletion bumps the generation once more; the final status
         # answers it before the pod goes.
-        k.cp.kubectl("delete", "pod", "gen", "gen-image", "-n", NS, "--wait=false")
+        k.kubectl("delete", "pod", "gen", "gen-image", "-n", NS, "--wait=false")
         w.wait_for("gen deleted", functools.partial(_deleted, w, "gen"))
         w.wait_for("gen-image deleted", functools.partial(_deleted, w, "gen-image"))
     for name in ("gen", "gen-image"):
@@ -195,19 +185,19 @@ def _observed(w: PodWatch, name: str, gen: int) -> bool:
     return p is not None and p["metadata"]["generation"] == gen and observed(p)
 
 
-def test_a_rejected_pod_reports_the_generation_it_was_rejected_at(node: ClusterKubelet) -> None:
+def test_a_rejected_pod_reports_the_generation_it_was_rejected_at(node: KubeletProcess) -> None:
     k = node
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=rejected") as w:
         big = pod("too-big", "rejected", "sleep 100000")
         big["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000000"}}
-        create(k, [big])
+        k.create(big)
         p = w.wait_for("too-big rejected",
                        lambda _: _failed(w.last("too-big")))  # fmt: skip
     st = p["status"]
     assert st["reason"] == "OutOfcpu" and st["message"].startswith("Pod was rejected: ")
     assert p["metadata"]["generation"] == 1 and st["observedGeneration"] == 1
     assert st["qosClass"] == "Burstable" and st.get("startTime")
-    k.cp.kubectl("delete", "pod", "too-big", "-n", NS, "--wait=false")
+    k.kubectl("delete", "pod", "too-big", "-n", NS, "--wait=false")
 
 
 def _failed(p: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -222,7 +212,7 @@ def _mib(n: int, where: str) -> str:
 
 
 def test_pods_over_their_ephemeral_storage_limits_are_evicted(
-    node: ClusterKubelet, containerd: Containerd
+    node: KubeletProcess, containerd: Containerd
 ) -> None:
     k = node
     limit = {"limits": {"ephemeral-storage": "5Mi"}}
@@ -264,7 +254,7 @@ def test_pods_over_their_ephemeral_storage_limits_are_evicted(
         "es-container": 'Container main exceeded its local ephemeral storage limit "5Mi". ',
     }
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=ephemeral") as w:
-        create(k, pods)
+        k.create(*pods)
         for name in want:
             w.wait_for(f"{name} evicted, its containers stopped",
                        functools.partial(_stopped, w, name), timeout=180)  # fmt: skip
@@ -306,7 +296,7 @@ def _running_container_ids(ctd: Containerd) -> set[str]:
 
 
 def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     """Upstream's conformance "Should recreate evicted statefulset", on our kubelet."""
     k = node
@@ -330,11 +320,11 @@ def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
     }
     ss["spec"]["template"]["spec"]["containers"][0]["ports"] = [port]
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=ports") as w:
-        create(k, [holder])
+        k.create(holder)
         w.wait_for("the port holder Running",
                    lambda _: (w.last("port-holder") or {}).get("status", {}).get("phase")
                    == "Running")  # fmt: skip
-        create(k, [ss])
+        k.create(ss)
 
         def refused_and_replaced(_: list[Event]) -> bool:
             uids = {p["metadata"]["uid"] for _k, p in w.of("ss-ports-0")}
@@ -342,7 +332,7 @@ def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
             return len(uids) >= 2 and bool(deleted)
 
         w.wait_for("ss-ports-0 refused, deleted and re-created", refused_and_replaced)
-        k.cp.kubectl("delete", "pod", "port-holder", "-n", NS, "--grace-period=0", "--force")
+        k.kubectl("delete", "pod", "port-holder", "-n", NS, "--grace-period=0", "--force")
 
         def running_anew(_: list[Event]) -> bool:
             p = w.last("ss-ports-0")
@@ -365,7 +355,7 @@ def test_a_statefulset_pod_refused_for_a_taken_host_port_is_recreated(
         for p in statuses(w.of("ss-ports-0", first_uid))
         for c in p["status"].get("containerStatuses") or []
     )
-    k.cp.kubectl("delete", "statefulset", "ss-ports", "-n", NS, "--wait=false")
+    k.kubectl("delete", "statefulset", "ss-ports", "-n", NS, "--wait=false")
 
 
 # ------------------------------------------------- init container failure
@@ -434,16 +424,16 @@ def verify_init_failure_stream(name: str, events: list[Event]) -> list[str]:
 
 
 def test_a_failed_init_container_never_reports_a_regular_container_started(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     k = node
     errors: list[str] = []
     names: list[str] = []
     with PodWatch(k.cp.admin_kubeconfig, NS, "podstatus=initfail") as w:
         # One pod left to fail on its own first, then deleted.
-        create(k, [_init_fail_pod("initfail-slow")])
+        k.create(_init_fail_pod("initfail-slow"))
         w.wait_for("initfail-slow Failed", lambda _: _failed(w.last("initfail-slow")))
-        k.cp.kubectl("delete", "pod", "initfail-slow", "-n", NS, "--wait=false")
+        k.kubectl("delete", "pod", "initfail-slow", "-n", NS, "--wait=false")
         names.append("initfail-slow")
 
         # Upstream's scenario: create, delete after a random delay under 2 s,
@@ -453,9 +443,9 @@ def test_a_failed_init_container_never_reports_a_regular_container_started(
             for attempt in range(6):
                 n = f"initfail-{i}-{attempt}"
                 names.append(n)
-                create(k, [_init_fail_pod(n)])
+                k.create(_init_fail_pod(n))
                 time.sleep(rnd.random() * 2)
-                k.cp.kubectl("delete", "pod", n, "-n", NS, "--wait=false")
+                k.kubectl("delete", "pod", n, "-n", NS, "--wait=false")
                 w.wait_for(f"{n} deleted", functools.partial(_deleted, w, n), timeout=120)
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]

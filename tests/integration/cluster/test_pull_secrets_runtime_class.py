@@ -25,9 +25,11 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.parts import start_registry
 from kubelet.testing.registry import Registry
-from tests.fixtures.containerd import start_registry
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
+from kubelet.testing.wait import wait_for
+from tests.integration.cluster.helpers import start_node
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -51,36 +53,23 @@ def node(
     containerd: Containerd,
     private_registry: Registry,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ClusterKubelet]:
+) -> Iterator[KubeletProcess]:
     tmp = tmp_path_factory.mktemp("pull-kubelet")
-    k = ClusterKubelet(
+    k = start_node(
         control_plane,
         tmp,
-        containerd,  # type: ignore[arg-type]
+        containerd.endpoint,
         node_name=NODE,
         config={"cgroupsPerQOS": True},
     )
     try:
-        wait_for("the Node to be Ready", lambda: _ready(k), timeout=90)
+        wait_for("the Node to be Ready", k.ready, timeout=90)
         yield k
     finally:
-        k.cp.kubectl("delete", "pods", "-l", "app=pull", "--wait=false", check=False)
-        k.cp.kubectl("delete", "runtimeclass", "rc-runc", "rc-nope", "rc-late", check=False)
+        k.kubectl("delete", "pods", "-l", "app=pull", "--wait=false", check=False)
+        k.kubectl("delete", "runtimeclass", "rc-runc", "rc-nope", "rc-late", check=False)
         k.stop()
         print(f"kubelet log: {k.log}")
-
-
-def _ready(k: ClusterKubelet) -> bool:
-    if k.proc.poll() is not None:
-        raise RuntimeError(f"kubelet exited {k.proc.returncode}: {k.log.read_text()[-3000:]}")
-    n = k.kubectl_json("get", "node", NODE)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
-
-
-def apply(k: ClusterKubelet, *objs: dict[str, Any]) -> None:
-    path = k.tmp / f"objs-{os.urandom(4).hex()}.yaml"
-    path.write_text(yaml.safe_dump_all(objs))
-    k.cp.kubectl("apply", "-f", str(path))
 
 
 def docker_secret(name: str, host: str, password: str) -> dict[str, Any]:
@@ -111,16 +100,16 @@ def pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def get_pod(k: ClusterKubelet, name: str) -> dict[str, Any]:
+def get_pod(k: KubeletProcess, name: str) -> dict[str, Any]:
     return dict(k.kubectl_json("get", "pod", name, "-n", "default"))
 
 
-def waiting(k: ClusterKubelet, name: str) -> dict[str, str]:
+def waiting(k: KubeletProcess, name: str) -> dict[str, str]:
     st = get_pod(k, name)["status"].get("containerStatuses") or [{}]
     return dict((st[0].get("state") or {}).get("waiting") or {})
 
 
-def events(k: ClusterKubelet, name: str) -> list[tuple[str, str]]:
+def events(k: KubeletProcess, name: str) -> list[tuple[str, str]]:
     evs = k.kubectl_json(
         "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}"
     )["items"]
@@ -128,20 +117,18 @@ def events(k: ClusterKubelet, name: str) -> list[tuple[str, str]]:
 
 
 def test_a_pull_secret_lets_the_pod_pull_and_without_it_the_pull_backs_off(
-    node: ClusterKubelet, private_registry: Registry
+    node: KubeletProcess, private_registry: Registry
 ) -> None:
     host = private_registry.host
     image = f"{host}/kubelet-py/busybox:1.36"
-    apply(
-        node,
+    node.apply(
         docker_secret("regcred", host, PASSWORD),
         docker_secret("wrongcred", host, "not-the-password"),
     )
     served = private_registry.served_manifests("kubelet-py/busybox")
     refused = private_registry.auth_failures(USER)
     always = {"container": {"imagePullPolicy": "Always"}}
-    apply(
-        node,
+    node.apply(
         pod("with-secret", image, imagePullSecrets=[{"name": "regcred"}], **always),
         pod("no-secret", image, **always),
         pod("wrong-secret", image, imagePullSecrets=[{"name": "wrongcred"}], **always),
@@ -179,10 +166,10 @@ def test_a_pull_secret_lets_the_pod_pull_and_without_it_the_pull_backs_off(
 
 
 def test_a_missing_pull_secret_is_named_and_the_pull_goes_on_without_it(
-    node: ClusterKubelet,
+    node: KubeletProcess,
 ) -> None:
     # The image is on the node (IfNotPresent): only the warning tells of the secret.
-    apply(node, pod("absent-secret", "busybox:1.36", imagePullSecrets=[{"name": "nosuch"}]))
+    node.apply(pod("absent-secret", "busybox:1.36", imagePullSecrets=[{"name": "nosuch"}]))
     wait_for(
         "absent-secret Running",
         lambda: get_pod(node, "absent-secret")["status"].get("phase") == "Running",
@@ -218,17 +205,15 @@ def _cgroup(ctrl: str, rel: str, name: str) -> str:
     )
 
 
-def test_runtime_class_handler_and_overhead(node: ClusterKubelet, containerd: Containerd) -> None:
+def test_runtime_class_handler_and_overhead(node: KubeletProcess, containerd: Containerd) -> None:
     rc = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass"}
-    apply(
-        node,
+    node.apply(
         {**rc, "metadata": {"name": "rc-runc"}, "handler": "runc",
          "overhead": {"podFixed": {"cpu": "250m", "memory": "32Mi"}}},
         {**rc, "metadata": {"name": "rc-nope"}, "handler": "no-such-handler"},
     )  # fmt: skip
     limits = {"resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}
-    apply(
-        node,
+    node.apply(
         pod("rc-ok", "busybox:1.36", runtimeClassName="rc-runc", container=limits),
         pod("rc-plain", "busybox:1.36", container=limits),
         pod("rc-bad", "busybox:1.36", runtimeClassName="rc-nope"),
@@ -261,7 +246,7 @@ def test_runtime_class_handler_and_overhead(node: ClusterKubelet, containerd: Co
     assert get_pod(node, "rc-bad")["status"]["phase"] == "Pending"
 
 
-def test_a_static_pod_waits_for_its_runtime_class(node: ClusterKubelet) -> None:
+def test_a_static_pod_waits_for_its_runtime_class(node: KubeletProcess) -> None:
     """The API refuses a pod naming a RuntimeClass that does not exist; a static
     pod is not asked, so the kubelet's own lookup is what stops it."""
     manifest = pod("late-rc", "busybox:1.36", runtimeClassName="rc-late")
@@ -275,8 +260,7 @@ def test_a_static_pod_waits_for_its_runtime_class(node: ClusterKubelet) -> None:
         lambda: ("FailedCreatePodSandBox", want) in events(node, full),
         timeout=45,
     )
-    apply(
-        node,
+    node.apply(
         {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
          "metadata": {"name": "rc-late"}, "handler": "runc"},
     )  # fmt: skip

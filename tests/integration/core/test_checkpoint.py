@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 
 from kubelet.testing.containerd import default_flavor
+from kubelet.testing.kubelets import KubeletProcess, standalone_kubelet
+from kubelet.testing.net import wait_http
+from kubelet.testing.wait import wait_for
 from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
-from tests.integration.core.test_command import KubeletProc, wait_http
 
 POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: ckpt, namespace: team}\nspec:\n  containers:\n  - {name: app, image: busybox:1.36, command: [sleep, infinity]}\n"
 
@@ -58,22 +60,22 @@ def unimplemented_sim(tmp_path: Path) -> Iterator[SimRuntimeProc]:
     yield from sim(tmp_path, "--checkpoint", "unimplemented")
 
 
-def start(tmp: Path, runtime: SimRuntimeProc, *extra: str) -> KubeletProc:
+def start(tmp: Path, runtime: SimRuntimeProc, *extra: str) -> KubeletProcess:
     manifests = tmp / "manifests"
     manifests.mkdir()
     (manifests / "ckpt.yaml").write_text(POD)
-    k = KubeletProc(tmp, runtime, manifests, *extra)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        pod = k.pods().get("ckpt-node-b")
-        if pod and pod.get("status", {}).get("phase") == "Running":
-            return k
-        time.sleep(0.2)
-    raise AssertionError(f"static pod not running: {k.log.read_text()[-2000:]}")
+    k = standalone_kubelet(tmp, runtime.endpoint, manifests, *extra)
+    wait_for(
+        "static pod ckpt Running",
+        lambda: k.pods().get("ckpt-node-b", {}).get("status", {}).get("phase") == "Running",
+        every=0.2,
+        detail=lambda: k.log.read_text()[-2000:],
+    )
+    return k
 
 
-def metric(k: KubeletProc, name: str) -> float:
-    text = wait_http(f"http://127.0.0.1:{k.ro}/metrics").decode()
+def metric(k: KubeletProcess, name: str) -> float:
+    text = wait_http(f"http://127.0.0.1:{k.read_only_port}/metrics").decode()
     m = re.search(rf'^{name}{{operation_type="checkpoint_container"}} (\S+)$', text, re.M)
     return float(m.group(1)) if m else 0.0
 

@@ -4,114 +4,33 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import ssl
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from tests.fixtures.simruntime import SimRuntimeProc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str, timeout: float = 5) -> tuple[int, bytes]:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    try:
-        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def wait_http(url: str, timeout: float = 30) -> bytes:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            code, body = get(url)
-            if code == 200:
-                return body
-            last = code
-        except OSError as err:
-            last = err
-        time.sleep(0.2)
-    raise AssertionError(f"{url} not answering: {last}")
-
-
-class KubeletProc:
-    def __init__(self, tmp: Path, sim: SimRuntimeProc, manifests: Path, *extra: str) -> None:
-        self.port, self.ro, self.healthz = free_port(), free_port(), free_port()
-        self.log = tmp / f"kubelet-{time.monotonic_ns()}.log"
-        cfg = tmp / "config.yaml"
-        cfg.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
-                    "kind": "KubeletConfiguration",
-                    "maxPods": 50,
-                    "address": "127.0.0.1",
-                    "cgroupsPerQOS": False,
-                    "enforceNodeAllocatable": [],
-                    "fileCheckFrequency": "1s",
-                    "plegRelistPeriod": "100ms",
-                }
-            )
-        )
-        argv = [
-            sys.executable, "-m", "kubelet",
-            "--config", str(cfg),
-            "--max-pods", "70",
-            "--anonymous-auth=true",
-            "--authorization-mode=AlwaysAllow",
-            "--port", str(self.port),
-            "--read-only-port", str(self.ro),
-            "--healthz-port", str(self.healthz),
-            "--container-runtime-endpoint", sim.endpoint,
-            "--pod-manifest-path", str(manifests),
-            "--root-dir", str(tmp / "root"),
-            "--cert-dir", str(tmp / "pki"),
-            "--pod-logs-dir", str(tmp / "logs"),
-            "--hostname-override", "node-b",
-            *extra,
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
-
-    def pods(self) -> dict[str, Any]:
-        return {
-            p["metadata"]["name"]: p
-            for p in json.loads(wait_http(f"http://127.0.0.1:{self.ro}/pods"))["items"]
-        }
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(30)
+from kubelet.testing.kubelets import (
+    KubeletProcess,
+    remove_all_pods,
+    sleeper_pod,
+    standalone_kubelet,
+    write_manifest,
+)
+from kubelet.testing.net import http_get as get
+from kubelet.testing.net import wait_http
 
 
 def test_config_flags_servers_and_clean_exit(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "m"
     manifests.mkdir()
-    k = KubeletProc(tmp_path, simruntime, manifests)
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     try:
-        assert wait_http(f"http://127.0.0.1:{k.healthz}/healthz") == b"ok"
+        assert wait_http(f"http://127.0.0.1:{k.healthz_port}/healthz") == b"ok"
         conf = json.loads(wait_http(f"https://127.0.0.1:{k.port}/configz"))["kubeletconfig"]
         assert conf["maxPods"] == 70  # the flag beat the file's 50
         assert conf["plegRelistPeriod"] == "100ms"  # the file beat the default
         assert conf["syncFrequency"] == "1m0s"  # the default
-        metrics = wait_http(f"http://127.0.0.1:{k.ro}/metrics").decode()
+        metrics = wait_http(f"http://127.0.0.1:{k.read_only_port}/metrics").decode()
         assert "kubelet_pleg_relist_duration_seconds_bucket" in metrics
     finally:
         assert k.stop() == 0  # SIGTERM is a clean shutdown
@@ -126,23 +45,10 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
     manifests = tmp_path / "m"
     manifests.mkdir()
     for i in range(5):
-        (manifests / f"p{i}.yaml").write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"p{i}"},
-                    "spec": {
-                        "containers": [
-                            {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                        ]
-                    },
-                }
-            )
-        )
-    k = KubeletProc(tmp_path, simruntime, manifests)
+        write_manifest(manifests, sleeper_pod(f"p{i}"))
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
 
-    def running(kp: KubeletProc) -> dict[str, tuple[str, int]]:
+    def running(kp: KubeletProcess) -> dict[str, tuple[str, int]]:
         out = {}
         for name, p in kp.pods().items():
             st = p.get("status", {})
@@ -158,7 +64,7 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
         time.sleep(0.2)
     assert len(before) == 5
     assert k.stop(signal.SIGKILL) == -signal.SIGKILL
-    k2 = KubeletProc(tmp_path, simruntime, manifests)
+    k2 = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     try:
         deadline = time.monotonic() + 30
         after: dict[str, tuple[str, int]] = {}
@@ -169,44 +75,14 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
         assert running(k2) == before  # same containers, restartCount unchanged
     finally:
         k2.stop()
-        _remove_all_pods(simruntime.endpoint)  # the runtime may be shared with other tests
-
-
-def _remove_all_pods(endpoint: str) -> None:
-    import asyncio
-
-    from kubelet.cri.remote import RemoteRuntimeService
-
-    async def run() -> None:
-        rt = RemoteRuntimeService(endpoint, 60)
-        try:
-            for sb in await rt.list_pod_sandbox():
-                await rt.stop_pod_sandbox(sb.id)
-                await rt.remove_pod_sandbox(sb.id)
-        finally:
-            await rt.close()
-
-    asyncio.run(run())
+        remove_all_pods(simruntime.endpoint)  # the runtime may be shared with other tests
 
 
 def test_runonce_starts_static_pods_and_exits(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "m"
     manifests.mkdir()
-    (manifests / "once.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "once"},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                    ]
-                },
-            }
-        )
-    )
-    k = KubeletProc(tmp_path, simruntime, manifests, "--runonce")
+    write_manifest(manifests, sleeper_pod("once"))
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests, "--runonce")
     assert k.proc.wait(60) == 0
     assert "runonce: pod default/once-node-b is Running" in k.log.read_text()
 
@@ -215,18 +91,23 @@ def test_lock_contention_hands_over_to_the_new_kubelet(simruntime, tmp_path: Pat
     manifests = tmp_path / "m"
     manifests.mkdir()
     lock = str(tmp_path / "kubelet.lock")
-    first = KubeletProc(
-        tmp_path, simruntime, manifests, "--lock-file", lock, "--exit-on-lock-contention"
+    first = standalone_kubelet(
+        tmp_path, simruntime.endpoint, manifests, "--lock-file", lock, "--exit-on-lock-contention"
     )
     try:
-        wait_http(f"http://127.0.0.1:{first.healthz}/healthz")
-        second = KubeletProc(
-            tmp_path, simruntime, manifests, "--lock-file", lock, "--exit-on-lock-contention"
+        wait_http(f"http://127.0.0.1:{first.healthz_port}/healthz")
+        second = standalone_kubelet(
+            tmp_path,
+            simruntime.endpoint,
+            manifests,
+            "--lock-file",
+            lock,
+            "--exit-on-lock-contention",
         )
         try:
             # The first one sees the second open the lock file and steps down.
             assert first.proc.wait(30) == 0
-            assert wait_http(f"http://127.0.0.1:{second.healthz}/healthz") == b"ok"
+            assert wait_http(f"http://127.0.0.1:{second.healthz_port}/healthz") == b"ok"
         finally:
             second.stop()
     finally:
@@ -249,7 +130,7 @@ def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     manifests.mkdir()
     (manifests / "talker.yaml").write_text(TALKER)
-    k = KubeletProc(tmp_path, simruntime, manifests)
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     base = f"https://127.0.0.1:{k.port}/containerLogs/default/talker-node-b"
     try:
         deadline = time.monotonic() + 30
@@ -276,6 +157,9 @@ def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:
         assert get(f"https://127.0.0.1:{k.port}/containerLogs/default/ghost/c")[0] == 404
         assert get(f"{base}/c?limitBytes=0")[0] == 422
         # Not on the read-only port, as upstream.
-        assert get(f"http://127.0.0.1:{k.ro}/containerLogs/default/talker-node-b/c")[0] == 404
+        assert (
+            get(f"http://127.0.0.1:{k.read_only_port}/containerLogs/default/talker-node-b/c")[0]
+            == 404
+        )
     finally:
         assert k.stop() == 0

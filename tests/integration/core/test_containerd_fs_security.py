@@ -14,10 +14,10 @@ import pytest
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.testing.images import BUSYBOX_REF
+from kubelet.testing.kubelets import InProcessKubelet
 from kubelet.util import mountutil
 from kubelet.volume.atomic_writer import DATA_DIR, is_ts_name
 from kubelet.volume.configmap import PLUGIN_NAME as CONFIGMAP
-from tests.integration.core.conftest import Node
 
 pytestmark = pytest.mark.containerd
 
@@ -33,12 +33,12 @@ class InMemoryConfigMaps:
         return self.objects[(namespace, name)]
 
 
-def volume_dir(node: Node, pod: str, plugin: str, name: str) -> Path:
+def volume_dir(node: InProcessKubelet, pod: str, plugin: str, name: str) -> Path:
     uid = node.pod(pod)["metadata"]["uid"]
     return Path(node.kubelet.root_dir) / "pods" / uid / "volumes" / plugin / name
 
 
-async def test_writes_into_api_volumes_fail_with_erofs(containerd_node: Node) -> None:
+async def test_writes_into_api_volumes_fail_with_erofs(containerd_node: InProcessKubelet) -> None:
     node = containerd_node
     for p in node.kubelet.volume_manager.plugins:
         if p.name == CONFIGMAP:
@@ -88,7 +88,7 @@ async def test_writes_into_api_volumes_fail_with_erofs(containerd_node: Node) ->
 
 
 async def test_subpath_planted_link_fails_the_container_good_one_is_bound(
-    containerd_node: Node,
+    containerd_node: InProcessKubelet,
 ) -> None:
     node = containerd_node
     init = {
@@ -148,7 +148,7 @@ async def test_subpath_planted_link_fails_the_container_good_one_is_bound(
     assert mountutil.mount_fstype(str(target)) is None
 
 
-async def test_termination_message_capped_at_4k(containerd_node: Node) -> None:
+async def test_termination_message_capped_at_4k(containerd_node: InProcessKubelet) -> None:
     node = containerd_node
     script = "head -c 10000 /dev/zero | tr '\\0' x >/dev/termination-log; printf END >>/dev/termination-log"
     node.write("term", [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", script]}],

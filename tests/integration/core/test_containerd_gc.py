@@ -24,8 +24,7 @@ from kubelet.kuberuntime.labels import CONTAINER_NAME, POD_UID
 from kubelet.logs.container_log_manager import ContainerLogManager, LogRotatePolicy
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.images import BUSYBOX_REF, PAUSE_REF, write_oci_tar
-from kubelet.testing.parts import part_unavailable
-from tests.fixtures.containerd import start_containerd
+from kubelet.testing.parts import part_unavailable, start_containerd
 
 pytestmark = pytest.mark.containerd
 

@@ -15,7 +15,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteImageService
 from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy
 from kubelet.testing.images import BUSYBOX_REF, write_oci_tar
-from tests.integration.core.conftest import Node, _node
+from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
 
 pytestmark = pytest.mark.containerd
 
@@ -37,12 +37,16 @@ def _pod_cgroups(root: str) -> list[str]:
 
 
 @pytest.fixture
-async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[InProcessKubelet]:  # type: ignore[no-untyped-def]
     root = f"kpy-knobs-pids-{os.getpid()}-{time.monotonic_ns() % 100000}"
     try:
-        async for n in _node(
-            containerd, tmp_path, cgroups_per_qos=True, cgroup_root=f"/{root}", pod_pids_limit=20
-        ):
+        async with in_process_kubelet(
+            containerd.endpoint,
+            tmp_path,
+            cgroups_per_qos=True,
+            cgroup_root=f"/{root}",
+            pod_pids_limit=20,
+        ) as n:
             yield n
             # Remove the pods so that their cgroups can go.
             for p in n.manifests.iterdir():
@@ -55,7 +59,7 @@ async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[Node]:  # type:
         _remove_tree(root)
 
 
-async def test_pod_pids_limit_stops_a_fork_loop(pids_node: Node) -> None:
+async def test_pod_pids_limit_stops_a_fork_loop(pids_node: InProcessKubelet) -> None:
     """podPidsLimit: pids.max of the pod cgroup, which the kernel enforces on
     every process of the pod: a subshell that forks 40 sleepers runs into it
     (its fork fails and it exits), the sleepers it made stay, and the pod
@@ -87,8 +91,8 @@ async def test_pod_pids_limit_stops_a_fork_loop(pids_node: Node) -> None:
 @pytest.fixture
 async def knob_node(
     containerd, tmp_path: Path, request: pytest.FixtureRequest
-) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
-    async for n in _node(containerd, tmp_path, **request.param):
+) -> AsyncIterator[InProcessKubelet]:  # type: ignore[no-untyped-def]
+    async with in_process_kubelet(containerd.endpoint, tmp_path, **request.param) as n:
         yield n
 
 
@@ -102,7 +106,7 @@ def _status_line(text: str, key: str) -> str:
     indirect=["knob_node"],
 )
 async def test_seccomp_default_confines_containers_that_name_no_profile(
-    knob_node: Node, mode: str
+    knob_node: InProcessKubelet, mode: str
 ) -> None:
     """seccompDefault: a container without a seccomp profile runs under the
     runtime's default filter (Seccomp: 2 in its status), else unconfined (0)."""
@@ -120,7 +124,7 @@ async def test_seccomp_default_confines_containers_that_name_no_profile(
     "knob_node", [{"allowed_unsafe_sysctls": ["net.core.somaxconn"]}], indirect=True
 )
 async def test_allowed_unsafe_sysctls_reach_the_pod_and_others_are_refused(
-    knob_node: Node,
+    knob_node: InProcessKubelet,
 ) -> None:
     node = knob_node
     cmd = ["sh", "-c", "cat /proc/sys/net/core/somaxconn; sleep 600"]
@@ -156,7 +160,7 @@ class _OnlyThese(RemoteImageService):
 
 async def test_image_maximum_gc_age_removes_unused_images_from_containerd(
     containerd,
-    containerd_node: Node,
+    containerd_node: InProcessKubelet,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     """imageMaximumGCAge: once the kubelet has watched that long, an image no

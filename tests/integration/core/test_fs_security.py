@@ -14,26 +14,18 @@ from typing import Any
 import pytest
 
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.testing.kubelets import EventLog, InProcessKubelet, in_process_kubelet
 from kubelet.util import mountutil
-from tests.integration.core.conftest import Node, _node
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, str, str]] = []
-
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self.seen.append((ref.get("name", ""), etype, reason, message))
 
 
 @pytest.fixture
-async def recorded(simruntime, tmp_path: Path) -> AsyncIterator[tuple[Node, Events]]:  # type: ignore[no-untyped-def]
-    events = Events()
-    async for n in _node(simruntime, tmp_path, recorder=events):
+async def recorded(simruntime, tmp_path: Path) -> AsyncIterator[tuple[InProcessKubelet, EventLog]]:  # type: ignore[no-untyped-def]
+    events = EventLog()
+    async with in_process_kubelet(simruntime.endpoint, tmp_path, recorder=events) as n:
         yield n, events
 
 
-async def cri_mounts(node: Node, pod: str, cname: str) -> dict[str, pb.Mount]:
+async def cri_mounts(node: InProcessKubelet, pod: str, cname: str) -> dict[str, pb.Mount]:
     cid = node.container(pod, cname)["containerID"].split("://")[1]
     st = (await node.rt.container_status(cid)).status
     return {m.container_path: m for m in st.mounts}
@@ -44,7 +36,7 @@ def dapi(name: str) -> dict[str, Any]:
     return {"name": name, "downwardAPI": {"items": [item]}}
 
 
-async def test_api_volumes_reach_the_runtime_read_only(node: Node) -> None:
+async def test_api_volumes_reach_the_runtime_read_only(node: InProcessKubelet) -> None:
     volumes = [
         # Standalone: no API objects, so downwardAPI stands for the API volumes
         # (the projected, configMap and secret ones: tests/unit/volume/test_readonly_volumes.py).
@@ -65,7 +57,7 @@ async def test_api_volumes_reach_the_runtime_read_only(node: Node) -> None:
 
 
 async def test_subpath_link_out_fails_the_container_with_an_event(
-    recorded: tuple[Node, Events], tmp_path: Path
+    recorded: tuple[InProcessKubelet, EventLog], tmp_path: Path
 ) -> None:
     node, events = recorded
     victim = tmp_path / "victim"
@@ -98,7 +90,7 @@ async def test_subpath_link_out_fails_the_container_with_an_event(
         assert (
             "sp-node-a", "Warning", "Failed",
             f'Error: failed to prepare subPath for volumeMount "data" of container "{c}"',
-        ) in events.seen  # fmt: skip
+        ) in events.events  # fmt: skip
     # The runtime got the bind mount under volume-subpaths, never the plain path.
     uid = node.pod("sp")["metadata"]["uid"]
     target = Path(node.kubelet.root_dir) / "pods" / uid / "volume-subpaths" / "data" / "good" / "0"
@@ -118,7 +110,9 @@ def mode(p: Path) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
-async def test_kubelet_directories_have_upstream_modes(node: Node, tmp_path: Path) -> None:
+async def test_kubelet_directories_have_upstream_modes(
+    node: InProcessKubelet, tmp_path: Path
+) -> None:
     node.write(
         "modes",
         [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],

@@ -13,15 +13,15 @@ import socket
 import ssl
 import time
 import urllib.parse
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.core.test_command import KubeletProc, get, wait_http
+from kubelet.testing.kubelets import KubeletProcess, sleeper_pod, standalone_kubelet, write_manifest
+from kubelet.testing.net import http_get as get
+from kubelet.testing.net import wait_http
 
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "50")),
@@ -84,31 +84,16 @@ def _path(route: str, segs: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def kubelet_proc(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from tests.fixtures.simruntime import start_simruntime
+    from kubelet.testing.simruntime import start_simruntime
 
     tmp = tmp_path_factory.mktemp("fuzz-http")
-    short = Path("/tmp") / f"fz-{time.monotonic_ns()}"
-    short.mkdir()
-    sim = start_simruntime(short)
+    sim = start_simruntime()
     manifests = tmp / "m"
     manifests.mkdir()
-    (manifests / "fuzz.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "fuzz"},
-                "spec": {
-                    "containers": [
-                        {"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"]}
-                    ]
-                },
-            }
-        )
-    )
-    k = KubeletProc(tmp, sim, manifests)
+    write_manifest(manifests, sleeper_pod("fuzz"))
+    k = standalone_kubelet(tmp, sim.endpoint, manifests)
     try:
-        wait_http(f"http://127.0.0.1:{k.healthz}/healthz")
+        wait_http(f"http://127.0.0.1:{k.healthz_port}/healthz")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             pod = k.pods().get("fuzz-node-b", {})
@@ -130,9 +115,9 @@ def _ctx() -> ssl.SSLContext:
     return ctx
 
 
-def _healthz_prompt(k: KubeletProc) -> None:
+def _healthz_prompt(k: KubeletProcess) -> None:
     t = time.monotonic()
-    code, _ = get(f"http://127.0.0.1:{k.healthz}/healthz", timeout=5)
+    code, _ = get(f"http://127.0.0.1:{k.healthz_port}/healthz", timeout=5)
     assert code == 200
     assert time.monotonic() - t < 2.0, "healthz took seconds: the event loop stalled"
 
@@ -156,7 +141,7 @@ def _check_answer(status: int, body: bytes) -> None:
     body=st.binary(max_size=64),
 )
 def test_fuzzed_requests(
-    kubelet_proc: KubeletProc,
+    kubelet_proc: KubeletProcess,
     secure: bool,
     method: str,
     route: str,
@@ -172,7 +157,7 @@ def test_fuzzed_requests(
     conn: http.client.HTTPConnection = (
         http.client.HTTPSConnection("127.0.0.1", k.port, timeout=3, context=_ctx())
         if secure
-        else http.client.HTTPConnection("127.0.0.1", k.ro, timeout=3)
+        else http.client.HTTPConnection("127.0.0.1", k.read_only_port, timeout=3)
     )
     try:
         conn.putrequest(method, path, skip_accept_encoding=True)
@@ -213,9 +198,9 @@ RAW = st.one_of(
 
 @FUZZ
 @given(data=RAW)
-def test_raw_request_bytes(kubelet_proc: KubeletProc, data: bytes) -> None:
+def test_raw_request_bytes(kubelet_proc: KubeletProcess, data: bytes) -> None:
     k = kubelet_proc
-    with socket.create_connection(("127.0.0.1", k.ro), timeout=1) as s:
+    with socket.create_connection(("127.0.0.1", k.read_only_port), timeout=1) as s:
         try:
             s.sendall(data)
             s.shutdown(socket.SHUT_WR)
@@ -234,7 +219,7 @@ def test_raw_request_bytes(kubelet_proc: KubeletProc, data: bytes) -> None:
     _healthz_prompt(k)
 
 
-def test_no_unhandled_exception_in_the_log(kubelet_proc: KubeletProc) -> None:
+def test_no_unhandled_exception_in_the_log(kubelet_proc: KubeletProcess) -> None:
     # Last in this module: the fuzz tests above ran against the same process.
     text = kubelet_proc.log.read_text(errors="replace")
     assert "Error handling request" not in text, text[-3000:]

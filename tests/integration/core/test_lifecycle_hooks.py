@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import socket
 from typing import Any
 
 import pytest
 
 from kubelet.config.config import Op, PodUpdate
 from kubelet.testing.images import BUSYBOX_REF
+from kubelet.testing.net import free_port
 
 BUSYBOX = "busybox:1.36"
 
@@ -39,14 +39,6 @@ def ctr(name: str, script: str, image: str = BUSYBOX, **kw: Any) -> dict[str, An
     return {"name": name, "image": image, "command": ["sh", "-c", script], **kw}
 
 
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return int(port)
-
-
 # ------------------------------------------------------------ simulated runtime
 async def test_hooks_bad_input_is_reported_and_nothing_else_disturbed(node) -> None:  # type: ignore[no-untyped-def]
     ev = record(node)
@@ -56,7 +48,7 @@ async def test_hooks_bad_input_is_reported_and_nothing_else_disturbed(node) -> N
         "nocmd",
         [ctr("c", "sleep infinity", lifecycle={"postStart": {"exec": {"command": ["/bin/nope"]}}})],
     )
-    port = closed_port()
+    port = free_port()
     http = {"postStart": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/hook"}}}
     node.write("closed", [ctr("c", "sleep infinity", lifecycle=http)])
     await node.wait(lambda: node.phase("good") == "Running", what="good Running")

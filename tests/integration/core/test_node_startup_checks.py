@@ -6,8 +6,6 @@ runtime's RuntimeConfig (KubeletCgroupDriverFromCRI)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,16 +16,16 @@ from kubelet.cm.container_manager import HostPaths
 from kubelet.cmd.options import KubeletFlags, KubeletServer
 from kubelet.cmd.run import StartupError, run
 from kubelet.dependencies import Dependencies
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
 from kubelet.util.sysctl import DESIRED_KERNEL_TUNABLES
-from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
 
 NO_SWAP = "Filename\tType\tSize\tUsed\tPriority\n"
 SWAP_ON = NO_SWAP + "/swapfile\tfile\t1048572\t0\t-2\n"
 
 
 def sim_with(driver: str) -> Iterator[SimRuntimeProc]:
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"sim-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(parents=True)
+    d = short_dir("sim")
     sim = start_simruntime(d, "--cgroup-driver", driver)
     try:
         yield sim

@@ -12,7 +12,7 @@ import pytest
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import NodeInputs, allocatable, capacity
-from tests.integration.core.conftest import Node, _node
+from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
 
 
 def inputs(**cfg_fields: object) -> NodeInputs:
@@ -33,12 +33,14 @@ def test_pod_capacity_is_the_lower_of_max_pods_and_pods_per_core() -> None:
 
 
 @pytest.fixture
-async def per_core_node(simruntime, tmp_path: Path) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
-    async for n in _node(simruntime, tmp_path, pods_per_core=1):  # maxPods stays 500
+async def per_core_node(simruntime, tmp_path: Path) -> AsyncIterator[InProcessKubelet]:  # type: ignore[no-untyped-def]
+    async with in_process_kubelet(
+        simruntime.endpoint, tmp_path, pods_per_core=1
+    ) as n:  # maxPods stays 500
         yield n
 
 
-async def test_admission_refuses_pods_past_pods_per_core(per_core_node: Node) -> None:
+async def test_admission_refuses_pods_past_pods_per_core(per_core_node: InProcessKubelet) -> None:
     node = per_core_node
     cores = os.cpu_count() or 1
     for i in range(cores + 1):

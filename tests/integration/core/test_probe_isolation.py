@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from kubelet.probe.dial import PER_POD_CONNECTIONS
-from tests.integration.core.test_probes import c, record
+from kubelet.testing.kubelets import sleeper
 
 HOSTILE = 200
 VICTIMS = 50
@@ -104,14 +104,16 @@ def _write_hostile(node: Any, hang_port: int) -> None:
     containers = []
     for i in range(HOSTILE):
         host = SLOW_NAME if i % 2 else "127.0.0.1"
-        containers.append(c(f"h{i}", readinessProbe=_probe(host, hang_port, f"/h{i}", 1, 10)))
+        containers.append(sleeper(f"h{i}", readinessProbe=_probe(host, hang_port, f"/h{i}", 1, 10)))
     node.write("hostile", containers)
 
 
 def _write_victims(node: Any, ok_port: int) -> None:
     for i in range(VICTIMS):
         host = GOOD_NAME if i % 2 else "127.0.0.1"
-        node.write(f"ok{i}", [c("app", readinessProbe=_probe(host, ok_port, f"/ok{i}", PERIOD, 1))])
+        node.write(
+            f"ok{i}", [sleeper("app", readinessProbe=_probe(host, ok_port, f"/ok{i}", PERIOD, 1))]
+        )
 
 
 async def test_hanging_probes_of_one_pod_do_not_starve_other_pods(  # type: ignore[no-untyped-def]
@@ -119,7 +121,7 @@ async def test_hanging_probes_of_one_pod_do_not_starve_other_pods(  # type: igno
 ) -> None:
     dns = SlowDNS()
     monkeypatch.setattr(socket, "getaddrinfo", dns)
-    rec = record(node)
+    rec = node.record_events()
     hang_port, ok_port = unused_tcp_port_factory(), unused_tcp_port_factory()
     hits: dict[str, list[float]] = {}
     silent, held = await _silent_server(hang_port)

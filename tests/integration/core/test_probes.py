@@ -7,26 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-BUSYBOX = "busybox:1.36"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str, str]] = []
-
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self.events.append((ref.get("name", ""), etype, reason, message))
-
-
-def record(node: Any) -> Recorder:
-    rec = Recorder()
-    node.kubelet.probes.recorder = rec
-    node.kubelet.runtime_manager.recorder = rec
-    return rec
-
-
-def c(name: str, **probes: Any) -> dict[str, Any]:
-    return {"name": name, "image": BUSYBOX, "command": ["sleep", "infinity"], **probes}
+from kubelet.testing.kubelets import sleeper
 
 
 def exec_probe(cmd: str, **kw: Any) -> dict[str, Any]:
@@ -37,9 +18,9 @@ async def test_readiness_decides_ready_and_the_pod_condition(node) -> None:  # t
     node.write(
         "rdy",
         [
-            c("good", readinessProbe=exec_probe("exit 0")),
-            c("bad", readinessProbe=exec_probe("exit 1")),
-            c("plain"),
+            sleeper("good", readinessProbe=exec_probe("exit 0")),
+            sleeper("bad", readinessProbe=exec_probe("exit 1")),
+            sleeper("plain"),
         ],
     )
     await node.wait(lambda: node.container("rdy", "good")["ready"], timeout=20, what="good ready")
@@ -52,8 +33,8 @@ async def test_readiness_decides_ready_and_the_pod_condition(node) -> None:  # t
 
 
 async def test_failing_liveness_probe_restarts_the_container(node) -> None:  # type: ignore[no-untyped-def]
-    rec = record(node)
-    node.write("live", [c("app", livenessProbe=exec_probe("exit 1", failureThreshold=2))])
+    rec = node.record_events()
+    node.write("live", [sleeper("app", livenessProbe=exec_probe("exit 1", failureThreshold=2))])
     await node.wait(
         lambda: node.container("live", "app")["restartCount"] >= 1, timeout=30, what="a restart"
     )
@@ -68,7 +49,7 @@ async def test_startup_probe_gates_liveness_and_readiness(node) -> None:  # type
     node.write(
         "slow",
         [
-            c(
+            sleeper(
                 "app",
                 startupProbe=exec_probe("exit 1", failureThreshold=100),
                 livenessProbe=exec_probe("exit 1", failureThreshold=1),
@@ -106,22 +87,22 @@ async def test_http_and_tcp_probes(node, unused_tcp_port_factory) -> None:  # ty
         node.write(
             "net",
             [
-                c("http-ok", readinessProbe={"httpGet": http, "periodSeconds": 1}),
-                c(
+                sleeper("http-ok", readinessProbe={"httpGet": http, "periodSeconds": 1}),
+                sleeper(
                     "http-500",
                     readinessProbe={
                         "httpGet": dict(http, port=bad_port, path="/x"),
                         "periodSeconds": 1,
                     },
                 ),
-                c(
+                sleeper(
                     "tcp-ok",
                     readinessProbe={
                         "tcpSocket": {"host": "127.0.0.1", "port": ok_port},
                         "periodSeconds": 1,
                     },
                 ),
-                c(
+                sleeper(
                     "tcp-closed",
                     readinessProbe={
                         "tcpSocket": {"host": "127.0.0.1", "port": closed},

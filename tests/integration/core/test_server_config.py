@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.core.test_command import KubeletProc, wait_http
+from kubelet.testing.kubelets import standalone_kubelet
+from kubelet.testing.net import wait_http
 
 DEBUG_PATHS = [
     ("POST", "/run/default/p/c"),
@@ -68,10 +69,10 @@ def test_debugging_handlers_off_and_tls13_minimum(simruntime, tmp_path: Path) ->
             }
         )
     )
-    k = KubeletProc(tmp_path, simruntime, manifests, "--config", str(cfg))
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests, "--config", str(cfg))
     try:
         base = f"https://127.0.0.1:{k.port}"
-        wait_http(f"http://127.0.0.1:{k.healthz}/healthz")
+        wait_http(f"http://127.0.0.1:{k.healthz_port}/healthz")
         wait_http(base + "/healthz")
         for path in ("/pods", "/metrics", "/metrics/probes", "/stats/summary"):
             assert request("GET", base + path)[0] == 200, path

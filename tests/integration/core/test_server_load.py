@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from kubelet.server import server as s
-from tests.integration.core.test_command import KubeletProc, wait_http
+from kubelet.testing.kubelets import standalone_kubelet
+from kubelet.testing.net import wait_http
 
 
 def _ctx() -> ssl.SSLContext:
@@ -60,12 +61,12 @@ async def _slowloris(port: int, stop: asyncio.Event) -> None:
 async def test_idle_and_slow_clients_do_not_stall_the_ports(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "m"
     manifests.mkdir()
-    k = KubeletProc(tmp_path, simruntime, manifests)
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     conns: list[asyncio.StreamWriter] = []
     stop = asyncio.Event()
     slow: list[asyncio.Task[None]] = []
     try:
-        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{k.healthz}/healthz")
+        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{k.healthz_port}/healthz")
         get = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
         status, baseline = await _request(k.port, get, tls=True)
         assert status == 200
@@ -77,7 +78,7 @@ async def test_idle_and_slow_clients_do_not_stall_the_ports(simruntime, tmp_path
         for _ in range(50):
             _, w = await asyncio.open_connection("127.0.0.1", k.port, ssl=_ctx())
             conns.append(w)
-        slow = [asyncio.create_task(_slowloris(k.ro, stop)) for _ in range(50)]
+        slow = [asyncio.create_task(_slowloris(k.read_only_port, stop)) for _ in range(50)]
         await asyncio.sleep(2)
 
         lat = []
@@ -85,7 +86,9 @@ async def test_idle_and_slow_clients_do_not_stall_the_ports(simruntime, tmp_path
             status, dt = await _request(k.port, get, tls=True)
             assert status == 200
             lat.append(dt)
-            status, dt = await _request(k.ro, get.replace(b"/healthz", b"/pods"), tls=False)
+            status, dt = await _request(
+                k.read_only_port, get.replace(b"/healthz", b"/pods"), tls=False
+            )
             assert status == 200
         # Prompt: under a second each, with 300 clients hanging on (baseline for
         # the record: one TLS request on an idle kubelet).
@@ -93,18 +96,20 @@ async def test_idle_and_slow_clients_do_not_stall_the_ports(simruntime, tmp_path
 
         token = b"Authorization: Bearer " + b"a" * 12 * 1024 + b"\r\n"
         status, _ = await _request(
-            k.ro,
+            k.read_only_port,
             b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + token + b"Connection: close\r\n\r\n",
             False,
         )
         assert status == 200  # aiohttp's default would refuse this (8 KiB)
         big = b"X-Big: " + b"a" * (s.MAX_FIELD_BYTES + 1) + b"\r\n"
         status, _ = await _request(
-            k.ro, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n", False
+            k.read_only_port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n", False
         )
         assert status in (400, 431)
         many = b"".join(b"X-%d: y\r\n" % i for i in range(s.MAX_HEADERS + 1))
-        status, _ = await _request(k.ro, b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n", False)
+        status, _ = await _request(
+            k.read_only_port, b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n", False
+        )
         assert status in (400, 431)
         status, dt = await _request(k.port, get, tls=True)
         assert status == 200 and dt < 1.0

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from kubelet import watchdog
-from tests.integration.core.test_command import free_port, wait_http
+from kubelet.testing.net import free_port, wait_http
 
 ROOT = Path(__file__).resolve().parents[3]
 UNIT = ROOT / "packaging" / "systemd" / "kubelet.service"

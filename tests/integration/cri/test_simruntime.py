@@ -11,6 +11,9 @@ import pytest
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService, runtime_ready
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import start_simruntime
+from kubelet.testing.wait import wait_for_async
 
 
 def sandbox_config(tmp: Path, name: str = "web", uid: str = "uid-1") -> pb.PodSandboxConfig:
@@ -30,15 +33,6 @@ def container_config(name: str, script: str, uid: str = "uid-1") -> pb.Container
         log_path=f"{name}/0.log",
         labels={"io.kubernetes.pod.uid": uid, "io.kubernetes.container.name": name},
     )
-
-
-async def wait_for(pred, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await pred():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 async def test_sandbox_and_container_lifecycle(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -68,7 +62,7 @@ async def test_sandbox_and_container_lifecycle(simruntime, tmp_path: Path) -> No
         async def exited() -> bool:
             return (await rt.container_status(cid)).status.state == pb.CONTAINER_EXITED
 
-        await wait_for(exited)
+        await wait_for_async("the container to exit", exited, 10, every=0.05, retry_on=())
         s = (await rt.container_status(cid)).status
         assert (s.exit_code, s.reason) == (3, "Error")
         assert s.finished_at > s.started_at > 0
@@ -185,10 +179,7 @@ async def test_runtime_down_is_a_typed_error_within_the_deadline(tmp_path: Path)
 
 
 async def test_client_reconnects_when_the_runtime_comes_back(tmp_path: Path) -> None:
-    from tests.fixtures.simruntime import start_simruntime
-
-    d = Path(f"/tmp/reconn-{time.monotonic_ns()}")
-    d.mkdir()
+    d = short_dir("reconn")
     sim = start_simruntime(d)
     rt = RemoteRuntimeService(sim.endpoint, timeout=2)
     try:
@@ -197,15 +188,14 @@ async def test_client_reconnects_when_the_runtime_comes_back(tmp_path: Path) -> 
         with pytest.raises((errors.UnavailableError, errors.DeadlineExceededError)):
             await rt.version()
         sim = start_simruntime(d)  # the runtime restarts on the same socket
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                assert (await rt.version()).runtime_name == "simruntime"
-                break
-            except errors.CRIError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
+
+        async def name() -> str:
+            return (await rt.version()).runtime_name
+
+        reconnected = await wait_for_async(
+            "the client to reconnect", name, 15, every=0.2, retry_on=(errors.CRIError,)
+        )
+        assert reconnected == "simruntime"
     finally:
         await rt.close()
         sim.stop()

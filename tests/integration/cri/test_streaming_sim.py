@@ -8,7 +8,7 @@ import pytest
 
 from kubelet.cri import errors
 from kubelet.cri.remote import RemoteRuntimeService
-from tests.fixtures.simruntime import SimRuntimeProc
+from kubelet.testing.simruntime import SimRuntimeProc
 
 
 async def test_streaming_calls_are_unimplemented(simruntime: SimRuntimeProc) -> None:

@@ -26,9 +26,10 @@ from kubelet.testing import csi as parts
 from kubelet.testing import csi_deploy
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import STORAGE_CONTROLLERS, ControlPlane, Unavailable
+from kubelet.testing.kubelets import KubeletProcess, cluster_kubelet
 from kubelet.testing.parts import starting, tail_of
+from kubelet.testing.wait import wait_for
 from kubelet.util import mountutil
-from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -36,7 +37,7 @@ NODE = "py-csi-node"
 
 
 class Env:
-    def __init__(self, cp: ControlPlane, k: ClusterKubelet, root: Path, state: Path) -> None:
+    def __init__(self, cp: ControlPlane, k: KubeletProcess, root: Path, state: Path) -> None:
         self.cp, self.k, self.root, self.state = cp, k, root, state
 
     def json(self, *args: str) -> Any:
@@ -58,7 +59,7 @@ def env(containerd: Containerd, tmp_path_factory: pytest.TempPathFactory) -> Ite
         ).start()
     # Short: the registration and driver sockets live under the root dir.
     tmp = Path(tempfile.mkdtemp(prefix="kpycsi-", dir="/tmp"))
-    k = ClusterKubelet(cp, tmp, containerd, node_name=NODE, config={"cgroupsPerQOS": True})  # type: ignore[arg-type]
+    k = cluster_kubelet(cp, tmp, containerd.endpoint, NODE, config={"cgroupsPerQOS": True})
     e = Env(cp, k, tmp / "root", tmp / "csi-state")
     try:
         wait_for("the node to be Ready", lambda: _ready(e), timeout=120)

@@ -13,8 +13,8 @@ import pytest
 
 from benches.drills import api_outage
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.cluster import start_control_plane
-from tests.fixtures.simruntime import SimRuntimeProc
+from kubelet.testing.parts import start_control_plane
+from kubelet.testing.simruntime import SimRuntimeProc
 
 pytestmark = pytest.mark.cluster
 

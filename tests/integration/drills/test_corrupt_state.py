@@ -9,7 +9,7 @@ import pytest
 
 from benches.drills import corrupt_state
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc
+from kubelet.testing.simruntime import SimRuntimeProc
 
 pytestmark = pytest.mark.cluster
 

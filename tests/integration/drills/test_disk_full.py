@@ -11,7 +11,7 @@ import pytest
 
 from benches.drills import disk_full
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc
+from kubelet.testing.simruntime import SimRuntimeProc
 
 # Long (about 2 min): behind `hack/test.sh -m slow` and python -m benches.drills.
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

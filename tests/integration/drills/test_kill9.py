@@ -14,7 +14,7 @@ import pytest
 from benches.drills import kill9
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc
+from kubelet.testing.simruntime import SimRuntimeProc
 
 pytestmark = pytest.mark.cluster
 

@@ -8,15 +8,14 @@ python -m benches.drills runtime-empty --pods 1000.
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 from benches.drills import runtime_restarted_empty
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
 
 pytestmark = pytest.mark.cluster
 
@@ -28,8 +27,7 @@ pytestmark = pytest.mark.cluster
 def test_simulated_runtime_restarted_empty(
     control_plane: ControlPlane, tmp_path: Path, pods: int
 ) -> None:
-    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"simr-{os.getpid()}-{time.monotonic_ns()}"
-    d.mkdir(parents=True)
+    d = short_dir("simr")
     sims: list[SimRuntimeProc] = [start_simruntime(d)]
 
     def restart() -> None:

@@ -19,7 +19,7 @@ import pytest
 from benches.drills import runtime_stopped
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
-from tests.fixtures.containerd import start_containerd
+from kubelet.testing.parts import start_containerd
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.testing.test_parts import run_generated
+from tests.unit.testing.generated import run_generated
 
 # Needs what the containerd fixture checks before it starts the binary (root,
 # the CNI plugins): hack/parts/containerd.sh.

@@ -32,6 +32,8 @@ from kubelet.certificate.manager import Manager, NodeNameMismatch, check_subject
 from kubelet.certificate.store import FileStore, NoCertKeyError, load_pair_file, parse_pair
 from kubelet.client.rest import APIClient, ConnectionConfig
 from kubelet.server.tls import RotatingServerContext
+from kubelet.testing.net import free_port
+from kubelet.testing.net import serving as serving_app
 from kubelet.testing.pki import PKI
 from kubelet.util.clock import FakeClock
 
@@ -351,34 +353,32 @@ async def test_rotation_reaches_new_api_and_server_connections(pki: PKI, tmp_pat
 
     app = web.Application()
     app.router.add_get("/whoami", whoami)
-    runner = web.AppRunner(app)
-    await runner.setup()
     ctx = RotatingServerContext(serving, pki.ca.cert).context
     ctx.verify_mode = ssl.CERT_REQUIRED
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    api = APIClient(
-        ConnectionConfig(f"https://127.0.0.1:{port}", ca_file=pki.ca.cert), 0, 1, cert_source=client
-    )
-    try:
-        # No serving pair yet: handshakes fail.
-        with pytest.raises(aiohttp.ClientError):
+    async with serving_app(app, ssl_context=ctx) as port:
+        api = APIClient(
+            ConnectionConfig(f"https://127.0.0.1:{port}", ca_file=pki.ca.cert),
+            0,
+            1,
+            cert_source=client,
+        )
+        try:
+            # No serving pair yet: handshakes fail.
+            with pytest.raises(aiohttp.ClientError):
+                await api.get("/whoami")
+            assert await serving.rotate() and await client.rotate()
             await api.get("/whoami")
-        assert await serving.rotate() and await client.rotate()
-        await api.get("/whoami")
-        c1 = client.current()
-        assert c1 is not None and seen[-1] == str(c1.leaf.serial_number)
-        old_session = api.session
-        assert await serving.rotate() and await client.rotate()
-        await api.get("/whoami")
-        c2 = client.current()
-        assert c2 is not None and c2.leaf.serial_number != c1.leaf.serial_number
-        assert seen[-1] == str(c2.leaf.serial_number)
-        assert api.session is not old_session and not old_session.closed  # retired, not cut
-    finally:
-        await api.close()
-        await runner.cleanup()
+            c1 = client.current()
+            assert c1 is not None and seen[-1] == str(c1.leaf.serial_number)
+            old_session = api.session
+            assert await serving.rotate() and await client.rotate()
+            await api.get("/whoami")
+            c2 = client.current()
+            assert c2 is not None and c2.leaf.serial_number != c1.leaf.serial_number
+            assert seen[-1] == str(c2.leaf.serial_number)
+            assert api.session is not old_session and not old_session.closed  # retired, not cut
+        finally:
+            await api.close()
     await asyncio.sleep(0)
 
 
@@ -414,11 +414,7 @@ async def test_a_denied_bootstrap_request_is_logged_and_retried_with_a_new_key(
 async def test_an_unreachable_api_server_is_retried_and_the_key_kept(
     pki: PKI, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once closed
+    port = free_port()  # nothing listens there
     boot = _bootstrap_kubeconfig(tmp_path, pki, f"https://127.0.0.1:{port}")
     pki_dir = tmp_path / "pki"
     with pytest.raises(TimeoutError):

@@ -19,7 +19,7 @@ from kubelet.cm.container_manager import (
     NodeConfig,
 )
 from kubelet.util.sysctl import DESIRED_KERNEL_TUNABLES
-from tests.unit.cm.test_cgroup_manager import mountinfo, pod
+from tests.unit.cm.helpers import mountinfo, pod
 
 GiB, MiB = 1 << 30, 1 << 20
 CAPACITY = {"cpu": 2000, "memory": 8 * GiB, "ephemeral-storage": 100 * GiB}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from kubelet.apis.config import account
 from kubelet.cmd.kubelet import build_server
+from kubelet.testing.net import free_port
 
 DATA = Path(__file__).with_name("testdata")
 # The kubelet unit's drop-in this project ships, laid out as kubeadm's packages do.
@@ -62,18 +62,12 @@ def node_command(node: str, root: Path, extra_args: str) -> list[str]:
     return shlex.split(expanded)[1:]  # without /usr/bin/kubelet
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _bootstrap_kubeconfig(root: Path) -> None:
     (root / "etc" / "kubernetes" / "bootstrap-kubelet.conf").write_text(
         f"""apiVersion: v1
 kind: Config
 clusters:
-- cluster: {{server: "https://127.0.0.1:{_closed_port()}", insecure-skip-tls-verify: true}}
+- cluster: {{server: "https://127.0.0.1:{free_port()}", insecure-skip-tls-verify: true}}
   name: k
 contexts:
 - context: {{cluster: k, user: u}}
@@ -134,7 +128,7 @@ def test_the_kubeadm_command_line_starts_and_retries_bootstrap(tmp_path: Path) -
     argv = node_command(
         "kubeadm",
         root,
-        f"--root-dir={var} --cert-dir={var}/pki --healthz-port=0 --port={_closed_port()}",
+        f"--root-dir={var} --cert-dir={var}/pki --healthz-port=0 --port={free_port()}",
     )
     _bootstrap_kubeconfig(root)
     p = subprocess.Popen(

@@ -106,11 +106,13 @@ def test_unknown_format_is_a_validation_error() -> None:
 
 def test_a_running_kubelet_logs_json(simruntime, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The real command with --logging-format=json -v=4: every line is a JSON object."""
-    from tests.integration.core.test_command import KubeletProc
+    from kubelet.testing.kubelets import standalone_kubelet
 
     manifests = tmp_path / "m"
     manifests.mkdir()
-    k = KubeletProc(tmp_path, simruntime, manifests, "--logging-format=json", "-v=4")
+    k = standalone_kubelet(
+        tmp_path, simruntime.endpoint, manifests, "--logging-format=json", "-v=4"
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "started on node" not in k.log.read_text():

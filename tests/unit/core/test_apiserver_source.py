@@ -12,6 +12,7 @@ import pytest
 from kubelet.client.rest import APIError
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
+from kubelet.testing.wait import wait_for_async
 
 SOURCE_ANN = "kubernetes.io/config.source"
 SEEN_ANN = "kubernetes.io/config.seen"
@@ -93,11 +94,7 @@ def pod(uid: str, image: str = "busybox:1.36", **meta: Any) -> dict[str, Any]:
 
 
 async def until(cond: Callable[[], Any], timeout: float = 2.0) -> None:
-    for _ in range(int(timeout / 0.005)):
-        if cond():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not met in time")
+    await wait_for_async(repr(cond), cond, timeout, every=0.005, retry_on=())
 
 
 async def next_update(cfg: PodConfig, timeout: float = 2.0) -> PodUpdate:

@@ -11,6 +11,7 @@ from aiohttp import web
 from kubelet.config.config import Op, PodConfig
 from kubelet.config.file import read_pods
 from kubelet.config.http import HTTPSource
+from kubelet.testing.net import serving
 
 
 def manifest(name: str, image: str = "busybox:1.36", **meta: str) -> str:
@@ -105,26 +106,21 @@ async def test_http_source_sends_pods_and_keeps_them_when_the_url_fails() -> Non
 
     app = web.Application()
     app.router.add_get("/pods", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    cfg = PodConfig()
-    src = HTTPSource(f"http://127.0.0.1:{port}/pods", {"X-Token": ["t1"]}, "n1", 0.05, cfg)
-    stop = asyncio.Event()
-    task = asyncio.create_task(src.run(stop))
-    try:
-        u = await asyncio.wait_for(cfg.updates.get(), 5)
-        assert u.op is Op.ADD and u.pods[0]["metadata"]["name"] == "from-url-n1"
-        assert u.pods[0]["metadata"]["annotations"]["kubernetes.io/config.source"] == "http"
-        state["status"] = 500
-        await asyncio.sleep(0.3)
-        assert cfg.updates.empty() and len(cfg.all_pods()) == 1  # a failing URL removes nothing
-    finally:
-        stop.set()
-        await task
-        await runner.cleanup()
+    async with serving(app) as port:
+        cfg = PodConfig()
+        src = HTTPSource(f"http://127.0.0.1:{port}/pods", {"X-Token": ["t1"]}, "n1", 0.05, cfg)
+        stop = asyncio.Event()
+        task = asyncio.create_task(src.run(stop))
+        try:
+            u = await asyncio.wait_for(cfg.updates.get(), 5)
+            assert u.op is Op.ADD and u.pods[0]["metadata"]["name"] == "from-url-n1"
+            assert u.pods[0]["metadata"]["annotations"]["kubernetes.io/config.source"] == "http"
+            state["status"] = 500
+            await asyncio.sleep(0.3)
+            assert cfg.updates.empty() and len(cfg.all_pods()) == 1  # a failing URL removes nothing
+        finally:
+            stop.set()
+            await task
 
 
 def test_invalid_manifests_are_reported_by_file_and_skipped(tmp_path: Path) -> None:

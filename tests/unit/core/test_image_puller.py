@@ -15,7 +15,7 @@ from kubelet.images.puller import ImagePuller
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager, SyncResult
 from kubelet.util.clock import FakeClock
-from tests.unit.core.test_runtime_manager import c, manager, pod
+from tests.unit.core.helpers import c, manager, pod
 
 
 class SlowImages(FakeImageService):

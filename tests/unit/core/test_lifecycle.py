@@ -28,6 +28,7 @@ from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.handlers import USER_AGENT, HandlerRunner
 from kubelet.status.generate import generate, get_phase
 from kubelet.testing.helpers import standalone_runtime_helper
+from kubelet.testing.net import free_port, serving
 from kubelet.unsupported import unsupported_fields
 
 
@@ -142,13 +143,8 @@ async def http_server():  # type: ignore[no-untyped-def]
 
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield port, seen
-    await runner.cleanup()
+    async with serving(app) as port:
+        yield port, seen
 
 
 async def test_http_hook_defaults_and_named_port(http_server) -> None:  # type: ignore[no-untyped-def]
@@ -190,12 +186,7 @@ async def test_http_hook_defaults_and_named_port(http_server) -> None:  # type: 
 
 
 async def test_http_hook_closed_port_and_no_ip() -> None:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
+    port = free_port()  # nothing listens there
     r = HandlerRunner(FakeRuntimeService(), local_ip)
     p = pod([c("a")])
     try:

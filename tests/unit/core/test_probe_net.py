@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import grpc
@@ -16,20 +17,18 @@ from aiohttp import web
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.probe.dial import Resolver
 from kubelet.prober.prober import Prober, Result
+from kubelet.testing.net import serving
 
 
 def pod(ip: str, uid: str = "u1") -> dict[str, Any]:
     return {"metadata": {"name": "p", "uid": uid}, "status": {"podIP": ip}}
 
 
-async def serve(host: str, handler: Any) -> tuple[web.AppRunner, int]:
+def serve(host: str, handler: Any) -> AbstractAsyncContextManager[int]:
+    """`handler` for every GET, served on `host` until the block ends."""
     app = web.Application()
     app.router.add_get("/{tail:.*}", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, 0)
-    await site.start()
-    return runner, int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+    return serving(app, host, access_log=False)
 
 
 async def test_http_and_tcp_probes_reach_an_ipv6_pod_ip() -> None:
@@ -39,17 +38,19 @@ async def test_http_and_tcp_probes_reach_an_ipv6_pod_ip() -> None:
         seen.append(request.headers["Host"])
         return web.Response(text="six")
 
-    runner, port = await serve("::1", handler)
-    prober = Prober(None)
-    try:
-        http = {"httpGet": {"path": "/", "port": port}, "timeoutSeconds": 5}
-        assert await prober.probe(pod("::1"), {"name": "c"}, "cid", http) == (Result.SUCCESS, "six")
-        assert seen == [f"[::1]:{port}"]  # Go's Host for an IPv6 URL
-        tcp = {"tcpSocket": {"port": port}, "timeoutSeconds": 5}
-        assert (await prober.probe(pod("::1"), {"name": "c"}, "cid", tcp))[0] is Result.SUCCESS
-    finally:
-        await prober.close()
-        await runner.cleanup()
+    async with serve("::1", handler) as port:
+        prober = Prober(None)
+        try:
+            http = {"httpGet": {"path": "/", "port": port}, "timeoutSeconds": 5}
+            assert await prober.probe(pod("::1"), {"name": "c"}, "cid", http) == (
+                Result.SUCCESS,
+                "six",
+            )
+            assert seen == [f"[::1]:{port}"]  # Go's Host for an IPv6 URL
+            tcp = {"tcpSocket": {"port": port}, "timeoutSeconds": 5}
+            assert (await prober.probe(pod("::1"), {"name": "c"}, "cid", tcp))[0] is Result.SUCCESS
+        finally:
+            await prober.close()
 
 
 async def test_grpc_probe_reaches_an_ipv6_pod_ip() -> None:
@@ -91,21 +92,20 @@ async def test_http_probe_reads_the_body_within_its_timeout_and_at_most_10k() ->
         await resp.write_eof()
         return resp
 
-    runner, port = await serve("127.0.0.1", handler)
-    prober = Prober(None)
-    try:
-        spec: dict[str, Any] = {"httpGet": {"path": "/big", "port": port}, "timeoutSeconds": 5}
-        result, body = await prober.probe(pod("127.0.0.1"), {"name": "c"}, "cid", spec)
-        assert result is Result.SUCCESS and len(body) == 10 * 1024  # truncated, still a success
-        spec = {"httpGet": {"path": "/stall", "port": port}, "timeoutSeconds": 1}
-        t0 = time.monotonic()
-        result, out = await prober.probe(pod("127.0.0.1"), {"name": "c"}, "cid", spec)
-        assert result is Result.FAILURE and "context deadline exceeded" in out
-        assert time.monotonic() - t0 < 5  # the probe's own timeout, not the server's stall
-    finally:
-        unstall.set()
-        await prober.close()
-        await runner.cleanup()
+    async with serve("127.0.0.1", handler) as port:
+        prober = Prober(None)
+        try:
+            spec: dict[str, Any] = {"httpGet": {"path": "/big", "port": port}, "timeoutSeconds": 5}
+            result, body = await prober.probe(pod("127.0.0.1"), {"name": "c"}, "cid", spec)
+            assert result is Result.SUCCESS and len(body) == 10 * 1024  # truncated, still a success
+            spec = {"httpGet": {"path": "/stall", "port": port}, "timeoutSeconds": 1}
+            t0 = time.monotonic()
+            result, out = await prober.probe(pod("127.0.0.1"), {"name": "c"}, "cid", spec)
+            assert result is Result.FAILURE and "context deadline exceeded" in out
+            assert time.monotonic() - t0 < 5  # the probe's own timeout, not the server's stall
+        finally:
+            unstall.set()
+            await prober.close()
 
 
 async def test_probes_keep_no_cookies_and_ask_for_no_compression() -> None:
@@ -117,19 +117,18 @@ async def test_probes_keep_no_cookies_and_ask_for_no_compression() -> None:
         resp.set_cookie("session", "x" * 1000)
         return resp
 
-    runner, port = await serve("127.0.0.1", handler)
-    prober = Prober(None)
-    try:
-        spec = {"httpGet": {"path": "/", "port": port}, "timeoutSeconds": 5}
-        for u in ("a", "b"):
-            assert (await prober.probe(pod("127.0.0.1", u), {"name": "c"}, "cid", spec))[0] is (
-                Result.SUCCESS
-            )
-        # A reply cannot plant state that the next probe (another pod's) carries.
-        assert got == [(None, None), (None, None)]
-    finally:
-        await prober.close()
-        await runner.cleanup()
+    async with serve("127.0.0.1", handler) as port:
+        prober = Prober(None)
+        try:
+            spec = {"httpGet": {"path": "/", "port": port}, "timeoutSeconds": 5}
+            for u in ("a", "b"):
+                assert (await prober.probe(pod("127.0.0.1", u), {"name": "c"}, "cid", spec))[0] is (
+                    Result.SUCCESS
+                )
+            # A reply cannot plant state that the next probe (another pod's) carries.
+            assert got == [(None, None), (None, None)]
+        finally:
+            await prober.close()
 
 
 async def test_lifecycle_hook_reaches_an_ipv6_pod_ip() -> None:
@@ -139,19 +138,18 @@ async def test_lifecycle_hook_reaches_an_ipv6_pod_ip() -> None:
         seen.append(f"{request.path} {request.headers['Host']}")
         return web.Response(text="ok")
 
-    runner, port = await serve("::1", handler)
+    async with serve("::1", handler) as port:
 
-    async def ips(_pod: Any) -> list[str]:
-        return ["::1"]
+        async def ips(_pod: Any) -> list[str]:
+            return ["::1"]
 
-    hooks = HandlerRunner(None, ips)  # type: ignore[arg-type]
-    try:
-        handler_spec = {"httpGet": {"path": "/start", "port": port}}
-        assert await hooks.run("cid", pod("::1"), {"name": "c"}, handler_spec) is None
-        assert seen == [f"/start [::1]:{port}"]
-    finally:
-        await hooks.close()
-        await runner.cleanup()
+        hooks = HandlerRunner(None, ips)  # type: ignore[arg-type]
+        try:
+            handler_spec = {"httpGet": {"path": "/start", "port": port}}
+            assert await hooks.run("cid", pod("::1"), {"name": "c"}, handler_spec) is None
+            assert seen == [f"/start [::1]:{port}"]
+        finally:
+            await hooks.close()
 
 
 async def test_a_pods_hanging_lookups_hold_one_thread_and_never_delay_another_pod(

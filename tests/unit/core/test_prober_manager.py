@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from kubelet.cri.fake import FakeRuntimeService
 from kubelet.prober import prober_manager as pm_mod
 from kubelet.prober.prober import Prober, Result
 from kubelet.prober.prober_manager import ProbeManager
+from kubelet.testing.net import free_port, serving
 from kubelet.util.clock import FakeClock
 
 T0 = 1_700_000_000.0  # whole seconds: startedAt has second resolution
@@ -449,13 +449,8 @@ async def http_server() -> AsyncIterator[tuple[int, dict[str, Any]]]:
 
     app = web.Application()
     app.router.add_get("/healthz", health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield port, state
-    await runner.cleanup()
+    async with serving(app) as port:
+        yield port, state
 
 
 async def test_http_readiness_against_a_local_server(
@@ -486,12 +481,6 @@ async def test_http_readiness_against_a_local_server(
         node.recorder.events[-1][3]
         == "Readiness probe failed: HTTP probe failed with statuscode: 503"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_tcp_liveness_restarts_when_the_port_closes(node: Node) -> None:
@@ -568,25 +557,20 @@ async def test_http_probe_follows_local_redirects_and_stops_at_another_host() ->
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    prober = Prober(None)
-    pod: dict[str, Any] = {"metadata": {"name": "p"}, "status": {"podIP": "127.0.0.1"}}
-    try:
+    async with serving(app) as port:
+        prober = Prober(None)
+        pod: dict[str, Any] = {"metadata": {"name": "p"}, "status": {"podIP": "127.0.0.1"}}
+        try:
 
-        async def probe(path: str) -> tuple[Result, str]:
-            spec = {"httpGet": {"path": path, "port": port}, "timeoutSeconds": 5}
-            return await prober.probe(pod, {"name": "c"}, "cid", spec)
+            async def probe(path: str) -> tuple[Result, str]:
+                spec = {"httpGet": {"path": path, "port": port}, "timeoutSeconds": 5}
+                return await prober.probe(pod, {"name": "c"}, "cid", spec)
 
-        assert await probe("/local") == (Result.SUCCESS, "fine")
-        result, out = await probe("/away")
-        assert result is Result.WARNING and out.startswith("Probe terminated redirects")
-        assert (await probe("/bare"))[0] is Result.WARNING
-        result, out = await probe("/loop")
-        assert result is Result.FAILURE and "stopped after 10 redirects" in out
-    finally:
-        await prober.close()
-        await runner.cleanup()
+            assert await probe("/local") == (Result.SUCCESS, "fine")
+            result, out = await probe("/away")
+            assert result is Result.WARNING and out.startswith("Probe terminated redirects")
+            assert (await probe("/bare"))[0] is Result.WARNING
+            result, out = await probe("/loop")
+            assert result is Result.FAILURE and "stopped after 10 redirects" in out
+        finally:
+            await prober.close()

@@ -18,7 +18,7 @@ from kubelet.kubelet_pods import PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.objectcache import ObjectNotFoundError
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassNotFoundError
-from tests.unit.core.test_runtime_manager import RecordingRecorder, c, manager, pod, status
+from tests.unit.core.helpers import RecordingRecorder, c, manager, pod, status
 
 IMAGE = "reg.example.com:5000/team/app:1"
 

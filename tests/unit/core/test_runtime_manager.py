@@ -7,42 +7,18 @@ from typing import Any
 
 import pytest
 
-from kubelet.config.common import apply_defaults
 from kubelet.cri import errors
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
-from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.util.clock import FakeClock
-
-
-def pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
-    p = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p"},
-        "spec": {"containers": containers, **spec},
-    }
-    return apply_defaults(p, "/m/p.yaml", "file", "n1")
-
-
-def c(name: str, image: str = "busybox:1.36", **kw: Any) -> dict[str, Any]:
-    return {"name": name, "image": image, **kw}
+from tests.unit.core.helpers import RecordingRecorder, c, manager, pod, status
 
 
 @pytest.fixture
 def rm(tmp_path) -> tuple[RuntimeManager, FakeRuntimeService, FakeImageService]:  # type: ignore[no-untyped-def]
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
     return manager(tmp_path, rt, img, crash_backoff=Backoff(10, 300)), rt, img
-
-
-def manager(tmp_path, rt, img, **kw: Any) -> RuntimeManager:  # type: ignore[no-untyped-def]
-    helper = standalone_runtime_helper(str(tmp_path))
-    return RuntimeManager(rt, img, helper, str(tmp_path), **kw)
-
-
-async def status(m: RuntimeManager, p: dict[str, Any]):  # type: ignore[no-untyped-def]
-    return await m.get_pod_status(p["metadata"]["uid"])
 
 
 async def test_new_pod_creates_sandbox_and_starts_all(rm) -> None:  # type: ignore[no-untyped-def]
@@ -165,14 +141,6 @@ async def test_sandbox_failure_is_reported_not_raised(rm) -> None:  # type: igno
     res = await m.sync_pod(p, await status(m, p))
     assert not res.ok and "runtime down" in res.errors[0]
     assert (await m.sync_pod(p, await status(m, p))).ok  # the next try works
-
-
-class RecordingRecorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[dict[str, str], str, str, str]] = []
-
-    def event(self, ref: dict[str, str], etype: str, reason: str, msg: str) -> None:
-        self.events.append((ref, etype, reason, msg))
 
 
 async def test_container_events_point_at_their_container(tmp_path) -> None:  # type: ignore[no-untyped-def]

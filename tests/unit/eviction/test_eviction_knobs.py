@@ -3,7 +3,7 @@ and evictionSoft with its grace periods, as upstream's eviction manager applies 
 
 from __future__ import annotations
 
-from tests.unit.eviction.test_eviction_manager import GiB, Harness, MiB, pod
+from tests.unit.eviction.helpers import GiB, Harness, MiB, pod
 
 
 async def test_minimum_reclaim_keeps_evicting_until_value_plus_reclaim_is_free() -> None:

@@ -8,14 +8,12 @@ from __future__ import annotations
 import ast
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kubelet.testing.parts import on_ci
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.unit.testing.generated import REPO, run_generated
 
 BROKEN_PART = """
 from kubelet.testing.parts import starting
@@ -29,22 +27,6 @@ def test_needs_the_part(tmp_path):
     with starting("the part", Broken, log_tail=lambda: log.read_text()):
         raise Broken("exited with 3")
 """
-
-
-def run_generated(tmp_path: Path, source: str, ci: str | None, conftest: str = "") -> str:
-    """pytest's summary line and report for `source`, with CI set to `ci`."""
-    (tmp_path / "test_generated.py").write_text(source)
-    (tmp_path / "conftest.py").write_text(conftest)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    if ci is not None:
-        env["CI"] = ci
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-         "--rootdir", str(tmp_path), str(tmp_path / "test_generated.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    return r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("ci", ["true", "1"])

@@ -21,7 +21,7 @@ from kubelet.volume.atomic_writer import (
     PayloadError,
     VolumeWriter,
 )
-from tests.unit.volume.conftest import assert_intact
+from tests.unit.volume.helpers import assert_intact
 
 POD = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {}}
 OLD_TS = "..2020_01_01_00_00_00.123"

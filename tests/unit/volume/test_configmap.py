@@ -9,40 +9,14 @@ from typing import Any
 
 import pytest
 
-from kubelet.objectcache import ObjectNotFoundError
 from kubelet.volume import VolumeError
 from kubelet.volume.atomic_writer import DATA_DIR
 from kubelet.volume.configmap import ConfigMapPlugin
-
-
-class FakeGetter:
-    def __init__(self, kind: str = "configmap") -> None:
-        self.kind = kind
-        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
-        self.gets = 0
-        self.error: Exception | None = None
-
-    async def get(self, namespace: str, name: str) -> dict[str, Any]:
-        self.gets += 1
-        if self.error is not None:
-            raise self.error
-        try:
-            return self.objects[(namespace, name)]
-        except KeyError:
-            raise ObjectNotFoundError(self.kind, namespace, name) from None
-
-
-def pod(**spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}, "spec": spec}
+from tests.unit.volume.helpers import FakeGetter, pod, read
 
 
 def volume(**source: Any) -> dict[str, Any]:
     return {"name": "cfg", "configMap": {"name": "cm", **source}}
-
-
-def read(path: str) -> str:
-    with open(path) as fh:
-        return fh.read()
 
 
 def mode(path: str) -> int:

@@ -11,7 +11,7 @@ import pytest
 from kubelet.volume import VolumeError
 from kubelet.volume.atomic_writer import DATA_DIR
 from kubelet.volume.downwardapi import DownwardAPIPlugin
-from tests.unit.volume.test_configmap import read
+from tests.unit.volume.helpers import read
 
 
 def pod(labels: dict[str, str] | None = None) -> dict[str, Any]:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import stat
 from typing import Any
 
 import pytest
 
-from kubelet.token import TokenManager
-from kubelet.util.clock import FakeClock
 from kubelet.volume import VolumeError
 from kubelet.volume.atomic_writer import DATA_DIR
 from kubelet.volume.projected import ProjectedPlugin, fs_user_of
-from tests.unit.volume.test_configmap import FakeGetter, read
-from tests.unit.volume.test_token import FakeTokenAPI
+from tests.unit.volume.helpers import Env, kube_api_access, read
 
 
 def pod(**spec: Any) -> dict[str, Any]:
@@ -23,50 +19,6 @@ def pod(**spec: Any) -> dict[str, Any]:
         "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1", "labels": {"a": "b"}},
         "spec": {"serviceAccountName": "builder", "containers": [{"name": "c"}], **spec},
     }
-
-
-def kube_api_access(**token: Any) -> dict[str, Any]:
-    """What the API server's ServiceAccount admission adds to every pod."""
-    return {
-        "name": "kube-api-access-x1",
-        "projected": {
-            "defaultMode": 0o644,
-            "sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token", **token}},
-                {
-                    "configMap": {
-                        "name": "kube-root-ca.crt",
-                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                    }
-                },
-                {
-                    "downwardAPI": {
-                        "items": [
-                            {
-                                "path": "namespace",
-                                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
-                            }
-                        ]
-                    }
-                },
-            ],
-        },
-    }
-
-
-class Env:
-    def __init__(self) -> None:
-        self.clock = FakeClock(start=1_800_000_000.0)
-        self.api = FakeTokenAPI(self.clock)
-        self.tokens = TokenManager(self.api, clock=self.clock, jitter=lambda: 0.0)  # type: ignore[arg-type]
-        self.configmaps = FakeGetter("configmap")
-        self.secrets = FakeGetter("secret")
-        self.configmaps.objects[("ns", "kube-root-ca.crt")] = {"data": {"ca.crt": "CA PEM"}}
-        self.configmaps.objects[("ns", "app")] = {"data": {"k": "v", "other": "o"}}
-        self.secrets.objects[("ns", "s")] = {"data": {"pw": base64.b64encode(b"hunter2").decode()}}
-        self.plugin = ProjectedPlugin(
-            self.configmaps, self.secrets, self.tokens, lambda: {"cpu": "2", "memory": "1Gi"}
-        )
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ from kubelet.volume.emptydir import EmptyDirPlugin
 from kubelet.volume.projected import ProjectedPlugin
 from kubelet.volume.secret import SecretPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
-from tests.unit.volume.test_configmap import FakeGetter
-from tests.unit.volume.test_projected import Env as ProjectedEnv
-from tests.unit.volume.test_projected import kube_api_access
+from tests.unit.volume.helpers import Env as ProjectedEnv
+from tests.unit.volume.helpers import FakeGetter, kube_api_access
 
 API_VOLUMES = ["cm", "sec", "dapi", "kube-api-access-x1"]
 

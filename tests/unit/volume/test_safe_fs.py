@@ -14,7 +14,7 @@ import pytest
 
 from kubelet.testing.parts import part_unavailable
 from kubelet.util import filesystem, mountutil
-from tests.unit.volume.conftest import assert_intact
+from tests.unit.volume.helpers import assert_intact
 
 
 @pytest.fixture

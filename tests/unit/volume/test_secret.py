@@ -12,7 +12,7 @@ import pytest
 from kubelet.volume import VolumeError
 from kubelet.volume.atomic_writer import DATA_DIR
 from kubelet.volume.secret import SecretPlugin
-from tests.unit.volume.test_configmap import FakeGetter, pod, read
+from tests.unit.volume.helpers import FakeGetter, pod, read
 
 
 def b64(s: bytes) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 from typing import Any
 
 import pytest
@@ -11,35 +10,7 @@ import pytest
 from kubelet.client.rest import APIError
 from kubelet.token import BoundObjectRef, TokenManager, TokenRequestSpec
 from kubelet.util.clock import FakeClock
-
-
-def stamp(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class FakeTokenAPI:
-    def __init__(self, clock: FakeClock, grant: int | None = None) -> None:
-        self.clock = clock
-        self.grant = grant  # the server's choice of lifetime; None: as asked
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-        self.fail: Exception | None = None
-        self.delay = 0.0
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.requests.append((path, body))
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.fail is not None:
-            raise self.fail
-        exp = self.grant or body["spec"].get("expirationSeconds", 3600)
-        return {
-            "kind": "TokenRequest",
-            "spec": {**body["spec"], "expirationSeconds": exp},
-            "status": {
-                "token": f"token-{len(self.requests)}",
-                "expirationTimestamp": stamp(self.clock.time() + exp),
-            },
-        }
+from tests.unit.volume.helpers import FakeTokenAPI
 
 
 def spec(uid: str = "uid-1", exp: int = 3600, aud: tuple[str, ...] = ()) -> TokenRequestSpec:
