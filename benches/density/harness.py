@@ -41,6 +41,7 @@ from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rs
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
+from kubelet.testing.net import free_port
 from kubelet.testing.process import short_dir, unmount_under
 from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import WaitTimeout, wait_for_async
