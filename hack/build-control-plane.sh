@@ -14,6 +14,9 @@
 #   e2e.test   a test binary holding only test/e2e/common/{node,storage}: a small
 #              test main generated here, not the whole test/e2e (far faster to build).
 #              (Not test/e2e/common itself: it imports common/network too.)
+#   e2e_node.test  the node e2e suite, test/e2e_node (go test -c of the module's own
+#              package: its test-only imports need `go get -t` first)
+#   sample-device-plugin  test/images/sample-device-plugin, static (device plugin specs)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -145,6 +148,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 	_ "k8s.io/kubernetes/test/images/nonewprivs"
+	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )
 GO
 mkdir -p e2econformance
@@ -164,15 +168,24 @@ for t in "${missing[@]}"; do
         e2e.test)
             CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$ldflags" \
                 -o "$OUT/bin/$t.tmp" ./e2econformance ;;
+        e2e_node.test)
+            # The package's tests import modules (k8s.io/system-validators) whose
+            # go.sum lines tidy keeps only for packages of this module.
+            GOFLAGS=-mod=mod go get -t "k8s.io/kubernetes/test/e2e_node@$K8S_VERSION"
+            # CGO_ENABLED=0 as every other target, so their compiled packages are
+            # shared (one serial spec needs cgo; the harness reports it).
+            CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$ldflags" \
+                -o "$OUT/bin/$t.tmp" k8s.io/kubernetes/test/e2e_node ;;
         ginkgo) pkg=github.com/onsi/ginkgo/v2/ginkgo ;;
         agnhost)
             pkg=k8s.io/kubernetes/test/images/agnhost
             agnhost_version="$(cat "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION")"
             ldflags="$ldflags -X main.Version=$agnhost_version" ;;
         nnp) pkg=k8s.io/kubernetes/test/images/nonewprivs ;;
+        sample-device-plugin) pkg=k8s.io/kubernetes/test/images/sample-device-plugin ;;
         *) pkg="k8s.io/kubernetes/cmd/$t" ;;
     esac
-    if [ "$t" != e2e.test ]; then
+    if [ "$t" != e2e.test ] && [ "$t" != e2e_node.test ]; then
         CGO_ENABLED=0 GOFLAGS=-mod=mod nice go build -trimpath -ldflags "$ldflags" -o "$OUT/bin/$t.tmp" "$pkg"
     fi
     mv "$OUT/bin/$t.tmp" "$OUT/bin/$t"

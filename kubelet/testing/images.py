@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 
 BUSYBOX_REF = "docker.io/library/busybox:1.36"
 PAUSE_REF = "registry.k8s.io/pause:3.10"
@@ -297,6 +298,172 @@ def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
         ),
     }
     return out
+
+
+# --- the node e2e suite's images (test/e2e_node and the common specs it imports)
+
+NGINX_REFS = [f"{E2E_REGISTRY}/nginx:1.14-4", f"{E2E_REGISTRY}/nginx:1.15-4"]
+IPC_UTILS_REF = f"{E2E_REGISTRY}/ipc-utils:1.3"
+KITTEN_REF = f"{E2E_REGISTRY}/kitten:1.7"
+NAUTILUS_REF = f"{E2E_REGISTRY}/nautilus:1.7"
+# As test/e2e/testing-manifests/sample-device-plugin/*.yaml name it.
+SAMPLE_DEVICE_PLUGIN_REF = f"{E2E_REGISTRY}/sample-device-plugin:1.7"
+# Named by the suite, not made here: servers from other distributions' images,
+# data sets, and an image pinned by digest (no rebuild can match it). A spec
+# whose pod cannot pull one of these is reported "not run", never passed or
+# failed. (Images the specs mean to be unpullable are not listed.)
+NODE_E2E_UNAVAILABLE = (
+    f"{E2E_REGISTRY}/httpd:2.4.38-4",
+    f"{E2E_REGISTRY}/httpd:2.4.39-4",
+    f"{E2E_REGISTRY}/perl:5.26",
+    f"{E2E_REGISTRY}/busybox@sha256:a9155b13325b2abef48e71de77bb8ac015412a566829f621d06bfae5c699b1b9",
+    f"{E2E_REGISTRY}/node-perf/npb-ep:1.2",
+    f"{E2E_REGISTRY}/node-perf/npb-is:1.2",
+    f"{E2E_REGISTRY}/node-perf/tf-wide-deep:1.3",
+    f"{E2E_REGISTRY}/jessie-dnsutils:1.7",
+    f"{E2E_REGISTRY}/regression-issue-74839:1.2",
+    f"{E2E_REGISTRY}/resource-consumer:1.13",
+    f"{E2E_REGISTRY}/volume/nfs:1.4",
+    f"{E2E_REGISTRY}/apparmor-loader:1.4",
+    "registry.k8s.io/etcd:3.6.4-0",
+    "gcr.io/cadvisor/cadvisor:v0.47.2",
+    "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.21",
+    "docker.io/nfvpe/sriov-device-plugin:v3.1",
+)
+
+NGINX_CONF = b"""user nginx;
+worker_processes 1;
+error_log /dev/stderr warn;
+pid /run/nginx.pid;
+events { worker_connections 1024; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log /dev/stdout;
+    sendfile on;
+    server {
+        listen 80;
+        server_name localhost;
+        location / { root /usr/share/nginx/html; index index.html; }
+    }
+}
+"""
+NGINX_MIME = b"""types {
+    text/html html htm;
+    text/plain txt;
+    application/json json;
+    image/jpeg jpg jpeg;
+}
+"""
+
+
+@dataclass
+class ImageSet:
+    """Image tarballs by reference, and the references the suite names that
+    could not be made here."""
+
+    tars: dict[str, str]
+    unavailable: set[str] = field(default_factory=set)
+
+
+def debian_root(package: str, cache: str) -> str:
+    """The files of a Debian package, unpacked (not installed: no service
+    starts, nothing changes on the host) under cache/<package>; returns that dir."""
+    root = os.path.join(cache, package)
+    if os.path.isdir(root):
+        return root
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        subprocess.run(["apt-get", "download", package], cwd=tmp, check=True, capture_output=True)
+        (deb,) = [f for f in os.listdir(tmp) if f.endswith(".deb")]
+        unpacked = os.path.join(tmp, "root")
+        subprocess.run(["dpkg-deb", "-x", os.path.join(tmp, deb), unpacked], check=True)
+        os.rename(unpacked, root)
+    return root
+
+
+def binaries_layer(binaries: dict[str, str]) -> bytes:
+    """Binaries at the image paths given (from the host paths given), with
+    every shared library ldd names at its host path."""
+    files: dict[str, bytes] = {}
+    for image_path, host_path in binaries.items():
+        out = subprocess.run(["ldd", host_path], capture_output=True, text=True, check=True).stdout
+        files[image_path.lstrip("/")] = _read(host_path)
+        for lib in re.findall(r"(/\S+) \(0x", out):
+            files[lib.lstrip("/")] = _read(lib)
+    parents: set[str] = set()
+    for name in files:
+        parts = name.split("/")[:-1]
+        parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return _layer(files, {}, sorted(parents), {name: 0o755 for name in files})
+
+
+def nginx_layer() -> bytes:
+    """Debian's nginx where the nginx image has it, serving /usr/share/nginx/html
+    on port 80 with its logs on the container's stdout/stderr."""
+    files = {
+        "etc/nginx/nginx.conf": NGINX_CONF,
+        "etc/nginx/mime.types": NGINX_MIME,
+        "usr/share/nginx/html/index.html": b"<html><body>Welcome to nginx!</body></html>\n",
+        "etc/passwd": (
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+            b"nginx:x:101:101:nginx:/var/cache/nginx:/sbin/nologin\n"
+        ),
+        "etc/group": b"root:x:0:\nnogroup:x:65534:\nnginx:x:101:nginx\n",
+    }
+    dirs = ["etc", "etc/nginx", "usr", "usr/share", "usr/share/nginx", "usr/share/nginx/html",
+            "var", "var/log", "var/log/nginx", "var/lib", "var/lib/nginx", "var/cache",
+            "var/cache/nginx", "run"]  # fmt: skip
+    return _layer(files, {}, dirs)
+
+
+def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> ImageSet:
+    """The node e2e suite's images: the conformance ones (build_e2e), nginx
+    (Debian's, unpacked into debs), ipc-utils (the host's util-linux IPC tools),
+    kitten and nautilus (agnhost serving their pictures), the sample device
+    plugin (bindir/sample-device-plugin, static)."""
+    out = build_e2e(directory, bindir, k8s_src)
+    busybox = busybox_layer()
+    nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
+    out[NGINX_REFS[0]] = write_oci_tar(
+        os.path.join(directory, "nginx.tar"),
+        NGINX_REFS,
+        [busybox, binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()],
+        [],
+        ["nginx", "-g", "daemon off;"],
+        env=[ALPINE_PATH],
+    )
+    ipc = {f"/usr/bin/{t}": f"/usr/bin/{t}" for t in ("ipcs", "ipcmk", "ipcrm")}
+    out[IPC_UTILS_REF] = write_oci_tar(
+        os.path.join(directory, "ipc-utils.tar"),
+        IPC_UTILS_REF,
+        [busybox, binaries_layer(ipc)],
+        [],
+        ["sh"],
+        env=[ALPINE_PATH],
+    )
+    agnhost = [
+        busybox,
+        host_binaries_layer([shutil.which("curl") or "/usr/bin/curl"]),
+        agnhost_layer(
+            os.path.join(bindir, "agnhost"),
+            os.path.join(k8s_src, "test", "images", "agnhost", "porter"),
+        ),
+    ]
+    for ref, name in ((KITTEN_REF, "kitten"), (NAUTILUS_REF, "nautilus")):
+        html = os.path.join(k8s_src, "test", "images", name, "html")
+        page = _layer({f: _read(os.path.join(html, f)) for f in os.listdir(html)}, {}, [])
+        out[ref] = write_oci_tar(
+            os.path.join(directory, f"{name}.tar"), ref, [*agnhost, page],
+            ["/agnhost"], ["test-webserver"], env=[ALPINE_PATH],
+        )  # fmt: skip
+    plugin = _layer({"sampledeviceplugin": _read(os.path.join(bindir, "sample-device-plugin"))},
+                    {}, [], {"sampledeviceplugin": 0o755})  # fmt: skip
+    out[SAMPLE_DEVICE_PLUGIN_REF] = write_oci_tar(
+        os.path.join(directory, "sample-device-plugin.tar"), SAMPLE_DEVICE_PLUGIN_REF,
+        [busybox, plugin], ["/sampledeviceplugin", "-alsologtostderr"], [], env=[ALPINE_PATH],
+    )  # fmt: skip
+    return ImageSet(out, set(NODE_E2E_UNAVAILABLE))
 
 
 def build_all(directory: str) -> dict[str, str]:
