@@ -39,7 +39,7 @@ from benches.conformance.harness import (
     ours_version,
     upstream_version,
 )
-from benches.node_e2e import host, kubelet_shim, results
+from benches.node_e2e import dbus, host, kubelet_shim, results
 from benches.node_e2e.systemd import SOCKET_ENV, UnitManager, install
 from kubelet.testing import images
 from kubelet.testing.containerd import Containerd, Unavailable
@@ -78,7 +78,8 @@ def build(kubelets: list[str]) -> None:
 
 
 def build_images(directory: Path) -> images.ImageSet:
-    return images.build_node_e2e(str(directory), str(BIN), k8s_source())
+    # Debian packages unpacked for images (nginx), kept between runs.
+    return images.build_node_e2e(str(directory), str(BIN), k8s_source(), str(CACHE / "debs"))
 
 
 def base_config() -> dict[str, object]:
@@ -112,6 +113,7 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ctd: Containerd | None = None
         self.units: UnitManager | None = None
+        self.bus: dbus.SystemBus | None = None
         self._net_lock = -1
         self.kubelet_log = self.dir / "report" / "kubelet.log"
 
@@ -128,10 +130,17 @@ class Run:
         for path in self.images.tars.values():
             self.ctd.ctr("images", "import", "--all-platforms", path)
         self._write_pid_file()
-        self.units = UnitManager(self.dir / "systemd").start()
+        bus_dir = self.dir / "dbus"
+        self.units = UnitManager(
+            self.dir / "systemd", env={"DBUS_SYSTEM_BUS_ADDRESS": dbus.bus_address(bus_dir)}
+        ).start()
         self.units.add_external(
             "containerd.service", self._ctd_pid(), self._start_containerd, self._stop_containerd
         )
+        try:
+            self.bus = dbus.SystemBus(bus_dir, self.units).start()
+        except OSError as err:
+            raise RunFailed(f"the private system bus did not start: {err}") from err
         install(self.dir / "sbin", sys.executable, REPO)
         self._write_kubelet_bin()
         (self.dir / "kubeletconfig.yaml").write_text(yaml.safe_dump(base_config()))
@@ -183,6 +192,8 @@ class Run:
         kubelet.chmod(0o755)
 
     def stop(self) -> None:
+        if self.bus is not None:
+            self.bus.stop()
         if self.units is not None:
             self.units.close()
         if self.ctd is not None:
@@ -233,6 +244,8 @@ class Run:
         env = dict(os.environ)
         env["PATH"] = f"{self.dir / 'sbin'}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         env[SOCKET_ENV] = self.units.socket
+        if self.bus is not None:
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = self.bus.address
         return env
 
     def run_suite(self) -> tuple[list[results.TestResult], str]:

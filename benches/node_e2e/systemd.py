@@ -79,8 +79,11 @@ class Unit:
 class UnitManager:
     """The supervisor of the run's units; serves the stand-in commands."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, env: dict[str, str] | None = None) -> None:
         self.dir = directory
+        # The environment of the units' processes (plus PATH): what systemd
+        # would give a service on this node, e.g. where the system bus is.
+        self.env = dict(env or {})
         self.dir.mkdir(parents=True, exist_ok=True)
         self.socket = str(self.dir / "systemd.sock")
         self.units: dict[str, Unit] = {}
@@ -175,7 +178,7 @@ class UnitManager:
             old = self.units.get(name)
             if old is not None and old.running():
                 return 1, f"Failed to start transient service unit: Unit {name} already exists.\n"
-            unit = Unit(name, argv, log=log, cwd=cwd, env={"PATH": UNIT_PATH})
+            unit = Unit(name, argv, log=log, cwd=cwd, env={**self.env, "PATH": UNIT_PATH})
             self.units[name] = unit
             self._start(unit)
         return 0, f"Running as unit: {name}\n"

@@ -43,7 +43,7 @@ def wait_for(cond: object, timeout: float = 20) -> None:
 def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     standin: tuple[UnitManager, dict[str, str]], tmp_path: Path
 ) -> None:
-    manager, env = standin
+    _, env = standin
     log = tmp_path / "kubelet.log"
     # What services/kubelet.go runs when systemd-run is on PATH.
     assert "systemd 252" in run(env, "systemd-run", "--version").stdout
@@ -106,7 +106,10 @@ def test_external_unit_start_stop_and_lookup_by_pid(
     manager, env = standin
     calls: list[str] = []
     manager.add_external(
-        "containerd.service", 4242, lambda: calls.append("start") or 4343, lambda: calls.append("stop")
+        "containerd.service",
+        4242,
+        lambda: _record(calls, "start", 4343),
+        lambda: calls.append("stop"),
     )
     assert manager.unit_by_pid(4242) == "containerd.service"
     assert run(env, "systemctl", "stop", "containerd").returncode == 0
@@ -116,3 +119,8 @@ def test_external_unit_start_stop_and_lookup_by_pid(
     assert manager.unit_by_pid(4343) == "containerd.service"
     # The harness's own units are not killed by signal through the stand-in.
     assert run(env, "systemctl", "kill", "containerd").returncode == 1
+
+
+def _record(calls: list[str], what: str, pid: int) -> int:
+    calls.append(what)
+    return pid
