@@ -388,6 +388,8 @@ def binaries_layer(binaries: dict[str, str]) -> bytes:
     files: dict[str, bytes] = {}
     for image_path, host_path in binaries.items():
         out = subprocess.run(["ldd", host_path], capture_output=True, text=True, check=True).stdout
+        if "not found" in out:
+            raise RuntimeError(f"{host_path}: shared libraries missing on this host:\n{out}")
         files[image_path.lstrip("/")] = _read(host_path)
         for lib in re.findall(r"(/\S+) \(0x", out):
             files[lib.lstrip("/")] = _read(lib)
