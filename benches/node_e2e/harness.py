@@ -14,7 +14,9 @@ restarts the kubelet. Each kubelet gets a fresh containerd and a fresh
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
+import json
 import os
 import re
 import shutil
@@ -198,7 +200,6 @@ class Run:
             self.units.close()
         if self.ctd is not None:
             self.ctd.stop()
-        host.unmount_under(str(self.dir) + "/")
         if self._net_lock >= 0:
             os.close(self._net_lock)
             self._net_lock = -1
@@ -224,20 +225,28 @@ class Run:
         if o.label_filter:
             argv.append(f"--label-filter={o.label_filter}")
         argv += [
-            str(BIN / "e2e_node.test"),
+            str(self._suite_binary()),
             "--",
             f"--k8s-bin-dir={self.dir / 'k8s-bin'}",
             f"--container-runtime-endpoint={self.ctd.endpoint}",
             f"--container-runtime-pid-file={self.dir / 'ctd' / 'containerd.pid'}",
             "--prepull-images=false",
             f"--report-dir={self.dir / 'report'}",
-            f"--e2e-output-dir={self.dir / 'report'}",
             f"--kubelet-config-file={self.dir / 'kubeletconfig.yaml'}",
             f"--kubectl-path={BIN / 'kubectl'}",
         ]
         if o.kubelet_flags:
             argv.append("--kubelet-flags=" + " ".join(o.kubelet_flags))
         return argv
+
+    def _suite_binary(self) -> Path:
+        """e2e_node.test, linked into the run directory: ginkgo runs a suite in
+        the binary's directory, and the suite writes its kubeconfig, kubelet
+        config and static pod directory into its working directory."""
+        link = self.dir / "e2e_node.test"
+        link.unlink(missing_ok=True)
+        link.symlink_to(BIN / "e2e_node.test")
+        return link
 
     def env(self) -> dict[str, str]:
         assert self.units is not None
@@ -283,6 +292,8 @@ class Run:
                 + log_tail(console)
             )
         tests = results.parse_junit(junit, self.images.unavailable)
+        if not tests:
+            raise RunFailed(f"no spec ran; last lines of {console}:\n" + log_tail(console, 15))
         m = re.search(r"Will run (\d+) of \d+ specs", text)
         if m and len(tests) < int(m.group(1)):
             missing = f"{int(m.group(1)) - len(tests)} of {m.group(1)} specs did not run"
@@ -319,6 +330,9 @@ def _interrupt(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
+    """One kubelet's run. The machine-wide checks and the lock are taken here;
+    the run itself happens in a child in a mount namespace of its own
+    (host.make_paths_private), from which it reports back in a JSON file."""
     started = time.monotonic()
     version = ours_version() if opts.kubelet == "ours" else upstream_version()
     result = results.NodeRunResult(
@@ -336,21 +350,86 @@ def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
         ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True
     )
     result.source = git.stdout.strip()
-    run = Run(opts, image_set)
+    run_dir = (opts.workdir / opts.kubelet).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec, report = run_dir / "run-spec.json", run_dir / "run-result.json"
+    report.unlink(missing_ok=True)
+    spec.write_text(json.dumps({"opts": _opts_json(opts), "tars": image_set.tars,
+                                "unavailable": sorted(image_set.unavailable)}))  # fmt: skip
+    lock = host.take_lock()
+    created = []
     try:
-        with host.claimed():
-            try:
-                run.start()
-                print(f"{opts.kubelet}: node prepared, running the suite", file=sys.stderr)
-                result.tests, result.error = run.run_suite()
-            finally:
-                run.stop()
-    except RunFailed as err:
+        host.check_ports()
+        host.check_cgroups()
+        # Empty mount points for the namespace's bind mounts, where the host has none.
+        for path in host.PRIVATE_PATHS:
+            if not os.path.isdir(path):
+                os.makedirs(path)
+                created.append(path)
+        _run_child(host.namespace_argv([sys.executable, "-m", __name__, str(spec), str(report)]))
+        child = json.loads(report.read_text())
+        result.tests = [results.TestResult(**t) for t in child["tests"]]
+        result.error, result.notes = child["error"], child["notes"]
+    except (RunFailed, OSError, ValueError) as err:
         result.error = str(err)
     finally:
-        result.notes = run.notes()
+        host.remove_mount_points(created)
+        left = host.release_cgroups(wait_s=30)
+        if left:
+            note = f"cgroups left behind (a process still in them): {left[:3]}"
+            result.error = f"{result.error}; {note}" if result.error else note
+        os.close(lock)
         result.duration_s = round(time.monotonic() - started, 1)
     return result
+
+
+def _opts_json(opts: Options) -> dict[str, object]:
+    d = dataclasses.asdict(opts)
+    d["workdir"] = str(opts.workdir)
+    return d
+
+
+def _run_child(argv: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        # The child stops its suite, kubelet and containerd, and still reports.
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        raise
+    if rc != 0:
+        raise RunFailed(f"the run's process exited with {rc}")
+
+
+def _child_main(spec_path: str, report_path: str) -> int:
+    """In the run's mount namespace: make the fixed paths private, run, report."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    spec = json.loads(Path(spec_path).read_text())
+    o = spec["opts"]
+    opts = Options(**{**o, "workdir": Path(o["workdir"])})
+    run = Run(opts, images.ImageSet(spec["tars"], set(spec["unavailable"])))
+    out: dict[str, object] = {"tests": [], "error": "", "notes": []}
+    try:
+        host.make_paths_private(run.dir)
+        run.start()
+        print(f"{opts.kubelet}: node prepared, running the suite", file=sys.stderr)
+        tests, out["error"] = run.run_suite()
+        out["tests"] = [dataclasses.asdict(t) for t in tests]
+    except RunFailed as err:
+        out["error"] = str(err)
+    except KeyboardInterrupt:
+        out["error"] = "interrupted"
+    finally:
+        run.stop()
+        out["notes"] = run.notes()
+        Path(report_path).write_text(json.dumps(out))
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def copy_artifacts(run_dir: Path, out: Path) -> None:
@@ -360,3 +439,7 @@ def copy_artifacts(run_dir: Path, out: Path) -> None:
         src = run_dir / name
         if src.exists():
             shutil.copyfile(src, out / Path(name).name)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1], sys.argv[2]))

@@ -2,28 +2,32 @@
 
 The suite hard-codes what a node it owns would have: the kubelet's root
 directory /var/lib/kubelet (pod-resources socket, CPU/memory manager state,
-device-plugin sockets), the kubelet's ports 10248/10250/10255, the API
-server's 6443, and pod cgroups under /kubepods (cgroupRoot "/"). So a run
-takes a machine-wide lock, refuses to start where any of these is in use by
-something else, and leaves none of them behind.
+device-plugin sockets), /var/log/pods, the kubelet's ports 10248/10250/10255,
+the API server's 6443, and pod cgroups under /kubepods (cgroupRoot "/").
+
+On a machine shared with other kubelets, each run gets the paths from a mount
+namespace of its own (see in_namespace): there /var/lib/kubelet and the log
+directories are bind mounts of directories in the run's work directory, so
+neither the host's copies nor other kubelets' files are touched, and every
+mount the run makes goes when it ends. Ports and cgroups cannot be made
+private that way: a machine-wide lock, and a run refuses to start where
+another kubelet holds them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 from benches.conformance.harness import RunFailed
 
 LOCK = "/tmp/kpy-node-e2e.lock"
-KUBELET_ROOT = Path("/var/lib/kubelet")
-ROOT_MARKER = ".kpy-node-e2e"
+# Paths the suite and its kubelet use as they are, private to a run.
+PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
 # API server (in the e2e binary), kubelet server, healthz, read-only port.
 FIXED_PORTS = (6443, 10250, 10248, 10255)
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -84,10 +88,7 @@ def remove_cgroup_tree(root: Path) -> list[str]:
 def check_cgroups() -> None:
     """No other kubelet may own /kubepods: the two would remove each other's
     pod cgroups as orphans. Empty leftovers of an earlier run are removed."""
-    busy = []
-    for h in hierarchies():
-        for name in TOP_CGROUPS:
-            busy += remove_cgroup_tree(h / name)
+    busy = release_cgroups()
     if busy:
         raise RunFailed(
             f"cgroups in use by another kubelet (cgroupRoot '/'): {busy[:3]}; "
@@ -95,57 +96,56 @@ def check_cgroups() -> None:
         )
 
 
-def unmount_under(prefix: str) -> None:
-    with open("/proc/self/mounts") as fh:
-        mounts = [line.split()[1] for line in fh]
-    for m in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", m], capture_output=True)
+def release_cgroups(wait_s: float = 0.0) -> list[str]:
+    """Removes the TOP_CGROUPS trees; retries for up to wait_s while the last
+    processes of a run exit. Returns what is left."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for h in hierarchies():
+            for name in TOP_CGROUPS:
+                left += remove_cgroup_tree(h / name)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
 
 
-def claim_kubelet_root() -> None:
-    """/var/lib/kubelet for this run: absent, or left by an earlier run of
-    this harness (its marker); anything else is another kubelet's."""
-    if KUBELET_ROOT.exists() and not (KUBELET_ROOT / ROOT_MARKER).exists():
-        if any(KUBELET_ROOT.iterdir()):
-            raise RunFailed(
-                f"{KUBELET_ROOT} exists and was not made by this harness: "
-                "the node e2e suite needs it for its own kubelet"
-            )
-    release_kubelet_root()
-    KUBELET_ROOT.mkdir(parents=True)
-    (KUBELET_ROOT / ROOT_MARKER).write_text("made by benches.node_e2e\n")
+def namespace_argv(argv: list[str]) -> list[str]:
+    """argv run in a new mount namespace whose mounts do not propagate to the
+    host's (nor the host's later ones into it)."""
+    return ["unshare", "--mount", "--propagation", "private", *argv]
 
 
-def release_kubelet_root() -> None:
-    if not KUBELET_ROOT.exists():
-        return
-    unmount_under(str(KUBELET_ROOT) + "/")
-    # Never follow links out of it (a pod's volume may hold anything).
-    shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
+def in_namespace() -> bool:
+    """True in a mount namespace other than the parent's (the harness's)."""
+    return os.readlink("/proc/self/ns/mnt") != os.readlink(f"/proc/{os.getppid()}/ns/mnt")
 
 
-def release_cgroups() -> list[str]:
-    left = []
-    for h in hierarchies():
-        for name in TOP_CGROUPS:
-            left += remove_cgroup_tree(h / name)
-    return left
+def make_paths_private(run_dir: Path) -> list[str]:
+    """Inside the run's mount namespace: PRIVATE_PATHS become bind mounts of
+    run_dir/host/..., shared within the namespace (mount propagation to
+    containers works as on a node). Returns the paths that had to be created
+    on the host (empty mount points, removed again by remove_mount_points)."""
+    if not in_namespace():
+        raise RunFailed("refusing to bind-mount over host paths outside a private mount namespace")
+    created = []
+    for path in PRIVATE_PATHS:
+        src = run_dir / "host" / path.lstrip("/")
+        src.mkdir(parents=True, exist_ok=True)
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            created.append(path)
+        for cmd in (["mount", "--bind", str(src), path], ["mount", "--make-rshared", path]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RunFailed(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return created
 
 
-@contextlib.contextmanager
-def claimed() -> Iterator[None]:
-    """The machine-wide parts for the length of one kubelet's run; released
-    only when this run had claimed them."""
-    fd = take_lock()
-    owned = False
-    try:
-        check_ports()
-        check_cgroups()
-        claim_kubelet_root()
-        owned = True
-        yield
-    finally:
-        if owned:
-            release_kubelet_root()
-            release_cgroups()
-        os.close(fd)
+def remove_mount_points(paths: list[str]) -> None:
+    """The empty directories make_paths_private created on the host."""
+    for path in reversed(paths):
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # in use again by someone else, or not empty: leave it
