@@ -86,13 +86,19 @@ def remove_cgroup_tree(root: Path) -> list[str]:
 
 
 def check_cgroups() -> None:
-    """No other kubelet may own /kubepods: the two would remove each other's
-    pod cgroups as orphans. Empty leftovers of an earlier run are removed."""
-    busy = release_cgroups()
+    """No other kubelet may be running pods under /kubepods: the two would
+    remove each other's pod cgroups as orphans. (Empty directories are left
+    for the run's kubelet to reuse: they may be another kubelet's, idle.)"""
+    busy = []
+    for h in hierarchies():
+        for name in TOP_CGROUPS:
+            root = h / name
+            if root.is_dir():
+                busy += [str(p.parent) for p in root.rglob("cgroup.procs") if p.read_text().strip()]
     if busy:
         raise RunFailed(
-            f"cgroups in use by another kubelet (cgroupRoot '/'): {busy[:3]}; "
-            "the node e2e suite needs /kubepods for itself"
+            f"processes in cgroups of another kubelet with cgroupRoot '/': {busy[:3]}; "
+            "the node e2e suite needs /kubepods to itself"
         )
 
 
