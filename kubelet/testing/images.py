@@ -185,19 +185,24 @@ def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
     return _layer(files, links, dirs)
 
 
-def pause_layer() -> bytes:
+def compile_static(source: str, name: str) -> bytes:
+    """A small C program, statically linked: the binary's bytes."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler to build the pause binary")
+        raise RuntimeError(f"no C compiler to build {name}")
     with tempfile.TemporaryDirectory() as tmp:
-        src, out = os.path.join(tmp, "pause.c"), os.path.join(tmp, "pause")
+        src, out = os.path.join(tmp, f"{name}.c"), os.path.join(tmp, name)
         with open(src, "w") as fh:
-            fh.write(PAUSE_C)
+            fh.write(source)
         subprocess.run(
             [cc, "-static", "-Os", "-s", "-o", out, src], check=True, capture_output=True
         )
         with open(out, "rb") as fh:
-            return _layer({"pause": fh.read()}, {}, ["dev", "proc", "sys"])
+            return fh.read()
+
+
+def pause_layer() -> bytes:
+    return _layer({"pause": compile_static(PAUSE_C, "pause")}, {}, ["dev", "proc", "sys"])
 
 
 def _read(path: str) -> bytes:
@@ -331,6 +336,61 @@ NODE_E2E_UNAVAILABLE = (
     "docker.io/nfvpe/sriov-device-plugin:v3.1",
 )
 
+# Debian builds busybox without nmeter, which the container lifecycle specs
+# use for millisecond timestamps: `nmeter -d0 '%3t' | head -n1`. This is that
+# use of it and nothing more (other formats exit 1, naming what is missing).
+NMETER_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+static void line(const char *fmt) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    for (const char *p = fmt; *p; p++) {
+        if (*p != '%') { putchar(*p); continue; }
+        int prec = 0;
+        p++;
+        if (*p >= '0' && *p <= '6') prec = *p++ - '0';
+        if (*p == '%') { putchar('%'); continue; }
+        if (*p != 't') {
+            fprintf(stderr, "nmeter: %%%c: not in this stand-in (only %%[N]t)\n", *p ? *p : ' ');
+            exit(1);
+        }
+        struct tm tm;
+        localtime_r(&tv.tv_sec, &tm);
+        printf("%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (prec) {
+            long div = 1;
+            for (int i = prec; i < 6; i++) div *= 10;
+            printf(".%0*ld", prec, (long)tv.tv_usec / div);
+        }
+    }
+    putchar('\n');
+    fflush(stdout);
+}
+int main(int argc, char **argv) {
+    long delay_ms = 1000;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strncmp(argv[i], "-d", 2)) {
+            const char *v = argv[i][2] ? argv[i] + 2 : (i + 1 < argc ? argv[++i] : "1000");
+            delay_ms = atol(v);
+        } else {
+            fprintf(stderr, "nmeter: option %s not in this stand-in (only -d)\n", argv[i]);
+            return 1;
+        }
+    }
+    if (i != argc - 1) { fprintf(stderr, "usage: nmeter [-d MSEC] FORMAT\n"); return 1; }
+    for (;;) {
+        line(argv[i]);
+        if (delay_ms > 0) usleep(delay_ms * 1000);
+    }
+}
+"""
+
 NGINX_CONF = b"""user nginx;
 worker_processes 1;
 error_log /dev/stderr warn;
@@ -426,6 +486,10 @@ def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> Imag
     plugin (bindir/sample-device-plugin, static)."""
     out = build_e2e(directory, bindir, k8s_src)
     busybox = busybox_layer()
+    nmeter = _layer({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])
+    out[E2E_BUSYBOX_REF] = write_oci_tar(
+        os.path.join(directory, "e2e-busybox.tar"), E2E_BUSYBOX_REF, [busybox, nmeter], [], ["sh"]
+    )
     nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
     out[NGINX_REFS[0]] = write_oci_tar(
         os.path.join(directory, "nginx.tar"),
