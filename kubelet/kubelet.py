@@ -34,6 +34,7 @@ from kubelet.features import FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.kubelet_getters import KubeletHost
 from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
+from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -254,6 +255,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         )
         self.pleg = GenericPLEG(
             runtime_service,
@@ -372,6 +374,10 @@ class Kubelet:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
         os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        try:
+            os.makedirs(legacy.CONTAINER_LOGS_DIR, 0o755, exist_ok=True)
+        except OSError as err:
+            log.warning("No legacy container log links: %s: %s", legacy.CONTAINER_LOGS_DIR, err)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
@@ -430,6 +436,7 @@ class Kubelet:
             self.config.pod_logs_dir,
             sources_ready=self.sources_ready.is_set,
             node_event=self._node_event,
+            container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         )
         image_gc = ImageGCManager.from_config(
             self.config,

@@ -38,6 +38,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
 from kubelet.kuberuntime import labels as L
+from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_image import PullError, PullSecretsGetter, Secret, pull_image
 from kubelet.kuberuntime.security_context import (
@@ -151,8 +152,11 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        container_logs_dir: str = "",
     ) -> None:
         self.runtime = runtime
+        # Where the legacy log links go (/var/log/containers; "": none).
+        self.container_logs_dir = container_logs_dir
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
         self.pull_secrets = pull_secrets
         # RuntimeClass name -> CRI runtime handler (None: no API server).
@@ -726,6 +730,11 @@ class RuntimeManager:
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
         self._event(pod, "Normal", "Started", f"Started container {cname}", cname)
+        if self.container_logs_dir:
+            link = legacy.log_symlink(
+                self.container_logs_dir, name(pod), namespace(pod), cname, cid
+            )
+            legacy.create(os.path.join(sandbox_cfg.log_directory, cfg.log_path), link)
         post_start = (c.get("lifecycle") or {}).get("postStart")
         if post_start:
             # Part of the start, as upstream: the sync (and so the status that
