@@ -109,4 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("node e2e: interrupted (every process of the run was stopped)", file=sys.stderr)
+        sys.exit(130)

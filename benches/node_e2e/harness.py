@@ -35,7 +35,6 @@ from benches.conformance.harness import (
     K8S_VERSION,
     REPO,
     RunFailed,
-    claim_slot,
     k8s_source,
     log_tail,
     ours_version,
@@ -116,15 +115,12 @@ class Run:
         self.ctd: Containerd | None = None
         self.units: UnitManager | None = None
         self.bus: dbus.SystemBus | None = None
-        self._net_lock = -1
         self.kubelet_log = self.dir / "report" / "kubelet.log"
 
     # ---------------------------------------------------------------- node
     def start(self) -> None:
-        slot, self._net_lock = claim_slot()
-        self.ctd = Containerd(
-            str(self.dir / "ctd"), subnet=f"10.245.{slot}.0/24", bridge=f"kpn{slot}"
-        )
+        host.claim_pod_network()
+        self.ctd = Containerd(str(self.dir / "ctd"), subnet=host.POD_SUBNET, bridge=host.BRIDGE)
         try:
             self.ctd.start()
         except Unavailable as err:
@@ -200,9 +196,7 @@ class Run:
             self.units.close()
         if self.ctd is not None:
             self.ctd.stop()
-        if self._net_lock >= 0:
-            os.close(self._net_lock)
-            self._net_lock = -1
+        host.release_pod_network()
 
     # --------------------------------------------------------------- suite
     def ginkgo_argv(self) -> list[str]:

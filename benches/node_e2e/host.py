@@ -28,6 +28,10 @@ from benches.conformance.harness import RunFailed
 LOCK = "/tmp/kpy-node-e2e.lock"
 # Paths the suite and its kubelet use as they are, private to a run.
 PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
+# The pod network: the suite's podCIDR (test/e2e_node/jenkins), on a bridge of
+# the run's own. One run at a time (the lock), so fixed names do.
+POD_SUBNET = "10.100.0.0/24"
+BRIDGE = "kpne2e0"
 # API server (in the e2e binary), kubelet server, healthz, read-only port.
 FIXED_PORTS = (6443, 10250, 10248, 10255)
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -155,3 +159,24 @@ def remove_mount_points(paths: list[str]) -> None:
             os.rmdir(path)
         except OSError:
             pass  # in use again by someone else, or not empty: leave it
+
+
+def _routes() -> list[str]:
+    r = subprocess.run(["ip", "-4", "route", "show", POD_SUBNET], capture_output=True, text=True)
+    return r.stdout.splitlines()
+
+
+def claim_pod_network() -> None:
+    """The pod subnet must route to the run's bridge alone: a route to the same
+    subnet on another device (another harness's bridge left behind) would take
+    the node's traffic to its pods."""
+    release_pod_network()
+    others = [r for r in _routes() if f" dev {BRIDGE} " not in f"{r} "]
+    if others:
+        raise RunFailed(f"{POD_SUBNET} already routes elsewhere on this machine: {others}")
+
+
+def release_pod_network() -> None:
+    """The run's bridge (the CNI plugin leaves it behind), if there is one."""
+    if os.path.exists(f"/sys/class/net/{BRIDGE}"):
+        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
