@@ -42,7 +42,7 @@ from benches.conformance.harness import (
 )
 from benches.node_e2e import dbus, host, kubelet_shim, results
 from benches.node_e2e.systemd import SOCKET_ENV, UnitManager, install
-from kubelet.testing import images
+from kubelet.testing import images, registry
 from kubelet.testing.containerd import Containerd, Unavailable
 
 __all__ = ["CACHE", "K8S_VERSION", "Options", "build", "build_images", "run_one"]
@@ -52,6 +52,8 @@ NODE_CONFORMANCE_FOCUS = r"\[NodeConformance\]"
 # As upstream's node conformance jobs: the serial specs rewrite the kubelet's
 # config and restart it, so they run alone (--serial).
 DEFAULT_SKIP = r"\[Serial\]|\[Flaky\]"
+# Registries whose images the local mirror serves (those the suite names).
+MIRRORED = ("registry.k8s.io", "docker.io", "gcr.io")
 
 
 @dataclass
@@ -115,6 +117,7 @@ class Run:
         self.ctd: Containerd | None = None
         self.units: UnitManager | None = None
         self.bus: dbus.SystemBus | None = None
+        self.registry: registry.Registry | None = None
         self.kubelet_log = self.dir / "report" / "kubelet.log"
 
     # ---------------------------------------------------------------- node
@@ -127,6 +130,7 @@ class Run:
             raise RunFailed(f"containerd did not start: {err}") from err
         for path in self.images.tars.values():
             self.ctd.ctr("images", "import", "--all-platforms", path)
+        self._start_registry()
         self._write_pid_file()
         bus_dir = self.dir / "dbus"
         self.units = UnitManager(
@@ -142,6 +146,33 @@ class Run:
         install(self.dir / "sbin", sys.executable, REPO)
         self._write_kubelet_bin()
         (self.dir / "kubeletconfig.yaml").write_text(yaml.safe_dump(base_config()))
+
+    def _start_registry(self) -> None:
+        """A registry on 127.0.0.1 with every image the harness made, as the
+        mirror containerd tries first for the registries they are named in:
+        specs with imagePullPolicy Always (or that remove an image and pull it
+        again) pull for real. An image the mirror lacks is asked of its own
+        registry, which this machine cannot reach: the pull fails, as any pull
+        of a missing image."""
+        assert self.ctd is not None
+        try:
+            self.registry = registry.Registry(str(self.dir / "registry")).start()
+            for ref, path in self.images.tars.items():
+                for name in self.images.refs_in(path) or [ref]:
+                    _, repo, tag = images.split_ref(name)
+                    self.registry.push(f"{path}:{tag}", repo, tag)
+        except (registry.Unavailable, subprocess.CalledProcessError) as err:
+            raise RunFailed(f"the image mirror did not start: {err}") from err
+        certs = os.path.join(self.ctd.directory, "certs.d")
+        for upstream in MIRRORED:
+            d = os.path.join(certs, upstream)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "hosts.toml"), "w") as fh:
+                fh.write(
+                    f'server = "https://{upstream}"\n\n'
+                    f'[host."http://{self.registry.host}"]\n'
+                    '  capabilities = ["pull", "resolve"]\n  skip_verify = true\n'
+                )
 
     def _ctd_pid(self) -> int:
         assert self.ctd is not None and self.ctd.proc is not None
@@ -190,6 +221,8 @@ class Run:
         kubelet.chmod(0o755)
 
     def stop(self) -> None:
+        if self.registry is not None:
+            self.registry.stop()
         if self.bus is not None:
             self.bus.stop()
         if self.units is not None:
@@ -354,7 +387,7 @@ def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
     created = []
     try:
         host.check_ports()
-        host.check_cgroups()
+        host.make_cgroup_subtree()
         # Empty mount points for the namespace's bind mounts, where the host has none.
         for path in host.PRIVATE_PATHS:
             if not os.path.isdir(path):
@@ -368,7 +401,7 @@ def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
         result.error = str(err)
     finally:
         host.remove_mount_points(created)
-        left = host.release_cgroups(wait_s=30)
+        left = host.remove_cgroup_subtree(wait_s=30)
         if left:
             note = f"cgroups left behind (a process still in them): {left[:3]}"
             result.error = f"{result.error}; {note}" if result.error else note
@@ -384,8 +417,8 @@ def _opts_json(opts: Options) -> dict[str, object]:
 
 
 def _run_child(argv: list[str]) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(argv, env=env)
+    env = dict(os.environ, PYTHONPATH=str(REPO), **host.subtrees_env())
+    proc = subprocess.Popen(argv, env=env, preexec_fn=host.enter_cgroup_subtree)
     try:
         rc = proc.wait()
     except KeyboardInterrupt:

@@ -2,16 +2,20 @@
 
 The suite hard-codes what a node it owns would have: the kubelet's root
 directory /var/lib/kubelet (pod-resources socket, CPU/memory manager state,
-device-plugin sockets), /var/log/pods, the kubelet's ports 10248/10250/10255,
-the API server's 6443, and pod cgroups under /kubepods (cgroupRoot "/").
+device-plugin sockets), /var/log/pods, pod cgroups under /kubepods (cgroupRoot
+"/", and specs that look for them there), the kubelet's ports 10248/10250/10255
+and the API server's 6443.
 
 On a machine shared with other kubelets, each run gets the paths from a mount
-namespace of its own (see in_namespace): there /var/lib/kubelet and the log
-directories are bind mounts of directories in the run's work directory, so
-neither the host's copies nor other kubelets' files are touched, and every
-mount the run makes goes when it ends. Ports and cgroups cannot be made
-private that way: a machine-wide lock, and a run refuses to start where
-another kubelet holds them.
+namespace of its own (make_paths_private): there /var/lib/kubelet and the log
+directories are bind mounts of directories in the run's work directory, and
+each cgroup hierarchy's root is a bind mount of the host's /kpy-node-e2e
+subtree of it. So the run's kubelet, containerd, runc and the suite all see
+/kubepods where the host has /kpy-node-e2e/kubepods: another kubelet on the
+host using /kubepods (and removing pod cgroups it does not know) never meets
+the run's pods, nor they its. Every mount goes when the run ends. Ports cannot
+be made private that way: a machine-wide lock, and a run refuses to start
+where they are taken.
 """
 
 from __future__ import annotations
@@ -35,10 +39,8 @@ BRIDGE = "kpne2e0"
 # API server (in the e2e binary), kubelet server, healthz, read-only port.
 FIXED_PORTS = (6443, 10250, 10248, 10255)
 CGROUP_FS = Path("/sys/fs/cgroup")
-# The cgroups the kubelets create at the top of each hierarchy: the pods', and
-# the kubelet's own (kubeletCgroups, which the suite sets when it launches the
-# kubelet through systemd-run).
-TOP_CGROUPS = ("kubepods", "kubelet.slice")
+# The host cgroup that is the root of every hierarchy inside the run.
+CGROUP_SUBTREE = "kpy-node-e2e"
 
 
 def take_lock() -> int:
@@ -89,41 +91,87 @@ def remove_cgroup_tree(root: Path) -> list[str]:
     return left
 
 
-def check_cgroups() -> None:
-    """No other kubelet may be running pods under /kubepods: the two would
-    remove each other's pod cgroups as orphans. (Empty directories are left
-    for the run's kubelet to reuse: they may be another kubelet's, idle.)"""
-    busy = []
-    for h in hierarchies():
-        for name in TOP_CGROUPS:
-            root = h / name
-            if root.is_dir():
-                busy += [str(p.parent) for p in root.rglob("cgroup.procs") if p.read_text().strip()]
+def own_cgroups() -> dict[Path, str]:
+    """Hierarchy directory -> this process's cgroup in it (/proc/self/cgroup)."""
+    found = hierarchies()
+    dirs = {p.name: p for p in found}
+    v2 = CGROUP_FS if found == [CGROUP_FS] else dirs.get("unified")
+    out: dict[Path, str] = {}
+    with open("/proc/self/cgroup") as fh:
+        for line in fh:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            d = dirs.get(ctrls.removeprefix("name=")) if ctrls else v2
+            if d is not None:
+                out[d] = path
+    return out
+
+
+def subtrees() -> list[tuple[Path, Path]]:
+    """(hierarchy, the run's cgroup in it): CGROUP_SUBTREE under the cgroup the
+    harness is in (so the run stays inside whatever limits the harness has)."""
+    return [(h, h / path.lstrip("/") / CGROUP_SUBTREE) for h, path in own_cgroups().items()]
+
+
+def make_cgroup_subtree() -> None:
+    """The run's cgroup in every hierarchy (an empty leftover of an earlier
+    run is reused; one with processes in it is not the run's to take)."""
+    busy = [
+        str(p.parent)
+        for _, d in subtrees()
+        if d.is_dir()
+        for p in d.rglob("cgroup.procs")
+        if p.read_text().strip()
+    ]
     if busy:
-        raise RunFailed(
-            f"processes in cgroups of another kubelet with cgroupRoot '/': {busy[:3]}; "
-            "the node e2e suite needs /kubepods to itself"
-        )
+        raise RunFailed(f"processes left in the run's cgroups (an earlier run?): {busy[:3]}")
+    for _, d in subtrees():
+        d.mkdir(exist_ok=True)
+        # A new v1 cpuset starts with no CPUs or memory nodes: inherit them.
+        for f in ("cpuset.cpus", "cpuset.mems"):
+            if (d.parent / f).exists() and not (d / f).read_text().strip():
+                (d / f).write_text((d.parent / f).read_text())
 
 
-def release_cgroups(wait_s: float = 0.0) -> list[str]:
-    """Removes the TOP_CGROUPS trees; retries for up to wait_s while the last
-    processes of a run exit. Returns what is left."""
+def enter_cgroup_subtree() -> None:
+    """Moves the calling process (the run's, between fork and exec) into the
+    run's cgroups; what it starts stays under them."""
+    for _, d in subtrees():
+        (d / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def remove_cgroup_subtree(wait_s: float = 0.0) -> list[str]:
+    """Removes the run's cgroups; retries for up to wait_s while the last
+    processes of the run exit. Returns what is left."""
     deadline = time.monotonic() + wait_s
     while True:
-        left = []
-        for h in hierarchies():
-            for name in TOP_CGROUPS:
-                left += remove_cgroup_tree(h / name)
+        left = [x for _, d in subtrees() for x in remove_cgroup_tree(d)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(1)
 
 
+SUBTREES_ENV = "KPY_NODE_E2E_CGROUPS"
+
+
 def namespace_argv(argv: list[str]) -> list[str]:
     """argv run in a new mount namespace whose mounts do not propagate to the
-    host's (nor the host's later ones into it)."""
-    return ["unshare", "--mount", "--propagation", "private", *argv]
+    host's (nor the host's later ones into it), and a new cgroup namespace
+    rooted at the run's cgroups (enter_cgroup_subtree first)."""
+    return ["unshare", "--mount", "--cgroup", "--propagation", "private", *argv]
+
+
+def subtrees_env() -> dict[str, str]:
+    """The host paths of the run's cgroups, for the child (which, in its cgroup
+    namespace, cannot tell them from /proc/self/cgroup)."""
+    return {SUBTREES_ENV: ":".join(f"{h}={d}" for h, d in subtrees())}
+
+
+def _host_subtree(h: Path) -> Path:
+    for item in os.environ.get(SUBTREES_ENV, "").split(":"):
+        key, _, value = item.partition("=")
+        if key == str(h):
+            return Path(value)
+    raise RunFailed(f"the run's cgroup in {h} was not passed in ${SUBTREES_ENV}")
 
 
 def in_namespace() -> bool:
@@ -132,12 +180,19 @@ def in_namespace() -> bool:
 
 
 def make_paths_private(run_dir: Path) -> list[str]:
-    """Inside the run's mount namespace: PRIVATE_PATHS become bind mounts of
+    """Inside the run's mount namespace: each cgroup hierarchy's root becomes
+    the host's CGROUP_SUBTREE of it, and PRIVATE_PATHS bind mounts of
     run_dir/host/..., shared within the namespace (mount propagation to
     containers works as on a node). Returns the paths that had to be created
     on the host (empty mount points, removed again by remove_mount_points)."""
     if not in_namespace():
         raise RunFailed("refusing to bind-mount over host paths outside a private mount namespace")
+    # In the run's cgroup namespace /proc/<pid>/cgroup is relative to the run's
+    # cgroups: the files must be too, or runc and the kubelets look elsewhere.
+    for h, path in own_cgroups().items():
+        if path != "/":
+            raise RunFailed(f"not in a cgroup namespace of the run's own ({h}: {path})")
+        _mount(["--bind", str(_host_subtree(h)), str(h)])
     created = []
     for path in PRIVATE_PATHS:
         src = run_dir / "host" / path.lstrip("/")
@@ -145,11 +200,15 @@ def make_paths_private(run_dir: Path) -> list[str]:
         if not os.path.isdir(path):
             os.makedirs(path)
             created.append(path)
-        for cmd in (["mount", "--bind", str(src), path], ["mount", "--make-rshared", path]):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise RunFailed(f"{' '.join(cmd)}: {r.stderr.strip()}")
+        _mount(["--bind", str(src), path])
+        _mount(["--make-rshared", path])
     return created
+
+
+def _mount(args: list[str]) -> None:
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RunFailed(f"mount {' '.join(args)}: {r.stderr.strip()}")
 
 
 def remove_mount_points(paths: list[str]) -> None:

@@ -425,6 +425,31 @@ class ImageSet:
     tars: dict[str, str]
     unavailable: set[str] = field(default_factory=set)
 
+    @staticmethod
+    def refs_in(tar_path: str) -> list[str]:
+        """Every reference an image tarball holds (write_oci_tar's annotations)."""
+        with tarfile.open(tar_path) as tar:
+            member = tar.extractfile("index.json")
+            assert member is not None
+            index = json.load(member)
+        return [
+            m["annotations"]["io.containerd.image.name"]
+            for m in index["manifests"]
+            if "io.containerd.image.name" in m.get("annotations", {})
+        ]
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """(registry host, repository, tag) of a tagged reference; docker.io's
+    one-word names are under library/."""
+    name, _, tag = ref.rpartition(":")
+    host, _, repo = name.partition("/")
+    if "." not in host and ":" not in host and host != "localhost":
+        host, repo = "docker.io", name
+    if host == "docker.io" and "/" not in repo:
+        repo = f"library/{repo}"
+    return host, repo, tag
+
 
 def debian_root(package: str, cache: str) -> str:
     """The files of a Debian package, unpacked (not installed: no service
