@@ -128,6 +128,8 @@ class Run:
             self.ctd.start()
         except Unavailable as err:
             raise RunFailed(f"containerd did not start: {err}") from err
+        # The run's containerd where a node has it (in the run's mount namespace).
+        os.symlink(self.ctd.socket, host.DEFAULT_CONTAINERD_SOCKET)
         for path in self.images.tars.values():
             self.ctd.ctr("images", "import", "--all-platforms", path)
         self._start_registry()

@@ -31,7 +31,10 @@ from benches.conformance.harness import RunFailed
 
 LOCK = "/tmp/kpy-node-e2e.lock"
 # Paths the suite and its kubelet use as they are, private to a run.
-PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
+# /run/containerd: where a node's containerd has its socket, and where the
+# upstream kubelet's cAdvisor looks for it (its --containerd flag's default).
+PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd")
+DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 # The pod network: the suite's podCIDR (test/e2e_node/jenkins), on a bridge of
 # the run's own. One run at a time (the lock), so fixed names do.
 POD_SUBNET = "10.100.0.0/24"
