@@ -459,7 +459,11 @@ def debian_root(package: str, cache: str) -> str:
         return root
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        subprocess.run(["apt-get", "download", package], cwd=tmp, check=True, capture_output=True)
+        download = ["apt-get", "download", package]
+        if subprocess.run(download, cwd=tmp, capture_output=True).returncode != 0:
+            # A fresh machine may have no package lists yet.
+            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+            subprocess.run(download, cwd=tmp, check=True, capture_output=True)
         (deb,) = [f for f in os.listdir(tmp) if f.endswith(".deb")]
         unpacked = os.path.join(tmp, "root")
         subprocess.run(["dpkg-deb", "-x", os.path.join(tmp, deb), unpacked], check=True)
