@@ -64,7 +64,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, mode: in
     info.mtime = 0
     info.uid = info.gid = 0
     if directory:
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        info.type, info.mode = tarfile.DIRTYPE, mode
         tar.addfile(info)
     elif link:
         info.type, info.linkname = tarfile.SYMTYPE, link
@@ -85,7 +85,7 @@ def _layer(
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for d in dirs:
-            _add(tar, d, directory=True)
+            _add(tar, d, mode=modes.get(d, 0o755), directory=True)
         for name, data in files.items():
             default = 0o755 if name.startswith(("bin/", "pause")) else 0o644
             _add(tar, name, data, mode=modes.get(name, default))
@@ -182,7 +182,9 @@ def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
         "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
     }
     dirs = ["bin", "etc", "tmp", "root", "proc", "sys", "dev", "home", "usr", "usr/bin", "var"]
-    return _layer(files, links, dirs)
+    # /tmp as in every distribution's image: a pod running as a non-root user
+    # (the restricted pod security profile) writes there.
+    return _layer(files, links, dirs, {"tmp": 0o1777})
 
 
 def compile_static(source: str, name: str) -> bytes:
