@@ -511,54 +511,48 @@ def nginx_layer() -> bytes:
 
 
 def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> ImageSet:
-    """The node e2e suite's images: the conformance ones (build_e2e), nginx
-    (Debian's, unpacked into debs), ipc-utils (the host's util-linux IPC tools),
-    kitten and nautilus (agnhost serving their pictures), the sample device
-    plugin (bindir/sample-device-plugin, static)."""
+    """The node e2e suite's images: the conformance ones (build_e2e), with
+    busybox (and agnhost over it) given what Debian's busybox lacks (nmeter,
+    a UDP netcat); nginx (Debian's, unpacked into debs); ipc-utils (the host's
+    util-linux IPC tools); kitten and nautilus (agnhost serving their
+    pictures); the sample device plugin (bindir/sample-device-plugin, static)."""
     out = build_e2e(directory, bindir, k8s_src)
-    busybox = busybox_layer()
-    nmeter = _layer({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])
-    out[E2E_BUSYBOX_REF] = write_oci_tar(
-        os.path.join(directory, "e2e-busybox.tar"), E2E_BUSYBOX_REF, [busybox, nmeter], [], ["sh"]
-    )
+    base = [busybox_layer(), _layer({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])]
+
+    def image(name: str, ref: str | list[str], layers: list[bytes], entry: list[str],
+              cmd: list[str]) -> str:  # fmt: skip
+        path = os.path.join(directory, f"{name}.tar")
+        return write_oci_tar(path, ref, [*base, *layers], entry, cmd, env=[ALPINE_PATH])
+
+    out[E2E_BUSYBOX_REF] = image("e2e-busybox", E2E_BUSYBOX_REF, [], [], ["sh"])
     nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
-    out[NGINX_REFS[0]] = write_oci_tar(
-        os.path.join(directory, "nginx.tar"),
-        NGINX_REFS,
-        [busybox, binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()],
-        [],
-        ["nginx", "-g", "daemon off;"],
-        env=[ALPINE_PATH],
-    )
+    out[NGINX_REFS[0]] = image(
+        "nginx", NGINX_REFS, [binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()],
+        [], ["nginx", "-g", "daemon off;"],
+    )  # fmt: skip
     ipc = {f"/usr/bin/{t}": f"/usr/bin/{t}" for t in ("ipcs", "ipcmk", "ipcrm")}
-    out[IPC_UTILS_REF] = write_oci_tar(
-        os.path.join(directory, "ipc-utils.tar"),
-        IPC_UTILS_REF,
-        [busybox, binaries_layer(ipc)],
-        [],
-        ["sh"],
-        env=[ALPINE_PATH],
-    )
+    out[IPC_UTILS_REF] = image("ipc-utils", IPC_UTILS_REF, [binaries_layer(ipc)], [], ["sh"])
+    # Alpine's busybox nc (agnhost's base) speaks UDP, Debian's does not: the
+    # networking specs run `nc -w 1 -u`. OpenBSD's netcat comes first on PATH.
+    nc = os.path.join(debian_root("netcat-openbsd", debs), "bin", "nc.openbsd")
     agnhost = [
-        busybox,
         host_binaries_layer([shutil.which("curl") or "/usr/bin/curl"]),
+        binaries_layer({"/usr/bin/nc": nc}),
         agnhost_layer(
             os.path.join(bindir, "agnhost"),
             os.path.join(k8s_src, "test", "images", "agnhost", "porter"),
         ),
     ]
+    out[AGNHOST_REF] = image("agnhost", AGNHOST_REF, agnhost, ["/agnhost"], ["pause"])
     for ref, name in ((KITTEN_REF, "kitten"), (NAUTILUS_REF, "nautilus")):
         html = os.path.join(k8s_src, "test", "images", name, "html")
         page = _layer({f: _read(os.path.join(html, f)) for f in os.listdir(html)}, {}, [])
-        out[ref] = write_oci_tar(
-            os.path.join(directory, f"{name}.tar"), ref, [*agnhost, page],
-            ["/agnhost"], ["test-webserver"], env=[ALPINE_PATH],
-        )  # fmt: skip
+        out[ref] = image(name, ref, [*agnhost, page], ["/agnhost"], ["test-webserver"])
     plugin = _layer({"sampledeviceplugin": _read(os.path.join(bindir, "sample-device-plugin"))},
                     {}, [], {"sampledeviceplugin": 0o755})  # fmt: skip
-    out[SAMPLE_DEVICE_PLUGIN_REF] = write_oci_tar(
-        os.path.join(directory, "sample-device-plugin.tar"), SAMPLE_DEVICE_PLUGIN_REF,
-        [busybox, plugin], ["/sampledeviceplugin", "-alsologtostderr"], [], env=[ALPINE_PATH],
+    out[SAMPLE_DEVICE_PLUGIN_REF] = image(
+        "sample-device-plugin", SAMPLE_DEVICE_PLUGIN_REF, [plugin],
+        ["/sampledeviceplugin", "-alsologtostderr"], [],
     )  # fmt: skip
     return ImageSet(out, set(NODE_E2E_UNAVAILABLE))
 
