@@ -608,22 +608,16 @@ class RuntimeManager:
                 res.errors.append(problem)
                 if not is_restartable_init(init[i]):
                     return res
-        results = await asyncio.gather(
-            *(
-                self.start_container(
-                    pod,
-                    sid,
-                    sandbox_cfg,
-                    spec["containers"][i],
-                    status,
-                    res,
-                    pod_ips,
-                    pull_secrets=secrets,
-                )
-                for i in a.containers_to_start
-            )
-        )
-        res.errors.extend(e for e in results if e)
+        # One after the other in the pod's order, as upstream: a postStart hook
+        # holds back the containers after its own (pods rely on it to order
+        # their start), and one that fails does not keep the others from starting.
+        for i in a.containers_to_start:
+            problem = await self.start_container(
+                pod, sid, sandbox_cfg, spec["containers"][i], status, res, pod_ips,
+                pull_secrets=secrets,
+            )  # fmt: skip
+            if problem:
+                res.errors.append(problem)
         started = {spec["containers"][i]["name"] for i in a.containers_to_start}
         started.update(init[i]["name"] for i in a.init_containers_to_start)
         self._clear_running_waiting(status, waiting, started)
