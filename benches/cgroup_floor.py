@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benches import records
 from benches.bench_cgroup_stats import _files
 from kubelet import stats
 from kubelet.stats import cgstats, reference
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if cgstats.__file__ and "debug" in cgstats.__file__:
         raise SystemExit("refusing a debug build")
+    started = records.begin(argv, "benches.cgroup_floor")
     res: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpus": os.cpu_count(),
@@ -267,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     report(res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
+    records.write(started, "cgroup_floor", res)
     return 0
 
 

@@ -1,8 +1,12 @@
-"""Run the kernel benchmarks and print native vs reference side by side.
+"""Run the kernel benchmarks and print native vs reference side by side, and
+keep the published figures tied to their records.
 
-    python -m benches.report [--json FILE] [--quick]
+    python -m benches.report [--json FILE] [--quick] [--no-record]
+    python -m benches.report --check     # every figure in README.md and docs/ against its record
+    python -m benches.report --write     # render the figure blocks from the records
 
 Ratio = reference median / native median (how many times faster native is).
+A full run writes its record to benches/results/kernels-<time>.json.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+
+from benches import figures, records
 
 KERNELS = (
     "relist_diff",
@@ -30,7 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     ap.add_argument("-k", help="only benchmarks matching this pytest -k expression")
+    ap.add_argument("--no-record", action="store_true", help="do not write a record")
+    ap.add_argument("--check", action="store_true", help="check the figures against the records")
+    ap.add_argument("--write", action="store_true", help="render the figures from the records")
     args = ap.parse_args(argv)
+    if args.check or args.write:
+        problems = figures.run(write=args.write)
+        for p in problems:
+            print(p, file=sys.stderr)
+        print(f"figures: {len(problems)} problem(s)", file=sys.stderr)
+        return 1 if problems else 0
+    started = records.begin(argv, "benches.report")
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "bench.json")
@@ -38,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable, "-m", "pytest", here, "-q", "-p", "no:cacheprovider",
             f"--benchmark-json={raw}", "--benchmark-disable-gc", "--benchmark-warmup=on",
             "-o", "testpaths=benches", "-o", "python_files=bench_*.py",
+            # Benchmarks are not tests: no per-test timeout (a loaded machine
+            # once spent it tearing down the 10,000-cgroup tree).
+            "-o", "timeout=0",
         ]  # fmt: skip
         if args.quick:
             cmd += ["--benchmark-min-rounds=3", "--benchmark-max-time=0.2"]
@@ -77,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(summary, fh, indent=2, sort_keys=True)
+    if not (args.quick or args.k or args.no_record):
+        cpu = data["machine_info"].get("cpu", {}).get("brand_raw", "")
+        records.write(started, "kernels", {"cpu": cpu, "kernels": summary})
     return 0
 
 

@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benches import records
 from benches.procmetrics import buckets, free_port, hist_quantile, pct, proc_cpu_s
 
 HIST = "kubelet_pleg_relist_duration_seconds"
@@ -128,12 +129,13 @@ async def _probe(port: int, stop: asyncio.Event, lat: list[float]) -> None:
             pass
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benches.server_load", description=__doc__)
     ap.add_argument("--pods", type=int, default=200)
     ap.add_argument("--conns", type=int, default=1000)
     ap.add_argument("--hold", type=float, default=20.0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    started = records.begin(argv, "benches.server_load")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.conns + 1024)), hard))
 
@@ -240,11 +242,9 @@ def main() -> None:
         k.wait(30)
         sim.terminate()
         sim.wait(10)
-    print(
-        json.dumps(
-            {"pods": args.pods, "conns": args.conns, "hold_s": args.hold, **result}, indent=2
-        )
-    )
+    figures = {"pods": args.pods, "conns": args.conns, "hold_s": args.hold, **result}
+    print(json.dumps(figures, indent=2))
+    records.write(started, "server_load", figures)
 
 
 if __name__ == "__main__":

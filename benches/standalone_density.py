@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benches import records
 from benches.procmetrics import buckets, free_port, hist_quantile, proc_cpu_s, proc_rss_mib
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
@@ -126,7 +127,7 @@ def run(n: int, impl: str, relist: float, hold: float, runtime: str = "sim") -> 
             ctd.stop()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.standalone_density")
     ap.add_argument("--pods", type=int, nargs="+", default=[200, 2000])
     ap.add_argument("--relist", type=float, default=0.1)
@@ -134,7 +135,8 @@ def main() -> int:
     ap.add_argument("--impl", nargs="+", default=["native", "reference"])
     ap.add_argument("--runtime", choices=["sim", "containerd"], default="sim")
     ap.add_argument("--json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    started = records.begin(argv, "benches.standalone_density")
     results = []
     for n in args.pods:
         for impl in args.impl:
@@ -143,6 +145,7 @@ def main() -> int:
             results.append(r)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    records.write(started, f"standalone-{args.runtime}", results)
     return 0
 
 

@@ -39,6 +39,8 @@ from typing import Any
 
 import uvloop
 
+from benches import records
+
 SWITCH = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n"
 CHUNK = 256 * 1024
 
@@ -383,12 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=float, default=20.0)
     ap.add_argument("--exec-bytes", type=int, default=1048576, help="stdout bytes per exec")
     args = ap.parse_args(argv)
+    started = records.begin(argv, "benches.streaming")
     if args.execs:
-        print(
-            json.dumps(
-                _relist_under_execs(args.pods, args.execs, args.hold, args.exec_bytes), indent=2
-            )
-        )
+        res = _relist_under_execs(args.pods, args.execs, args.hold, args.exec_bytes)
+        print(json.dumps(res, indent=2))
+        records.write(started, "streaming-execs", res)
         return 0
 
     ctx = mp.get_context("spawn")
@@ -419,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in procs:
                 p.kill()
     print(json.dumps(out, indent=2))
+    records.write(started, "streaming", out)
     return 0
 
 

@@ -6,11 +6,14 @@ fakes in its place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from kubelet.cm.container_manager import HostPaths
 
 if TYPE_CHECKING:
     from kubelet.client.rest import APIClient
+    from kubelet.cm.container_manager import ContainerManager
     from kubelet.cri.types import ImageService, RuntimeService
     from kubelet.events import EventRecorder
     from kubelet.server.auth import ServerAuth
@@ -33,3 +36,7 @@ class Dependencies:
     auth: ServerAuth | None = None
     tls_options: TLSOptions | None = None
     recorder: EventRecorder | None = None
+    # The node-level container manager (swap, kernel tunables, node allocatable
+    # cgroups, system containers), and the host paths it reads and writes.
+    container_manager: ContainerManager | None = None
+    host_paths: HostPaths = field(default_factory=HostPaths)

@@ -1,125 +1,153 @@
-"""Feature gates (the Go kubelet's pkg/features), as far as they concern this kubelet.
+"""Feature gates: the upstream kubelet's registry, and the gates this kubelet reads.
 
-Unknown gates are an error, as upstream. Gates upstream has but this project
-does not act on are still accepted so a Go kubelet's configuration loads.
+Every gate the v1.34 kubelet binary registers is known here with its
+version-aware spec (kubelet/apis/config/data/gates.jsonl, generated from the
+Go registry), and setting one follows component-base's featuregate: unknown
+names, a locked gate set against its lock and a gate not yet available at
+this version are errors; deprecated and GA gates warn when set. Code reads a
+gate only through `FeatureGate.enabled(Feature.X)`; `Feature` lists the gates
+some part of this kubelet acts on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from collections.abc import Mapping
+
+from kubelet.apis.config import upstream
+
+ALL_ALPHA = "AllAlpha"
+ALL_BETA = "AllBeta"
 
 
-@dataclass(frozen=True)
-class FeatureSpec:
-    default: bool
-    stage: str  # ALPHA, BETA, GA, DEPRECATED
-    locked: bool = False
+class Feature(enum.StrEnum):
+    """The gates this kubelet acts on; each must be an upstream gate."""
 
-
-# Kubernetes v1.34 defaults for the gates a node agent sees.
-KNOWN_FEATURES: dict[str, FeatureSpec] = {
-    "EventedPLEG": FeatureSpec(False, "ALPHA"),
-    "InPlacePodVerticalScaling": FeatureSpec(True, "BETA"),
-    "SidecarContainers": FeatureSpec(True, "GA", locked=True),
-    "GracefulNodeShutdown": FeatureSpec(True, "BETA"),
-    "GracefulNodeShutdownBasedOnPodPriority": FeatureSpec(True, "BETA"),
-    "KubeletTracing": FeatureSpec(True, "BETA"),
-    "KubeletPodResourcesGet": FeatureSpec(True, "BETA"),
-    "KubeletPodResourcesDynamicResources": FeatureSpec(False, "ALPHA"),
-    "KubeletInUserNamespace": FeatureSpec(False, "ALPHA"),
-    "KubeletCgroupDriverFromCRI": FeatureSpec(True, "GA"),
-    "KubeletSeparateDiskGC": FeatureSpec(True, "BETA"),
-    "KubeletFineGrainedAuthz": FeatureSpec(True, "BETA"),
-    "KubeletCrashLoopBackOffMax": FeatureSpec(False, "ALPHA"),
-    "KubeletServiceAccountTokenForCredentialProviders": FeatureSpec(True, "BETA"),
-    "KubeletEnsureSecretPulledImages": FeatureSpec(False, "ALPHA"),
-    "PodReadyToStartContainersCondition": FeatureSpec(True, "BETA"),
-    "PodLifecycleSleepAction": FeatureSpec(True, "GA"),
-    "PodLifecycleSleepActionAllowZero": FeatureSpec(True, "BETA"),
-    "ContainerStopSignals": FeatureSpec(False, "ALPHA"),
-    "RecursiveReadOnlyMounts": FeatureSpec(True, "GA"),
-    "ImageVolume": FeatureSpec(False, "BETA"),
-    "MemoryQoS": FeatureSpec(False, "ALPHA"),
-    "NodeSwap": FeatureSpec(True, "GA"),
-    "CPUManagerPolicyAlphaOptions": FeatureSpec(False, "ALPHA"),
-    "CPUManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),
-    "MemoryManager": FeatureSpec(True, "BETA"),
-    "TopologyManagerPolicyAlphaOptions": FeatureSpec(False, "ALPHA"),
-    "TopologyManagerPolicyBetaOptions": FeatureSpec(True, "BETA"),
-    "RotateKubeletServerCertificate": FeatureSpec(True, "BETA"),
-    "UserNamespacesSupport": FeatureSpec(True, "BETA"),
-    "ProcMountType": FeatureSpec(True, "BETA"),
-    "SupplementalGroupsPolicy": FeatureSpec(True, "BETA"),
-    "ResourceHealthStatus": FeatureSpec(False, "ALPHA"),
-    "DynamicResourceAllocation": FeatureSpec(True, "GA"),
-    "LocalStorageCapacityIsolationFSQuotaMonitoring": FeatureSpec(False, "BETA"),
-    "PodAndContainerStatsFromCRI": FeatureSpec(False, "ALPHA"),
-    "ContextualLogging": FeatureSpec(True, "BETA"),
-    "LoggingAlphaOptions": FeatureSpec(False, "ALPHA"),
-    "LoggingBetaOptions": FeatureSpec(True, "BETA"),
-    "ComponentSLIs": FeatureSpec(True, "GA"),
-    "SystemdWatchdog": FeatureSpec(True, "BETA"),
-    "AllAlpha": FeatureSpec(False, "ALPHA"),
-    "AllBeta": FeatureSpec(False, "BETA"),
-}
+    EventedPLEG = "EventedPLEG"
+    KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
+    KubeletInUserNamespace = "KubeletInUserNamespace"
+    PodObservedGenerationTracking = "PodObservedGenerationTracking"
+    RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
+    SystemdWatchdog = "SystemdWatchdog"
 
 
 def parse_gates(text: str) -> dict[str, bool]:
-    """Parse the --feature-gates syntax "A=true,B=false" (names are not checked here)."""
+    """Parse the --feature-gates syntax "A=true,B=false" as featuregate.Set does
+    (names are checked later, against the registry)."""
     out: dict[str, bool] = {}
     for item in text.split(","):
-        item = item.strip()
         if not item:
             continue
         name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
         if not sep:
             raise ValueError(f"missing bool value for {name}")
-        v = value.strip().lower()
-        if v not in ("true", "false", "1", "0", "t", "f"):
+        v = value.lower()
+        if value not in ("1", "t", "T", "TRUE", "true", "True") and value not in (
+            "0",
+            "f",
+            "F",
+            "FALSE",
+            "false",
+            "False",
+        ):
             raise ValueError(
-                f'invalid value of {name}={value}, err: strconv.ParseBool: parsing "{value}"'
+                f'invalid value of {name}={value}, err: strconv.ParseBool: parsing "{value}": '
+                "invalid syntax"
             )
-        out[name.strip()] = v in ("true", "1", "t")
+        out[name] = v in ("1", "t", "true")
     return out
 
 
-class FeatureGate:
-    """Resolved gate values: defaults, then AllAlpha/AllBeta, then explicit settings."""
+def _spec_stage(name: str) -> str:
+    return upstream.gates()[name].stage
 
-    def __init__(self, settings: dict[str, bool] | None = None) -> None:
+
+class FeatureGate:
+    """Resolved gate values: the defaults at this version, then AllAlpha/AllBeta,
+    then each gate set explicitly. Raises ValueError listing every problem."""
+
+    def __init__(self, settings: Mapping[str, bool] | None = None) -> None:
         self.settings = dict(settings or {})
-        problems = self.problems()
+        problems = gate_problems(self.settings)
         if problems:
             raise ValueError("; ".join(problems))
+        self._values = _resolve(self.settings)
 
-    def problems(self) -> list[str]:
-        out = []
-        for name, value in self.settings.items():
-            spec = KNOWN_FEATURES.get(name)
-            if spec is None:
-                out.append(f"unrecognized feature gate: {name}")
-            elif spec.locked and value != spec.default:
-                out.append(
-                    f"cannot set feature gate {name} to {value}, "
-                    f"feature is locked to {spec.default}"
-                )
-        return out
+    def enabled(self, feature: Feature) -> bool:
+        return self._values[feature.value]
 
-    def enabled(self, name: str) -> bool:
-        spec = KNOWN_FEATURES[name]
-        if name in self.settings:
-            return self.settings[name]
-        if spec.stage == "ALPHA" and self.settings.get("AllAlpha"):
-            return True
-        if spec.stage == "BETA" and "AllBeta" in self.settings:
-            return self.settings["AllBeta"]
-        return spec.default
+    def value(self, name: str) -> bool:
+        """A gate's value by its upstream name (the account's checks; code uses enabled())."""
+        return self._values[name]
 
-    def known(self) -> list[str]:
-        return sorted(KNOWN_FEATURES)
+    def explicitly_set(self, name: str) -> bool:
+        return name in self.settings
+
+    def enabled_gates(self) -> list[str]:
+        return sorted(n for n, v in self._values.items() if v)
 
 
-def merge_gates(file_gates: dict[str, bool], flag_gates: dict[str, bool]) -> dict[str, bool]:
+def _resolve(settings: Mapping[str, bool]) -> dict[str, bool]:
+    known = upstream.gates()
+    values = {n: g.default for n, g in known.items()}
+    for special, stage in ((ALL_ALPHA, "ALPHA"), (ALL_BETA, "BETA")):
+        if special in settings:
+            for n, g in known.items():
+                if g.stage == stage and n not in settings:
+                    values[n] = settings[special]
+    values.update(settings)
+    return values
+
+
+def gate_problems(settings: Mapping[str, bool]) -> list[str]:
+    """Every reason these settings cannot be used, with upstream's messages
+    (upstream stops at the first unknown gate; this lists all)."""
+    known = upstream.gates()
+    out = []
+    for name, value in settings.items():
+        g = known.get(name)
+        if g is None:
+            out.append(f"unrecognized feature gate: {name}")
+        elif g.locked and value != g.default:
+            out.append(
+                f"cannot set feature gate {name} to {str(value).lower()}, "
+                f"feature is locked to {str(g.default).lower()}"
+            )
+        elif g.stage == "PRE-ALPHA" and name not in (ALL_ALPHA, ALL_BETA):
+            out.append(
+                f"cannot set feature gate {name} to {str(value).lower()}, feature is PreAlpha "
+                f"at emulated version {kubelet_minor_version()}"
+            )
+    return out
+
+
+def gate_set_warnings(settings: Mapping[str, bool]) -> list[str]:
+    """The warnings featuregate logs when a deprecated or GA gate is set."""
+    known = upstream.gates()
+    out = []
+    for name, value in sorted(settings.items()):
+        g = known.get(name)
+        if g is None:
+            continue
+        v = str(value).lower()
+        if g.stage == "DEPRECATED":
+            out.append(
+                f"Setting deprecated feature gate {name}={v}. It will be removed in a future release."
+            )
+        elif g.stage == "GA":
+            out.append(
+                f"Setting GA feature gate {name}={v}. It will be removed in a future release."
+            )
+    return out
+
+
+def kubelet_minor_version() -> str:
+    major, minor, *_ = upstream.kubernetes_version().lstrip("v").split(".")
+    return f"{major}.{minor}"
+
+
+def merge_gates(file_gates: Mapping[str, bool], flag_gates: Mapping[str, bool]) -> dict[str, bool]:
     """File gates overlaid per gate by flag gates (the flag wins for each gate it names)."""
     merged = dict(file_gates)
     merged.update(flag_gates)

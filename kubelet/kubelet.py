@@ -30,10 +30,11 @@ from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
 from kubelet.events import Recorder
 from kubelet.eviction.eviction_manager import EvictionManager
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter
+from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
@@ -43,6 +44,7 @@ from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -55,9 +57,10 @@ from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
-from kubelet.status import generate
+from kubelet.status import generate, generation
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -71,6 +74,7 @@ from kubelet.types import (
     name,
     namespace,
     object_ref,
+    qos_class,
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
@@ -154,10 +158,11 @@ class Kubelet:
             desired_pod=self.pod_manager.get,
             mirror_of=self.pod_manager.get_mirror,
             can_delete=lambda u: not self.pod_workers.could_have_running_containers(u),
+            tracking=self.features.enabled(generation.GATE),
         )
         alloc = allocatable or {}
         self.admitter = Admitter(
-            config.max_pods,
+            int(alloc.get("pods", max_pods(config, machine_info().num_cores))),
             cpu_millis(alloc.get("cpu", "1000000")),
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
@@ -165,13 +170,14 @@ class Kubelet:
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
-        # Volume usage per pod, measured once a minute off the loop.
+        # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
         self.volume_stats = VolumeStatsCalculator(
             lambda: list(self.pod_manager.uids()),
             lambda u: {
                 n: v.host_path for n, v in self.volume_manager.get_mounted_volumes(u).items()
             },
             os.path.join(root_dir, "pods"),
+            period=config.volume_stats_agg_period,
         )
         self.stats = StatsProvider(
             self.pod_manager.pods,
@@ -184,11 +190,16 @@ class Kubelet:
         )
         self.resource_registry = resource_registry(self.stats)
         self.cadvisor_registry = cadvisor_registry(self.stats, machine_info())
-        # Node-pressure eviction: conditions, one eviction per cycle, admission.
+        # Node-pressure eviction: conditions, one eviction per cycle, admission;
+        # local storage limits measured for the pods that have them.
+        ephemeral = EphemeralStorageStats(
+            runtime_service, config.pod_logs_dir, os.path.join(root_dir, "pods"),
+            lambda u: self.cache.get(u)[0], self._volume_bytes,
+        )  # fmt: skip
         self.eviction = EvictionManager(
             config, self._active_pods, self._evict_pod, self._pods_memory, root_dir,
-            recorder=recorder,
-            volume_usage=lambda u: {v.name: v.used_bytes for v in self.volume_stats.usage(u)},
+            recorder=recorder, volume_usage=self._volume_bytes,
+            local_storage_usage=ephemeral.measure,
         )  # fmt: skip
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
@@ -255,6 +266,7 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            image_puller=ImagePuller.from_config(config),
             container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         )
         self.pleg = GenericPLEG(
@@ -271,6 +283,7 @@ class Kubelet:
                 CgroupManager(config.cgroup_root),
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
+                pod_pids_limit=config.pod_pids_limit,
             )
             if config.cgroups_per_qos
             else None
@@ -373,7 +386,9 @@ class Kubelet:
     async def _start_core(self) -> None:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
         the runtime's name, the pod sources and the PLEG."""
-        os.makedirs(os.path.join(self.root_dir, "pods"), exist_ok=True)
+        await asyncio.get_running_loop().run_in_executor(
+            None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir
+        )
         try:
             os.makedirs(legacy.CONTAINER_LOGS_DIR, 0o755, exist_ok=True)
         except OSError as err:
@@ -461,7 +476,7 @@ class Kubelet:
         self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
-        if self.features.enabled("EventedPLEG"):
+        if self.features.enabled(Feature.EventedPLEG):
             self.evented = EventedPLEG(self.runtime, self.runtime_manager, self.pleg, self.cache)
             self._tasks.append(
                 asyncio.create_task(self.evented.run(self._stop), name="evented-pleg")
@@ -635,6 +650,7 @@ class Kubelet:
         log.warning("Pod %s/%s rejected: %s: %s", namespace(pod), name(pod), r.reason, r.message)
         if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Warning", r.reason, r.message)
+        # rejectPod: only the QoS class is kept; startTime as any first status has.
         self.status_manager.set_pod_status(
             u,
             {
@@ -642,7 +658,10 @@ class Kubelet:
                 "reason": r.reason,
                 "message": f"Pod was rejected: {r.message}",
                 "conditions": [],
+                "qosClass": qos_class(pod),
+                "startTime": generate.now(),
             },
+            pod,
         )
 
     def _handle_mirror(self, op: Op, mirror: Pod) -> None:
@@ -672,19 +691,27 @@ class Kubelet:
                 out.append(p)
         return out
 
+    def _volume_bytes(self, pod_uid: str) -> dict[str, int]:
+        """Bytes in each of the pod's volumes, from the volume stats' last pass."""
+        return {v.name: v.used_bytes for v in self.volume_stats.usage(pod_uid)}
+
     def _pods_memory(self) -> dict[str, int]:
         """Working set per pod UID from one stats pass (for eviction ranking):
         memory.current and memory.stat of each pod cgroup, nothing else."""
         return self.stats.pod_working_sets()
 
-    async def _evict_pod(self, pod: Pod, grace: int, reason: str, message: str) -> None:
+    async def _evict_pod(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         u = uid(pod)
         self.pod_syncer.mark_evicted(u, reason, message)
         self.admitter.release(u)
         old = self.status_manager.get(u) or {}
-        self.status_manager.set_pod_status(
-            u, {**old, "phase": "Failed", "reason": reason, "message": message}
+        status = generate.failed_status(
+            old, pod, reason, message, condition, self.status_manager.tracking
         )
+        self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
     def _volumes_ready(self, pod_uid: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from kubelet.container.env import EnvContext, make_environment_variables
 from kubelet.container.expansion import expand_subpath_expr
 from kubelet.container.hosts import make_hosts_mount
-from kubelet.container.mounts import has_subpath, make_mounts
+from kubelet.container.mounts import make_mounts
 from kubelet.container.runtime import (
     ContainerConfigError,
     DNSSettings,
@@ -28,9 +28,38 @@ from kubelet.kuberuntime.termination import create_termination_log_file
 from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
 from kubelet.objectcache import ObjectGetter
 from kubelet.types import Pod, name, namespace, object_ref, uid
+from kubelet.util import filesystem
 from kubelet.volumemanager import MountedVolume, VolumeManager
 
 log = logging.getLogger(__name__)
+
+# Upstream's modes (setupDataDirs in kubelet.go, makePodDataDirs): nothing
+# under the root dir is for other users to read or list.
+DATA_DIR_MODE = 0o750
+# Below the root dir (getPluginsDir, getPluginsRegistrationDir, getPodResourcesDir).
+DATA_SUBDIRS = ("pods", "plugins", "plugins_registry", "pod-resources")
+
+
+def setup_data_dirs(root_dir: str, pod_logs_dir: str) -> None:
+    """The kubelet's directories, made 0750 where missing (existing ones keep
+    their mode, as upstream's MkdirAll). Blocking."""
+    filesystem.mkdir_all(root_dir, DATA_DIR_MODE)
+    filesystem.mkdir_all(pod_logs_dir, DATA_DIR_MODE)
+    for sub in DATA_SUBDIRS:
+        filesystem.mkdir_all(os.path.join(root_dir, sub), DATA_DIR_MODE)
+
+
+def pod_dir(root_dir: str, pod_uid: str) -> str:
+    """<root>/pods/<uid> (getPodDir): the uid must be one plain path component."""
+    return os.path.join(root_dir, "pods", filesystem.component(pod_uid, "pod uid"))
+
+
+def make_pod_data_dirs(root_dir: str, pod_uid: str) -> str:
+    """The pod's dir and its volumes and plugins dirs, 0750 (makePodDataDirs). Blocking."""
+    d = pod_dir(root_dir, pod_uid)
+    filesystem.mkdir_all(os.path.join(d, "volumes"), DATA_DIR_MODE)
+    filesystem.mkdir_all(os.path.join(d, "plugins"), DATA_DIR_MODE)
+    return d
 
 
 class PodRuntimeHelper:
@@ -53,7 +82,7 @@ class PodRuntimeHelper:
         self.volumes = volumes
 
     def get_pod_dir(self, pod_uid: str) -> str:
-        return os.path.join(self.root_dir, "pods", pod_uid)
+        return pod_dir(self.root_dir, pod_uid)
 
     async def generate_run_container_options(
         self, pod: Pod, container: dict[str, Any], pod_ips: list[str]
@@ -84,8 +113,11 @@ class PodRuntimeHelper:
         hostname: str,
         domain: str,
     ) -> list[Mount]:
-        pod_dir = self.get_pod_dir(uid(pod))
-        os.makedirs(pod_dir, exist_ok=True)  # the syncer made it; cheap to be sure
+        try:
+            # The syncer made them; cheap to be sure.
+            pod_dir = make_pod_data_dirs(self.root_dir, uid(pod))
+        except (OSError, ValueError) as err:
+            raise ContainerConfigError(f"failed to make the pod's directory: {err}") from err
 
         def expand(expr: str) -> str:
             try:
@@ -93,9 +125,7 @@ class PodRuntimeHelper:
             except ValueError as err:
                 raise ContainerConfigError(str(err)) from err
 
-        mounts = make_mounts(
-            pod, container, volumes, expand, pod_dir if has_subpath(container) else None
-        )
+        mounts = make_mounts(pod, container, volumes, expand, pod_dir)
         try:
             hosts = make_hosts_mount(pod, container, pod_dir, pod_ips, hostname, domain)
         except OSError as err:

@@ -14,14 +14,14 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-import os
 from typing import Any
 
 from kubelet import metrics
-from kubelet.cm.cgroup_manager import PodContainerManager
+from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
 from kubelet.events import Recorder
+from kubelet.kubelet_pods import make_pod_data_dirs, pod_dir
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.predicate import Admitter
 from kubelet.mirror_client import MirrorClient, mirror_matches
@@ -114,7 +114,7 @@ class KubeletPodSyncer:
         return pod_uid in self._evicted
 
     def pod_dir(self, pod_uid: str) -> str:
-        return os.path.join(self.root_dir, "pods", pod_uid)
+        return pod_dir(self.root_dir, pod_uid)
 
     def _previous_status(self, pod: Pod) -> dict[str, Any] | None:
         """The basis of the next status: the status manager's, or before this
@@ -133,9 +133,7 @@ class KubeletPodSyncer:
         u = uid(pod)
         if u not in self._pod_dirs:
             # Once per pod: a couple of mkdirs, not worth a thread hop.
-            pod_dir = self.pod_dir(u)
-            os.makedirs(os.path.join(pod_dir, "volumes"), exist_ok=True)
-            os.makedirs(os.path.join(pod_dir, "plugins"), exist_ok=True)
+            make_pod_data_dirs(self.root_dir, u)
             self._pod_dirs.add(u)
         if u not in self._warned:
             self._warned.add(u)
@@ -146,15 +144,25 @@ class KubeletPodSyncer:
         if old is not None and self._past_deadline(pod, old):
             # Failed before anything more is started; the worker then kills it.
             api = generate.generate(
-                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old
-            )
+                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old,
+                tracking=self.status_manager.tracking,
+            )  # fmt: skip
             self._fail_past_deadline(pod, api)
-            self.status_manager.set_pod_status(u, api)
+            self.status_manager.set_pod_status(u, api, pod)
             self.admitter.release(u)
             return PodSyncResult(terminal=True)
         if self.pod_cgroups is not None and u not in self._cgroups_made:
             # Before the sandbox: the runtime puts the pod under this cgroup.
-            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+            except (OSError, CgroupError) as err:
+                if self.recorder is not None:
+                    msg = f"unable to ensure pod container exists: {err}"
+                    self.recorder.event(object_ref(pod), "Warning", "FailedCreatePodContainer", msg)
+                return PodSyncResult(
+                    error=f"failed to ensure that the pod: {u} cgroups exist and are correctly "
+                    f"applied: {err}"
+                )
             self._cgroups_made.add(u)
         if self.mirror_client is not None and is_static(pod):
             await self._ensure_mirror(pod)
@@ -166,8 +174,8 @@ class KubeletPodSyncer:
         unmounted = self.volumes.unmounted_volumes(pod)
         if unmounted:
             waiting = self.runtime_manager.waiting.get(u, {})
-            api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
-            self.status_manager.set_pod_status(u, api)
+            api = self._generate(pod, status, waiting, old)
+            self.status_manager.set_pod_status(u, api, pod)
             return PodSyncResult(
                 error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: not set up yet "
                 "(synced again as soon as they are)"
@@ -179,8 +187,8 @@ class KubeletPodSyncer:
             status = dataclasses.replace(status, ips=list(self.node_ips))
         result = await self.runtime_manager.sync_pod(pod, status)
         waiting = self.runtime_manager.waiting.get(u, {})
-        api = generate.generate(pod, status, waiting, self.node_ips, old, self.probes)
-        self.status_manager.set_pod_status(u, api)
+        api = self._generate(pod, status, waiting, old)
+        self.status_manager.set_pod_status(u, api, pod)
         self._arm_deadline(pod, api)
         if api["phase"] == "Running" and u not in self._started_running:
             self._started_running.add(u)
@@ -193,6 +201,15 @@ class KubeletPodSyncer:
         if not result.ok:
             return PodSyncResult(error="; ".join(result.errors), retry_after=result.retry_after)
         return PodSyncResult()
+
+    def _generate(
+        self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]],
+        old: dict[str, Any] | None,
+    ) -> dict[str, Any]:  # fmt: skip
+        return generate.generate(
+            pod, status, waiting, self.node_ips, old, self.probes,
+            tracking=self.status_manager.tracking,
+        )  # fmt: skip
 
     def _warn_unsupported(self, pod: Pod) -> None:
         """Nothing silently ignored: name every field this kubelet does not
@@ -239,7 +256,9 @@ class KubeletPodSyncer:
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)
-        api = generate.generate(pod, final, {}, self.node_ips, old)
+        api = generate.generate(
+            pod, final, {}, self.node_ips, old, tracking=self.status_manager.tracking
+        )
         evicted = self._evicted.get(u)
         if evicted is not None:
             api["phase"] = "Failed"
@@ -248,11 +267,7 @@ class KubeletPodSyncer:
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
-        if api["phase"] not in TERMINAL and (
-            pod["metadata"].get("deletionTimestamp") or self.pod_manager.get(u) is None
-        ):
-            api["phase"] = "Failed" if api["phase"] == "Running" else api["phase"]
-        self.status_manager.set_pod_status(u, api)
+        self.status_manager.set_pod_status(u, generate.terminate_pod(pod, api), pod)
 
     # ----------------------------------------------------------- terminated
     async def sync_terminated_pod(self, pod: Pod) -> None:

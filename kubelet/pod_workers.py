@@ -128,6 +128,9 @@ class PodWorkers:
                 self._static_waiting.setdefault(full_name(work.pod), []).append(u)
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")
         if work.type is UpdateType.KILL:
+            # The newest copy of the pod (a deletion bumps its generation): the
+            # final status answers it.
+            st.pod = work.pod
             if not st.terminating:
                 st.terminating = True
                 st.grace = work.grace

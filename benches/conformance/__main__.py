@@ -18,7 +18,9 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from benches import records
 from benches.conformance import harness, results
 
 
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             "the conformance harness runs containerd and kubelets: run it as root", file=sys.stderr
         )
         return 2
+    started = records.begin(argv, "benches.conformance")
     kubelets = ["upstream", "ours"] if args.kubelet == "both" else [args.kubelet]
     out = Path(args.out)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kpy-conformance-"))
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     status = 0
     upstream = results.load(out / "upstream" / "results.json")
+    summary: dict[str, Any] = {"focus": args.focus, "skip": args.skip, "results": str(out)}
     for kubelet in kubelets:
         opts = harness.Options(
             kubelet=kubelet,
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if kubelet == "upstream" and not run.error:
             upstream = run
         c = run.counts()
+        summary[kubelet] = {"counts": c, "duration_s": run.duration_s, "error": run.error}
         print(
             f"{kubelet}: {c['passed']} passed, {c['failed']} failed, {c['timedout']} timed out, "
             f"{c['skipped']} skipped of {c['total']} in {run.duration_s / 60:.1f} min "
@@ -113,11 +118,13 @@ def main(argv: list[str] | None = None) -> int:
         if kubelet == "ours" and upstream is not None:
             ok, base = results.passed_where_upstream_passes(run)
             print(f"ours: passed where upstream passes: {ok} of {base}")
+            summary["ours"]["passed_where_upstream_passes"] = [ok, base]
             if ok < base:
                 status = 1
         if run.error:
             print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
             status = 1
+    records.write(started, "conformance", summary)
     return status
 
 

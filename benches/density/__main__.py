@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benches import records
 from benches.density import evidence
 from benches.density.harness import (
     KUBE_API_BURST,
@@ -236,9 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    started = records.begin(argv, "benches.density")
     if args.plot_only:
-        import json
-
         known = set(Result.__dataclass_fields__)
         loaded = [Result(**{k: v for k, v in d.items() if k in known})
                   for d in json.loads(Path(args.plot_only).read_text())]  # fmt: skip
@@ -318,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in plots(results, out):
         print(f"plot: {p}")
     print(f"results: {out / 'result.json'}")
+    if not args.quick:
+        name = "density-containerd" if on_ctd else "density"
+        records.write(started, name, json.loads((out / "result.json").read_text()))
     return 1 if any(r.error for r in results) else 0
 
 

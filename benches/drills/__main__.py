@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from benches import records
 from benches.drills import (
     Report,
     api_outage,
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds for pods to run")
     args = ap.parse_args(argv)
     n = args.pods or (1000 if args.runtime == "sim" else 100)
+    started = records.begin(argv, "benches.drills")
     work = Path(tempfile.mkdtemp(prefix="drill-"))
     print(f"work dir {work}", flush=True)
     cp = ControlPlane(str(work / "cp"), controllers=True).start()
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             ctd.stop()
         cp.stop()
     print(json.dumps(asdict(r), indent=1))
+    figures = {"runtime": args.runtime, "down_s": args.down, **asdict(r)}
+    records.write(started, f"drill-{args.drill}-{args.runtime}", figures)
     return 1 if r.problems else 0
 
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benches import records
 from benches.density.harness import (
     Run,
     Spec,
@@ -30,8 +31,6 @@ from benches.density.harness import (
 from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass
@@ -357,10 +356,18 @@ def run_soak(spec: SoakSpec, workdir: Path) -> SoakResult:
         cp.stop()
 
 
-def write_results(result: SoakResult, out: Path, stem: str) -> list[Path]:
+def write_results(
+    result: SoakResult, out: Path, stem: str, started: records.Started | None = None
+) -> list[Path]:
+    """The result as JSON (a record <stem>-<time>.json when `started` is given)
+    and its plot beside it."""
     out.mkdir(parents=True, exist_ok=True)
-    js = out / f"{stem}.json"
-    js.write_text(json.dumps(asdict(result), indent=1))
+    if started is not None:
+        js = records.write(started, stem, asdict(result), out)
+        stem = js.stem
+    else:
+        js = out / f"{stem}.json"
+        js.write_text(json.dumps(asdict(result), indent=1))
     made = [js]
     try:
         import matplotlib

@@ -3,8 +3,8 @@
     python -m benches.soak --minutes 60 [--rate 20] [--alive 2000] [--interval 60]
     python -m benches.soak --hours 2
 
-Prints one JSON sample per interval and writes benches/soak/results/soak-<time>.json
-and .png (RSS, CPU, open fds, asyncio tasks, API requests per pod, pods alive).
+Prints one JSON sample per interval and writes its record
+benches/results/soak-<time>.json and a .png beside it (RSS, CPU, open fds, asyncio tasks, API requests per pod, pods alive).
 Target: after the warm-up RSS grows < 5 %/h, fds and tasks stay flat.
 """
 
@@ -14,11 +14,11 @@ import argparse
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from benches import records
 from benches.density.harness import TEMPLATES
-from benches.soak import RESULTS, SoakSpec, run_soak, write_results
+from benches.soak import SoakSpec, run_soak, write_results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="no new pod while this many deletions are pending")  # fmt: skip
     ap.add_argument("--template", default="plain", choices=TEMPLATES,
                     help="pod template (benches/density)")  # fmt: skip
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(records.RESULTS))
     args = ap.parse_args(argv)
     minutes = args.minutes if args.minutes is not None else args.hours * 60
     spec = SoakSpec(minutes, args.rate, args.alive, args.interval, args.warmup, args.relist,
@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     print(f"work dir {work}", flush=True)
+    started = records.begin(argv, "benches.soak")
     result = run_soak(spec, work)
-    stem = "soak-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    for p in write_results(result, Path(args.out), stem):
+    for p in write_results(result, Path(args.out), "soak", started):
         print(f"wrote {p}")
     print(
         f"baseline {result.baseline} drained {result.drained}\n"

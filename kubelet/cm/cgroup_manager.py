@@ -45,12 +45,75 @@ def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> tuple[int, dict[st
     return 2, {"": unified} if unified else {}
 
 
+def runtime_only_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """On a v1 host, the hierarchies runc also puts containers in that carry no
+    controller the kubelet sets: named ones (name=systemd) and, on a hybrid
+    host, the unified mount. A pod's cgroup is removed from these too."""
+    out: list[str] = []
+    v1 = False
+    with open(mountinfo) as fh:
+        for line in fh:
+            pre, _, post = line.partition(" - ")
+            fields, post_fields = pre.split(), post.split()
+            if len(fields) < 5 or len(post_fields) < 3:
+                continue
+            if post_fields[0] == "cgroup":
+                v1 = True
+                opts = post_fields[2].split(",")
+                if any(o.startswith("name=") for o in opts) and not any(
+                    o in VALIDATED_V1_CONTROLLERS for o in opts
+                ):
+                    out.append(fields[4])
+            elif post_fields[0] == "cgroup2":
+                out.append(fields[4])
+    return out if v1 else []
+
+
 def _write(path: str, value: str) -> None:
     try:
         with open(path, "w") as fh:
             fh.write(value)
     except OSError as err:
         log.debug("cgroup write %s=%s failed: %s", path, value, err)
+
+
+class CgroupError(Exception):
+    """A cgroup that is missing or whose settings the kernel refused."""
+
+
+# The v1 hierarchies a kubelet cgroup must exist in (Validate upstream); the
+# others (net_cls, devices, ...) may lack it.
+VALIDATED_V1_CONTROLLERS = frozenset({"cpu", "cpuacct", "cpuset", "memory", "pids", "hugetlb"})
+
+
+def cgroup_files(version: int, ctrl: str, r: dict[str, int]) -> list[tuple[str, str]]:
+    """The (file, value) pairs that set `r` under one controller's directory:
+    on v1 each controller has its own files, on v2 ("" controller) one
+    directory holds them all."""
+    v2 = version == 2 and ctrl == ""
+    out: list[tuple[str, str]] = []
+    if "cpu_shares" in r:
+        if ctrl == "cpu":
+            out.append(("cpu.shares", str(r["cpu_shares"])))
+        elif v2:
+            # cgroup v2 weight from shares, as runc converts them.
+            out.append(("cpu.weight", str(1 + ((r["cpu_shares"] - 2) * 9999) // 262142)))
+    if "cpu_quota" in r:
+        quota, period = r["cpu_quota"], r["cpu_period"]
+        if ctrl == "cpu":
+            out += [("cpu.cfs_period_us", str(period)), ("cpu.cfs_quota_us", str(quota))]
+        elif v2:
+            out.append(("cpu.max", f"{quota if quota > 0 else 'max'} {period}"))
+    if "memory_limit" in r:
+        if ctrl == "memory":
+            out.append(("memory.limit_in_bytes", str(r["memory_limit"])))
+        elif v2:
+            out.append(("memory.max", str(r["memory_limit"])))
+    if "pids_limit" in r and (ctrl == "pids" or v2):
+        # pids.max on both versions; zero or less is no limit.
+        limit = r["pids_limit"]
+        out.append(("pids.max", str(limit) if limit > 0 else "max"))
+    return out
 
 
 def milli_cpu_to_quota(milli: int, period: int) -> int:
@@ -104,6 +167,7 @@ class CgroupManager:
     def __init__(self, cgroup_root: str = "", mountinfo: str = "/proc/self/mountinfo") -> None:
         self.version, self.mounts = cgroup_mounts(mountinfo)
         self.root = cgroup_root.strip("/")
+        self.runtime_only = runtime_only_mounts(mountinfo)
 
     def _paths(self, name: str) -> list[tuple[str, str]]:
         rel = "/".join(p for p in (self.root, name.strip("/")) if p)
@@ -114,6 +178,9 @@ class CgroupManager:
         return bool(paths) and all(os.path.isdir(p) for _, p in paths)
 
     def create(self, name: str, resources: dict[str, int] | None = None) -> None:
+        """Make the cgroup where missing and set `resources`; raises CgroupError
+        naming every setting the kernel refused."""
+        errs: list[str] = []
         for ctrl, path in self._paths(name):
             if not os.path.isdir(path):
                 os.makedirs(path, exist_ok=True)
@@ -124,7 +191,9 @@ class CgroupManager:
                         os.path.join(os.path.dirname(path), "cgroup.subtree_control"),
                         "+cpu +memory +pids",
                     )
-            self._apply(ctrl, path, resources or {})
+            errs += self._apply(ctrl, path, resources or {})
+        if errs:
+            raise CgroupError(f"failed to create cgroup {name!r}: " + "; ".join(errs))
 
     def _inherit_cpuset(self, path: str) -> None:
         # A new cpuset cgroup is unusable until it has CPUs and memory nodes:
@@ -147,31 +216,55 @@ class CgroupManager:
                     continue
                 _write(os.path.join(cur, f), value)
 
-    def _apply(self, ctrl: str, path: str, r: dict[str, int]) -> None:
-        if "cpu_shares" in r:
-            if ctrl == "cpu":
-                _write(os.path.join(path, "cpu.shares"), str(r["cpu_shares"]))
-            elif ctrl == "" and self.version == 2:
-                # cgroup v2 weight from shares, as runc converts them.
-                weight = 1 + ((r["cpu_shares"] - 2) * 9999) // 262142
-                _write(os.path.join(path, "cpu.weight"), str(weight))
-        if "cpu_quota" in r:
-            quota, period = r["cpu_quota"], r["cpu_period"]
-            if ctrl == "cpu":
-                _write(os.path.join(path, "cpu.cfs_period_us"), str(period))
-                _write(os.path.join(path, "cpu.cfs_quota_us"), str(quota))
-            elif ctrl == "" and self.version == 2:
-                _write(os.path.join(path, "cpu.max"), f"{quota if quota > 0 else 'max'} {period}")
-        if "memory_limit" in r:
-            if ctrl == "memory":
-                _write(os.path.join(path, "memory.limit_in_bytes"), str(r["memory_limit"]))
-            elif ctrl == "" and self.version == 2:
-                _write(os.path.join(path, "memory.max"), str(r["memory_limit"]))
+    def _apply(self, ctrl: str, path: str, r: dict[str, int]) -> list[str]:
+        """Write the settings this controller holds; the failures, as messages."""
+        errs = []
+        for fname, value in cgroup_files(self.version, ctrl, r):
+            target = os.path.join(path, fname)
+            try:
+                with open(target, "w") as fh:
+                    fh.write(value)
+            except OSError as err:
+                errs.append(f"failed to write {value!r} to {target}: {err.strerror or err}")
+        return errs
+
+    def update(self, name: str, resources: dict[str, int]) -> None:
+        """Set `resources` on an existing cgroup (Update); raises CgroupError."""
+        self.validate(name)
+        errs: list[str] = []
+        for ctrl, path in self._paths(name):
+            errs += self._apply(ctrl, path, resources)
+        if errs:
+            raise CgroupError(f"failed to update cgroup {name!r}: " + "; ".join(errs))
+
+    def validate(self, name: str) -> None:
+        """Raise CgroupError unless the cgroup exists under every controller the
+        kubelet uses (Validate upstream; other v1 hierarchies do not count)."""
+        missing = [
+            path
+            for ctrl, path in self._paths(name)
+            if (self.version == 2 or ctrl in VALIDATED_V1_CONTROLLERS) and not os.path.isdir(path)
+        ]
+        if missing or not self.mounts:
+            shown = ", ".join(missing) or "no cgroup mount"
+            raise CgroupError(f"cgroup {self.literal(name)!r} has some missing paths: {shown}")
+
+    def attach(self, name: str, pid: int) -> None:
+        """Move a process into the cgroup in every hierarchy; raises OSError."""
+        for _, path in self._paths(name):
+            with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+                fh.write(str(pid))
+
+    def literal(self, name: str) -> str:
+        """The cgroupfs name (/root/name) as operators write it."""
+        return "/" + "/".join(p for p in (self.root, name.strip("/")) if p)
 
     def destroy(self, name: str) -> bool:
         """Remove the cgroup and any children the runtime left; False if some are busy."""
         ok = True
-        for _, path in self._paths(name):
+        rel = "/".join(p for p in (self.root, name.strip("/")) if p)
+        extra = [("", os.path.join(m, rel)) for m in self.runtime_only]
+        for _, path in self._paths(name) + extra:
             for dirpath, _dirs, _files in sorted(
                 os.walk(path), key=lambda t: len(t[0]), reverse=True
             ):
@@ -196,11 +289,14 @@ class PodContainerManager:
         mgr: CgroupManager,
         enforce_cpu_limits: bool = True,
         cpu_period: int = DEFAULT_CPU_PERIOD,
+        pod_pids_limit: int = -1,
     ) -> None:
         self.mgr = mgr
         # --cpu-cfs-quota and --cpu-cfs-quota-period
         self.enforce_cpu_limits = enforce_cpu_limits
         self.cpu_period = cpu_period
+        # podPidsLimit: pids.max of every pod cgroup when positive.
+        self.pod_pids_limit = pod_pids_limit
 
     def setup_qos(self) -> None:
         self.mgr.create("kubepods")
@@ -215,9 +311,10 @@ class PodContainerManager:
         return f"kubepods/{qos.lower()}/pod{uid(pod)}"
 
     def ensure(self, pod: Pod) -> None:
-        self.mgr.create(
-            self.name(pod), pod_resources(pod, self.enforce_cpu_limits, self.cpu_period)
-        )
+        resources = pod_resources(pod, self.enforce_cpu_limits, self.cpu_period)
+        if self.pod_pids_limit > 0:
+            resources["pids_limit"] = self.pod_pids_limit
+        self.mgr.create(self.name(pod), resources)
 
     def destroy(self, pod: Pod) -> bool:
         return self.mgr.destroy(self.name(pod))

@@ -10,11 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import kubelet
-from kubelet.apis.config import KubeletConfiguration
-from kubelet.apis.config.v1beta1 import ConfigError, load_file
-from kubelet.apis.config.validation import validate_kubelet_configuration
-from kubelet.cmd.options import KubeletFlags, KubeletServer, apply_flags, parse_args, usage
-from kubelet.features import merge_gates
+from kubelet.cmd.configuration import load
+from kubelet.cmd.options import (
+    KubeletFlags,
+    KubeletServer,
+    apply_instance_flags,
+    parse_args,
+    usage,
+)
 from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
@@ -35,56 +38,26 @@ def build_server(argv: Sequence[str]) -> tuple[KubeletServer | None, list[str], 
     """
     parsed = parse_args(list(argv))
     flags = KubeletFlags()
-    apply_flags(parsed, flags, None)
+    apply_instance_flags(parsed, flags)
     if flags.show_help:
         sys.stdout.write(usage())
         return None, [], 0
-    if flags.show_version:
-        print(f"Kubernetes {KUBERNETES_VERSION} (kubelet-py {kubelet.__version__})")
+    if flags.show_version and flags.show_version != "false":
+        if flags.show_version == "raw":
+            print(f"{KUBERNETES_VERSION} (kubelet-py {kubelet.__version__})")
+        else:
+            print(f"Kubernetes {KUBERNETES_VERSION} (kubelet-py {kubelet.__version__})")
         return None, [], 0
     if parsed.positional:
         raise UsageError(
             [f'unknown command "{parsed.positional[0]}" for "kubelet"'], show_usage=True
         )
     # Keep going after bad flags so one run reports every problem.
-    problems = list(parsed.problems)
-
-    warnings: list[str] = []
-    config = KubeletConfiguration()
-    if flags.kubelet_config_file:
-        try:
-            config, file_warnings, _ = load_file(flags.kubelet_config_file)
-        except ConfigError as err:
-            raise UsageError(problems + err.problems, show_usage=bool(problems)) from err
-        warnings.extend(f"{flags.kubelet_config_file}: {w}" for w in file_warnings)
-    # Flags win over the file: re-apply the command line on top of it. Feature
-    # gates merge per gate rather than replacing the file's map.
-    file_gates = dict(config.feature_gates)
-    apply_flags(parsed, flags, config)
-    config.feature_gates = merge_gates(file_gates, config.feature_gates)
-    if flags.kubelet_config_file:
-        # -v sets logging.verbosity but is a logging flag, not a deprecated one.
-        overridden = sorted(
-            {f.name for f, _ in parsed.values if f.target[0] == "config" and f.name != "v"}
-        )
-        if overridden:
-            warnings.append(
-                "flags "
-                + ", ".join(f"--{n}" for n in overridden)
-                + " have been deprecated: these parameters should be set via the config file "
-                "specified by the Kubelet's --config flag; the flags take precedence"
-            )
-
-    problems.extend(validate_kubelet_configuration(config))
-    problems.extend(validate_flags(flags))
+    loaded = load(parsed, flags)
+    problems = parsed.problems + loaded.problems + validate_flags(flags)
     if problems:
         raise UsageError(problems, show_usage=bool(parsed.problems))
-    if flags.pod_infra_container_image:
-        warnings.append(
-            "--pod-infra-container-image will not be pruned by the image garbage collector "
-            "in kubelet and should also be set in the remote runtime"
-        )
-    return KubeletServer(flags, config), warnings, None
+    return KubeletServer(flags, loaded.config, loaded.document), loaded.warnings, None
 
 
 def validate_flags(f: KubeletFlags) -> list[str]:

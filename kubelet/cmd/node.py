@@ -9,7 +9,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
 from kubelet.cmd.options import KubeletServer
+from kubelet.cri import errors
+from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.dependencies import Dependencies
 from kubelet.kubelet import Kubelet
@@ -33,6 +36,65 @@ def build_cri(s: KubeletServer, deps: Dependencies) -> tuple[RuntimeService, Ima
             endpoint = cfg.image_service_endpoint or cfg.container_runtime_endpoint
             deps.image_service = RemoteImageService(endpoint, timeout)
     return deps.runtime_service, deps.image_service
+
+
+CRI_CONFIG_ATTEMPTS, CRI_CONFIG_RETRY = 3, 2.0
+
+
+async def cgroup_driver_from_cri(s: KubeletServer, runtime: RuntimeService) -> None:
+    """KubeletCgroupDriverFromCRI (GA): the runtime's RuntimeConfig names the
+    cgroup driver, which then replaces cgroupDriver; a runtime that does not
+    implement it (containerd 1.6) leaves the configured one. Raises
+    ContainerManagerError when the runtime cannot be asked."""
+    resp: pb.RuntimeConfigResponse | None = None
+    for attempt in range(CRI_CONFIG_ATTEMPTS):
+        try:
+            resp = await runtime.runtime_config()
+            break
+        except errors.UnimplementedError:
+            log.info(
+                "CRI implementation should be updated to support RuntimeConfig. Falling back "
+                "to using cgroupDriver from kubelet config."
+            )
+            return
+        except errors.CRIError as err:
+            # Likely a runtime still starting: give it a little more time.
+            if attempt == CRI_CONFIG_ATTEMPTS - 1:
+                raise ContainerManagerError(f"failed to get the runtime's config: {err}") from err
+            await asyncio.sleep(CRI_CONFIG_RETRY)
+    if resp is None or not resp.HasField("linux"):
+        return
+    driver = resp.linux.cgroup_driver
+    if driver == pb.SYSTEMD:
+        s.config.cgroup_driver = "systemd"
+    elif driver == pb.CGROUPFS:
+        s.config.cgroup_driver = "cgroupfs"
+    else:
+        raise ContainerManagerError(f"runtime returned an unknown cgroup driver {driver}")
+    log.info("Using cgroup driver setting received from the CRI runtime: %s",
+             s.config.cgroup_driver)  # fmt: skip
+
+
+def new_container_manager(
+    s: KubeletServer, name: str, deps: Dependencies, inputs: NodeInputs
+) -> ContainerManager:
+    """NewContainerManager: raises ContainerManagerError (swap, driver, cgroup root)."""
+    from kubelet.cm.node_container_manager import parse_resource_list
+    from kubelet.nodestatus.setters import capacity
+
+    cap = parse_resource_list(capacity(inputs))
+    cap.pop("pods", None)
+    try:
+        nc = NodeConfig.from_config(s.config, name)
+    except ValueError as err:
+        raise ContainerManagerError(f"kubeReserved/systemReserved failed to parse: {err}") from err
+
+    def node_event(etype: str, reason: str, message: str) -> None:
+        if deps.recorder is not None:
+            ref = {"kind": "Node", "name": name, "uid": name, "namespace": ""}
+            deps.recorder.event(ref, etype, reason, message)
+
+    return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)
 
 
 def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
@@ -75,6 +137,9 @@ async def start_node(
     # inputs are not read by these two.
     inputs = node_inputs(s, name, None)
     alloc = allocatable(inputs, capacity(inputs))
+    await cgroup_driver_from_cri(s, runtime_service)
+    cm = deps.container_manager or new_container_manager(s, name, deps, inputs)
+    await asyncio.get_running_loop().run_in_executor(None, cm.start)
     # The Node's UID, for the owner references of mirror pods, is known once the
     # node status manager (built below, it reads the Kubelet) has registered.
     node_status: NodeStatusManager | None = None
@@ -91,8 +156,10 @@ async def start_node(
         node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
     )
-    if s.flags.run_once:
+    if s.config.run_once:
         return k
+    stop_cm = asyncio.Event()
+    cm_task = asyncio.create_task(cm.run(stop_cm), name="container-manager")
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
     if deps.kube_client is not None:
@@ -109,6 +176,8 @@ async def start_node(
     tasks[0].add_done_callback(on_done)
 
     async def shutdown() -> None:
+        stop_cm.set()
+        await cm_task
         await k.stop()
         try:
             await asyncio.wait_for(tasks[0], 30)

@@ -10,19 +10,21 @@ import logging
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kubelet
 from kubelet import watchdog
-from kubelet.apis.config.v1beta1 import encode
+from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.source import CertificateSource
 from kubelet.certificate.store import KeyPair
+from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.dependencies import Dependencies
-from kubelet.features import FeatureGate
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.server import server as httpserver
 from kubelet.server.auth import ServerAuth
@@ -34,6 +36,7 @@ from kubelet.server.tls import (
 )
 from kubelet.util import flock, memdebug, sdnotify
 from kubelet.util.oom import OOMAdjuster, adjust_self
+from kubelet.util.tlsconfig import TLSPolicy
 from kubelet.version import user_agent
 
 log = logging.getLogger("kubelet")
@@ -81,7 +84,7 @@ async def run(
     # upstream starts its watchdog before the kubelet and adds them later.
     watched: dict[str, watchdog.HealthCheck] = {}
     try:
-        if FeatureGate(cfg.feature_gates).enabled("SystemdWatchdog"):
+        if FeatureGate(cfg.feature_gates).enabled(Feature.SystemdWatchdog):
             try:
                 wd = watchdog.HealthChecker.from_environment(lambda: watched)
             except watchdog.WatchdogError as err:
@@ -120,10 +123,13 @@ async def run(
         adjust_self(deps.oom_adjuster or OOMAdjuster(), cfg.oom_score_adj)
 
         name = node_name(s)
-        node = await start_node(s, deps, name, stop, cleanups)
+        try:
+            node = await start_node(s, deps, name, stop, cleanups)
+        except ContainerManagerError as err:
+            raise StartupError(f"failed to run Kubelet: {err}") from err
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
-        if flags.run_once:
+        if cfg.run_once:
             return await _run_once(node)
 
         watched["syncloop"] = node.host.healthz_checks()["syncloop"]
@@ -177,10 +183,23 @@ async def client_certificates(
         raise StartupError("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")
     name = node_name(s)
     if flags.bootstrap_kubeconfig:
-        try:
-            await bootstrap.load_client_cert(
+        # Bootstrapping retries while the API server is away; a signal must
+        # still stop the kubelet meanwhile.
+        task = asyncio.create_task(
+            bootstrap.load_client_cert(
                 flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
             )
+        )
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise StartupError("stopped while bootstrapping the client certificate")
+        try:
+            task.result()
         except bootstrap.BootstrapError as err:
             raise StartupError(f"failed to run Kubelet: {err}") from err
     if not cfg.rotate_certificates:
@@ -326,6 +345,7 @@ def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
         authn_ttl=cfg.authentication.webhook.cache_ttl,
         authorized_ttl=cfg.authorization.webhook.cache_authorized_ttl,
         unauthorized_ttl=cfg.authorization.webhook.cache_unauthorized_ttl,
+        fine_grained_authz=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletFineGrainedAuthz),
     )
 
 
@@ -347,7 +367,7 @@ async def _start_servers(
     node: Kubelet,
     cleanups: list[Callable[[], Any]],
 ) -> None:
-    cfg, flags = s.config, s.flags
+    cfg = s.config
     from kubelet.metrics import REGISTRY
 
     registries = [REGISTRY]
@@ -361,25 +381,17 @@ async def _start_servers(
         )
         cleanups.append(r.cleanup)
     if cfg.enable_server:
-        tls = deps.tls_options
-        gate = FeatureGate(cfg.feature_gates).enabled("RotateKubeletServerCertificate")
-        if tls is None and cfg.server_tls_bootstrap and not gate:
-            log.warning(
-                "serverTLSBootstrap is ignored: feature gate RotateKubeletServerCertificate is off"
-            )
-        if tls is None and cfg.server_tls_bootstrap and gate:
-            ssl_ctx = _serving_certificates(s, deps, name, cleanups).context
-        else:
-            if tls is None:
-                cert, key = cfg.tls_cert_file, cfg.tls_private_key_file
-                if not cert or not key:
-                    ips = [ip.strip() for ip in flags.node_ip.split(",") if ip.strip()]
-                    cert, key = ensure_self_signed(flags.cert_directory, name, ips)
-                tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file)
-                deps.tls_options = tls
-            ssl_ctx = server_context(tls)
+        ssl_ctx = _kubelet_port_tls(s, deps, name, cleanups)
         assert deps.auth is not None  # built by run() before the servers start
-        app = httpserver.kubelet_app(view, lambda: encode(cfg), registries, deps.auth)
+        debug = httpserver.DebugHandlers(
+            enable_debugging_handlers=cfg.enable_debugging_handlers,
+            enable_system_log_handler=cfg.enable_system_log_handler,
+            enable_profiling_handler=cfg.enable_profiling_handler,
+            enable_debug_flags_handler=cfg.enable_debug_flags_handler,
+        )
+        app = httpserver.kubelet_app(
+            view, lambda: document(cfg, s.document), registries, deps.auth, debug
+        )
         r = await httpserver.serve(app, cfg.address, cfg.port, ssl_ctx)
         cleanups.append(r.cleanup)
         if cfg.read_only_port > 0:
@@ -389,8 +401,39 @@ async def _start_servers(
             cleanups.append(r.cleanup)
 
 
-def _serving_certificates(
+def _kubelet_port_tls(
     s: KubeletServer, deps: Dependencies, name: str, cleanups: list[Callable[[], Any]]
+) -> ssl.SSLContext:
+    """The kubelet port's context: serving pair, client CA, tlsMinVersion and suites."""
+    cfg, flags = s.config, s.flags
+    tls = deps.tls_options
+    gate = FeatureGate(cfg.feature_gates).enabled(Feature.RotateKubeletServerCertificate)
+    if tls is None and cfg.server_tls_bootstrap and not gate:
+        log.warning(
+            "serverTLSBootstrap is ignored: feature gate RotateKubeletServerCertificate is off"
+        )
+    policy = TLSPolicy(cfg.tls_min_version, tuple(cfg.tls_cipher_suites))
+    try:
+        if tls is None and cfg.server_tls_bootstrap and gate:
+            return _serving_certificates(s, deps, name, cleanups, policy).context
+        if tls is None:
+            cert, key = cfg.tls_cert_file, cfg.tls_private_key_file
+            if not cert or not key:
+                ips = [ip.strip() for ip in flags.node_ip.split(",") if ip.strip()]
+                cert, key = ensure_self_signed(flags.cert_directory, name, ips)
+            tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file, policy)
+            deps.tls_options = tls
+        return server_context(tls)
+    except (OSError, ValueError, ssl.SSLError) as err:
+        raise StartupError(f"failed to set up the kubelet server's TLS: {err}") from err
+
+
+def _serving_certificates(
+    s: KubeletServer,
+    deps: Dependencies,
+    name: str,
+    cleanups: list[Callable[[], Any]],
+    policy: TLSPolicy,
 ) -> RotatingServerContext:
     """serverTLSBootstrap: the serving pair comes from kubelet-serving CSRs for the
     node's addresses, renewed like the client pair; tlsCertFile/tlsPrivateKeyFile
@@ -426,4 +469,4 @@ def _serving_certificates(
         stop = asyncio.Event()
         cleanups.append(stop.set)
         _spawn(mgr.run(stop), "server-certificate-manager", cleanups)
-    return RotatingServerContext(mgr, cfg.authentication.x509.client_ca_file)
+    return RotatingServerContext(mgr, cfg.authentication.x509.client_ca_file, policy)

@@ -11,11 +11,10 @@ import orjson
 import yaml
 
 from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, Pod
+from kubelet.util.validation import is_dns1123_label, is_dns1123_subdomain
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
+MAX_UID_LENGTH = 128
+_UID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -135,49 +134,71 @@ def _string_map(d: dict[str, Any], key: str, path: str) -> None:
             raise ManifestError(f"{path}.{k}: must be a string")
 
 
-def validate(pod: Pod) -> None:
-    md = pod.get("metadata")
+def _label_errors(value: Any, path: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ManifestError(f"{path}: Required value")
+    errs = is_dns1123_label(value)
+    if errs:
+        raise ManifestError(f"{path}: Invalid value: {value!r}: {'; '.join(errs)}")
+
+
+def validate_uid(uid: Any) -> None:
+    """A uid names the pod's directory (<root>/pods/<uid>) and ends its log dir
+    (<ns>_<name>_<uid>): one path component, without `..` or `_`, sane length.
+    The API server makes UUIDs; a manifest may pin any such value."""
+    if not isinstance(uid, str):
+        raise ManifestError("metadata.uid: must be a string")
+    if len(uid) > MAX_UID_LENGTH or not _UID.fullmatch(uid) or ".." in uid:
+        raise ManifestError(
+            f"metadata.uid: Invalid value: {uid!r}: must be at most {MAX_UID_LENGTH} letters, "
+            "digits, '-' or '.', start and end with a letter or digit, and hold no '..'"
+        )
+
+
+def _named_once(obj: Any, path: str, seen: set[str]) -> None:
+    """An object whose name is a DNS-1123 label not used before in `seen`."""
+    if not isinstance(obj, dict):
+        raise ManifestError(f"{path}: must be an object")
+    _label_errors(obj.get("name"), f"{path}.name")
+    if obj["name"] in seen:
+        raise ManifestError(f"{path}.name: Duplicate value: {obj['name']!r}")
+    seen.add(obj["name"])
+
+
+def _validate_meta(md: Any) -> None:
     if not isinstance(md, dict):
         raise ManifestError("metadata is required")
     _string_map(md, "labels", "metadata.labels")
     _string_map(md, "annotations", "metadata.annotations")
-    uid = md.get("uid")
-    if uid is not None and not isinstance(uid, str):
-        raise ManifestError("metadata.uid: must be a string")
+    if md.get("uid") is not None:
+        validate_uid(md["uid"])
     name = md.get("name")
     if not isinstance(name, str) or not name:
         raise ManifestError("metadata.name: Required value")
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
-        raise ManifestError(
-            f"metadata.name: Invalid value: {name!r}: must be a lowercase RFC 1123 subdomain"
-        )
-    ns = md.get("namespace")
-    if ns is not None and (not isinstance(ns, str) or not _DNS1123_LABEL.match(ns)):
-        raise ManifestError(f"metadata.namespace: Invalid value: {ns!r}")
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        raise ManifestError("spec: Required value")
-    _object_or_null(spec, "securityContext", "spec.securityContext")
-    _list_or_null(spec, "tolerations", "spec.tolerations")
-    _list_or_null(spec, "initContainers", "spec.initContainers")
+    errs = is_dns1123_subdomain(name)
+    if errs:
+        raise ManifestError(f"metadata.name: Invalid value: {name!r}: {'; '.join(errs)}")
+    if md.get("namespace") is not None:
+        _label_errors(md["namespace"], "metadata.namespace")
+
+
+def _validate_containers(spec: dict[str, Any]) -> dict[str, str]:
+    """Checks every container; returns the volume names they mount."""
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError("spec.containers: Required value")
+    if spec.get("ephemeralContainers"):
+        # As the API server on create; they are added through their subresource.
+        raise ManifestError("spec.ephemeralContainers: Forbidden: cannot be set on create")
     seen: set[str] = set()
+    mounted: dict[str, str] = {}
     for field in ("initContainers", "containers"):
         items = spec.get(field) or []
         if not isinstance(items, list):
             raise ManifestError(f"spec.{field}: must be a list")
         for i, c in enumerate(items):
             path = f"spec.{field}[{i}]"
-            if not isinstance(c, dict):
-                raise ManifestError(f"{path}: must be an object")
-            cname = c.get("name")
-            if not isinstance(cname, str) or not _DNS1123_LABEL.match(cname) or len(cname) > 63:
-                raise ManifestError(f"{path}.name: Invalid value: {cname!r}")
-            if cname in seen:
-                raise ManifestError(f"{path}.name: Duplicate value: {cname!r}")
-            seen.add(cname)
+            _named_once(c, path, seen)
             if not c.get("image"):
                 raise ManifestError(f"{path}.image: Required value")
             if not isinstance(c["image"], str):
@@ -188,6 +209,48 @@ def validate(pod: Pod) -> None:
                     isinstance(c[key], list) and all(isinstance(a, str) for a in c[key])
                 ):
                     raise ManifestError(f"{path}.{key}: must be a list of strings")
+            mounted = _mount_names(c, path) | mounted
+    return mounted
+
+
+def _mount_names(c: dict[str, Any], path: str) -> dict[str, str]:
+    """The volume names a container mounts, each with the field that names it."""
+    _list_or_null(c, "volumeMounts", f"{path}.volumeMounts")
+    names: dict[str, str] = {}
+    for j, m in enumerate(c.get("volumeMounts") or []):
+        mpath = f"{path}.volumeMounts[{j}]"
+        if not isinstance(m, dict):
+            raise ManifestError(f"{mpath}: must be an object")
+        if not isinstance(m.get("name"), str) or not m["name"]:
+            raise ManifestError(f"{mpath}.name: Required value")
+        if not isinstance(m.get("mountPath"), str) or not m["mountPath"]:
+            raise ManifestError(f"{mpath}.mountPath: Required value")
+        names.setdefault(m["name"], f"{mpath}.name")
+    return names
+
+
+def _validate_volumes(spec: dict[str, Any], mounted: dict[str, str]) -> None:
+    """Volume names become directories (pods/<uid>/volumes/<plugin>/<name>):
+    DNS-1123 labels, unique, and every mount names one of them, as the API
+    server requires."""
+    _list_or_null(spec, "volumes", "spec.volumes")
+    names: set[str] = set()
+    for i, v in enumerate(spec.get("volumes") or []):
+        _named_once(v, f"spec.volumes[{i}]", names)
+    missing = sorted(set(mounted) - names)
+    if missing:
+        raise ManifestError(f"{mounted[missing[0]]}: Not found: {missing[0]!r}")
+
+
+def validate(pod: Pod) -> None:
+    _validate_meta(pod.get("metadata"))
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise ManifestError("spec: Required value")
+    _object_or_null(spec, "securityContext", "spec.securityContext")
+    _list_or_null(spec, "tolerations", "spec.tolerations")
+    _list_or_null(spec, "initContainers", "spec.initContainers")
+    _validate_volumes(spec, _validate_containers(spec))
     policy = spec.get("restartPolicy", "Always")
     if not isinstance(policy, str) or policy not in ("Always", "OnFailure", "Never"):
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
@@ -206,6 +269,10 @@ def apply_defaults(pod: Pod, source: str, source_kind: str, node_name: str) -> P
         h.update(f"file:{source}".encode())
         md["uid"] = h.hexdigest()
     md["name"] = f"{md['name']}-{node_name}"
+    errs = is_dns1123_subdomain(md["name"])
+    if errs:
+        # The API server sees the name with the node's suffix: so must the check.
+        raise ManifestError(f"metadata.name: Invalid value: {md['name']!r}: {'; '.join(errs)}")
     md.setdefault("namespace", "default")
     md["namespace"] = md["namespace"] or "default"
     ann = md.setdefault("annotations", {}) or {}

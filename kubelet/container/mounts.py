@@ -2,14 +2,16 @@
 upstream), without /etc/hosts and the termination log, which are added elsewhere.
 
 subPath and subPathExpr get upstream's checks: no absolute path, no `..`, and
-no symlink that leads out of the volume. The subPath is resolved inside the
-volume's real path and then opened component by component without following
-symlinks, so a link swapped in between the two steps is caught; a missing
-subPath directory is created the same way, with the volume's mode. Given the
-pod dir, the opened descriptor is then bind-mounted under
-`<pod dir>/volume-subpaths/` as upstream does (see volumemanager/subpath.py),
-so the runtime cannot be raced either; without it, or where this kubelet may
-not mount, the resolved path goes to the runtime.
+no symlink that leads out of the volume. The subPath is resolved one
+component at a time below a descriptor of the volume, reading links instead
+of letting the kernel follow them (filesystem.open_beneath), so no link,
+planted before or swapped in during the lookup, leads outside; a missing
+subPath directory is created the same way, with the volume's mode. The
+opened descriptor is then bind-mounted under `<pod dir>/volume-subpaths/` as
+upstream does (see volumemanager/subpath.py), and that target is what the
+runtime gets, so the runtime cannot be raced either. Where the bind mount
+cannot be made (no CAP_SYS_ADMIN) the container fails with
+CreateContainerConfigError: a plain path would be open to the race.
 
 Blocking file I/O happens only for mounts with a subPath: callers on the event
 loop run make_mounts in an executor when `has_subpath(container)`.
@@ -17,7 +19,6 @@ loop run make_mounts in an executor when `has_subpath(container)`.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import stat
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.util import filesystem
 from kubelet.volumemanager import MountedVolume
 from kubelet.volumemanager.subpath import bind_subpath
 
@@ -52,10 +54,10 @@ def make_mounts(
     container: dict[str, Any],
     volumes: Mapping[str, MountedVolume],
     expand: Callable[[str], str],
-    pod_dir: str | None = None,
+    pod_dir: str,
 ) -> list[Mount]:
-    """Raises ContainerConfigError with upstream's messages. With `pod_dir`
-    (`<root>/pods/<uid>`), subPaths are bind-mounted under it."""
+    """Raises ContainerConfigError with upstream's messages. subPaths are
+    bind-mounted under `pod_dir` (`<root>/pods/<uid>`)."""
     cname = container.get("name", "")
     privileged = bool((container.get("securityContext") or {}).get("privileged"))
     out: list[Mount] = []
@@ -103,89 +105,55 @@ def make_mounts(
     return out
 
 
-def _within(path: str, base: str) -> bool:
-    return path == base or path.startswith(base.rstrip("/") + "/")
-
-
 def _prepare_subpath(
-    volume_path: str, sub: str, name: str, cname: str, pod_dir: str | None, index: int
+    volume_path: str, sub: str, name: str, cname: str, pod_dir: str, index: int
 ) -> str:
-    full = os.path.join(volume_path, sub)
-    if not os.path.exists(full):
-        try:
-            _safe_make_dir(sub, volume_path)
-        except OSError as err:
-            if err.errno != errno.EEXIST:
-                # Upstream keeps host details out of the message.
-                raise ContainerConfigError(
-                    f'failed to create subPath directory for volumeMount "{name}" '
-                    f'of container "{cname}"'
-                ) from err
+    """Resolve `sub` below the volume without ever leaving it, create it if
+    missing, and bind-mount what was opened at the container's own target
+    under the pod dir. Any failure is the container's: never a fallback to a
+    path the runtime would look up again."""
     try:
-        base = os.path.realpath(volume_path, strict=True)
-        resolved = os.path.realpath(full, strict=True)
-        if not _within(resolved, base):
-            raise OSError(errno.EXDEV, f"subpath {resolved!r} not within volume path {base!r}")
-        fd = _safe_open(resolved, base)
-        try:
-            if pod_dir is not None:
-                return bind_subpath(fd, pod_dir, name, cname, index)
-        except OSError as err:
-            if err.errno not in (errno.EPERM, errno.EACCES):
-                raise
-            log.warning("subPath %s: bind mount not permitted here, using its path: %s", full, err)
-        finally:
-            os.close(fd)
+        root = os.open(volume_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
         raise ContainerConfigError(
             f'failed to prepare subPath for volumeMount "{name}" of container "{cname}"'
         ) from err
-    return resolved
-
-
-def _components(rel: str) -> list[str]:
-    return [c for c in rel.split("/") if c not in ("", ".")]
-
-
-def _safe_open(path: str, base: str) -> int:
-    """Open `path` (already resolved, inside `base`) one component at a time
-    without following symlinks (doSafeOpen upstream). Returns an O_PATH fd."""
-    fd = os.open(base, os.O_PATH | os.O_DIRECTORY)
     try:
-        for comp in _components(os.path.relpath(path, base)):
-            nfd = os.open(comp, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-            if stat.S_ISLNK(os.fstat(fd).st_mode):
-                raise OSError(errno.ELOOP, "symlink is not allowed in a resolved subPath", comp)
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _safe_make_dir(sub: str, volume_path: str) -> None:
-    """mkdir -p of sub inside the volume (SafeMakeDir upstream): the part that
-    exists may hold symlinks that stay inside the volume; the rest is created
-    through descriptors opened without following symlinks, with the volume
-    dir's mode."""
-    base = os.path.realpath(volume_path, strict=True)
-    perm = os.stat(base).st_mode & 0o7777
-    comps = _components(sub)
-    existing, i = base, 0
-    while i < len(comps) and os.path.lexists(os.path.join(existing, comps[i])):
-        existing = os.path.join(existing, comps[i])
-        i += 1
-    real = os.path.realpath(existing)
-    if not _within(real, base):
-        raise OSError(errno.EXDEV, f"path {real} is outside of allowed base {base}")
-    fd = _safe_open(real, base)
-    try:
-        for comp in comps[i:]:
-            os.mkdir(comp, perm, dir_fd=fd)
-            nfd = os.open(comp, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-            os.fchmod(fd, perm)  # the umask took bits off
+        try:
+            # Existence is judged by the safe lookup too: stat(2) on the joined
+            # path would tell the pod whether a host path behind its link exists.
+            fd = _open_or_make(root, sub, name, cname)
+            try:
+                return bind_subpath(fd, pod_dir, name, cname, index)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            # Upstream keeps host details out of the message; the log has them.
+            log.warning("subPath %r of volume %r for container %r: %s", sub, name, cname, err)
+            raise ContainerConfigError(
+                f'failed to prepare subPath for volumeMount "{name}" of container "{cname}"'
+            ) from err
     finally:
-        os.close(fd)
+        os.close(root)
+
+
+def _open_or_make(root: int, sub: str, name: str, cname: str) -> int:
+    try:
+        return filesystem.open_beneath(root, sub)
+    except FileNotFoundError:
+        _safe_make_dir(root, sub, name, cname)
+    return filesystem.open_beneath(root, sub)
+
+
+def _safe_make_dir(root: int, sub: str, name: str, cname: str) -> None:
+    """mkdir -p of sub inside the volume with the volume root's mode
+    (SafeMakeDir upstream): links on the way are followed only while they
+    stay inside the volume."""
+    try:
+        perm = stat.S_IMODE(os.fstat(root).st_mode)
+        os.close(filesystem.open_beneath(root, sub, create_mode=perm))
+    except OSError as err:
+        log.warning("subPath %r of volume %r for container %r: %s", sub, name, cname, err)
+        raise ContainerConfigError(
+            f'failed to create subPath directory for volumeMount "{name}" of container "{cname}"'
+        ) from err

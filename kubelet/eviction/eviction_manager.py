@@ -8,12 +8,19 @@
   quantities or percentages of capacity;
 - node conditions MemoryPressure / DiskPressure / PIDPressure, held for
   evictionPressureTransitionPeriod after the signal recovers;
+- evictionMinimumReclaim: a threshold acted on stays met until its value plus
+  the minimum reclaim is available;
 - at most one pod evicted per cycle while a threshold is met: static pods never;
   otherwise pods using more than they request first, then lower priority, then
   larger usage above request, as upstream ranks memory; the pod is killed
-  (grace 0 for hard thresholds, evictionMaxPodGracePeriod for soft), reported
+  (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod or the
+  pod's terminationGracePeriodSeconds when shorter), reported
   Failed with reason Evicted and an Evicted event;
-- admission under memory pressure refuses BestEffort pods (reason Evicted).
+- admission under memory pressure refuses BestEffort pods (reason Evicted);
+- local ephemeral storage limits (local_storage.py), enforced before the node's
+  signals every pass unless localStorageCapacityIsolation is false: every pod
+  over an emptyDir sizeLimit, its containers' total or a container's own limit
+  is evicted at once (grace 1 s), with upstream's messages.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubelet import stats
+from kubelet.eviction import local_storage
 from kubelet.lifecycle.predicate import Rejection, pod_requests
+from kubelet.stats.ephemeral import PodStorage
 from kubelet.types import Pod, is_static, name, namespace, object_ref, qos_class, uid
 from kubelet.util.duration import parse_duration
 from kubelet.util.quantity import parse_quantity, to_bytes
@@ -59,19 +68,49 @@ class Threshold:
     value: str  # "100Mi" or "10%"
     hard: bool
     grace: float = 0.0
+    # evictionMinimumReclaim: once acted on, the threshold holds until this much
+    # more than its value is available again.
+    min_reclaim: str | None = None
 
-    def limit(self, capacity: int) -> float:
-        if self.value.endswith("%"):
-            return capacity * float(self.value[:-1]) / 100.0
-        return float(parse_quantity(self.value))
+    def limit(self, capacity: int, reclaiming: bool = False) -> float:
+        out = _amount(self.value, capacity)
+        if reclaiming and self.min_reclaim is not None:
+            out += _amount(self.min_reclaim, capacity)
+        return out
+
+    @property
+    def key(self) -> str:
+        return self.signal + str(self.hard)
+
+
+def _amount(value: str, capacity: int) -> float:
+    if value.endswith("%"):
+        return capacity * float(value[:-1]) / 100.0
+    return float(parse_quantity(value))
 
 
 def thresholds(config: Any) -> list[Threshold]:
-    out = [Threshold(s, v, True) for s, v in (config.eviction_hard or {}).items()]
+    reclaim = config.eviction_minimum_reclaim or {}
+    out = [
+        Threshold(s, v, True, 0.0, reclaim.get(s)) for s, v in (config.eviction_hard or {}).items()
+    ]
     for s, v in (config.eviction_soft or {}).items():
         grace = (config.eviction_soft_grace_period or {}).get(s, "0s")
-        out.append(Threshold(s, v, False, parse_duration(grace)))
+        out.append(Threshold(s, v, False, parse_duration(grace), reclaim.get(s)))
     return out
+
+
+# Hard thresholds and local storage: how long an evicted pod gets to stop.
+IMMEDIATE_GRACE = local_storage.IMMEDIATE_GRACE
+
+
+def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
+    """Hard: immediate; soft: evictionMaxPodGracePeriod, or the pod's own
+    terminationGracePeriodSeconds when that is shorter."""
+    if t.hard:
+        return IMMEDIATE_GRACE
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return min(max_pod_grace, int(own)) if own is not None else max_pod_grace
 
 
 def observe(root_dir: str) -> dict[str, Observation]:
@@ -103,20 +142,26 @@ class EvictionManager:
         self,
         config: Any,
         pods: Callable[[], list[Pod]],
-        evict: Callable[[Pod, int, str, str], Awaitable[None]],
+        evict: EvictFn,
         usage: Callable[[], Mapping[str, int]],
         root_dir: str,
         observe_fn: Callable[[], dict[str, Observation]] | None = None,
         recorder: Any = None,
         clock: Callable[[], float] = time.monotonic,
         volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
+        local_storage_usage: LocalStorageUsage | None = None,
     ) -> None:
         self.config = config
+        self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
+        # localStorageCapacityIsolation: false turns local storage eviction off.
+        self.local_storage_isolation = bool(
+            getattr(config, "local_storage_capacity_isolation", True)
+        )
         # pod UID -> volume name -> bytes used (the volume stats' last pass).
         self.volume_usage = volume_usage
         self.thresholds = thresholds(config)
         self.pods = pods  # active (admitted, not terminal) pods
-        self.evict = evict  # (pod, grace, reason, message)
+        self.evict = evict  # (pod, grace, reason, message[, condition])
         # pod UID -> memory working set bytes (pods without figures are absent),
         # from one stats pass: ranking never reads stats once per pod.
         self.usage = usage
@@ -125,6 +170,9 @@ class EvictionManager:
         self.clock = clock
         self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
         self._pressure_until: dict[str, float] = {}  # condition -> held until
+        # Thresholds acted on in the last pass (met past their grace period):
+        # they hold until their minimum reclaim is available too.
+        self._acting: set[str] = set()
         # UIDs of pods this manager evicted that are still active: they are not
         # picked twice, and they leave the set once they are gone.
         self.evicted: set[str] = set()
@@ -151,59 +199,57 @@ class EvictionManager:
             except TimeoutError:
                 pass
 
-    def local_storage_violation(self, pod: Pod) -> str | None:
-        """The eviction message when an emptyDir of the pod is over its sizeLimit
-        (localStorageEviction upstream), else None."""
-        usage: Mapping[str, int] | None = None
-        for v in pod["spec"].get("volumes") or []:
-            limit = (v.get("emptyDir") or {}).get("sizeLimit") if "emptyDir" in v else None
-            if limit is None:
-                continue
-            if usage is None:
-                usage = self.volume_usage(uid(pod))
-            used = usage.get(v["name"])
-            if used is not None and used > parse_quantity(limit):
-                return f'Usage of EmptyDir volume "{v["name"]}" exceeds the limit "{limit}". '
-        return None
-
-    async def _evict_local_storage(self, pods: list[Pod]) -> Pod | None:
-        """Pods whose emptyDir passed its sizeLimit go first, at once, whatever the
-        node's signals say."""
-        for p in pods:
-            message = self.local_storage_violation(p)
-            if message is None or uid(p) in self.evicted:
+    async def _evict_local_storage(self, pods: list[Pod]) -> list[Pod]:
+        """localStorageEviction: every pod over one of its own local storage limits
+        is evicted at once, whatever the node's signals say."""
+        if not self.local_storage_isolation:
+            return []
+        candidates = [
+            p
+            for p in pods
+            if uid(p) not in self.evicted
+            and not local_storage.is_critical(p)
+            and local_storage.has_limits(p)
+        ]
+        if not candidates:
+            return []
+        usage = await self.local_storage_usage(candidates)
+        evicted = []
+        for p in candidates:
+            measured = usage.get(uid(p))
+            message = local_storage.violation(p, measured) if measured is not None else None
+            if message is None:
                 continue
             log.warning("Evicting pod %s/%s: %s", namespace(p), name(p), message)
             if self.recorder is not None:
                 self.recorder.event(object_ref(p), "Warning", "Evicted", message)
             self.evicted.add(uid(p))
-            await self.evict(p, 0, "Evicted", message)
-            return p
-        return None
+            await self.evict(p, IMMEDIATE_GRACE, "Evicted", message)
+            evicted.append(p)
+        return evicted
 
     async def synchronize(self) -> Pod | None:
         """One pass: update conditions; evict one pod if a threshold is met."""
         pods = self.pods()
         self.evicted.intersection_update(uid(p) for p in pods)
         local = await self._evict_local_storage(pods)
-        if local is not None:
-            return local
+        if local:
+            return local[0]
         obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
         now = self.clock()
         met: list[tuple[Threshold, Observation]] = []
         for t in self.thresholds:
             o = obs.get(t.signal)
-            if o is None or o.available >= t.limit(o.capacity):
-                self._met_since.pop(t.signal + str(t.hard), None)
+            if o is None or o.available >= t.limit(o.capacity, t.key in self._acting):
+                self._met_since.pop(t.key, None)
                 continue
-            since = self._met_since.setdefault(t.signal + str(t.hard), now)
+            since = self._met_since.setdefault(t.key, now)
             cond = CONDITIONS.get(t.signal)
             if cond:
-                self._pressure_until[cond] = now + max(
-                    self.config.eviction_pressure_transition_period, MONITORING_PERIOD
-                )
+                self._pressure_until[cond] = now + self.config.eviction_pressure_transition_period
             if t.hard or now - since >= t.grace:
                 met.append((t, o))
+        self._acting = {t.key for t, _ in met}
         if not met:
             return None
         t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
@@ -223,12 +269,12 @@ class EvictionManager:
             f"The node was low on resource: {resource}. Threshold quantity: {t.value}, "
             f"available: {o.available // 1024}Ki."
         )
-        grace = 0 if t.hard else int(self.config.eviction_max_pod_grace_period)
+        grace = eviction_grace(t, victim, int(self.config.eviction_max_pod_grace_period))
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
         if self.recorder is not None:
             self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
         self.evicted.add(uid(victim))
-        await self.evict(victim, grace, "Evicted", message)
+        await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
         return victim
 
     def _local_storage(self, pod: Pod) -> int:
@@ -261,6 +307,40 @@ class EvictionManager:
             if best is None or key < best:
                 best, victim = key, p
         return victim
+
+
+class EvictFn(Protocol):
+    """Kill the pod with this grace and report it Failed with reason and message;
+    `condition` (a pod condition) goes into its status too."""
+
+    def __call__(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: dict[str, str] | None = None,
+    ) -> Awaitable[None]: ...  # fmt: skip
+
+
+def disruption_target(message: str) -> dict[str, str]:
+    """The DisruptionTarget condition a node-pressure eviction adds (local storage
+    evictions add none, as upstream)."""
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "TerminationByKubelet",
+        "message": message,
+    }
+
+
+LocalStorageUsage = Callable[[list[Pod]], Awaitable[Mapping[str, PodStorage]]]
+
+
+def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
+    """Usage from the volume stats alone (no runtime to ask: the containers'
+    own bytes are unknown, so only emptyDir sizeLimits can be held)."""
+
+    async def usage(pods: list[Pod]) -> Mapping[str, PodStorage]:
+        return {uid(p): PodStorage(dict(volume_usage(uid(p))), {}, 0) for p in pods}
+
+    return usage
 
 
 def _ephemeral_request(pod: Pod) -> int:

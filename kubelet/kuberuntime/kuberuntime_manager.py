@@ -37,6 +37,7 @@ from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
+from kubelet.images.puller import ImagePuller, PullQPSExceeded
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
@@ -52,6 +53,7 @@ from kubelet.kuberuntime.security_context import (
 from kubelet.kuberuntime.termination import (
     container_status_message,
     cri_log_tail_reader,
+    pod_container_dir,
     read_termination_message,
     termination_message_host_path,
 )
@@ -71,6 +73,7 @@ from kubelet.types import (
     restart_policy,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.duration import format_duration
 from kubelet.util.parsers import ImageNameError, parse_image_name
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -152,9 +155,12 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        image_puller: ImagePuller | None = None,
         container_logs_dir: str = "",
     ) -> None:
         self.runtime = runtime
+        # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
+        self.image_puller = image_puller or ImagePuller()
         # Where the legacy log links go (/var/log/containers; "": none).
         self.container_logs_dir = container_logs_dir
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
@@ -271,6 +277,14 @@ class RuntimeManager:
             st, c.annotations, c.labels.get(L.CONTAINER_NAME, "")
         )
 
+    def _termination_dir(self, pod_uid: str, container_name: str) -> str:
+        """Where this container's termination-log files are ("" when its labels
+        name no usable pod uid or container: then none is read)."""
+        try:
+            return pod_container_dir(self.helper.get_pod_dir(pod_uid), container_name)
+        except ValueError:
+            return ""
+
     async def convert_container_status(
         self, st: pb.ContainerStatus, annotations: Any = None, cname: str = ""
     ) -> ContainerStatus:
@@ -290,6 +304,7 @@ class RuntimeManager:
                 st.exit_code,
                 st.reason,
                 cri_log_tail_reader(st.log_path),
+                self._termination_dir(st.labels.get(L.POD_UID, ""), c_name),
             )
             message = container_status_message(st.message, text)
         return ContainerStatus(
@@ -811,10 +826,16 @@ class RuntimeManager:
         self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"', cname)
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
+
+        async def timed_pull() -> tuple[str, float]:
+            start = time.monotonic()
+            ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
+            return ref, time.monotonic() - start
+
         try:
-            async with lock:  # one pull per image at a time (serializeImagePulls per image)
-                ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
-        except PullError as err:
+            async with lock:  # never two pulls of one image at once
+                ref, took = await self.image_puller.pull(timed_pull)
+        except (PullError, PullQPSExceeded) as err:
             self.image_backoff.next(key, self.image_backoff.now())
             self._event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {err}', cname)
             self._prev_pull_err.setdefault(uid(pod), {})[image] = f"ErrImagePull: {err}"
@@ -823,7 +844,8 @@ class RuntimeManager:
             pod,
             "Normal",
             "Pulled",
-            f'Successfully pulled image "{image}" in {time.monotonic() - t:.3f}s',
+            f'Successfully pulled image "{image}" in {took:.3f}s '
+            f"({time.monotonic() - t:.3f}s including waiting)",
             cname,
         )
         return ref, None, None
@@ -973,7 +995,10 @@ class RuntimeManager:
             ),
             hostname=hostname,
             log_directory=os.path.join(
-                self.pod_logs_dir, f"{namespace(pod)}_{name(pod)}_{uid(pod)}"
+                self.pod_logs_dir,
+                filesystem.component(
+                    f"{namespace(pod)}_{name(pod)}_{uid(pod)}", "pod log directory"
+                ),
             ),
             dns_config=self._dns(pod),
             port_mappings=ports,
@@ -1038,7 +1063,7 @@ class RuntimeManager:
             mounts=mounts,
             labels=L.container_labels(pod, c),
             annotations=L.container_annotations(pod, c, restart, chash),
-            log_path=f"{c['name']}/{restart}.log",
+            log_path=f"{filesystem.component(c['name'], 'container name')}/{restart}.log",
             stdin=bool(c.get("stdin")),
             stdin_once=bool(c.get("stdinOnce")),
             tty=bool(c.get("tty")),

@@ -12,13 +12,16 @@ pod's containers.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
+import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kubelet.kuberuntime.logs import LogOptions, read_logs
+from kubelet.util import filesystem
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +42,23 @@ LogTailReader = Callable[[int, int], Awaitable[str]]
 
 
 def pod_container_dir(pod_dir: str, container_name: str) -> str:
-    return os.path.join(pod_dir, CONTAINERS_DIR, container_name)
+    return os.path.join(
+        pod_dir, CONTAINERS_DIR, filesystem.component(container_name, "container name")
+    )
 
 
 def create_termination_log_file(pod_dir: str, container_name: str) -> str:
     """A new empty termination-log file for one instance of the container, its
     mode 0666 whatever the umask. Returns "" when it cannot be made: upstream
     then starts the container without the mount and only logs the error."""
-    directory = pod_container_dir(pod_dir, container_name)
+    directory = os.path.join(pod_dir, CONTAINERS_DIR, container_name)
     try:
-        os.makedirs(directory, CONTAINER_DIR_MODE, exist_ok=True)
+        directory = pod_container_dir(pod_dir, container_name)
+        filesystem.mkdir_all(directory, CONTAINER_DIR_MODE)
         path = os.path.join(directory, f"{secrets.randbits(32):08x}")
-        with open(path, "wb"):
-            pass
-    except OSError as err:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(path, flags, 0o600))
+    except (OSError, ValueError) as err:
         log.error("error on creating termination-log file in %s: %s", directory, err)
         return ""
     try:
@@ -80,21 +86,48 @@ def _go_open_error(path: str, err: OSError) -> str:
     return f"open {path}: {(err.strerror or str(err)).lower()}"
 
 
-def _read_tail(path: str, limit: int) -> bytes:
-    """The last `limit` bytes of the file (tail.ReadAtMost)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > limit:
-            f.seek(size - limit)
-        return f.read(limit)
+def _read_tail(path: str, limit: int, container_dir: str) -> bytes:
+    """The last `limit` bytes of the file (tail.ReadAtMost). The file is one
+    the kubelet made in the container's own directory; the container wrote
+    into it and may have had a hand in what it is, so: opened relative to
+    that directory, never through a link (O_NOFOLLOW on both), without
+    blocking on a FIFO or a device (O_NONBLOCK), and read only if it is a
+    regular file."""
+    if not container_dir or os.path.dirname(path) != container_dir.rstrip("/"):
+        raise OSError(errno.EACCES, "not in the container's termination-log directory", path)
+    dir_fd = os.open(container_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(
+            os.path.basename(path),
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=dir_fd,
+        )
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, "is a directory", path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        start = max(0, st.st_size - limit)
+        out = bytearray()
+        while len(out) < limit:
+            chunk = os.pread(fd, limit - len(out), start + len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+    finally:
+        os.close(fd)
 
 
-def _from_file(host_path: str, fallback: bool) -> tuple[str, bool]:
+def _from_file(host_path: str, fallback: bool, container_dir: str) -> tuple[str, bool]:
     """The file's message and whether to read the logs instead (getTerminationMessage)."""
     if not host_path:
         return "", fallback
     try:
-        data = _read_tail(host_path, MAX_CONTAINER_TERMINATION_MESSAGE_LENGTH)
+        data = _read_tail(host_path, MAX_CONTAINER_TERMINATION_MESSAGE_LENGTH, container_dir)
     except FileNotFoundError:
         return "", fallback
     except OSError as err:
@@ -111,17 +144,20 @@ async def read_termination_message(
     exit_code: int,
     reason: str,
     log_tail_reader: LogTailReader,
+    container_dir: str,
 ) -> str:
     """The message of an exited container.
 
     host_path: termination_message_host_path of its status ("" when it had none);
     policy: terminationMessagePolicy; exit_code and reason from the CRI status
-    (a container that could not run has no logs to fall back to).
+    (a container that could not run has no logs to fall back to);
+    container_dir: pod_container_dir of the container, the only place a
+    termination-log file is read from (the runtime only echoes the path).
     """
     fallback = (
         policy == FALLBACK_TO_LOGS_ON_ERROR and exit_code != 0 and reason != "ContainerCannotRun"
     )
-    message, check_logs = _from_file(host_path, fallback)
+    message, check_logs = _from_file(host_path, fallback, container_dir)
     if check_logs:
         message = await log_tail_reader(
             MAX_CONTAINER_TERMINATION_MESSAGE_LOG_LINES,

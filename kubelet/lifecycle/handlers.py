@@ -12,28 +12,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
-from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+import yarl
 
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.events import Recorder
+from kubelet.probe.dial import join_host_port
+from kubelet.probe.http import HTTPGetter, RedirectError
 from kubelet.types import Pod, name, namespace, object_ref, uid
 
 log = logging.getLogger(__name__)
 
 USER_AGENT = "kube-lifecycle/1.34"
-MAX_REDIRECTS = 10
-MAX_BODY = 10 * 1024  # upstream reads (and drops) at most this much of a reply
-
-_INSECURE = ssl.create_default_context()
-_INSECURE.check_hostname = False
-_INSECURE.verify_mode = ssl.CERT_NONE
-_REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class CommandRunner(Protocol):
@@ -87,19 +81,17 @@ class HandlerRunner:
         runner: CommandRunner,
         pod_ips: PodIPs,
         recorder: Recorder | None = None,
-        session: aiohttp.ClientSession | None = None,
+        http: HTTPGetter | None = None,
     ) -> None:
         self.runner = runner
         # The pod's IPs from the runtime (an httpGet hook without a host goes there).
         self.pod_ips = pod_ips
         self.recorder = recorder
-        self._http = session
-        self._own_session = session is None
+        # A connection per request, nothing one pod's hooks can use up (kubelet/probe).
+        self.http = http or HTTPGetter()
 
     async def close(self) -> None:
-        if self._http is not None and self._own_session:
-            await self._http.close()
-            self._http = None
+        await self.http.close()
 
     async def run(
         self,
@@ -169,8 +161,8 @@ class HandlerRunner:
         path = h.get("path") or ""
         if not path.startswith("/"):
             path = "/" + path
-        hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        url = f"{scheme}://{hostport}{path}"
+        hostport = join_host_port(host, port)
+        url = yarl.URL(f"{scheme}://{hostport}{path}", encoded=False)
         headers: dict[str, str] = {}
         for hd in h.get("httpHeaders") or []:
             headers[hd["name"]] = hd["value"]
@@ -182,12 +174,11 @@ class HandlerRunner:
         elif not next(v for k, v in headers.items() if k.lower() == "accept"):
             headers = {k: v for k, v in headers.items() if k.lower() != "accept"}
         try:
-            await self._get(url, headers)
+            await self._get(uid(pod), url, headers)
         except _HTTPResponseToHTTPS:
             # A plain-HTTP server behind an https hook: retried over HTTP, as upstream.
-            plain = "http://" + url.split("://", 1)[1]
             headers.pop("Authorization", None)
-            await self._get(plain, headers)
+            await self._get(uid(pod), url.with_scheme("http"), headers)
             if self.recorder is not None:
                 self.recorder.event(
                     object_ref(pod),
@@ -197,35 +188,21 @@ class HandlerRunner:
                     "retry with HTTP succeeded",
                 )
 
-    async def _get(self, url: str, headers: dict[str, str]) -> None:
+    async def _get(self, owner: str, url: yarl.URL, headers: dict[str, str]) -> None:
         """GET following redirects on the same host only (RedirectChecker(false));
         any response is a success, as upstream."""
-        if self._http is None:
-            self._http = aiohttp.ClientSession()
-        first_host = urlsplit(url).hostname
-        for _ in range(MAX_REDIRECTS + 1):
-            try:
-                async with self._http.get(
-                    url,
-                    headers=headers,
-                    ssl=_INSECURE if url.startswith("https") else False,
-                    allow_redirects=False,
-                ) as r:
-                    await r.content.read(MAX_BODY)
-                    loc = r.headers.get("Location")
-                    if r.status not in _REDIRECTS or not loc:
-                        return
-            except aiohttp.ClientConnectorError as err:
-                raise HookError(f'Get "{url}": dial tcp {_dial_error(err)}') from err
-            except aiohttp.ClientError as err:
-                if url.startswith("https") and _looks_like_plain_http(err):
-                    raise _HTTPResponseToHTTPS() from err
-                raise HookError(f'Get "{url}": {err}') from err
-            nxt = urljoin(url, loc)
-            if urlsplit(nxt).hostname != first_host:
-                return  # a redirect elsewhere is not followed: the answer counts
-            url = nxt
-        raise HookError(f'Get "{url}": stopped after {MAX_REDIRECTS} redirects')
+        try:
+            await self.http.get(owner, url, headers)
+        except aiohttp.ClientConnectorError as err:
+            raise HookError(f'Get "{url}": dial tcp {_dial_error(err)}') from err
+        except aiohttp.ClientError as err:
+            if url.scheme == "https" and _looks_like_plain_http(err):
+                raise _HTTPResponseToHTTPS() from err
+            raise HookError(f'Get "{url}": {err}') from err
+        except RedirectError as err:
+            raise HookError(str(err)) from err
+        except OSError as err:  # a host name that did not resolve
+            raise HookError(f'Get "{url}": dial tcp {err}') from err
 
 
 class _ExecFailed(Exception):
@@ -247,4 +224,4 @@ def _looks_like_plain_http(err: Exception) -> bool:
 def _dial_error(err: aiohttp.ClientConnectorError) -> str:
     os_err = err.os_error
     what = "connection refused" if isinstance(os_err, ConnectionRefusedError) else str(os_err)
-    return f"{err.host}:{err.port}: connect: {what}"
+    return f"{join_host_port(err.host, err.port or 0)}: connect: {what}"

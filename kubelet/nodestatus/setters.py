@@ -99,13 +99,23 @@ def initial_node(inp: NodeInputs) -> dict[str, Any]:
     return node
 
 
+def max_pods(config: KubeletConfiguration, num_cores: int) -> int:
+    """The node's pod capacity: maxPods, lowered to podsPerCore times the cores
+    when podsPerCore is set."""
+    if config.pods_per_core > 0:
+        return min(num_cores * config.pods_per_core, config.max_pods)
+    return config.max_pods
+
+
 def capacity(inp: NodeInputs) -> dict[str, str]:
     cap = {
         "cpu": str(inp.machine.num_cores),
         "memory": format_bytes(inp.machine.memory_capacity),
-        "pods": str(inp.config.max_pods),
+        "pods": str(max_pods(inp.config, inp.machine.num_cores)),
     }
-    rootfs = inp.rootfs_capacity()
+    # localStorageCapacityIsolation: false leaves local storage out of the
+    # node's resources altogether, as upstream.
+    rootfs = inp.rootfs_capacity() if inp.config.local_storage_capacity_isolation else 0
     if rootfs:
         cap["ephemeral-storage"] = format_bytes(rootfs)
     for name, size in inp.machine.hugepages.items():
@@ -136,6 +146,8 @@ def allocatable(inp: NodeInputs, cap: dict[str, str]) -> dict[str, str]:
         disk = Decimal(inp.rootfs_capacity()) - reserved("ephemeral-storage")
         disk -= _eviction(cfg.eviction_hard.get("nodefs.available"), inp.rootfs_capacity())
         out["ephemeral-storage"] = str(max(0, int(disk)))
+    for name, size in inp.machine.hugepages.items():
+        out[name] = format_bytes(max(0, int(Decimal(size) - reserved(name))))
     return out
 
 

@@ -1,7 +1,8 @@
 """aiohttp applications for the kubelet port, the read-only port and the healthz port.
 
-The servers read the node through a small interface (NodeView) so they do not
-depend on how the Kubelet is put together.
+The servers read the node through a small interface (host.NodeView) so they do
+not depend on how the Kubelet is put together. The debugging handlers live in
+debugging.py, authentication and authorization in auth.py.
 """
 
 from __future__ import annotations
@@ -10,105 +11,24 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from kubelet.cri import errors as cri_errors
-from kubelet.cri.api import api_pb2 as pb
-from kubelet.cri.types import RuntimeService
-from kubelet.kuberuntime import labels
-from kubelet.kuberuntime.logs import LogOptions, LogOptionsError, LogTargetError, parse_options
 from kubelet.metrics import PROBER_REGISTRY
-from kubelet.server import streaming
-from kubelet.server.auth import ServerAuth, api_verb
+from kubelet.server import debugging
+from kubelet.server.auth import AuthorizationError, ServerAuth, api_verb
+from kubelet.server.debugging import DebugHandlers
+from kubelet.server.host import HealthCheck, NodeView, NoPods, SummaryProvider
+
+__all__ = ["DebugHandlers", "HealthCheck", "NoPods", "NodeView", "SummaryProvider"]
 
 log = logging.getLogger(__name__)
-
-HealthCheck = Callable[[], str | None]
-
-
-class SummaryProvider(Protocol):
-    def summary(self) -> dict[str, Any]:
-        """/stats/summary; blocking (reads cgroup files): called off the event loop."""
-        ...
-
-
-class NodeView(Protocol):
-    """What the servers read of the node (the HostInterface upstream)."""
-
-    @property
-    def stats(self) -> SummaryProvider | None: ...
-
-    @property
-    def resource_registry(self) -> CollectorRegistry | None: ...
-
-    @property
-    def cadvisor_registry(self) -> CollectorRegistry | None:
-        """/metrics/cadvisor: container_* series from the stats provider's collection."""
-        ...
-
-    def get_pods(self) -> list[dict[str, Any]]: ...
-
-    def healthz_checks(self) -> dict[str, HealthCheck]: ...
-
-    async def container_logs(
-        self,
-        namespace_: str,
-        pod_name: str,
-        container: str,
-        opts: LogOptions,
-        write: Callable[[bytes], Awaitable[None]],
-    ) -> None:
-        """Stream a container's log; raises LogTargetError before the first byte."""
-        ...
-
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
-        """The pod as the kubelet runs it (for a static pod: not the mirror pod)."""
-        ...
-
-    @property
-    def runtime_service(self) -> RuntimeService | None:
-        """The CRI runtime: exec, attach, port-forward, run and /runningpods ask it."""
-        ...
-
-    @property
-    def streaming_idle_timeout(self) -> float:
-        """streamingConnectionIdleTimeout, seconds (0: none)."""
-        ...
-
-
-class NoPods:
-    """What the servers see before the pod machinery exists (and in tests)."""
-
-    stats: SummaryProvider | None = None
-    resource_registry: CollectorRegistry | None = None
-    cadvisor_registry: CollectorRegistry | None = None
-    runtime_service: RuntimeService | None = None
-    streaming_idle_timeout: float = 4 * 3600.0
-
-    def get_pods(self) -> list[dict[str, Any]]:
-        return []
-
-    def get_pod_by_name(self, namespace_: str, name: str) -> dict[str, Any] | None:
-        return None
-
-    def healthz_checks(self) -> dict[str, HealthCheck]:
-        return {}
-
-    async def container_logs(
-        self,
-        namespace_: str,
-        pod_name: str,
-        container: str,
-        opts: LogOptions,
-        write: Callable[[bytes], Awaitable[None]],
-    ) -> None:
-        raise LogTargetError(f'pod "{pod_name}" does not exist', 404)
 
 
 def _run_checks(checks: dict[str, HealthCheck]) -> tuple[bool, list[str]]:
@@ -198,228 +118,59 @@ def _add_common(
     app.router.add_get("/pods/", pods)
     app.router.add_get("/metrics", metrics)
 
+    async def probe_metrics(_: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(PROBER_REGISTRY))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    # Not a debugging handler: upstream serves it on the read-only port too.
+    app.router.add_get("/metrics/probes", probe_metrics)
+
 
 def kubelet_app(
     node: Callable[[], NodeView],
     configz: Callable[[], dict[str, Any]],
     registries: list[CollectorRegistry],
     auth: ServerAuth,
+    debug: DebugHandlers | None = None,
 ) -> web.Application:
-    """The main kubelet port: authenticated and authorized, with /configz."""
+    """The main kubelet port: every request authenticated and authorized first;
+    the debugging handlers as the config says."""
+    app = web.Application(middlewares=[_auth_filter(auth)])
+    _add_common(app, node, registries)
+    debugging.install(app, node, debug or DebugHandlers(), configz)
+    return app
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _auth_filter(auth: ServerAuth) -> Middleware:
+    """server.go InstallAuthFilter: 401, then 403 (or 500 when the review failed)."""
 
     @web.middleware
-    async def authn(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
+    async def filter_(request: web.Request, handler: Handler) -> web.StreamResponse:
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         user = await auth.authenticate(ssl_object, request.headers.get("Authorization"))
         if user is None:
             return web.Response(status=401, text="Unauthorized")
         verb = api_verb(request.method)
-        if not await auth.authorize(user, request.method, request.path):
-            return web.Response(
-                status=403,
-                text=f"Forbidden (user={user.name}, verb={verb}, path={request.path})",
+        try:
+            decision = await auth.authorize(user, request.method, request.path)
+        except AuthorizationError as err:
+            log.error("Authorization error (user=%s, verb=%s): %s", user.name, verb, err)
+            text = (
+                f"Authorization error (user={user.name}, verb={verb}, resource=nodes, "
+                f"subresource={err.subresource})"
             )
+            return web.Response(status=500, text=text)
+        if not decision.allowed:
+            subs = " ".join(decision.subresources)
+            text = f"Forbidden (user={user.name}, verb={verb}, resource=nodes, subresource(s)=[{subs}])\n"
+            return web.Response(status=403, text=text)
         return await handler(request)
 
-    app = web.Application(middlewares=[authn])
-    _add_common(app, node, registries)
-
-    async def configz_handler(_: web.Request) -> web.Response:
-        return web.Response(
-            body=orjson.dumps({"kubeletconfig": configz()}), content_type="application/json"
-        )
-
-    app.router.add_get("/configz", configz_handler)
-
-    async def probe_metrics(_: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(PROBER_REGISTRY))
-        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return resp
-
-    app.router.add_get("/metrics/probes", probe_metrics)
-
-    async def logs_handler(request: web.Request) -> web.StreamResponse:
-        return await container_logs(request, node())
-
-    # Debugging handlers: on the authenticated port only, as upstream.
-    app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", logs_handler)
-    add_streaming(app, node)
-    return app
-
-
-def add_streaming(app: web.Application, node: Callable[[], NodeView]) -> None:
-    """/exec, /attach, /portForward (GET or POST, with or without the pod UID), /run,
-    /runningpods/: the paths the API server's pods/exec, attach, portforward reach."""
-
-    def pod_or_404(view: NodeView, m: Any) -> dict[str, Any]:
-        pod = view.get_pod_by_name(m["namespace"], m["pod"])
-        if pod is None:
-            raise streaming.StreamError(404, "pod does not exist")
-        return pod
-
-    def runtime(view: NodeView) -> RuntimeService:
-        rt = view.runtime_service
-        if rt is None:
-            raise streaming.StreamError(503, "the container runtime is not available yet")
-        return rt
-
-    async def answer(
-        request: web.Request, get_url: Callable[[NodeView], Awaitable[str]]
-    ) -> web.StreamResponse:
-        view = node()
-        try:
-            url = await get_url(view)
-        except streaming.StreamError as err:
-            return streaming.plain_error(err.status, err.text)
-        except cri_errors.CRIError as err:  # the container lookup itself failed
-            return streaming.plain_error(500, str(err))
-        return await streaming.proxy_stream(request, url, view.streaming_idle_timeout)
-
-    async def exec_(request: web.Request) -> web.StreamResponse:
-        async def url(view: NodeView) -> str:
-            opts = streaming.stream_options(request)
-            m = request.match_info
-            pod = pod_or_404(view, m)
-            cmd = request.query.getall("command", [])
-            return await streaming.exec_url(runtime(view), pod, m["container"], cmd, opts)
-
-        return await answer(request, url)
-
-    async def attach(request: web.Request) -> web.StreamResponse:
-        async def url(view: NodeView) -> str:
-            opts = streaming.stream_options(request)
-            m = request.match_info
-            pod = pod_or_404(view, m)
-            uid = m.get("uid", "")
-            return await streaming.attach_url(runtime(view), pod, uid, m["container"], opts)
-
-        return await answer(request, url)
-
-    async def port_forward(request: web.Request) -> web.StreamResponse:
-        async def url(view: NodeView) -> str:
-            ports = streaming.port_options(request)
-            m = request.match_info
-            pod = pod_or_404(view, m)
-            if m.get("uid") and m["uid"] != pod["metadata"]["uid"]:
-                raise streaming.StreamError(404, "pod not found")
-            return await streaming.port_forward_url(runtime(view), pod, ports)
-
-        return await answer(request, url)
-
-    async def run(request: web.Request) -> web.StreamResponse:
-        """POST /run: the command's output in the body (stdout, then stderr)."""
-        view = node()
-        m = request.match_info
-        try:
-            pod = pod_or_404(view, m)
-            rt = runtime(view)
-            # For legacy reasons /run splits one cmd parameter on spaces.
-            cmd = request.query.get("cmd", "").split(" ")
-            cid = await streaming.running_container(rt, str(pod["metadata"]["uid"]), m["container"])
-            if cid is None:
-                raise streaming.StreamError(500, f'container not found ("{m["container"]}")')
-            resp = await rt.exec_sync(cid, cmd, 0)
-        except streaming.StreamError as err:
-            return streaming.plain_error(err.status, err.text)
-        except cri_errors.CRIError as err:
-            return streaming.plain_error(500, str(err))
-        if resp.exit_code != 0:
-            text = f"command '{' '.join(cmd)}' exited with {resp.exit_code}: "
-            return web.Response(status=500, body=text.encode() + resp.stderr)
-        return web.Response(body=resp.stdout + resp.stderr, content_type="application/json")
-
-    async def running_pods(_: web.Request) -> web.Response:
-        rt = node().runtime_service
-        items: list[dict[str, Any]] = []
-        if rt is not None:
-            try:
-                items = await runtime_pods(rt)
-            except cri_errors.CRIError as err:
-                return web.Response(status=500, text=str(err))
-        body = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
-
-    for verb in ("GET", "POST"):
-        app.router.add_route(verb, "/exec/{namespace}/{pod}/{container}", exec_)
-        app.router.add_route(verb, "/exec/{namespace}/{pod}/{uid}/{container}", exec_)
-        app.router.add_route(verb, "/attach/{namespace}/{pod}/{container}", attach)
-        app.router.add_route(verb, "/attach/{namespace}/{pod}/{uid}/{container}", attach)
-        app.router.add_route(verb, "/portForward/{namespace}/{pod}", port_forward)
-        app.router.add_route(verb, "/portForward/{namespace}/{pod}/{uid}", port_forward)
-    app.router.add_post("/run/{namespace}/{pod}/{container}", run)
-    app.router.add_post("/run/{namespace}/{pod}/{uid}/{container}", run)
-    app.router.add_get("/runningpods/", running_pods)
-
-
-async def runtime_pods(rt: RuntimeService) -> list[dict[str, Any]]:
-    """Pods as the runtime sees them (GetRunningPods upstream): ready sandboxes and
-    running containers grouped by pod UID, as name, namespace, uid and containers."""
-    sandboxes = await rt.list_pod_sandbox(
-        pb.PodSandboxFilter(state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY))
-    )
-    containers = await rt.list_containers(
-        pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
-    )
-    pods: dict[str, dict[str, Any]] = {}
-
-    def pod_for(lbl: Any, meta_name: str, meta_ns: str, meta_uid: str) -> dict[str, Any]:
-        u = lbl.get(labels.POD_UID) or meta_uid
-        p = pods.get(u)
-        if p is None:
-            p = pods[u] = {
-                "metadata": {
-                    "name": lbl.get(labels.POD_NAME) or meta_name,
-                    "namespace": lbl.get(labels.POD_NAMESPACE) or meta_ns,
-                    "uid": u,
-                    "creationTimestamp": None,
-                },
-                "spec": {"containers": []},
-                "status": {},
-            }
-        return p
-
-    for sb in sandboxes:
-        pod_for(sb.labels, sb.metadata.name, sb.metadata.namespace, sb.metadata.uid)
-    for c in containers:
-        if labels.POD_UID not in c.labels:
-            continue  # not the kubelet's
-        p = pod_for(c.labels, "", "", "")
-        p["spec"]["containers"].append(
-            {"name": c.metadata.name, "image": c.image.image, "resources": {}}
-        )
-    return list(pods.values())
-
-
-async def container_logs(request: web.Request, node: NodeView) -> web.StreamResponse:
-    """GET /containerLogs/{namespace}/{pod}/{container}: what `kubectl logs` reaches
-    through the API server. Errors before the first byte are 4xx with the reason;
-    the log itself streams as chunked text/plain."""
-    try:
-        opts = parse_options(request.query)
-    except LogOptionsError as err:
-        return web.Response(status=422, text=str(err))
-    resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-    resp.enable_chunked_encoding()
-
-    async def write(data: bytes) -> None:
-        if not resp.prepared:
-            await resp.prepare(request)
-        await resp.write(data)
-
-    m = request.match_info
-    try:
-        await node.container_logs(m["namespace"], m["pod"], m["container"], opts, write)
-    except LogTargetError as err:
-        if resp.prepared:  # the status line is gone: end the stream
-            log.warning("container logs %s: %s", request.path, err)
-            return resp
-        return web.Response(status=err.status, text=str(err))
-    if not resp.prepared:
-        await resp.prepare(request)  # an empty log is an empty 200
-    await resp.write_eof()
-    return resp
+    return filter_
 
 
 def read_only_app(

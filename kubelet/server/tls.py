@@ -1,4 +1,5 @@
-"""Serving certificates: the configured pair, or a self-signed one in --cert-dir."""
+"""The kubelet port's TLS: serving certificates (the configured pair, a self-signed
+one in --cert-dir, or a rotating one), the client CA bundle, TLS versions and suites."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import logging
 import os
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kubelet.certificate.source import CertificateFile, CertificateSource
+from kubelet.certificate.source import CertificateSource
 from kubelet.util.atomicfile import write_atomic
+from kubelet.util.tlsconfig import TLSPolicy
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +23,7 @@ class TLSOptions:
     cert_file: str
     key_file: str
     client_ca_file: str = ""
+    policy: TLSPolicy = field(default_factory=TLSPolicy)
 
 
 def _unusable_pair(cert_path: str, key_path: str) -> str | None:
@@ -95,67 +98,148 @@ def ensure_self_signed(cert_dir: str, host: str, ips: list[str]) -> tuple[str, s
     return cert_path, key_path
 
 
-def server_context(opts: TLSOptions) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(opts.cert_file, opts.key_file)
-    if opts.client_ca_file:
-        # Client certificates are optional: anonymous requests are judged by authn.
-        ctx.verify_mode = ssl.CERT_OPTIONAL
-        ctx.load_verify_locations(opts.client_ca_file)
-    return ctx
-
-
 def hostname() -> str:
     return socket.gethostname().lower()
 
 
-class RotatingServerContext:
-    """A server SSL context whose certificate comes from a CertificateSource
-    (serverTLSBootstrap): each handshake picks the pair current at that moment,
-    so a rotation reaches new connections while open ones (kubectl logs -f,
-    exec streams) go on with the certificate they started with. Until a
-    certificate is issued every handshake fails, as upstream's GetCertificate
-    does ("no serving certificate available for the kubelet")."""
+def server_context(opts: TLSOptions) -> ssl.SSLContext:
+    """The kubelet port's context for a fixed serving pair."""
+    return ServingContext((opts.cert_file, opts.key_file), opts.client_ca_file, opts.policy).context
 
-    def __init__(self, source: CertificateSource, client_ca_file: str = "") -> None:
-        self.source = source
-        self.client_ca_file = client_ca_file
-        self.context = self._new()
+
+class ServingContext:
+    """The kubelet port's SSL context. Each handshake picks (in the SNI callback,
+    which OpenSSL calls for every ClientHello) a context made for the serving
+    pair and the client CA bundle current at that moment:
+    - a rotated serving certificate (serverTLSBootstrap) reaches new
+      connections while open ones (kubectl logs -f, exec) keep theirs; until
+      one is issued every handshake fails, as upstream's GetCertificate does;
+    - the client CA file (authentication.x509.clientCAFile) is reloaded when
+      it changes, as upstream's dynamic CA content: a client certificate of a
+      new CA is accepted and one of a removed CA refused from the next
+      handshake on. A file that no longer parses keeps the previous bundle.
+    Sessions are not resumed (no tickets), so a certificate is verified
+    against the current bundle at every connection.
+    tlsMinVersion and tlsCipherSuites apply to every context (TLSPolicy)."""
+
+    def __init__(
+        self,
+        pair: CertificateSource | tuple[str, str],
+        client_ca_file: str = "",
+        policy: TLSPolicy | None = None,
+    ) -> None:
+        self.pair = pair
+        self.client_ca = _CABundle(client_ca_file)
+        self.policy = policy or TLSPolicy()
+        self.context = self._new(announce=True)
         self.context.sni_callback = self._pick
-        self._loaded: tuple[CertificateFile, ssl.SSLContext] | None = None
+        self._loaded: tuple[object, int, ssl.SSLContext] | None = None
         self._warned = False
 
-    def _new(self) -> ssl.SSLContext:
+    def _new(self, announce: bool = False) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if self.client_ca_file:
+        for level, note in self.policy.apply(ctx):
+            if announce:
+                log.log(level, "%s", note)
+        ctx.options |= ssl.OP_NO_TICKET
+        ctx.num_tickets = 0
+        if self.client_ca.path:
+            # Client certificates are optional: anonymous requests are judged by authn.
             ctx.verify_mode = ssl.CERT_OPTIONAL
-            ctx.load_verify_locations(self.client_ca_file)
+            ctx.load_verify_locations(cadata=self.client_ca.current())
         return ctx
+
+    def _current_pair(self) -> tuple[object, str, str | None] | None:
+        if isinstance(self.pair, tuple):
+            return self.pair, self.pair[0], self.pair[1]
+        cert = self.pair.current_certificate()
+        return None if cert is None else (cert, cert.path, None)
 
     def _pick(
         self, conn: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext
     ) -> int | None:
-        cert = self.source.current_certificate()
-        if cert is None:
+        pair = self._current_pair()
+        if pair is None:
             if not self._warned:
                 log.warning(
                     "TLS handshake refused: no serving certificate available for the kubelet"
                 )
                 self._warned = True
             return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+        ca_version = self.client_ca.refresh()
         loaded = self._loaded
-        if loaded is None or loaded[0] != cert:
+        if loaded is None or loaded[0] != pair[0] or loaded[1] != ca_version:
             ctx = self._new()
             try:
-                ctx.load_cert_chain(cert.path)
+                ctx.load_cert_chain(pair[1], pair[2])
             except (OSError, ssl.SSLError) as err:
-                log.error("Cannot load serving certificate %s: %s", cert.path, err)
+                log.error("Cannot load serving certificate %s: %s", pair[1], err)
                 return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
-            loaded = (cert, ctx)
+            if loaded is None or loaded[0] != pair[0]:
+                log.info("Serving with certificate %s", pair[1])
+            loaded = (pair[0], ca_version, ctx)
             self._loaded = loaded
             self._warned = False
-            log.info("Serving with certificate %s", cert.path)
-        conn.context = loaded[1]
+        conn.context = loaded[2]
         return None
+
+
+class _CABundle:
+    """A CA file and the last content of it that parsed; refresh() notices a change
+    (a stat per handshake) and returns a number that changes with the content."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.version = 0
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._pem = ""
+        if path:
+            self._pem = _read_ca(path)  # the first read must work: a startup error if not
+            self._stamp = _stamp(path)
+
+    def current(self) -> str:
+        return self._pem
+
+    def refresh(self) -> int:
+        if not self.path:
+            return 0
+        try:
+            stamp = _stamp(self.path)
+        except OSError as err:
+            stamp = None
+            if self._stamp is not None:
+                log.error("Client CA file %s: %s; keeping the previous bundle", self.path, err)
+        if stamp is None or stamp == self._stamp:
+            self._stamp = stamp or self._stamp
+            return self.version
+        self._stamp = stamp
+        try:
+            pem = _read_ca(self.path)
+        except (OSError, ValueError) as err:
+            log.error("Client CA file %s: %s; keeping the previous bundle", self.path, err)
+            return self.version
+        if pem != self._pem:
+            self._pem = pem
+            self.version += 1
+            log.info("Loaded a new client CA bundle from %s", self.path)
+        return self.version
+
+
+def _stamp(path: str) -> tuple[int, int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _read_ca(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as fh:
+        pem = fh.read(4 * 1024 * 1024)
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        probe.load_verify_locations(cadata=pem)
+    except ssl.SSLError as err:
+        raise ValueError(f"no valid CA certificate in it ({err})") from err
+    return pem
+
+
+# serverTLSBootstrap's name for it: the same context over a rotating source.
+RotatingServerContext = ServingContext

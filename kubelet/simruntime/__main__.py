@@ -22,6 +22,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="image tags that fail to pull as a registry miss (default: missing)",
     )
+    ap.add_argument(
+        "--cgroup-driver",
+        choices=("cgroupfs", "systemd", "none"),
+        default="cgroupfs",
+        help="what RuntimeConfig reports (none: UNIMPLEMENTED, as containerd 1.6)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not args.listen.startswith("unix://"):
@@ -35,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         pod_cidr=args.pod_cidr,
         pull_delay=args.pull_delay,
         missing_tags=tuple(args.missing_tag or ["missing"]),
+        cgroup_driver="" if args.cgroup_driver == "none" else args.cgroup_driver,
     )
 
     async def run() -> None:

@@ -77,8 +77,13 @@ class SimRuntime:
         )
 
     async def RuntimeConfig(self, req: Any, ctx: aio.ServicerContext) -> pb.RuntimeConfigResponse:
+        driver = self.rt.opts.cgroup_driver
+        if not driver:
+            await ctx.abort(grpc.StatusCode.UNIMPLEMENTED, "method RuntimeConfig not implemented")
         return pb.RuntimeConfigResponse(
-            linux=pb.LinuxRuntimeConfiguration(cgroup_driver=pb.CGROUPFS)
+            linux=pb.LinuxRuntimeConfiguration(
+                cgroup_driver=pb.SYSTEMD if driver == "systemd" else pb.CGROUPFS
+            )
         )
 
     async def UpdateRuntimeConfig(self, req: Any, ctx: aio.ServicerContext) -> Any:

@@ -181,6 +181,9 @@ class Options:
     pod_cidr: str = "10.88.0.0/16"
     pull_delay: float = 0.0
     missing_tags: tuple[str, ...] = ("missing",)
+    # What RuntimeConfig reports: "cgroupfs", "systemd", or "" to answer
+    # UNIMPLEMENTED as containerd 1.6 does.
+    cgroup_driver: str = "cgroupfs"
 
 
 def normalize_image(ref: str) -> str:

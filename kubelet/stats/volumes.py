@@ -17,6 +17,8 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kubelet.util import filesystem
+
 log = logging.getLogger(__name__)
 
 VOLUME_STATS_PERIOD = 60.0  # volumeStatsAggPeriod's default
@@ -47,34 +49,32 @@ class VolumeUsage:
 
 def du(path: str) -> tuple[int, int]:
     """(bytes in use, inodes) under path, never following symlinks or crossing
-    into another filesystem; files that vanish meanwhile are skipped."""
+    into another filesystem; files that vanish meanwhile are skipped. The
+    walk holds each directory open (filesystem.walk), so a directory a
+    container swaps for a link while it is measured is not followed."""
     try:
-        top = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return 0, 0
-    used, inodes = top.st_blocks * 512, 1
-    if not stat.S_ISDIR(top.st_mode):
-        return used, inodes
-    stack = [path]
-    while stack:
-        d = stack.pop()
-        try:
-            it = os.scandir(d)
+        try:  # a link or a special file at the top counts for itself
+            top = os.lstat(path)
         except OSError:
-            continue
-        with it:
-            for e in it:
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if st.st_dev != top.st_dev:
-                    continue  # a mount below the volume is not its usage
-                used += st.st_blocks * 512
-                inodes += 1
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(e.path)
-    return used, inodes
+            return 0, 0
+        return top.st_blocks * 512, 1
+    try:
+        top = os.fstat(fd)
+        used, inodes = top.st_blocks * 512, 1
+        if not stat.S_ISDIR(top.st_mode):
+            return used, inodes
+        for _, _, st in filesystem.walk(fd, lambda st: st.st_dev == top.st_dev):
+            if st.st_dev != top.st_dev:
+                continue  # a mount below the volume is not its usage
+            used += st.st_blocks * 512
+            inodes += 1
+        return used, inodes
+    except OSError:
+        return used, inodes
+    finally:
+        os.close(fd)
 
 
 def measure(name: str, path: str) -> VolumeUsage | None:
@@ -138,6 +138,11 @@ class VolumeStatsCalculator:
         self._usage = await loop.run_in_executor(None, measure_pods, self.pods_dir, paths)
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self.period <= 0:
+            # A negative volumeStatsAggPeriod turns volume measuring off, as upstream
+            # (0 is defaulted to 1m before it gets here).
+            log.info("volumeStatsAggPeriod is %ss: volume usage is not measured", self.period)
+            return
         while not stop.is_set():
             try:
                 await self.refresh()

@@ -12,7 +12,8 @@ from kubelet.kuberuntime.termination import (
     pod_message_budget,
     truncate_message,
 )
-from kubelet.types import Pod, host_network, qos_class, restart_policy
+from kubelet.status.generation import condition_observed_generation, generation
+from kubelet.types import Pod, host_network, is_static, qos_class, restart_policy
 
 # Pod conditions the kubelet owns; the others (readiness gates' conditions,
 # DisruptionTarget, anything a controller adds) are kept as the API has them.
@@ -28,6 +29,9 @@ KUBELET_CONDITIONS = frozenset(
     }
 )
 READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
+# Set once by whoever disrupts the pod (eviction, shutdown, preemption) and
+# carried from the kubelet's previous status, never regenerated.
+DISRUPTION_TARGET = "DisruptionTarget"
 
 
 def readiness_gates_unready(pod: Pod, conditions: list[dict[str, Any]]) -> list[str]:
@@ -247,6 +251,117 @@ def get_phase(
     return "Pending"
 
 
+def _foreign_conditions(
+    api_conditions: list[dict[str, Any]], disruption: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The conditions others own, as the API has them, with the DisruptionTarget
+    the kubelet set itself (on eviction) taken from its own previous status: the
+    API copy may not carry it yet."""
+    out = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
+    if disruption is None:
+        return out
+    at = next((i for i, c in enumerate(out) if c.get("type") == DISRUPTION_TARGET), None)
+    if at is None:
+        return [*out, disruption]
+    out[at] = disruption
+    return out
+
+
+UNKNOWN_TERMINATION = {
+    "exitCode": 137,
+    "reason": "ContainerStatusUnknown",
+    "message": "The container could not be located when the pod was terminated",
+}
+
+
+def _has_initialized(pod: Pod, status: dict[str, Any]) -> bool:
+    """hasPodInitialized: a regular container ever left Waiting, or the last init
+    container completed (a sidecar: started)."""
+    init_specs = pod["spec"].get("initContainers") or []
+    if not init_specs:
+        return True
+    for c in status.get("containerStatuses") or []:
+        if "terminated" in (c.get("lastState") or {}) or "waiting" not in c.get("state", {}):
+            return True
+    inits = status.get("initContainerStatuses") or []
+    if not inits or len(inits) > len(init_specs):
+        return False
+    last, spec = inits[-1], init_specs[len(inits) - 1]
+    if is_sidecar(spec):
+        return "running" in last.get("state", {}) and bool(last.get("started"))
+    ends = [
+        (last.get("lastState") or {}).get("terminated"),
+        last.get("state", {}).get("terminated"),
+    ]
+    return any(t is not None and t.get("exitCode") == 0 for t in ends)
+
+
+def _tried(c: dict[str, Any]) -> bool:
+    return "waiting" not in c.get("state", {}) or "terminated" in (c.get("lastState") or {})
+
+
+def terminate_pod(pod: Pod, status: dict[str, Any]) -> dict[str, Any]:
+    """TerminatePod: the status a pod ends with once its containers are stopped.
+    Once it has initialized, a regular container with no final state ended
+    unknown (137); so did every init container up to the last one that tried
+    to start (at least the first); regular containers of a pod that never
+    initialized keep waiting. A pod that is not static and not yet Succeeded
+    or Failed is Failed."""
+    out = dict(status)
+
+    def unknown(c: dict[str, Any]) -> dict[str, Any]:
+        if "terminated" in c.get("state", {}):
+            return c
+        return {**c, "state": {"terminated": dict(UNKNOWN_TERMINATION)}}
+
+    if _has_initialized(pod, status):
+        out["containerStatuses"] = [unknown(c) for c in status.get("containerStatuses") or []]
+    inits = list(status.get("initContainerStatuses") or [])
+    if inits:
+        tried = max((i for i, c in enumerate(inits) if _tried(c)), default=0)
+        out["initContainerStatuses"] = [
+            unknown(c) if i <= tried else c for i, c in enumerate(inits)
+        ]
+    if not is_static(pod) and out.get("phase") not in ("Succeeded", "Failed"):
+        out["phase"] = "Failed"
+    return out
+
+
+def failed_status(
+    old: dict[str, Any],
+    pod: Pod,
+    reason: str,
+    message: str,
+    condition: dict[str, Any] | None = None,
+    tracking: bool = True,
+) -> dict[str, Any]:
+    """The status a kill by the kubelet leaves (killPodFunc's status function):
+    Failed with reason and message, plus a condition such as DisruptionTarget,
+    which takes the place of one of its type (keeping its transition time when
+    its status is the same)."""
+    out = {**old, "phase": "Failed", "reason": reason, "message": message}
+    if condition is None:
+        return out
+    conditions = list(old.get("conditions") or [])
+    at = next((i for i, c in enumerate(conditions) if c.get("type") == condition["type"]), None)
+    before = conditions[at] if at is not None else None
+    c = {"lastProbeTime": None, **condition}
+    c["lastTransitionTime"] = (
+        before["lastTransitionTime"]
+        if before and before.get("status") == c["status"] and before.get("lastTransitionTime")
+        else now()
+    )
+    gen = condition_observed_generation(conditions, generation(pod), c["type"], tracking)
+    if gen:
+        c["observedGeneration"] = gen
+    if at is None:
+        conditions.append(c)
+    else:
+        conditions[at] = c
+    out["conditions"] = conditions
+    return out
+
+
 def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
     return any(
@@ -263,7 +378,10 @@ def generate(
     node_ips: list[str],
     old: dict[str, Any] | None,
     probes: Any = None,
+    tracking: bool = True,
 ) -> dict[str, Any]:
+    """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
+    kubelet condition then reports the pod generation the status was made from)."""
     old = old or {}
     spec = pod["spec"]
     init_specs = spec.get("initContainers") or []
@@ -285,7 +403,9 @@ def generate(
     if old.get("phase") in ("Succeeded", "Failed"):
         phase = old["phase"]
     sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
-    prev_conds = {c["type"]: c for c in old.get("conditions", [])}
+    old_conditions = old.get("conditions") or []
+    prev_conds = {c["type"]: c for c in old_conditions}
+    gen = generation(pod)
 
     def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> dict[str, Any]:
         status_s = "True" if ok else "False"
@@ -298,6 +418,9 @@ def generate(
             if before and before["status"] == status_s
             else now(),
         }
+        observed = condition_observed_generation(old_conditions, gen, ctype, tracking)
+        if observed:
+            c["observedGeneration"] = observed
         if reason:
             c["reason"] = reason
         if message:
@@ -343,7 +466,7 @@ def generate(
         ready_args = (True, "", "")
     # The API's copy of the pod carries the conditions others own.
     api_conditions = (pod.get("status") or {}).get("conditions") or []
-    foreign = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
+    foreign = _foreign_conditions(api_conditions, prev_conds.get(DISRUPTION_TARGET))
     ready_cond = cond("Ready", *ready_args)
     if ready_args[0]:
         gates = readiness_gates_unready(pod, api_conditions)

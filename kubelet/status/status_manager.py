@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet.status.generation import status_observed_generation
 from kubelet.types import Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue
 
@@ -52,6 +53,25 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
 
 def _cond_view(c: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in c.items() if k != "lastTransitionTime" and v is not None}
+
+
+def _with_generation(
+    status: dict[str, Any], pod: Pod | None, old: dict[str, Any] | None, tracking: bool
+) -> dict[str, Any]:
+    """status with observedGeneration from the pod it was made from, never below
+    what the previous status said (a sync of an older copy of the pod must not
+    step it back)."""
+    before = int((old or {}).get("observedGeneration") or 0)
+    gen = status_observed_generation(pod, tracking) if pod is not None else before
+    gen = max(gen, before)
+    if gen == int(status.get("observedGeneration") or 0):
+        return status
+    out = dict(status)
+    if gen:
+        out["observedGeneration"] = gen
+    else:
+        out.pop("observedGeneration", None)
+    return out
 
 
 # Top-level status fields only the kubelet writes: when it stops setting one,
@@ -114,6 +134,7 @@ class StatusManager:
         mirror_of: Callable[[Pod], Pod | None] | None = None,
         can_delete: Callable[[str], bool] | None = None,
         concurrency: int = 16,
+        tracking: bool = True,
     ) -> None:
         self._statuses: dict[str, Versioned] = {}
         self.updates = 0
@@ -126,6 +147,8 @@ class StatusManager:
         self.mirror_of = mirror_of or (lambda _p: None)
         self.can_delete = can_delete or (lambda _u: True)
         self.concurrency = concurrency
+        # PodObservedGenerationTracking: statuses carry the generation they answer.
+        self.tracking = tracking
         self.queue = RateLimitingQueue(base=0.5, cap=30.0)
         self._kick = asyncio.Event()
         # uid -> (our status version, the API copy's resourceVersion) last seen to
@@ -143,9 +166,12 @@ class StatusManager:
         v = self._statuses.get(uid)
         return v.version if v else 0
 
-    def set_pod_status(self, uid: str, status: dict[str, Any]) -> bool:
-        """Store a new status; False when nothing but timestamps changed."""
+    def set_pod_status(self, uid: str, status: dict[str, Any], pod: Pod | None = None) -> bool:
+        """Store a new status computed from `pod` (SetPodStatus); False when nothing
+        but timestamps changed. Without the pod, the generation stays the one
+        the previous status answered."""
         cur = self._statuses.get(uid)
+        status = _with_generation(status, pod, cur.status if cur else None, self.tracking)
         if cur is not None and _comparable(cur.status) == _comparable(status):
             return False
         self._statuses[uid] = Versioned(status, (cur.version if cur else 0) + 1)

@@ -57,6 +57,8 @@ CONTROLLERS = (
     "endpoints-controller",
     "endpointslice-controller",
     "node-lifecycle-controller",
+    # Re-creates a StatefulSet's pod that a kubelet rejected or evicted.
+    "statefulset-controller",
 )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kubelet.util import filesystem
+
 Pod = dict[str, Any]
 VolumeSpec = dict[str, Any]  # one entry of pod.spec.volumes
 
@@ -31,8 +33,9 @@ class VolumeHost:
     def pod_volume_dir(self, pod_uid: str, plugin_name: str, volume_name: str) -> str:
         # <root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<volume>, as upstream,
         # so tools that know the Go kubelet's layout find the same paths.
-        escaped = plugin_name.replace("/", "~")
-        return f"{self.root_dir}/pods/{pod_uid}/volumes/{escaped}/{volume_name}"
+        escaped = filesystem.component(plugin_name.replace("/", "~"), "volume plugin")
+        uid = filesystem.component(pod_uid, "pod uid")
+        return f"{self.root_dir}/pods/{uid}/volumes/{escaped}/{filesystem.component(volume_name, 'volume name')}"
 
 
 class VolumePlugin(Protocol):
@@ -41,6 +44,11 @@ class VolumePlugin(Protocol):
     # True for volumes whose content follows API objects (configMap, secret,
     # downwardAPI, projected): the reconciler re-runs set_up periodically.
     requires_remount: bool
+    # Mounted read-only in every container whatever the volumeMount says
+    # (GetAttributes().ReadOnly upstream): the API-backed volumes, whose files
+    # the kubelet rewrites and a container must never be able to alter
+    # (CVE-2017-1002102).
+    read_only: bool
 
     def can_support(self, spec: VolumeSpec) -> bool: ...
 

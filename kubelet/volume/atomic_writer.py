@@ -22,18 +22,19 @@ to the one last written is recognised without reading the files back.
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
+import re
+import secrets
+import stat
 import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet.util import filesystem
 from kubelet.volume import ownership
 from kubelet.volumemanager import mountutil
 
@@ -46,6 +47,10 @@ MAX_PATH = 4096
 # fsGroup: see volume/ownership.py (these volumes are all read-only).
 # The volume root is world-writable as on upstream's wrapped emptyDir.
 ROOT_DIR_MODE = 0o777
+TS_DIR_MODE = 0o755
+# `..2026_11_23_13_36_47.<random>`: a single component, as the writer names its
+# versions (upstream's os.MkdirTemp gives digits; older writers here [a-z0-9_]).
+_TS_NAME = re.compile(r"\.\.\d{4}_\d{2}_\d{2}_\d{2}_\d{2}_\d{2}\.[0-9A-Za-z_]{1,32}")
 
 
 class PayloadError(ValueError):
@@ -94,7 +99,14 @@ def clean_payload(payload: Mapping[str, FileProjection]) -> dict[str, FileProjec
 class AtomicWriter:
     """Writes payloads into one target directory. Blocking: call it from a
     worker thread (VolumeWriter does), never from the event loop. Not safe for
-    two concurrent writes to the same directory (VolumeWriter serialises)."""
+    two concurrent writes to the same directory (VolumeWriter serialises).
+
+    Nothing found inside the directory is trusted: `..data` counts only when
+    it names one of the writer's own timestamped directories directly in it,
+    and every lookup, create, rename and removal below the directory is made
+    relative to a directory descriptor without following links
+    (kubelet/util/filesystem.py), so a link planted anywhere in the volume
+    never leads the kubelet outside it."""
 
     def __init__(self, target_dir: str, log_context: str = "") -> None:
         self.target_dir = target_dir
@@ -105,81 +117,171 @@ class AtomicWriter:
         this content (nothing touched), True when a new version was published.
         Raises PayloadError for a bad path, OSError for I/O failures."""
         files = clean_payload(payload)
-        if not os.path.isdir(self.target_dir):
-            raise FileNotFoundError(
-                errno.ENOENT, "target directory does not exist", self.target_dir
-            )
-        data_link = os.path.join(self.target_dir, DATA_DIR)
+        root = filesystem.open_dir(self.target_dir)
         try:
-            old_ts = os.readlink(data_link)
-        except FileNotFoundError:
-            old_ts = ""
-        old_ts_path = os.path.join(self.target_dir, old_ts) if old_ts else ""
-        if old_ts_path and os.path.isdir(old_ts_path):
-            old_paths = _walk(old_ts_path)
-            if not _differs(files, old_ts_path, old_paths):
-                # Same content: only make sure the user-visible links exist
-                # (an interrupted earlier write may have left one out).
-                self._link_user_visible(files)
-                return False
-        else:
-            old_paths = set()
+            return self._write(root, files, fs_group)
+        finally:
+            os.close(root)
 
-        ts_dir = self._new_ts_dir()
-        ts_name = os.path.basename(ts_dir)
-        try:
-            self._write_files(files, ts_dir)
-            if fs_group is not None:
-                ownership.set_volume_ownership(ts_dir, fs_group, read_only=True)
-            new_link = os.path.join(self.target_dir, NEW_DATA_DIR)
+    def _write(self, root: int, files: Mapping[str, FileProjection], fs_group: int | None) -> bool:
+        old = self._current(root)
+        old_names: set[str] = set()
+        if old is not None:
             try:
-                os.unlink(new_link)  # left by a crash between symlink and rename
-            except FileNotFoundError:
-                pass
-            os.symlink(ts_name, new_link)
-            try:
-                os.rename(new_link, data_link)
-            except OSError:
-                os.unlink(new_link)
-                raise
-        except BaseException:
-            shutil.rmtree(ts_dir, ignore_errors=True)
-            raise
+                if _tree_equals(old, files):
+                    # Same content: only make sure the user-visible links are
+                    # right (an interrupted write may have left one out).
+                    self._link_user_visible(root, files)
+                    return False
+                old_names = {name for name, _ in filesystem.scan(old)}
+            finally:
+                os.close(old)
+        ts_name = self._publish(root, files, fs_group)
         # Published. New top-level names were dangling until now; stale ones go.
-        self._link_user_visible(files)
-        self._remove_user_visible(old_paths - _with_parents(files))
+        self._link_user_visible(root, files)
+        self._remove_user_visible(root, old_names, {rel.split("/", 1)[0] for rel in files})
         if fs_group is not None:
-            ownership.set_one(self.target_dir, fs_group, read_only=True)
-        if old_ts_path:
-            shutil.rmtree(old_ts_path, ignore_errors=True)
-        self._remove_orphan_ts_dirs(ts_name)
+            ownership.set_fd(root, fs_group, read_only=True)
+        self._remove_stale_versions(root, ts_name)
         return True
 
-    def _remove_orphan_ts_dirs(self, current: str) -> None:
-        # Versions that a crash left unpublished (written, never swapped in).
-        with os.scandir(self.target_dir) as it:
-            for e in it:
-                if (
-                    e.name.startswith("..")
-                    and e.name not in (DATA_DIR, NEW_DATA_DIR, current)
-                    and e.is_dir(follow_symlinks=False)
-                ):
-                    shutil.rmtree(e.path, ignore_errors=True)
+    def _current(self, root: int) -> int | None:
+        """The published version's directory, opened; None when there is none
+        that this writer made (a planted `..data` is logged and replaced)."""
+        try:
+            name = os.readlink(DATA_DIR, dir_fd=root)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            log.warning("%s: %s is not a symlink (%s): writing a new version", self.log_context,
+                        DATA_DIR, err)  # fmt: skip
+            return None
+        if not is_ts_name(name):
+            log.warning("%s: %s points at %r, not a version of this writer: writing a new "
+                        "version", self.log_context, DATA_DIR, name)  # fmt: skip
+            return None
+        try:
+            fd = filesystem.open_dir_at(root, name)
+        except OSError as err:
+            log.warning("%s: %s -> %r is not a directory of this volume (%s): writing a new "
+                        "version", self.log_context, DATA_DIR, name, err)  # fmt: skip
+            return None
+        if not filesystem.same_mount(fd, root):
+            os.close(fd)
+            log.warning("%s: %s -> %r is a mount point: writing a new version",
+                        self.log_context, DATA_DIR, name)  # fmt: skip
+            return None
+        return fd
 
-    def _new_ts_dir(self) -> str:
-        prefix = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
-        path = tempfile.mkdtemp(prefix=prefix, dir=self.target_dir)
-        # mkdtemp makes 0700; group and others must be able to search the tree.
-        os.chmod(path, 0o755)
-        return path
+    def _publish(self, root: int, files: Mapping[str, FileProjection], fs_group: int | None) -> str:
+        """Write a new version and swap `..data` to it; return its name."""
+        ts_name = _new_ts_dir(root)
+        try:
+            ts = filesystem.open_dir_at(root, ts_name)
+            try:
+                _write_files(ts, files, fs_group)
+            finally:
+                os.close(ts)
+            filesystem.remove_all_at(root, NEW_DATA_DIR)  # left by a crash (or planted)
+            os.symlink(ts_name, NEW_DATA_DIR, dir_fd=root)
+            self._swap_data_link(root)
+        except BaseException:
+            _remove_quietly(root, NEW_DATA_DIR, self.log_context)
+            _remove_quietly(root, ts_name, self.log_context)
+            raise
+        return ts_name
 
-    def _write_files(self, files: Mapping[str, FileProjection], ts_dir: str) -> None:
+    def _swap_data_link(self, root: int) -> None:
+        try:
+            os.rename(NEW_DATA_DIR, DATA_DIR, src_dir_fd=root, dst_dir_fd=root)
+            return
+        except IsADirectoryError:
+            pass
+        # A directory squats `..data`: nobody reads a version through it.
+        log.warning("%s: %s is a directory: removing it", self.log_context, DATA_DIR)
+        filesystem.remove_all_at(root, DATA_DIR)
+        os.rename(NEW_DATA_DIR, DATA_DIR, src_dir_fd=root, dst_dir_fd=root)
+
+    def _remove_stale_versions(self, root: int, current: str) -> None:
+        # The previous version, versions a crash left unpublished, and any
+        # other `..` name (the payload cannot have one): links are unlinked,
+        # directories emptied without following links or crossing mounts.
+        for name, _ in list(filesystem.scan(root)):
+            if name.startswith("..") and name not in (DATA_DIR, current):
+                _remove_quietly(root, name, self.log_context)
+
+    def _link_user_visible(self, root: int, files: Iterable[str]) -> None:
+        for top in {rel.split("/", 1)[0] for rel in files}:
+            want = f"{DATA_DIR}/{top}"
+            try:
+                st = os.stat(top, dir_fd=root, follow_symlinks=False)
+            except FileNotFoundError:
+                os.symlink(want, top, dir_fd=root)
+                continue
+            if not stat.S_ISLNK(st.st_mode):
+                # A real file or dir squats the name (e.g. a nested mount
+                # point): leave it, as upstream does.
+                log.warning("%s: %s exists and is not a symlink", self.log_context, top)
+                continue
+            if os.readlink(top, dir_fd=root) == want:
+                continue
+            log.warning("%s: %s was re-pointed: restoring it", self.log_context, top)
+            os.unlink(top, dir_fd=root)
+            os.symlink(want, top, dir_fd=root)
+
+    def _remove_user_visible(self, root: int, old_names: set[str], keep: set[str]) -> None:
+        """Unlink the user-visible links the new version dropped: the names of
+        the old version, and any `name -> ..data/name` link (the old version
+        may have been untrusted). Only links: a real file or directory there
+        is not the writer's."""
+        for name, mode in list(filesystem.scan(root)):
+            if name in keep or name.startswith("..") or not stat.S_ISLNK(mode):
+                continue
+            if name in old_names or os.readlink(name, dir_fd=root) == f"{DATA_DIR}/{name}":
+                os.unlink(name, dir_fd=root)
+
+
+def is_ts_name(name: str) -> bool:
+    """One of the writer's own version directories (upstream's name pattern too)."""
+    return _TS_NAME.fullmatch(name) is not None
+
+
+def _new_ts_dir(root: int) -> str:
+    prefix = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
+    while True:
+        name = f"{prefix}{secrets.randbelow(1 << 32)}"
+        try:
+            os.mkdir(name, TS_DIR_MODE, dir_fd=root)
+        except FileExistsError:
+            continue
+        fd = filesystem.open_dir_at(root, name)
+        try:
+            # Explicit: group and others must search the tree whatever the umask.
+            os.fchmod(fd, TS_DIR_MODE)
+        finally:
+            os.close(fd)
+        return name
+
+
+def _remove_quietly(root: int, name: str, context: str) -> None:
+    try:
+        filesystem.remove_all_at(root, name)
+    except OSError as err:
+        log.warning("%s: cannot remove %s: %s", context, name, err)
+
+
+def _write_files(ts: int, files: Mapping[str, FileProjection], fs_group: int | None) -> None:
+    """Write the payload below the fresh version directory `ts`."""
+    dirs: dict[str, int] = {"": ts}
+    try:
         for rel, proj in files.items():
-            full = os.path.join(ts_dir, rel)
-            parent = os.path.dirname(full)
-            if parent != ts_dir:
-                os.makedirs(parent, exist_ok=True)
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            parent, _, name = rel.rpartition("/")
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=_subdir(dirs, parent, fs_group),
+            )
             try:
                 view = memoryview(proj.data)
                 while view:
@@ -189,38 +291,35 @@ class AtomicWriter:
                 os.fchmod(fd, proj.mode & 0o7777)
                 if proj.fs_user is not None:
                     os.fchown(fd, proj.fs_user, -1)
+                if fs_group is not None:
+                    ownership.set_fd(fd, fs_group, read_only=True)
             finally:
                 os.close(fd)
-
-    def _link_user_visible(self, files: Iterable[str]) -> None:
-        for top in {rel.split("/", 1)[0] for rel in files}:
-            link = os.path.join(self.target_dir, top)
-            if os.path.islink(link):
-                continue
-            try:
-                os.symlink(os.path.join(DATA_DIR, top), link)
-            except FileExistsError:
-                # A real file or dir squats the name (e.g. a nested mount
-                # point): leave it, as upstream does.
-                log.warning("%s: %s exists and is not a symlink", self.log_context, link)
-
-    def _remove_user_visible(self, paths: Iterable[str]) -> None:
-        for rel in paths:
-            if "/" in rel:
-                continue  # only top-level names are user-visible links
-            link = os.path.join(self.target_dir, rel)
-            if os.path.islink(link):
-                os.unlink(link)
+        if fs_group is not None:
+            ownership.set_fd(ts, fs_group, read_only=True)
+    finally:
+        for rel, fd in dirs.items():
+            if rel:
+                os.close(fd)
 
 
-def _walk(root: str) -> set[str]:
-    """Every file and directory below `root`, relative to it."""
-    out: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        for name in dirnames + filenames:
-            out.add(name if rel == "." else f"{rel}/{name}")
-    return out
+def _subdir(dirs: dict[str, int], rel: str, fs_group: int | None) -> int:
+    """The open directory `rel` below the version dir, made if missing."""
+    fd = dirs.get(rel)
+    if fd is not None:
+        return fd
+    parent, _, name = rel.rpartition("/")
+    pfd = _subdir(dirs, parent, fs_group)
+    try:
+        os.mkdir(name, TS_DIR_MODE, dir_fd=pfd)
+    except FileExistsError:
+        pass
+    fd = filesystem.open_dir_at(pfd, name)
+    dirs[rel] = fd
+    os.fchmod(fd, TS_DIR_MODE)
+    if fs_group is not None:
+        ownership.set_fd(fd, fs_group, read_only=True)
+    return fd
 
 
 def _with_parents(files: Iterable[str]) -> set[str]:
@@ -232,28 +331,88 @@ def _with_parents(files: Iterable[str]) -> set[str]:
     return out
 
 
-def _differs(files: Mapping[str, FileProjection], ts_path: str, old_paths: set[str]) -> bool:
-    """True when the published version is not exactly `files` (content, or a
-    path added or dropped). Modes are fixed by the pod spec, which cannot
-    change, so content and paths decide, as upstream."""
-    if old_paths != _with_parents(files):
-        return True
-    for rel, proj in files.items():
-        try:
-            with open(os.path.join(ts_path, rel), "rb") as fh:
-                if fh.read(len(proj.data) + 1) != proj.data:
-                    return True
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return True
-    return False
+def _same_file(dir_fd: int, name: str, data: bytes) -> bool:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)  # fmt: skip
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            return False
+        got = bytearray()
+        while len(got) <= len(data):
+            chunk = os.read(fd, len(data) + 1 - len(got))
+            if not chunk:
+                break
+            got += chunk
+        return got == data
+    finally:
+        os.close(fd)
+
+
+def _tree_equals(old: int, files: Mapping[str, FileProjection]) -> bool:
+    """True when the version directory `old` holds exactly `files`: the same
+    paths, each a regular file with the same content, and nothing else (no
+    link, no extra name). Modes are fixed by the pod spec, which cannot
+    change, so content and paths decide, as upstream. The walk never goes
+    deeper than the payload, nor through a link."""
+    expected = _with_parents(files)
+    seen = 0
+    stack: list[tuple[str, int]] = [("", os.dup(old))]
+    try:
+        while stack:
+            rel, fd = stack.pop()
+            try:
+                for name, mode in filesystem.scan(fd):
+                    path = f"{rel}/{name}" if rel else name
+                    if path not in expected:
+                        return False
+                    seen += 1
+                    if path in files:
+                        if not stat.S_ISREG(mode) or not _same_file(fd, name, files[path].data):
+                            return False
+                    elif stat.S_ISDIR(mode):
+                        stack.append((path, filesystem.open_dir_at(fd, name)))
+                    else:
+                        return False
+            finally:
+                os.close(fd)
+    except OSError:
+        return False  # swapped while walked: not the version we wrote
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+    return seen == len(expected)
 
 
 def make_nested_mountpoints(pod: Mapping[str, Any], volume_name: str, dir: str) -> None:
     """Create the directories inside this volume on which other volumes of the
     same container are mounted (MakeNestedMountpoints upstream): a bind mount
     needs its target to exist, and the volume itself is read-only inside the
-    container. Blocking."""
+    container. Each is made one component at a time below the volume's
+    descriptor; a link on the way is followed only while it stays inside the
+    volume. Blocking."""
+    rels = _nested_mountpoints(pod, volume_name)
+    if not rels:
+        return
+    root = filesystem.open_dir(dir)
+    try:
+        for rel in rels:
+            try:
+                os.close(filesystem.open_beneath(root, rel, create_mode=0o755))
+            except OSError as err:
+                raise PayloadError(
+                    f"unable to create nested volume mountpoints: {rel}: {err.strerror}"
+                ) from err
+    finally:
+        os.close(root)
+
+
+def _nested_mountpoints(pod: Mapping[str, Any], volume_name: str) -> list[str]:
     spec = pod.get("spec") or {}
+    out: list[str] = []
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for c in spec.get(key) or []:
             mounts = c.get("volumeMounts") or []
@@ -274,7 +433,8 @@ def make_nested_mountpoints(pod: Mapping[str, Any], volume_name: str, dir: str) 
                     # Names starting with '..' are the writer's own.
                     if parts[0].startswith(".."):
                         raise PayloadError(f"{path} cannot start with '..'")
-                    os.makedirs(os.path.join(dir, rel), 0o755, exist_ok=True)
+                    out.append(rel)
+    return out
 
 
 def _digest(files: Mapping[str, FileProjection], fs_group: int | None) -> bytes:
@@ -348,6 +508,15 @@ class VolumeWriter:
             )
 
 
+def _published(dir: str) -> bool:
+    """`..data` names one of the writer's versions, which is a directory."""
+    try:
+        name = os.readlink(os.path.join(dir, DATA_DIR))
+        return is_ts_name(name) and stat.S_ISDIR(os.lstat(os.path.join(dir, name)).st_mode)
+    except OSError:
+        return False
+
+
 def _set_up_dir(
     pod: Mapping[str, Any],
     volume_name: str,
@@ -361,7 +530,7 @@ def _set_up_dir(
     """tmpfs_mountinfo: mount a tmpfs at dir first (read the mount table there)."""
     # Hashing a large payload is CPU work too: done here, off the loop.
     digest = _digest(payload, fs_group)
-    if digest == last_digest and os.path.isdir(os.path.join(dir, DATA_DIR)):
+    if digest == last_digest and _published(dir):
         return False, digest
     clean_payload(payload)  # bad paths fail before anything is created
     try:
@@ -370,7 +539,7 @@ def _set_up_dir(
     except FileExistsError:
         pass
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(dir), 0o750, exist_ok=True)
+        filesystem.mkdir_all(os.path.dirname(dir), 0o750)
         os.mkdir(dir, ROOT_DIR_MODE)
         os.chmod(dir, ROOT_DIR_MODE)
     if tmpfs_mountinfo is not None:

@@ -114,6 +114,7 @@ async def remove_volume(writer: VolumeWriter, dir: str) -> None:
 class ConfigMapPlugin:
     name = PLUGIN_NAME
     requires_remount = True
+    read_only = True
 
     def __init__(self, configmaps: ObjectGetter, writer: VolumeWriter | None = None) -> None:
         self.configmaps = configmaps

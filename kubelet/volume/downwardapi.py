@@ -64,6 +64,7 @@ def collect_data(
 class DownwardAPIPlugin:
     name = PLUGIN_NAME
     requires_remount = True
+    read_only = True
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 
 from kubelet.cm.cgroup_manager import pod_resources
+from kubelet.util import filesystem
 from kubelet.util.quantity import to_bytes
 from kubelet.volume import Pod, VolumeError, VolumeSpec
 from kubelet.volumemanager import mountutil
@@ -45,6 +46,7 @@ def tmpfs_size(pod: Pod, spec: VolumeSpec, node_allocatable_memory: int) -> int:
 class EmptyDirPlugin:
     name = PLUGIN_NAME
     requires_remount = False
+    read_only = False
     selinux_relabel = True
 
     def __init__(
@@ -101,7 +103,12 @@ def _medium(spec: VolumeSpec) -> str:
 
 
 def _setup_dir(dir: str) -> None:
-    os.makedirs(dir, DEFAULT_PERM, exist_ok=True)
+    # The plugin dirs above it as the pod's own dirs, 0750; the volume 0777.
+    filesystem.mkdir_all(os.path.dirname(dir), 0o750)
+    try:
+        os.mkdir(dir, DEFAULT_PERM)
+    except FileExistsError:
+        pass
     # The kubelet's umask took bits off: chmod rather than touch the process umask.
     if os.lstat(dir).st_mode & 0o7777 != DEFAULT_PERM:
         os.chmod(dir, DEFAULT_PERM)

@@ -101,6 +101,7 @@ def check_type(path: str, path_type: str) -> None:
 class HostPathPlugin:
     name = PLUGIN_NAME
     requires_remount = False
+    read_only = False
     selinux_relabel = False
 
     def can_support(self, spec: VolumeSpec) -> bool:

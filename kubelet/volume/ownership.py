@@ -21,6 +21,8 @@ import logging
 import os
 import stat
 
+from kubelet.util import filesystem
+
 log = logging.getLogger(__name__)
 
 ALWAYS = "Always"
@@ -36,27 +38,31 @@ def _wanted_bits(is_dir: bool, read_only: bool) -> int:
     return bits | DIR_MASK if is_dir else bits
 
 
-def set_one(path: str, gid: int, read_only: bool) -> None:
-    """One file or directory: its group and group permission bits."""
+def _set_at(dir_fd: int, name: str, gid: int, read_only: bool) -> None:
+    """One entry of a directory the walk holds open. Opened O_PATH without
+    following it, so a name swapped for a link between two steps changes the
+    link (its group), never what it points at; chmod goes through the
+    descriptor's /proc path, which names the very inode opened."""
     try:
-        st = os.lstat(path)
+        fd = os.open(name, filesystem.O_PATH, dir_fd=dir_fd)
     except OSError as err:
-        log.error("fsGroup: lstat %s failed: %s", path, err)
+        log.error("fsGroup: open %s failed: %s", name, err)
         return
-    if st.st_gid != gid:
-        try:
-            os.lchown(path, -1, gid)
-        except OSError as err:
-            log.error("fsGroup: lchown %s failed: %s", path, err)
-    if stat.S_ISLNK(st.st_mode):
-        return
-    mode = stat.S_IMODE(st.st_mode)
-    want = mode | _wanted_bits(stat.S_ISDIR(st.st_mode), read_only)
-    if want != mode:
-        try:
-            os.chmod(path, want)
-        except OSError as err:
-            log.error("fsGroup: chmod %s failed: %s", path, err)
+    try:
+        st = os.fstat(fd)
+        if st.st_gid != gid:
+            # By name without following: a link swapped in gets the group itself.
+            os.chown(name, -1, gid, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        mode = stat.S_IMODE(st.st_mode)
+        want = mode | _wanted_bits(stat.S_ISDIR(st.st_mode), read_only)
+        if want != mode:
+            os.chmod(f"/proc/self/fd/{fd}", want)
+    except OSError as err:
+        log.error("fsGroup: changing %s failed: %s", name, err)
+    finally:
+        os.close(fd)
 
 
 def root_matches(root: str, gid: int, read_only: bool) -> bool:
@@ -73,14 +79,29 @@ def set_volume_ownership(
     root: str, gid: int | None, change_policy: str | None = None, read_only: bool = False
 ) -> bool:
     """Apply fsGroup to the whole volume. Returns False when nothing was walked
-    (no fsGroup, or OnRootMismatch with a matching root)."""
+    (no fsGroup, or OnRootMismatch with a matching root). The walk holds each
+    directory open and never follows a link below the root."""
     if gid is None:
         return False
     if change_policy == ON_ROOT_MISMATCH and root_matches(root, gid, read_only):
         log.debug("fsGroup: %s already owned by group %d, not walking it", root, gid)
         return False
-    set_one(root, gid, read_only)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            set_one(os.path.join(dirpath, name), gid, read_only)
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        set_fd(top, gid, read_only)
+        for dir_fd, name, _ in filesystem.walk(top):
+            _set_at(dir_fd, name, gid, read_only)
+    finally:
+        os.close(top)
     return True
+
+
+def set_fd(fd: int, gid: int, read_only: bool) -> None:
+    """fsGroup's group and bits for a file or directory the caller holds open."""
+    st = os.fstat(fd)
+    if st.st_gid != gid:
+        os.fchown(fd, -1, gid)
+    mode = stat.S_IMODE(st.st_mode)
+    want = mode | _wanted_bits(stat.S_ISDIR(st.st_mode), read_only)
+    if want != mode:
+        os.fchmod(fd, want)

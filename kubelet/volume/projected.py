@@ -56,6 +56,7 @@ def fs_user_of(pod: Pod) -> int | None:
 class ProjectedPlugin:
     name = PLUGIN_NAME
     requires_remount = True
+    read_only = True
 
     def __init__(
         self,

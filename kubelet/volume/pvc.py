@@ -34,6 +34,7 @@ def _reason(err: Exception) -> str:
 class PVCPlugin:
     name = PLUGIN_NAME
     requires_remount = False
+    read_only = False
     selinux_relabel = False
 
     def __init__(self, get: APIGetter | None) -> None:

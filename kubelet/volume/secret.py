@@ -52,6 +52,7 @@ def make_payload(
 class SecretPlugin:
     name = PLUGIN_NAME
     requires_remount = True
+    read_only = True
 
     def __init__(self, secrets: ObjectGetter, writer: VolumeWriter | None = None) -> None:
         self.secrets = secrets

@@ -334,6 +334,7 @@ class VolumeManagerImpl:
                 mounted = MountedVolume(
                     name=vol.name,
                     host_path=vol.dir,
+                    read_only=plugin.read_only,
                     selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
                 )
         except asyncio.CancelledError:
@@ -460,9 +461,11 @@ class VolumeManagerImpl:
                 vtype, f'volume type "{vtype}" is not supported by this kubelet'
             )
             return VolumeToMount(name, spec, None, "", "", unsupported=reason)
-        return VolumeToMount(
-            name, spec, plugin, plugin.name, self.host.pod_volume_dir(uid, plugin.name, name)
-        )
+        try:
+            dir = self.host.pod_volume_dir(uid, plugin.name, name)
+        except ValueError as err:
+            return VolumeToMount(name, spec, None, "", "", unsupported=str(err))
+        return VolumeToMount(name, spec, plugin, plugin.name, dir)
 
     def _add_found(self, fv: FoundVolume) -> int:
         have = self.asw.pods.setdefault(fv.pod_uid, PodMounts())
@@ -498,6 +501,7 @@ class VolumeManagerImpl:
         entry.volume = MountedVolume(
             name=vol.name,
             host_path=entry.dir,
+            read_only=plugin.read_only,
             selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
         )
         if plugin.requires_remount:

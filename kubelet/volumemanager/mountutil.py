@@ -7,8 +7,8 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import stat
 
+from kubelet.util import filesystem
 from kubelet.volume import VolumeError
 
 MOUNTINFO = "/proc/self/mountinfo"
@@ -91,32 +91,18 @@ def go_path_error(op: str, err: OSError) -> str:
 
 
 def remove_all_one_filesystem(path: str) -> None:
-    """rm -rf that never crosses into another filesystem (RemoveAllOneFilesystem
-    upstream): a mount left under a volume dir (a Bidirectional mount from a
-    container, a leaked tmpfs) must stop the removal instead of emptying
-    whatever is mounted there. Symlinks are removed, never followed."""
+    """rm -rf that never crosses into another mount (RemoveAllOneFilesystem
+    upstream, with the mount id instead of st_dev, so that a bind mount of the
+    same filesystem counts too): a mount left under a volume or pod dir (a
+    Bidirectional mount from a container, a leaked tmpfs, a subPath bind) must
+    stop the removal instead of emptying whatever is mounted there. Relative
+    to directory descriptors: symlinks are removed, never followed."""
+    # The parent is the kubelet's own path (its root dir may be a link).
+    parent = os.open(os.path.dirname(path.rstrip("/")) or "/", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        top = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(top.st_mode):
-        os.unlink(path)
-        return
-    _remove_dir(path, top.st_dev)
-
-
-def _remove_dir(path: str, dev: int) -> None:
-    with os.scandir(path) as it:
-        entries = list(it)
-    for e in entries:
-        st = e.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            if st.st_dev != dev:
-                raise OSError(errno.EBUSY, "a filesystem is mounted under the volume", e.path)
-            _remove_dir(e.path, dev)
-        else:
-            os.unlink(e.path)
-    os.rmdir(path)
+        filesystem.remove_all_at(parent, os.path.basename(path.rstrip("/")))
+    finally:
+        os.close(parent)
 
 
 def remove_empty_parents(path: str, stop: str) -> None:

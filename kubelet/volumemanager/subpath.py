@@ -15,6 +15,7 @@ import errno
 import os
 import stat
 
+from kubelet.util import filesystem
 from kubelet.volumemanager import mountutil
 
 SUBPATH_DIR = "volume-subpaths"
@@ -22,7 +23,13 @@ MS_BIND = 4096
 
 
 def target_path(pod_dir: str, volume: str, container: str, index: int) -> str:
-    return os.path.join(pod_dir, SUBPATH_DIR, volume, container, str(index))
+    return os.path.join(
+        pod_dir,
+        SUBPATH_DIR,
+        filesystem.component(volume, "volume name"),
+        filesystem.component(container, "container name"),
+        str(index),
+    )
 
 
 def bind_subpath(fd: int, pod_dir: str, volume: str, container: str, index: int) -> str:
@@ -37,8 +44,13 @@ def bind_subpath(fd: int, pod_dir: str, volume: str, container: str, index: int)
         except OSError:
             pass
         mountutil.umount(target)
-    os.makedirs(os.path.dirname(target), 0o750, exist_ok=True)
+    filesystem.mkdir_all(os.path.dirname(target), 0o750)
     created = False
+    try:
+        if stat.S_ISDIR(os.lstat(target).st_mode) != stat.S_ISDIR(held.st_mode):
+            _remove(target)  # left from a subPath of the other kind
+    except FileNotFoundError:
+        pass
     if not os.path.lexists(target):
         # A file is enough to mount any non-directory over.
         if stat.S_ISDIR(held.st_mode):

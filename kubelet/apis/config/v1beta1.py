@@ -1,8 +1,9 @@
-"""Decoding and encoding KubeletConfiguration files (kubelet.config.k8s.io/v1beta1).
+"""The typed KubeletConfiguration from a v1beta1 document, and back.
 
-Decoding is strict about fields nobody knows (an error naming the field) and
-lenient about fields the Go kubelet knows but this project does not implement
-(one warning per field), so a file written for the Go kubelet still loads.
+loader.py builds the document (files, drop-ins, defaults); flags are applied
+to it; decode() gives the fields this kubelet models as Python values, and
+document() gives what /configz serves: the whole upstream object with the
+modeled fields as they are in force.
 """
 
 from __future__ import annotations
@@ -14,193 +15,86 @@ import typing
 from typing import Any
 
 import orjson
-import yaml
 
 from kubelet.apis.config.types import API_VERSION, KIND, KubeletConfiguration, json_name
 from kubelet.util.duration import format_duration, parse_duration
 
-# Fields of the upstream v1beta1 type that this project accepts but ignores.
-UPSTREAM_ONLY_FIELDS = frozenset(
-    {
-        "iptablesMasqueradeBit",
-        "iptablesDropBit",
-        "cpuManagerPolicy",
-        "cpuManagerPolicyOptions",
-        "cpuManagerReconcilePeriod",
-        "memoryManagerPolicy",
-        "topologyManagerPolicy",
-        "topologyManagerScope",
-        "topologyManagerPolicyOptions",
-        "qosReserved",
-        "singleProcessOOMKill",
-        "memorySwap",
-        "reservedSystemCPUs",
-        "showHiddenMetricsForVersion",
-        "volumePluginDir",
-        "kernelMemcgNotification",
-        "enableSystemLogHandler",
-        "enableSystemLogQuery",
-        "shutdownGracePeriodByPodPriority",
-        "crashLoopBackOff",
-        "reservedMemory",
-        "enableProfilingHandler",
-        "enableDebugFlagsHandler",
-        "memoryThrottlingFactor",
-        "tracing",
-        "failCgroupV1",
-        "userNamespaces",
-        "imagePullCredentialsVerificationPolicy",
-        "preloadedImagesVerificationAllowlist",
-        "enableContentionProfiling",
-        "configMapAndSecretChangeDetectionStrategy",
-        "imageServiceEndpointTLS",
-        "podLogsDirectory",
-    }
-)
-
-
-# Non-pointer fields that upstream's SetDefaults_KubeletConfiguration fills in
-# when they hold their zero value, so "0s" or "" in a file (kubeadm writes
-# many) means "the default". Pointer fields keep an explicit zero.
-ZERO_MEANS_DEFAULT = frozenset(
-    {
-        "syncFrequency",
-        "fileCheckFrequency",
-        "httpCheckFrequency",
-        "address",
-        "port",
-        "authentication.webhook.cacheTTL",
-        "authorization.mode",
-        "authorization.webhook.cacheAuthorizedTTL",
-        "authorization.webhook.cacheUnauthorizedTTL",
-        "registryBurst",
-        "eventBurst",
-        "healthzBindAddress",
-        "streamingConnectionIdleTimeout",
-        "nodeStatusReportFrequency",
-        "nodeStatusUpdateFrequency",
-        "nodeLeaseDurationSeconds",
-        "imageMinimumGCAge",
-        "volumeStatsAggPeriod",
-        "cgroupDriver",
-        "runtimeRequestTimeout",
-        "hairpinMode",
-        "maxPods",
-        "maxOpenFiles",
-        "contentType",
-        "kubeAPIBurst",
-        "evictionPressureTransitionPeriod",
-        "containerLogMaxSize",
-        "containerLogMonitorInterval",
-        "podLogsDir",
-        "containerRuntimeEndpoint",
-        "logging.format",
-        "logging.flushFrequency",
-        "plegRelistPeriod",
-    }
-)
-
 
 class ConfigError(Exception):
-    """A configuration file that cannot be used; .problems lists every reason."""
+    """A configuration that cannot be used; .problems lists every reason."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
 
 
-def load_file(path: str) -> tuple[KubeletConfiguration, list[str], set[str]]:
-    """Read a YAML or JSON KubeletConfiguration file.
-
-    Returns (config with defaults for absent fields, warnings, JSON paths that
-    the file set). Raises ConfigError listing every problem found.
-    """
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as err:
-        raise ConfigError([f"failed to read kubelet config file {path!r}: {err}"]) from err
-    try:
-        # libyaml's safe loader when built in: the pure-Python one recurses
-        # once per nesting level and fails deep files with RecursionError.
-        loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(raw, Loader=loader) if raw.strip() else None
-    except yaml.YAMLError as err:
-        raise ConfigError([f"failed to decode kubelet config file {path!r}: {err}"]) from err
-    except RecursionError as err:
-        raise ConfigError(
-            [f"failed to decode kubelet config file {path!r}: nested too deeply"]
-        ) from err
-    if not isinstance(data, dict):
-        raise ConfigError([f"kubelet config file {path!r} must hold a KubeletConfiguration object"])
-    return decode(data, source=path)
-
-
-def decode(
-    data: dict[str, Any], source: str = "<config>"
-) -> tuple[KubeletConfiguration, list[str], set[str]]:
-    problems: list[str] = []
-    warnings: list[str] = []
-    api_version = data.get("apiVersion")
-    kind = data.get("kind")
-    if api_version != API_VERSION:
-        problems.append(f"apiVersion: unsupported value {api_version!r}, want {API_VERSION!r}")
-    if kind != KIND:
-        problems.append(f"kind: unsupported value {kind!r}, want {KIND!r}")
-    body = {k: v for k, v in data.items() if k not in ("apiVersion", "kind")}
-    cfg = KubeletConfiguration()
-    seen: set[str] = set()
-    _decode_into(cfg, body, "", problems, warnings, seen)
-    _default_zero_values(cfg, KubeletConfiguration(), "")
-    if problems:
-        raise ConfigError([f"{source}: {p}" for p in problems])
-    return cfg, warnings, seen
-
-
-def _decode_into(
-    obj: Any,
-    data: dict[str, Any],
-    prefix: str,
-    problems: list[str],
-    warnings: list[str],
-    seen: set[str],
-) -> None:
-    fields = {json_name(fl): fl for fl in dataclasses.fields(obj)}
+def modeled_paths(obj: Any = None, prefix: str = "") -> dict[str, tuple[Any, str]]:
+    """JSON path -> (type hint, kind) of every leaf KubeletConfiguration models."""
+    obj = KubeletConfiguration() if obj is None else obj
     hints = typing.get_type_hints(type(obj))
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        fl = fields.get(key)
-        if fl is None:
-            if not prefix and key in UPSTREAM_ONLY_FIELDS:
-                warnings.append(f"{path}: not implemented by this kubelet, ignored")
-            else:
-                problems.append(f'{path}: unknown field "{path}"')
-            continue
-        if value is None:
-            continue
-        seen.add(path)
-        hint = hints[fl.name]
-        current = getattr(obj, fl.name)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                problems.append(f"{path}: must be an object")
-                continue
-            _decode_into(current, value, path + ".", problems, warnings, seen)
-            continue
-        try:
-            setattr(obj, fl.name, convert(value, hint, fl.metadata.get("kind", "")))
-        except (TypeError, ValueError) as err:
-            problems.append(f"{path}: {err}")
-
-
-def _default_zero_values(obj: Any, defaults: Any, prefix: str) -> None:
+    out: dict[str, tuple[Any, str]] = {}
     for fl in dataclasses.fields(obj):
         path = prefix + json_name(fl)
         value = getattr(obj, fl.name)
         if dataclasses.is_dataclass(value):
-            _default_zero_values(value, getattr(defaults, fl.name), path + ".")
-        elif path in ZERO_MEANS_DEFAULT and value in (0, 0.0, ""):
-            setattr(obj, fl.name, getattr(defaults, fl.name))
+            out.update(modeled_paths(value, path + "."))
+        else:
+            out[path] = (hints[fl.name], str(fl.metadata.get("kind", "")))
+    return out
+
+
+_MODELED = modeled_paths()
+
+
+def check_modeled(doc: dict[str, Any], source: str) -> list[str]:
+    """Type problems of the modeled fields a (file's) document sets."""
+    problems = []
+    for path, (hint, kind) in _MODELED.items():
+        value = _get(doc, path)
+        if value is None:
+            continue
+        try:
+            convert(value, hint, kind)
+        except (TypeError, ValueError) as err:
+            problems.append(f"{source}: {path}: {err}")
+    return problems
+
+
+def _get(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(part)
+    return doc
+
+
+def decode(doc: dict[str, Any]) -> tuple[KubeletConfiguration, dict[str, str]]:
+    """The typed view of a (defaulted) document: every field it models, from
+    the document. Returns the config and, by path, the fields that could not
+    be converted (they keep their defaults so validation can still run)."""
+    cfg = KubeletConfiguration()
+    failed: dict[str, str] = {}
+    _decode_into(cfg, doc, "", failed)
+    return cfg, failed
+
+
+def _decode_into(obj: Any, data: Any, prefix: str, failed: dict[str, str]) -> None:
+    if not isinstance(data, dict):
+        return
+    hints = typing.get_type_hints(type(obj))
+    for fl in dataclasses.fields(obj):
+        path = prefix + json_name(fl)
+        value = data.get(json_name(fl))
+        current = getattr(obj, fl.name)
+        if dataclasses.is_dataclass(current):
+            _decode_into(current, value, path + ".", failed)
+            continue
+        if value is None:
+            continue
+        try:
+            setattr(obj, fl.name, convert(value, hints[fl.name], fl.metadata.get("kind", "")))
+        except (TypeError, ValueError) as err:
+            failed[path] = str(err)
 
 
 def convert(value: Any, hint: Any, kind: str = "") -> Any:
@@ -272,3 +166,26 @@ def encode(cfg: Any) -> dict[str, Any]:
 def encode_json(cfg: KubeletConfiguration) -> bytes:
     doc = {"kind": KIND, "apiVersion": API_VERSION, **encode(cfg)}
     return json.dumps(doc, sort_keys=False).encode()
+
+
+def document(cfg: KubeletConfiguration, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole v1beta1 object in force: `base` (the effective document, which
+    also holds the fields this kubelet does not model) with every modeled field
+    as `cfg` has it now. What /configz serves."""
+    return _overlay(base or {}, encode(cfg))
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "featureGates":
+            # Nested structs merge; maps of the modeled type (evictionHard, ...)
+            # are whole values and replace.
+            out[key] = _overlay(out[key], value) if _is_struct(key) else value
+        else:
+            out[key] = value
+    return out
+
+
+def _is_struct(key: str) -> bool:
+    return key in ("authentication", "authorization", "logging")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
-from kubelet.features import FeatureGate
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.util.quantity import parse_quantity
+from kubelet.util.tlsconfig import problems as tls_problems
 
 # The project's floor for the relist period; below it the relist cost dominates.
 MIN_PLEG_RELIST_PERIOD = 0.05
@@ -46,6 +46,9 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             c.container_log_monitor_interval,
             "must be a positive time duration greater than or equal to 3s",
         )
+    errs += [
+        f"invalid configuration: {p}" for p in tls_problems(c.tls_min_version, c.tls_cipher_suites)
+    ]
     try:
         SysctlAllowlist(c.allowed_unsafe_sysctls)
     except ValueError as err:
@@ -116,15 +119,9 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
     if c.cgroup_driver not in ("cgroupfs", "systemd"):
         bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
-    if not c.cgroups_per_qos and c.enforce_node_allocatable:
-        bad(
-            "enforceNodeAllocatable",
-            c.enforce_node_allocatable,
-            "must be empty when cgroupsPerQOS is false",
-        )
-    for item in c.enforce_node_allocatable:
-        if item not in ("pods", "system-reserved", "kube-reserved", "none"):
-            bad("enforceNodeAllocatable", item, "unsupported option")
+    errs += _validate_enforce_node_allocatable(c)
+    if c.system_cgroups and not c.cgroup_root:
+        bad("systemCgroups", c.system_cgroups, "was specified and cgroupRoot was not specified")
     if c.authorization.mode not in ("AlwaysAllow", "Webhook"):
         bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
     if c.logging.format not in ("text", "json"):
@@ -166,6 +163,16 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
                 bad(f"{field_name}[{signal}]", threshold, "unsupported eviction signal")
                 continue
             _check_threshold(f"{field_name}[{signal}]", threshold, bad)
+    for signal, amount in c.eviction_minimum_reclaim.items():
+        path = f"evictionMinimumReclaim[{signal}]"
+        if signal not in EVICTION_SIGNALS:
+            bad(path, amount, "unsupported eviction signal")
+        elif amount.strip().endswith("%"):
+            share = _percent(amount)
+            if share is None or not 0 < share <= 100:
+                bad(path, amount, "eviction percentage minimum reclaim must be positive")
+        else:
+            _check_threshold(path, amount, bad)
     for signal in c.eviction_soft:
         if signal not in c.eviction_soft_grace_period:
             bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
@@ -187,14 +194,62 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
         if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
             bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
-    try:
-        FeatureGate(c.feature_gates)
-    except ValueError as err:
-        for problem in str(err).split("; "):
-            errs.append(f"invalid configuration: featureGates: {problem}")
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
     return errs
+
+
+_ENFORCE_KEYS = (
+    "pods",
+    "system-reserved",
+    "system-reserved-compressible",
+    "kube-reserved",
+    "kube-reserved-compressible",
+    "none",
+)
+
+
+def _validate_enforce_node_allocatable(c: KubeletConfiguration) -> list[str]:
+    """enforceNodeAllocatable as upstream checks it: known keys, once each,
+    "none" alone, each reserved key with its cgroup, and cgroupsPerQOS on."""
+    errs: list[str] = []
+    keys = c.enforce_node_allocatable
+
+    def bad(why: str) -> None:
+        errs.append(f"invalid configuration: enforceNodeAllocatable ({keys!r}): {why}")
+
+    for plain in ("system-reserved", "kube-reserved"):
+        if plain in keys and f"{plain}-compressible" in keys:
+            bad(f'both "{plain}" and "{plain}-compressible" cannot be specified together')
+    seen: set[str] = set()
+    for key in keys:
+        if key in seen:
+            bad(f'duplicated enforcement "{key}"')
+            continue
+        seen.add(key)
+        if key not in _ENFORCE_KEYS:
+            bad(f'option "{key}" is not one of ' + ", ".join(f'"{k}"' for k in _ENFORCE_KEYS))
+            continue
+        if key == "none":
+            if len(keys) > 1:
+                bad('may not contain additional enforcements when "none" is specified')
+            continue
+        for prefix, cgroup, path in (
+            ("system-reserved", c.system_reserved_cgroup, "systemReservedCgroup"),
+            ("kube-reserved", c.kube_reserved_cgroup, "kubeReservedCgroup"),
+        ):
+            if key.startswith(prefix) and not cgroup:
+                bad(f'{path} must be specified when "{key}" is included')
+        if not c.cgroups_per_qos:
+            bad(f'cgroupsPerQOS must be set to true when "{key}" is included')
+    return errs
+
+
+def _percent(text: str) -> float | None:
+    try:
+        return float(text.strip()[:-1])
+    except ValueError:
+        return None
 
 
 def _check_threshold(path: str, value: str, bad: object) -> None:

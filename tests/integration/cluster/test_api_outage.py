@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubelet.testing.controlplane import ControlPlane, Unavailable
+from kubelet.testing.controlplane import ControlPlane
+from tests.fixtures.cluster import start_control_plane
 from tests.fixtures.simruntime import start_simruntime
 from tests.integration.cluster.test_cluster_kubelet import (
     NODE,
@@ -55,10 +56,7 @@ def _running(k: ClusterKubelet) -> dict[str, tuple[str, int]]:
 
 
 def test_api_server_away_at_start_and_for_a_minute(tmp_path: Path) -> None:
-    try:
-        cp = ControlPlane(str(tmp_path / "cp"), controllers=True).start()
-    except Unavailable as err:
-        pytest.skip(f"control plane unavailable: {err}")
+    cp = start_control_plane(ControlPlane(str(tmp_path / "cp"), controllers=True))
     simdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"simo-{os.getpid()}-{time.monotonic_ns()}"
     simdir.mkdir(parents=True)
     sim = start_simruntime(simdir)

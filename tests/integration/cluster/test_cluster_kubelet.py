@@ -378,7 +378,7 @@ def test_kubelet_port_checks_tokens_and_access_with_the_api_server(node: Cluster
     cp.kubectl("create", "serviceaccount", "nobody", "-n", "default", check=False)
     cp.kubectl(
         "create", "clusterrole", "node-pods-reader",
-        "--verb=get", "--resource=nodes/pods,nodes/proxy", check=False,
+        "--verb=get", "--resource=nodes/pods", check=False,
     )  # fmt: skip
     cp.kubectl(
         "create", "clusterrolebinding", "reader-node-pods",
@@ -404,4 +404,13 @@ def test_kubelet_port_checks_tokens_and_access_with_the_api_server(node: Cluster
     assert status("/pods", "not-a-token") == 401
     assert status("/pods", nobody) == 403
     assert wait_for("RBAC to allow the reader", lambda: status("/pods", reader) == 200)
-    assert status("/configz", reader) == 403  # nodes/configz was not granted
+    # nodes/configz was not granted, nor nodes/proxy that it falls back to (fine-grained authz)
+    assert status("/configz", reader) == 403
+    cp.kubectl(
+        "create", "clusterrole", "node-proxy", "--verb=get", "--resource=nodes/proxy", check=False
+    )  # fmt: skip
+    cp.kubectl(
+        "create", "clusterrolebinding", "reader-node-proxy",
+        "--clusterrole=node-proxy", "--serviceaccount=default:reader", check=False,
+    )  # fmt: skip
+    assert wait_for("the proxy fallback", lambda: status("/configz", reader) == 200)

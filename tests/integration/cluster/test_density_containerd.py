@@ -16,22 +16,20 @@ from benches.density.harness import Run, Spec, start_control_plane
 from kubelet.testing.containerd import Unavailable as ContainerdUnavailable
 from kubelet.testing.containerd import _which
 from kubelet.testing.controlplane import Unavailable
+from kubelet.testing.parts import part_unavailable, starting, tail_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
 
 def test_density_on_containerd(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("containerd needs root")
-    try:
+        part_unavailable("containerd", "needs root")
+    with starting("containerd", ContainerdUnavailable):
         for binary in ("containerd", "runc", "ctr"):
             _which(binary)
-    except ContainerdUnavailable as err:
-        pytest.skip(str(err))
-    try:
+    logs = tmp_path / "cp" / "logs"
+    with starting("control plane", Unavailable, log_tail=lambda: tail_of(logs)):
         cp = start_control_plane(tmp_path)
-    except Unavailable as err:
-        pytest.skip(f"control plane unavailable: {err}")
     try:
         spec = Spec("ours", 0.25, 5, rate=5.0, hold=5.0, runtime="containerd")
         run = Run(cp, spec, tmp_path, 0)

@@ -81,6 +81,12 @@ def test_memory_pressure_evicts_and_gates_admission(pressured: ClusterKubelet) -
     st = status("pressure-burst")
     assert st["phase"] == "Failed"
     assert st["message"].startswith("The node was low on resource: memory.")
+    # As upstream: a node-pressure eviction marks the pod a disruption target.
+    disruption = [c for c in st.get("conditions", []) if c["type"] == "DisruptionTarget"]
+    assert len(disruption) == 1, st.get("conditions")
+    assert (disruption[0]["status"], disruption[0]["reason"]) == ("True", "TerminationByKubelet")
+    assert disruption[0]["message"] == st["message"]
+    assert disruption[0]["observedGeneration"] == 1
     events = k.kubectl_json(
         "get", "events", "-n", "default", "--field-selector", "involvedObject.name=pressure-burst"
     )["items"]

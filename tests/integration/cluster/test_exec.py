@@ -25,6 +25,7 @@ import pytest
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, Unavailable, cache_bin
 from kubelet.testing.metrics_server import MetricsServer
+from kubelet.testing.parts import part_unavailable, starting, tail_of
 from tests.integration.cluster.test_cluster_kubelet import (
     ClusterKubelet,
     create,
@@ -120,7 +121,7 @@ def test_exec_it_in_a_terminal(node: ClusterKubelet, tmp_path: Path) -> None:
     import shutil
 
     if shutil.which("tmux") is None:
-        pytest.skip("tmux not installed (hack/parts/containerd.sh installs it)")
+        part_unavailable("tmux", "not installed (hack/parts/containerd.sh installs it)")
     sock = f"kpy-exec-{os.getpid()}"
     kctl = os.path.join(cache_bin(), "kubectl")
     done = tmp_path / "exit-code"
@@ -388,11 +389,10 @@ def test_kubectl_top_through_metrics_server(node: ClusterKubelet) -> None:
     """metrics-server scrapes /metrics/resource; kubectl top pod and node show
     what the cgroup files and /proc/meminfo say."""
     if not node.cp.aggregation:
-        pytest.skip("the control plane runs without the aggregation layer")
-    try:
-        ms = MetricsServer(node.cp).start()
-    except Unavailable as err:
-        pytest.skip(f"metrics-server unavailable: {err}")
+        part_unavailable("metrics-server", "the control plane runs without the aggregation layer")
+    ms = MetricsServer(node.cp)
+    with starting("metrics-server", Unavailable, log_tail=lambda: tail_of(ms.log)):
+        ms.start()
     try:
         pod = node.kubectl_json("get", "pod", "busy", "-n", "default")
         rel = f"kubepods/burstable/pod{pod['metadata']['uid']}"

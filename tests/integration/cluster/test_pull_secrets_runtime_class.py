@@ -26,6 +26,7 @@ from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.registry import Registry
+from tests.fixtures.containerd import start_registry
 from tests.integration.cluster.test_cluster_kubelet import ClusterKubelet, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
@@ -37,13 +38,7 @@ USER, PASSWORD = "puller", "s3cret-pw"
 @pytest.fixture(scope="module")
 def private_registry(containerd: Containerd) -> Iterator[Registry]:
     r = Registry(os.path.join(containerd.directory, "private-registry"), auth=(USER, PASSWORD))
-    try:
-        r.start()
-        r.push_test_images()
-    except Exception as err:  # Unavailable, or skopeo failing
-        r.stop()
-        pytest.skip(f"registry with basic auth unavailable: {err}")
-    r.trust_from_containerd(os.path.join(containerd.directory, "certs.d"))
+    start_registry(r, containerd)
     try:
         yield r
     finally:

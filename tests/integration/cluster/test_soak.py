@@ -13,6 +13,7 @@ import pytest
 
 from benches.soak import SoakSpec, run_soak, write_results
 from kubelet.testing.controlplane import Unavailable
+from kubelet.testing.parts import starting, tail_of
 
 pytestmark = pytest.mark.cluster
 
@@ -31,10 +32,9 @@ def test_churn_leaves_tasks_and_descriptors_flat(
     mem = tmp_path / "mem"
     monkeypatch.setenv("KUBELET_MEMDEBUG", str(mem))
     monkeypatch.setenv("KUBELET_MEMDEBUG_FRAMES", "0")
-    try:
+    logs = tmp_path / "cp" / "logs"
+    with starting("control plane", Unavailable, log_tail=lambda: tail_of(logs)):
         result = run_soak(spec, tmp_path)
-    except Unavailable as err:
-        pytest.skip(f"control plane unavailable: {err}")
     write_results(result, tmp_path / "results", "soak")
     print(f"soak record: {tmp_path / 'results'}")
     assert result.error is None, result.error

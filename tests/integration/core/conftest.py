@@ -107,6 +107,7 @@ async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[N
     cfg.pod_logs_dir = str(tmp_path / "logs")
     cfg.cgroups_per_qos = False
     cfg.max_pods = 500  # the 200-pod test is over the default 110
+    recorder = overrides.pop("recorder", None)
     for k, v in overrides.items():
         setattr(cfg, k, v)
     rt = RemoteRuntimeService(simruntime.endpoint, 10)
@@ -118,6 +119,7 @@ async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[N
         rt,
         img,
         node_ip="192.0.2.10",
+        recorder=recorder,
         # Upstream is 10s doubling to 5m; shrunk so tests see several restarts.
         crash_backoff=Backoff(0.5, 4.0),
         image_backoff=Backoff(0.5, 4.0),

@@ -22,8 +22,10 @@ from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy, statvfs_usage
 from kubelet.kuberuntime.labels import CONTAINER_NAME, POD_UID
 from kubelet.logs.container_log_manager import ContainerLogManager, LogRotatePolicy
-from kubelet.testing.containerd import Containerd, Unavailable
+from kubelet.testing.containerd import Containerd
 from kubelet.testing.images import BUSYBOX_REF, PAUSE_REF, write_oci_tar
+from kubelet.testing.parts import part_unavailable
+from tests.fixtures.containerd import start_containerd
 
 pytestmark = pytest.mark.containerd
 
@@ -142,13 +144,10 @@ def small_containerd() -> Iterator[Containerd]:
     )
     if r.returncode != 0:
         os.rmdir(d)
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        part_unavailable("containerd on a tmpfs", f"cannot mount a tmpfs: {r.stderr.strip()}")
     c = Containerd(d, subnet="10.244.19.0/24", bridge="kpygc")
     try:
-        try:
-            c.start()
-        except Unavailable as err:
-            pytest.skip(f"containerd unavailable: {err}")
+        start_containerd(c)
         yield c
     finally:
         c.stop()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kubelet.testing.parts import part_unavailable
+
 pytestmark = pytest.mark.crictl
 
 CRICTL_VERSION = os.environ.get("CRICTL_VERSION", "v1.34.0")
@@ -24,7 +26,7 @@ def crictl_path() -> str:
     found = shutil.which("crictl")
     if found:
         return found
-    pytest.skip(f"crictl not built ({path} missing): run hack/parts/crictl.sh")
+    part_unavailable("crictl", f"{path} missing: run hack/parts/crictl.sh")
 
 
 def run(endpoint: str, *args: str) -> str:

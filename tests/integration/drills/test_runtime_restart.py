@@ -18,12 +18,16 @@ from benches.drills import runtime_restarted_empty
 from kubelet.testing.controlplane import ControlPlane
 from tests.fixtures.simruntime import SimRuntimeProc, start_simruntime
 
-# Long (about 2 min): behind `hack/test.sh -m slow` and python -m benches.drills.
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.cluster
 
 
+# The short form runs in every CI run; the long one (about 2 min) behind
+# `hack/test.sh -m slow`, the longest in python -m benches.drills.
 @pytest.mark.timeout(240)
-def test_simulated_runtime_restarted_empty(control_plane: ControlPlane, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pods", [20, pytest.param(100, marks=pytest.mark.slow)])
+def test_simulated_runtime_restarted_empty(
+    control_plane: ControlPlane, tmp_path: Path, pods: int
+) -> None:
     d = Path(os.environ.get("TMPDIR", "/tmp")) / f"simr-{os.getpid()}-{time.monotonic_ns()}"
     d.mkdir(parents=True)
     sims: list[SimRuntimeProc] = [start_simruntime(d)]
@@ -35,7 +39,7 @@ def test_simulated_runtime_restarted_empty(control_plane: ControlPlane, tmp_path
 
     try:
         r = runtime_restarted_empty(
-            control_plane, tmp_path, sims[0].endpoint, restart, "drill-sim-empty", 100
+            control_plane, tmp_path, sims[0].endpoint, restart, "drill-sim-empty", pods
         )
     finally:
         sims[-1].stop()

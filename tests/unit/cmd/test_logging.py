@@ -99,7 +99,8 @@ def test_unknown_format_is_a_validation_error() -> None:
     )
     assert p.returncode == 1
     assert "logging.format" in p.stderr and "xml" in p.stderr, p.stderr
-    assert "logging.verbosity" in p.stderr, p.stderr
+    # -v is an unsigned level, as upstream's VerbosityLevel flag
+    assert '"-v" flag' in p.stderr and "out of range" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 

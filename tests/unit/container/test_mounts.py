@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from kubelet.container.mounts import has_subpath, make_mounts
 from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.testing.parts import part_unavailable
 from kubelet.volumemanager import MountedVolume
 
 POD = {"metadata": {"uid": "u1", "name": "p", "namespace": "ns"}, "spec": {}}
@@ -27,8 +29,21 @@ def no_expand(s: str) -> str:
     raise AssertionError("not called without subPathExpr")
 
 
+def pod_dir_for(vols: dict[str, MountedVolume]) -> str:
+    """The pod dir next to the first volume (subPath targets go under it)."""
+    if not vols:
+        return "/nonexistent/pods/u1"
+    d = Path(next(iter(vols.values())).host_path).parent / "pods" / "u1"
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d)
+
+
+def target(vols: dict[str, MountedVolume], index: int, volume: str = "data") -> str:
+    return os.path.join(pod_dir_for(vols), "volume-subpaths", volume, "app", str(index))
+
+
 def mounts(c: dict[str, Any], vols: dict[str, MountedVolume], expand=no_expand) -> list[Mount]:
-    return make_mounts(POD, c, vols, expand)
+    return make_mounts(POD, c, vols, expand, pod_dir_for(vols))
 
 
 def error(c: dict[str, Any], vols: dict[str, MountedVolume], expand=no_expand) -> str:
@@ -92,8 +107,11 @@ def test_subpath_existing_and_created(vol: MountedVolume):
             {"name": "data", "mountPath": "/logs", "subPath": "logs/app"}),
         {"data": vol},
     )  # fmt: skip
-    assert out[0].host_path == str(base / "conf" / "app.ini")
-    assert out[1].host_path == str(base / "logs" / "app")
+    # What the runtime gets is the bind mount of what was opened.
+    assert out[0].host_path == target({"data": vol}, 0)
+    assert Path(out[0].host_path).read_text() == "x"
+    assert out[1].host_path == target({"data": vol}, 1)
+    assert os.path.samestat(os.stat(out[1].host_path), os.stat(base / "logs" / "app"))
     old = os.umask(0o077)
     try:
         mounts(ctr({"name": "data", "mountPath": "/x", "subPath": "made/here"}), {"data": vol})
@@ -107,8 +125,9 @@ def test_subpath_existing_and_created(vol: MountedVolume):
 def test_subpath_expr(vol: MountedVolume):
     c = ctr({"name": "data", "mountPath": "/out", "subPathExpr": "$(POD_NAME)/logs"})
     out = mounts(c, {"data": vol}, lambda s: s.replace("$(POD_NAME)", "web-0"))
-    assert out[0].host_path == os.path.join(vol.host_path, "web-0", "logs")
-    assert os.path.isdir(out[0].host_path)
+    made = os.path.join(vol.host_path, "web-0", "logs")
+    assert out[0].host_path == target({"data": vol}, 0)
+    assert os.path.samestat(os.stat(out[0].host_path), os.stat(made))
     # The expanded value gets the same checks.
     assert error(c, {"data": vol}, lambda s: "../x") == (
         "unable to provision SubPath `../x`: must not contain '..'"
@@ -139,9 +158,11 @@ def test_subpath_symlink_escapes_refused(vol: MountedVolume, tmp_path: Path):
             error(ctr({"name": "data", "mountPath": "/x", "subPath": sub}), {"data": vol})
             == prepare
         )
-    # A missing dir under a link that leads out is not created out there.
-    msg = error(ctr({"name": "data", "mountPath": "/x", "subPath": "abs/newdir"}), {"data": vol})
-    assert msg == 'failed to create subPath directory for volumeMount "data" of container "app"'
+    # A missing dir under a link that leads out is not created out there, and
+    # the answer does not tell whether the host path behind the link exists.
+    for sub in ("abs/newdir", "abs/key", "rel/newdir"):
+        msg = error(ctr({"name": "data", "mountPath": "/x", "subPath": sub}), {"data": vol})
+        assert msg == prepare
     assert not (secret / "newdir").exists()
 
 
@@ -153,7 +174,8 @@ def test_subpath_symlink_inside_volume_allowed(vol: MountedVolume):
     (base / "..data").symlink_to("..2026_01_01")
     (base / "key").symlink_to("..data/key")
     out = mounts(ctr({"name": "data", "mountPath": "/k", "subPath": "key"}), {"data": vol})
-    assert out[0].host_path == str(base / "..2026_01_01" / "key")
+    assert out[0].host_path == target({"data": vol}, 0)
+    assert Path(out[0].host_path).read_text() == "v"
 
 
 def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
@@ -161,11 +183,10 @@ def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
     (real / "sub").mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(real)
-    out = mounts(
-        ctr({"name": "v", "mountPath": "/x", "subPath": "sub"}),
-        {"v": MountedVolume("v", str(link))},
-    )
-    assert out[0].host_path == str(real / "sub")
+    vols = {"v": MountedVolume("v", str(link))}
+    out = mounts(ctr({"name": "v", "mountPath": "/x", "subPath": "sub"}), vols)
+    assert out[0].host_path == target(vols, 0, "v")
+    assert os.path.samestat(os.stat(out[0].host_path), os.stat(real / "sub"))
 
 
 def _can_mount(tmp: Path) -> bool:
@@ -195,8 +216,9 @@ def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Pa
             {"name": "data", "mountPath": "/etc/app.ini", "subPath": "conf/app.ini"},
             {"name": "data", "mountPath": "/conf", "subPath": "conf"})  # fmt: skip
     if not _can_mount(tmp_path):
-        out = make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
-        assert out[1].host_path == str(base / "conf" / "app.ini")  # falls back to the path
+        # Never the plain path, which the runtime would look up again.
+        with pytest.raises(ContainerConfigError):
+            make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
         return
     try:
         out = make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
@@ -218,3 +240,55 @@ def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Pa
         clean_subpaths(str(pod_dir), "data")
     assert not (pod_dir / "volume-subpaths").exists()
     assert (base / "conf" / "old.ini").read_text() == "one"
+
+
+def test_subpath_that_cannot_be_bind_mounted_fails_the_container(
+    vol: MountedVolume, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel refuses the bind mount (EPERM: no CAP_SYS_ADMIN), the
+    container fails: the plain path would be looked up again by the runtime,
+    after a container sharing the volume may have swapped a link in."""
+    from kubelet.volumemanager import mountutil
+
+    (Path(vol.host_path) / "conf").mkdir()
+
+    def refuse(source: str, target: str, fstype: str, options: str = "", flags: int = 0) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted", target)
+
+    monkeypatch.setattr(mountutil, "mount", refuse)
+    c = ctr({"name": "data", "mountPath": "/conf", "subPath": "conf"})
+    assert error(c, {"data": vol}) == (
+        'failed to prepare subPath for volumeMount "data" of container "app"'
+    )
+    # Nothing is left behind for the next attempt to trip over.
+    assert not os.path.lexists(target({"data": vol}, 0))
+
+
+def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
+    vol: MountedVolume, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container replaces the subPath with a link out after the kubelet
+    resolved it: what is bound (and handed to the runtime) is the directory
+    the kubelet opened, not where the link now points."""
+    from kubelet.volumemanager import mountutil
+
+    if not _can_mount(tmp_path):
+        part_unavailable("bind mounts", "this test needs CAP_SYS_ADMIN (the kubelet runs with it)")
+    base = Path(vol.host_path)
+    (base / "conf").mkdir()
+    (base / "conf" / "app.ini").write_text("mine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("host secret")
+    real_mount = mountutil.mount
+
+    def swap_then_mount(source: str, target: str, fstype: str, options: str = "", flags: int = 0):
+        (base / "conf").rename(base / "conf.old")
+        (base / "conf").symlink_to(outside)
+        real_mount(source, target, fstype, options, flags)
+
+    monkeypatch.setattr(mountutil, "mount", swap_then_mount)
+    out = mounts(ctr({"name": "data", "mountPath": "/conf", "subPath": "conf"}), {"data": vol})
+    bound = Path(out[0].host_path)
+    assert sorted(os.listdir(bound)) == ["app.ini"]
+    assert (bound / "app.ini").read_text() == "mine"

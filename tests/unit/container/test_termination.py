@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import stat
@@ -93,7 +94,9 @@ async def test_read_termination_message(
     if content is not None:
         msg_file.write_text(content)
     logs = Logs()
-    got = await read_termination_message(str(msg_file), policy, exit_code, reason, logs)
+    got = await read_termination_message(
+        str(msg_file), policy, exit_code, reason, logs, str(msg_file.parent)
+    )
     assert got == want
     assert logs.calls == ([(80, 2048)] if logs_read else [])
 
@@ -101,24 +104,28 @@ async def test_read_termination_message(
 async def test_no_mount_falls_back_too() -> None:
     logs = Logs()
     assert (
-        await read_termination_message("", "FallbackToLogsOnError", 1, "Error", logs) == "log tail"
+        await read_termination_message("", "FallbackToLogsOnError", 1, "Error", logs, "/x")
+        == "log tail"
     )
-    assert await read_termination_message("", "File", 1, "Error", logs) == ""
+    assert await read_termination_message("", "File", 1, "Error", logs, "/x") == ""
 
 
 async def test_message_file_keeps_its_last_4k(msg_file: Path) -> None:
     msg_file.write_bytes(b"x" * 100 + b"y" * 4096)
-    got = await read_termination_message(str(msg_file), "File", 0, "", Logs())
+    d = str(msg_file.parent)
+    got = await read_termination_message(str(msg_file), "File", 0, "", Logs(), d)
     assert got == "y" * 4096
     msg_file.write_bytes(b"z" * 4096)
-    assert await read_termination_message(str(msg_file), "File", 0, "", Logs()) == "z" * 4096
+    assert await read_termination_message(str(msg_file), "File", 0, "", Logs(), d) == "z" * 4096
 
 
 async def test_unreadable_message_file(tmp_path: Path) -> None:
     directory = tmp_path / "adir"
     directory.mkdir()
     logs = Logs()
-    got = await read_termination_message(str(directory), "FallbackToLogsOnError", 1, "Error", logs)
+    got = await read_termination_message(
+        str(directory), "FallbackToLogsOnError", 1, "Error", logs, str(tmp_path)
+    )
     assert got == f"Error on reading termination log {directory}: open {directory}: is a directory"
     assert logs.calls == []  # an error is the message; no fallback
 
@@ -180,3 +187,66 @@ def test_pod_budget_and_truncation() -> None:
     assert truncate_message("short", 4096) == "short"
     # Bytes, not characters: a split character is replaced.
     assert truncate_message("é" * 3, 3) == "é\ufffd"
+
+
+@pytest.fixture
+def container_dir(tmp_path: Path) -> Path:
+    """A container's termination-log dir as the kubelet makes it, and a secret beside."""
+    (tmp_path / "host-secret").write_text("root:$6$hash")
+    return Path(os.path.dirname(create_termination_log_file(str(tmp_path / "pod"), "app")))
+
+
+async def read_in(container_dir: Path, host_path: str) -> str:
+    return await read_termination_message(
+        host_path, "FallbackToLogsOnError", 1, "Error", Logs("LOGS"), str(container_dir)
+    )
+
+
+async def test_message_file_replaced_by_a_link_is_not_followed(
+    container_dir: Path, tmp_path: Path
+) -> None:
+    msg = container_dir / "0badf00d"
+    msg.symlink_to(tmp_path / "host-secret")
+    got = await read_in(container_dir, str(msg))
+    assert "root:" not in got
+    assert got.startswith(f"Error on reading termination log {msg}: open {msg}: ")
+
+
+async def test_message_dir_replaced_by_a_link_is_not_followed(
+    container_dir: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0badf00d").write_text("from elsewhere")
+    import shutil
+
+    shutil.rmtree(container_dir)
+    container_dir.symlink_to(elsewhere)
+    got = await read_in(container_dir, str(container_dir / "0badf00d"))
+    assert "from elsewhere" not in got and got.startswith("Error on reading termination log")
+
+
+async def test_a_path_outside_the_container_dir_is_never_read(
+    container_dir: Path, tmp_path: Path
+) -> None:
+    # The runtime only echoes the path: one it reports elsewhere is not read.
+    for path in (str(tmp_path / "host-secret"), str(container_dir / ".." / "host-secret")):
+        got = await read_in(container_dir, path)
+        assert "root:" not in got and got.startswith("Error on reading termination log")
+
+
+async def test_a_fifo_does_not_block_the_kubelet(container_dir: Path) -> None:
+    fifo = container_dir / "0badf00d"
+    os.mkfifo(fifo)  # a plain open() for reading would wait for a writer forever
+    got = await asyncio.wait_for(read_in(container_dir, str(fifo)), 10)
+    assert got == (f"Error on reading termination log {fifo}: open {fifo}: not a regular file")
+
+
+async def test_a_huge_file_costs_at_most_4k(container_dir: Path) -> None:
+    big = container_dir / "0badf00d"
+    with open(big, "wb") as f:
+        f.truncate(8 << 30)  # 8 GiB, sparse
+        f.seek((8 << 30) - 5)
+        f.write(b"last!")
+    got = await read_in(container_dir, str(big))
+    assert len(got) == 4096 and got.endswith("last!")

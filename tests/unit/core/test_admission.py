@@ -103,3 +103,66 @@ def test_status_patch_clears_keys_a_merge_would_keep() -> None:
     # Once the API has applied it (nulls delete), there is nothing left to send.
     applied = {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
     assert status_patch(applied, ours) == {}
+
+
+def port_pod(*ports: dict, sidecar: dict | None = None, init: dict | None = None) -> dict:
+    spec: dict = {"containers": [{"name": "a", "ports": list(ports)}]}
+    if sidecar or init:
+        spec["initContainers"] = []
+    if sidecar:
+        spec["initContainers"].append({"name": "s", "restartPolicy": "Always", "ports": [sidecar]})
+    if init:
+        spec["initContainers"].append({"name": "i", "ports": [init]})
+    return {"metadata": {"uid": "x"}, "spec": spec}
+
+
+def test_a_host_port_taken_by_an_admitted_pod_is_refused_with_the_nodeports_reason() -> None:
+    a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
+    assert a.admit("web", port_pod({"containerPort": 80, "hostPort": 8080})) is None
+    r = a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080}))
+    assert r is not None and r.reason == "NodePorts"
+    assert r.message == (
+        "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+    )
+    assert len(a) == 1  # the refused pod holds nothing
+    # Another protocol, or a container port without a host port, is free.
+    assert (
+        a.admit("udp", port_pod({"containerPort": 1, "hostPort": 8080, "protocol": "UDP"})) is None
+    )
+    assert a.admit("plain", port_pod({"containerPort": 8080})) is None
+    # Once the holder is gone the port is free again.
+    a.release("web")
+    assert a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080})) is None
+
+
+def test_host_ip_conflicts_as_the_scheduler_sees_them() -> None:
+    a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
+    assert a.admit("ip1", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"})) is None
+    # Another address is free; the same address or every address is not.
+    assert a.admit("ip2", port_pod({"hostPort": 9000, "hostIP": "10.0.0.2"})) is None
+    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"})) is not None
+    assert a.admit("x", port_pod({"hostPort": 9000})) is not None
+    a.release("ip1")
+    a.release("ip2")
+    assert a.admit("all", port_pod({"hostPort": 9000, "hostIP": "0.0.0.0"})) is None
+    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.3"})) is not None
+
+
+def test_sidecar_host_ports_count_and_run_to_completion_init_containers_do_not() -> None:
+    a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
+    assert a.admit("p", port_pod(sidecar={"hostPort": 7000}, init={"hostPort": 7001})) is None
+    assert a.admit("q", port_pod({"hostPort": 7000})) is not None
+    assert a.admit("r", port_pod({"hostPort": 7001})) is None
+
+
+def test_the_port_index_counts_holders() -> None:
+    from kubelet.lifecycle.predicate import HostPort, HostPortIndex
+
+    idx = HostPortIndex()
+    p = HostPort("0.0.0.0", "TCP", 80)
+    idx.add([p])
+    idx.add([p])  # two holders
+    idx.remove([p])
+    assert idx.conflicts(HostPort("10.0.0.1", "TCP", 80))
+    idx.remove([p])
+    assert not idx.conflicts(HostPort("10.0.0.1", "TCP", 80)) and len(idx) == 0

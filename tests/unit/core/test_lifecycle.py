@@ -43,13 +43,18 @@ class Events:
 
 
 def pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    # Ephemeral containers come through their subresource, never a manifest.
+    ephemeral = spec.pop("ephemeralContainers", None)
     p = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "p"},
         "spec": {"containers": containers, **spec},
     }
-    return apply_defaults(p, "/m/p.yaml", "file", "n1")
+    out = apply_defaults(p, "/m/p.yaml", "file", "n1")
+    if ephemeral is not None:
+        out["spec"]["ephemeralContainers"] = ephemeral
+    return out
 
 
 def c(name: str, **kw: Any) -> dict[str, Any]:

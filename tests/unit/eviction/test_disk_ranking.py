@@ -3,6 +3,8 @@ downwardAPI), as upstream's rankDiskPressureFunc, not by memory."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction.eviction_manager import EvictionManager, Observation
 
@@ -35,7 +37,7 @@ async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
     }
     evicted: list[tuple[str, str]] = []
 
-    async def evict(p: dict, grace: int, reason: str, message: str) -> None:
+    async def evict(p: dict, grace: int, reason: str, message: str, **_: Any) -> None:
         evicted.append((p["metadata"]["name"], message))
         pods.remove(p)
 

@@ -31,7 +31,7 @@ class Harness:
         self.usage: dict[str, int] = {}
         self.evictions: list[tuple[str, int, str, str]] = []
 
-        async def evict(p: dict, grace: int, reason: str, message: str) -> None:
+        async def evict(p: dict, grace: int, reason: str, message: str, **_: Any) -> None:
             self.evictions.append((p["metadata"]["name"], grace, reason, message))
             self.pods.remove(p)
 
@@ -64,7 +64,7 @@ async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
     h.available = 50 * MiB
     await h.m.synchronize()
     # Over its request by the most (40 MiB more than "besteffort"'s 30 MiB).
-    assert h.evictions[-1][:3] == ("over-request", 0, "Evicted")
+    assert h.evictions[-1][:3] == ("over-request", 1, "Evicted")  # immediate: 1 s
     assert h.evictions[-1][3].startswith("The node was low on resource: memory.")
     assert h.m.under("MemoryPressure")
     await h.m.synchronize()
@@ -125,7 +125,7 @@ async def test_an_emptydir_over_its_size_limit_evicts_its_pod_at_once() -> None:
     h.volumes["scratch"]["tmp"] = MiB + 4096
     assert await h.m.synchronize() is scratch
     assert h.evictions == [
-        ("scratch", 0, "Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "1Mi". ')
+        ("scratch", 1, "Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "1Mi". ')
     ]
     assert await h.m.synchronize() is None  # the other pod has no limit
 
@@ -140,7 +140,7 @@ async def test_an_evicted_pod_is_not_picked_twice_and_is_forgotten_once_gone() -
     h.usage = {"a": 50 * MiB, "b": 10 * MiB}
     h.available = 50 * MiB
 
-    async def evict_but_keep(p: dict, grace: int, reason: str, message: str) -> None:
+    async def evict_but_keep(p: dict, grace: int, reason: str, message: str, **_: Any) -> None:
         h.evictions.append((p["metadata"]["name"], grace, reason, message))
 
     h.m.evict = evict_but_keep  # the pods keep terminating for a while
@@ -151,3 +151,23 @@ async def test_an_evicted_pod_is_not_picked_twice_and_is_forgotten_once_gone() -
     h.pods = [kept[1]]
     await h.m.synchronize()
     assert h.m.evicted == {"b"}
+
+
+async def test_a_pressure_eviction_adds_the_disruption_target_condition() -> None:
+    h = Harness()
+    h.pods = [pod("a", mem_req="10Mi")]
+    h.usage = {"a": 50 * MiB}
+    h.available = 50 * MiB
+    conditions: list[Any] = []
+
+    async def evict(p: dict, grace: int, reason: str, message: str, **kw: Any) -> None:
+        conditions.append(kw.get("condition"))
+
+    h.m.evict = evict
+    await h.m.synchronize()
+    assert len(conditions) == 1
+    c = conditions[0]
+    assert (c["type"], c["status"], c["reason"]) == (
+        "DisruptionTarget", "True", "TerminationByKubelet"
+    )  # fmt: skip
+    assert c["message"].startswith("The node was low on resource: memory.")

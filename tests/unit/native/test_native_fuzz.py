@@ -12,11 +12,10 @@ import math
 import os
 from pathlib import Path
 
+import kubelet_native  # built by hack/lib.sh's ensure_env: a missing module is a failure
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-kubelet_native = pytest.importorskip("kubelet_native")
 
 CORPUS = Path(__file__).resolve().parents[3] / "rust" / "tests" / "corpus"
 SAMPLES = [

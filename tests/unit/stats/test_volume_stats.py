@@ -53,3 +53,18 @@ async def test_the_calculator_serves_its_last_pass(tmp_path: Path) -> None:
     uids.clear()
     await calc.refresh()
     assert calc.usage("u1") == []  # a removed pod's figures go
+
+
+async def test_a_negative_period_turns_measuring_off(tmp_path: Path) -> None:
+    """volumeStatsAggPeriod below zero: nothing is measured (run returns at once)."""
+    import asyncio
+
+    asked: list[str] = []
+
+    def uids() -> list[str]:
+        asked.append("uids")
+        return ["u1"]
+
+    calc = VolumeStatsCalculator(uids, lambda _u: {}, str(tmp_path), period=-1)
+    await asyncio.wait_for(calc.run(asyncio.Event()), 5)
+    assert asked == [] and calc.usage("u1") == []

@@ -25,6 +25,7 @@ class FakePlugin:
         self.name = name
         self.key = key
         self.requires_remount = requires_remount
+        self.read_only = False
         self.set_ups: list[tuple[str, str]] = []
         self.tear_downs: list[tuple[str, str]] = []
         self.fail: dict[str, str] = {}  # volume name -> error

@@ -1,0 +1,1 @@
+"""Network probes shared by the prober and lifecycle hooks (pkg/probe upstream)."""

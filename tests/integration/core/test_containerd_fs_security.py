@@ -1,0 +1,158 @@
+"""The filesystem guards on a real containerd with runc: a container cannot
+write into its API volumes (EROFS, whatever readOnly says), a subPath that
+a container planted as a link out of its volume fails the container while a
+good one is a bind mount the runtime cannot be raced on, and the
+termination message is capped at 4 KiB."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.testing.images import BUSYBOX_REF
+from kubelet.volume.atomic_writer import DATA_DIR, is_ts_name
+from kubelet.volume.configmap import PLUGIN_NAME as CONFIGMAP
+from kubelet.volumemanager import mountutil
+from tests.integration.core.conftest import Node
+
+pytestmark = pytest.mark.containerd
+
+
+class InMemoryConfigMaps:
+    """This node is standalone (no API server to watch): the configMap comes
+    from memory. What is under test is how the runtime mounts the volume."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.objects[(namespace, name)]
+
+
+def volume_dir(node: Node, pod: str, plugin: str, name: str) -> Path:
+    uid = node.pod(pod)["metadata"]["uid"]
+    return Path(node.kubelet.root_dir) / "pods" / uid / "volumes" / plugin / name
+
+
+async def test_writes_into_api_volumes_fail_with_erofs(containerd_node: Node) -> None:
+    node = containerd_node
+    for p in node.kubelet.volume_manager.plugins:
+        if p.name == CONFIGMAP:
+            p.configmaps = InMemoryConfigMaps(  # type: ignore[attr-defined]
+                {("default", "app"): {"data": {"key": "value"}}}
+            )
+    item = {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}
+    volumes = [
+        {"name": "cm", "configMap": {"name": "app"}},
+        {"name": "dapi", "downwardAPI": {"items": [item]}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    mounts = [
+        {"name": "cm", "mountPath": "/cm", "readOnly": False},
+        {"name": "dapi", "mountPath": "/dapi"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    # Each write attempt appends its error; the last line proves the
+    # container ran its script to the end with a writable emptyDir.
+    script = (
+        "for d in /cm /dapi; do "
+        "touch $d/planted 2>>/dev/termination-log; "
+        "ln -s /etc $d/evil 2>>/dev/termination-log; "
+        "rm -f $d/key $d/labels 2>>/dev/termination-log; "
+        "done; "
+        "touch /scratch/ok && echo scratch-writable >>/dev/termination-log; exit 7"
+    )
+    c = {"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", script], "volumeMounts": mounts}
+    node.write("erofs", [c], volumes=volumes, restartPolicy="Never")
+    await node.wait(lambda: node.phase("erofs") == "Failed", timeout=90, what="Failed")
+    term = node.container("erofs", "c")["state"]["terminated"]
+    assert term["exitCode"] == 7
+    lines = term["message"].splitlines()
+    assert lines[-1] == "scratch-writable"
+    errors = lines[:-1]
+    assert len(errors) == 6 and all("Read-only file system" in e for e in errors), errors
+    assert any("/cm/planted" in e for e in errors) and any("/dapi/planted" in e for e in errors)
+    # On the host the volumes are as the kubelet wrote them.
+    for plugin, name, key, text in (
+        ("kubernetes.io~configmap", "cm", "key", "value"),
+        ("kubernetes.io~downward-api", "dapi", "labels", ""),
+    ):
+        d = volume_dir(node, "erofs", plugin, name)
+        assert is_ts_name(os.readlink(d / DATA_DIR))
+        assert not (d / "planted").exists()
+        assert (d / key).read_text() == text
+
+
+async def test_subpath_planted_link_fails_the_container_good_one_is_bound(
+    containerd_node: Node,
+) -> None:
+    node = containerd_node
+    init = {
+        "name": "plant",
+        "image": BUSYBOX_REF,
+        "command": ["sh", "-c", "mkdir -p /data/good && echo fine >/data/good/f && "
+                    "ln -s / /data/escape && ln -s " + "../" * 30 + " /data/up"],
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }  # fmt: skip
+
+    def ctr(name: str, sub: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "image": BUSYBOX_REF,
+            "command": ["sh", "-c", "cat /d/f; sleep infinity"],
+            "volumeMounts": [{"name": "data", "mountPath": "/d", "subPath": sub}],
+        }
+
+    node.write(
+        "subpath",
+        [ctr("good", "good"), ctr("escape", "escape/etc"), ctr("up", "up/etc")],
+        initContainers=[init],
+        volumes=[{"name": "data", "emptyDir": {}}],
+        terminationGracePeriodSeconds=1,
+    )
+
+    def waiting(c: str) -> dict[str, Any]:
+        return node.container("subpath", c)["state"].get("waiting") or {}
+
+    await node.wait(lambda: node.container("subpath", "good")["state"].get("running"),
+                    timeout=90, what="good running")  # fmt: skip
+    for c in ("escape", "up"):
+        await node.wait(lambda c=c: waiting(c).get("reason") == "CreateContainerConfigError",
+                        timeout=60, what=f"{c} refused")  # fmt: skip
+        assert waiting(c)["message"] == (
+            f'failed to prepare subPath for volumeMount "data" of container "{c}"'
+        )
+    uid = node.pod("subpath")["metadata"]["uid"]
+    target = Path(node.kubelet.root_dir) / "pods" / uid / "volume-subpaths" / "data" / "good" / "0"
+    cid = node.container("subpath", "good")["containerID"].split("://")[1]
+    st = (await node.rt.container_status(cid)).status
+    assert {m.container_path: m.host_path for m in st.mounts}["/d"] == str(target)
+    assert (target / "f").read_text() == "fine\n"
+    (node.manifests / "subpath.yaml").unlink()
+    sel = pb.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": uid})
+
+    async def gone() -> bool:
+        return not await node.rt.list_pod_sandbox(sel) and not target.exists()
+
+    import asyncio
+
+    for _ in range(600):
+        if await gone():
+            break
+        await asyncio.sleep(0.1)
+    assert await gone()
+    assert mountutil.mount_fstype(str(target)) is None
+
+
+async def test_termination_message_capped_at_4k(containerd_node: Node) -> None:
+    node = containerd_node
+    script = "head -c 10000 /dev/zero | tr '\\0' x >/dev/termination-log; printf END >>/dev/termination-log"
+    node.write("term", [{"name": "c", "image": BUSYBOX_REF, "command": ["sh", "-c", script]}],
+               restartPolicy="Never")  # fmt: skip
+    await node.wait(lambda: node.phase("term") == "Succeeded", timeout=90, what="Succeeded")
+    message = node.container("term", "c")["state"]["terminated"]["message"]
+    assert len(message) == 4096 and message.endswith("xEND")
