@@ -11,14 +11,13 @@ import pytest
 
 from benches.node_e2e import dbus
 from benches.node_e2e.systemd import UnitManager
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("dbus-daemon") is None, reason="dbus-daemon not installed (hack/parts/node-e2e.sh)"
-)
+from kubelet.testing.parts import part_unavailable
 
 
 @pytest.fixture
 def bus(tmp_path: Path) -> Iterator[tuple[dbus.SystemBus, list[str]]]:
+    if shutil.which("dbus-daemon") is None:
+        part_unavailable("dbus-daemon", "not installed (run hack/parts/node-e2e.sh)")
     units = UnitManager(tmp_path / "systemd").start()
     calls: list[str] = []
     units.add_external("containerd.service", 4242, lambda: _record(calls, "start", 4343),
