@@ -23,12 +23,28 @@ ALL_BETA = "AllBeta"
 class Feature(enum.StrEnum):
     """The gates this kubelet acts on; each must be an upstream gate."""
 
+    ContainerCheckpoint = "ContainerCheckpoint"
+    CPUManagerPolicyAlphaOptions = "CPUManagerPolicyAlphaOptions"
+    CPUManagerPolicyBetaOptions = "CPUManagerPolicyBetaOptions"
+    DisableCPUQuotaWithExclusiveCPUs = "DisableCPUQuotaWithExclusiveCPUs"
     EventedPLEG = "EventedPLEG"
+    GracefulNodeShutdown = "GracefulNodeShutdown"
+    GracefulNodeShutdownBasedOnPodPriority = "GracefulNodeShutdownBasedOnPodPriority"
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
+    KubeletServiceAccountTokenForCredentialProviders = (
+        "KubeletServiceAccountTokenForCredentialProviders"
+    )
+    # Only the resource managers act on it (they leave pods with pod-level
+    # resources to the shared pools); the pod-level fields themselves are
+    # still named unsupported on the pod (kubelet/unsupported.py).
+    PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     SystemdWatchdog = "SystemdWatchdog"
+    TopologyManagerPolicyAlphaOptions = "TopologyManagerPolicyAlphaOptions"
+    TopologyManagerPolicyBetaOptions = "TopologyManagerPolicyBetaOptions"
+    TopologyManagerPolicyOptions = "TopologyManagerPolicyOptions"
 
 
 def parse_gates(text: str) -> dict[str, bool]:

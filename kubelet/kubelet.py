@@ -16,15 +16,28 @@ from typing import Any
 
 import orjson
 
+from kubelet.active_pods import ActivePods
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
+from kubelet.cm.container_manager import ContainerManager
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    apply_reserved_cpus,
+    new_resource_managers,
+    node_reservation,
+)
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.sysinfo import discover as discover_machine
 from kubelet.config.apiserver import APIServerSource
 from kubelet.config.config import Op, PodConfig, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.container.cache import Cache
 from kubelet.container.env import EnvContext
+from kubelet.credentialprovider.plugin.plugin import APIServiceAccounts
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyring
 from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
@@ -34,7 +47,12 @@ from kubelet.features import Feature, FeatureGate
 from kubelet.images.image_gc_manager import ImageGCManager
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost
-from kubelet.kubelet_pods import PodRuntimeHelper, PullSecretGetter, setup_data_dirs
+from kubelet.kubelet_pods import (
+    DATA_DIR_MODE,
+    PodRuntimeHelper,
+    PullSecretGetter,
+    setup_data_dirs,
+)
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.gc import ContainerGC
@@ -43,6 +61,7 @@ from kubelet.lifecycle.predicate import Admitter, Rejection
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.mirror_client import MirrorClient, is_mirror
 from kubelet.network.dns import DNSConfigurer
+from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
@@ -56,11 +75,13 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober import Prober
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
+from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.stats.volumes import VolumeStatsCalculator
 from kubelet.status import generate, generation
+from kubelet.status.disruption import KubeletTermination
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -77,6 +98,7 @@ from kubelet.types import (
     qos_class,
     uid,
 )
+from kubelet.util import filesystem
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import WorkQueue
@@ -121,6 +143,9 @@ class Kubelet:
         node_uid: Callable[[], str | None] = lambda: None,
         clock: Clock = REAL_CLOCK,
         sandbox_image: str = "",
+        machine_topology: MachineTopology | None = None,
+        container_manager: ContainerManager | None = None,
+        credential_plugins: LoadedPlugins | None = None,
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -167,6 +192,31 @@ class Kubelet:
             to_bytes(alloc.get("memory", str(machine_info().memory_capacity))),
         )
         self.rejected: set[str] = set()
+        # CPU, memory and topology managers: admission allocates, container
+        # creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
+        # They reserve what the container manager's node allocatable reserves.
+        # ContainerManagerError (a setting or state file they refuse) is fatal.
+        topo = machine_topology or discover_machine()
+        reserved_cpus = apply_reserved_cpus(config, discover_cpus(topo))
+        reservation = (
+            container_manager.reservation()
+            if container_manager is not None
+            else node_reservation(config, topo)
+        )
+        # Their state files are written into the root dir now: made as
+        # setupDataDirs makes it (0750), which upstream runs before them.
+        filesystem.mkdir_all(root_dir, DATA_DIR_MODE)
+        self.active_pods = ActivePods(
+            self.pod_manager, self.rejected, lambda: self.pod_workers, self.status_manager.get,
+            self.cache,
+        )  # fmt: skip
+        self.resource_managers = new_resource_managers(
+            config,
+            ResourceManagerConfig(topo, reservation, root_dir, reserved_cpus),
+            self.features,
+            self.active_pods,
+            lambda: self.sources_ready.is_set() or not self._sources,
+        )
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         self.sysctls = SysctlAllowlist.for_node(config.allowed_unsafe_sysctls)
         # Pod and node usage from the Cython parsers: /stats/summary, /metrics/resource.
@@ -266,7 +316,13 @@ class Kubelet:
             pull_secrets=PullSecretGetter(self.secrets, recorder),
             runtime_classes=self.runtime_classes,
             node_keyring=NodeDockerKeyring(root_dir),
+            credential_plugins=PluginKeyring(
+                credential_plugins, APIServiceAccounts(kube_client, tokens)
+            )
+            if credential_plugins is not None
+            else None,
             image_puller=ImagePuller.from_config(config),
+            container_resources=self.resource_managers,
             container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         )
         self.pleg = GenericPLEG(
@@ -284,6 +340,7 @@ class Kubelet:
                 config.cpu_cfs_quota,
                 int(config.cpu_cfs_quota_period * 1_000_000),
                 pod_pids_limit=config.pod_pids_limit,
+                exclusive_cpus=self.resource_managers.pod_has_exclusive_cpus,
             )
             if config.cgroups_per_qos
             else None
@@ -312,6 +369,19 @@ class Kubelet:
             on_terminated=self.status_manager.enqueue,
             clock=clock,
         )
+        # ContainerCheckpoint: where POST /checkpoint/... writes archives.
+        self.checkpoints_dir = (
+            os.path.join(root_dir, CHECKPOINTS_DIR)
+            if self.features.enabled(Feature.ContainerCheckpoint)
+            else None
+        )
+        # Set to have the node status reported now rather than on its period.
+        self.node_status_due = asyncio.Event()
+        # Graceful node shutdown; None when its gate is off or no period is set.
+        self.shutdown = NodeShutdownManager.from_config(
+            config, self.features, self._kill_pod_now, self._pods_for_shutdown, root_dir,
+            on_status_change=self.node_status_due.set, node_event=self._node_event,
+        )  # fmt: skip
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
@@ -393,6 +463,8 @@ class Kubelet:
             os.makedirs(legacy.CONTAINER_LOGS_DIR, 0o755, exist_ok=True)
         except OSError as err:
             log.warning("No legacy container log links: %s: %s", legacy.CONTAINER_LOGS_DIR, err)
+        if self.checkpoints_dir is not None:
+            os.makedirs(self.checkpoints_dir, mode=0o700, exist_ok=True)
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.setup_qos)
@@ -473,6 +545,15 @@ class Kubelet:
         self._start_garbage_collection(self.sandbox_image or await self._runtime_sandbox_image())
         self._tasks.append(asyncio.create_task(self._runtime_status_loop(), name="runtime-up"))
         self._tasks.append(asyncio.create_task(self.eviction.run(self._stop), name="eviction"))
+        if self.shutdown is not None:
+            self._tasks.append(
+                asyncio.create_task(self.shutdown.run(self._stop), name="node-shutdown")
+            )
+        self._tasks.append(
+            asyncio.create_task(
+                self.resource_managers.run(self._stop, self.runtime), name="cpu-manager"
+            )
+        )
         self._tasks.append(
             asyncio.create_task(self.volume_stats.run(self._stop), name="volume-stats")
         )
@@ -539,7 +620,8 @@ class Kubelet:
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
-        return self.runtime_error or self.pleg.healthy()
+        shutdown = self.shutdown.shutdown_status() if self.shutdown is not None else None
+        return self.runtime_error or self.pleg.healthy() or shutdown
 
     # ------------------------------------------------------------- syncLoop
     async def _sync_loop(self) -> None:
@@ -581,9 +663,15 @@ class Kubelet:
                 f.cancel()
 
     def handle_update(self, u: PodUpdate) -> None:
+        self._handle_pods(u)
+        # Ready once this update is handled, as upstream (AddSource after the
+        # handler): admitting the first pods of a restart must not see the
+        # others as gone (the CPU and memory managers would release their state).
         if u.source in self._sources and u.source in self.pod_config.sources_seen:
             if all(s in self.pod_config.sources_seen for s in self._sources):
                 self.sources_ready.set()
+
+    def _handle_pods(self, u: PodUpdate) -> None:
         for pod in u.pods:
             if is_mirror(pod):
                 self._handle_mirror(u.op, pod)
@@ -625,6 +713,7 @@ class Kubelet:
             elif u.op is Op.REMOVE:
                 self.pod_manager.remove(pod)
                 self.admitter.release(pu)
+                self.resource_managers.remove_pod(pu)
                 self.rejected.discard(pu)
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
 
@@ -636,9 +725,15 @@ class Kubelet:
         pressure = self.eviction.admit(pod)
         if pressure is not None:
             return pressure
+        if self.shutdown is not None and (refused := self.shutdown.admit(pod)) is not None:
+            return refused
         forbidden = self.sysctls.admit(pod)
         if forbidden is not None:
             return forbidden
+        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
+        unaligned = self.resource_managers.admit(pod)
+        if unaligned is not None:
+            return unaligned
         try:
             return self.admitter.admit(uid(pod), pod)
         except ValueError as err:
@@ -713,6 +808,29 @@ class Kubelet:
         )
         self.status_manager.set_pod_status(u, status, pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+
+    async def _kill_pod_now(self, pod: Pod, grace: int, why: KubeletTermination) -> None:
+        """killPodNow: stop the pod with this grace period and final status;
+        returns once its containers are stopped, raises TimeoutError when that
+        takes more than 1.5 x grace (at least 10 s)."""
+        u = uid(pod)
+        self.pod_syncer.mark_terminated_by_kubelet(u, why)
+        self.admitter.release(u)
+        self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+        if not await self.pod_workers.wait_terminated(u, max(grace + grace // 2, 10)):
+            msg = "Container runtime did not kill the pod within specified grace period."
+            if self.recorder is not None:
+                self.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
+            raise TimeoutError("timeout waiting to kill pod")
+
+    def _pods_for_shutdown(self) -> list[Pod]:
+        """Admitted pods whose containers may still run, those being killed
+        included (a shutdown may shorten their grace period)."""
+        workers = self.pod_workers
+        return [
+            p for p in self.pod_manager.pods()
+            if uid(p) not in self.rejected and workers.could_have_running_containers(uid(p))
+        ]  # fmt: skip
 
     def _volumes_ready(self, pod_uid: str) -> None:
         """Every volume of the pod is set up: sync it now, not on its next retry."""

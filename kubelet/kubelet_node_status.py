@@ -29,10 +29,18 @@ _DEFAULT_LABELS = (
 
 
 class NodeStatusManager:
-    def __init__(self, client: APIClient, inputs: NodeInputs, recorder: Any = None) -> None:
+    def __init__(
+        self,
+        client: APIClient,
+        inputs: NodeInputs,
+        recorder: Any = None,
+        wake: asyncio.Event | None = None,
+    ) -> None:
         self.client = client
         self.inp = inputs
         self.recorder = recorder
+        # Set by whoever needs the status reported now (the shutdown manager).
+        self.wake = wake or asyncio.Event()
         self.registered = asyncio.Event()
         self.node: dict[str, Any] | None = None
         self.last_report = 0.0
@@ -141,16 +149,24 @@ class NodeStatusManager:
             raise
         return True
 
+    async def _wait(self, stop: asyncio.Event, period: float) -> bool:
+        """Until the next report is due (the period, or a wake); True on stop."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=period, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        self.wake.clear()
+        return stop.is_set()
+
     async def run(self, stop: asyncio.Event) -> None:
         if not self.registered.is_set():
             await self.register()
         period = self.inp.config.node_status_update_frequency
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), period)
+            if await self._wait(stop, period):
                 return
-            except TimeoutError:
-                pass
             try:
                 await self.sync_once()
             except Exception as err:

@@ -38,6 +38,18 @@ class AsyncioTasksCollector(Collector):
 
 REGISTRY.register(AsyncioTasksCollector())
 
+_optional: set[int] = set()
+
+
+def register_once(*collectors: Collector) -> None:
+    """Collectors that upstream registers only once their feature is in use
+    (credential provider plugins, graceful shutdown): registered at the first call."""
+    for c in collectors:
+        if id(c) not in _optional:
+            REGISTRY.register(c)
+            _optional.add(id(c))
+
+
 # metrics.DefBuckets and the kubelet's exponential buckets.
 _DEF = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _RUNTIME_OP = tuple(0.005 * 2.5**i for i in range(14))  # ExponentialBuckets(.005, 2.5, 14)

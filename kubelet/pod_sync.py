@@ -28,7 +28,8 @@ from kubelet.mirror_client import MirrorClient, mirror_matches
 from kubelet.pod_workers import PodSyncResult, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
-from kubelet.status import generate
+from kubelet.status import disruption, generate
+from kubelet.status.disruption import KubeletTermination
 from kubelet.status.status_manager import StatusManager
 from kubelet.types import (
     Pod,
@@ -93,7 +94,7 @@ class KubeletPodSyncer:
         self._pod_dirs: set[str] = set()
         self._cgroups_made: set[str] = set()
         self._warned: set[str] = set()  # pods told which of their fields are not implemented
-        self._evicted: dict[str, tuple[str, str]] = {}  # uid -> (reason, message)
+        self._evicted: dict[str, KubeletTermination] = {}
         self._first_seen: dict[str, float] = {}
         self._started_running: set[str] = set()
         # activeDeadlineSeconds: one timer per pod that has one, which queues the
@@ -108,7 +109,12 @@ class KubeletPodSyncer:
 
     def mark_evicted(self, pod_uid: str, reason: str, message: str) -> None:
         """The pod is being evicted: its final status says so."""
-        self._evicted[pod_uid] = (reason, message)
+        self._evicted[pod_uid] = KubeletTermination(reason, message)
+
+    def mark_terminated_by_kubelet(self, pod_uid: str, why: KubeletTermination) -> None:
+        """The kubelet stops the pod on its own (node shutdown): its status says
+        so from the start of the kill (SyncTerminatingPod's PodStatusFunc)."""
+        self._evicted[pod_uid] = why
 
     def is_evicted(self, pod_uid: str) -> bool:
         return pod_uid in self._evicted
@@ -252,6 +258,17 @@ class KubeletPodSyncer:
         self.probes.remove_pod(u)
         rm = self.runtime_manager
         status = await rm.get_pod_status(u, name(pod), namespace(pod))
+        evicted = self._evicted.get(u)
+        if evicted is not None and evicted.disruption:
+            # DisruptionTarget is told before the containers stop, as upstream;
+            # the phase turns Failed only once nothing runs (never Failed and
+            # Ready at once: upstream issue 108594).
+            api = generate.generate(
+                pod, status, {}, self.node_ips, self._previous_status(pod),
+                tracking=self.status_manager.tracking,
+            )  # fmt: skip
+            disruption.mark_disruption(evicted, api)
+            self.status_manager.set_pod_status(u, api)
         await rm.kill_pod(pod, status, grace, remove=False)
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
@@ -259,10 +276,8 @@ class KubeletPodSyncer:
         api = generate.generate(
             pod, final, {}, self.node_ips, old, tracking=self.status_manager.tracking
         )
-        evicted = self._evicted.get(u)
         if evicted is not None:
-            api["phase"] = "Failed"
-            api["reason"], api["message"] = evicted
+            disruption.apply(evicted, api)
         elif old is not None and old.get("phase") in TERMINAL and old.get("reason"):
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):

@@ -87,6 +87,8 @@ class _State:
     grace: int | None = None
     last_sync: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set once every container is stopped (a kill's CompletedCh upstream).
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PodWorkers:
@@ -153,6 +155,18 @@ class PodWorkers:
         st = self.states.get(pod_uid)
         return st is not None and (st.terminating or st.terminated)
 
+    async def wait_terminated(self, pod_uid: str, timeout: float) -> bool:
+        """Wait until the pod's containers are stopped (True), at most timeout
+        seconds (False). A pod without a worker has nothing running."""
+        st = self.states.get(pod_uid)
+        if st is None:
+            return True
+        try:
+            await asyncio.wait_for(st.stopped.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def known(self) -> set[str]:
         return set(self.states)
 
@@ -172,28 +186,34 @@ class PodWorkers:
                 # Wait for fresh runtime state before taking a concurrency slot, so
                 # pods waiting on the PLEG do not hold back pods that are ready.
                 status, _err = await self.cache.get_newer_than(u, st.last_sync)
-            async with self._sem:
-                if not st.terminating and status is not None:
+            if not st.terminating and status is not None:
+                async with self._sem:
                     await self._run_sync(u, st, work, status)
-                if st.terminating and not st.terminated:
-                    try:
-                        await self.syncer.sync_terminating_pod(st.pod, st.grace)
-                        st.terminated = True
-                        if self.on_terminated is not None:
-                            self.on_terminated(u)
-                    except Exception as err:
-                        log.warning("Error killing pod %s, will retry: %s", u, err)
-                        self.work_queue.enqueue(u, self.backoff_period)
-                        continue
-                if st.terminated and st.removed:
+            if st.terminating and not st.terminated:
+                # Not bounded by the slots: stopping is mostly waiting out grace
+                # periods, and a node shutdown or drain stops every pod at once
+                # (upstream has no bound either). Measured: 600 pods ignoring
+                # SIGTERM with 2 s of grace took 3 rounds of 256.
+                try:
+                    await self.syncer.sync_terminating_pod(st.pod, st.grace)
+                    st.terminated = True
+                    st.stopped.set()
+                    if self.on_terminated is not None:
+                        self.on_terminated(u)
+                except Exception as err:
+                    log.warning("Error killing pod %s, will retry: %s", u, err)
+                    self.work_queue.enqueue(u, self.backoff_period)
+                    continue
+            if st.terminated and st.removed:
+                async with self._sem:
                     try:
                         await self.syncer.sync_terminated_pod(st.pod)
                     except Exception:
                         log.exception("cleanup of pod %s failed", u)
-                    self.states.pop(u, None)
-                    self._forget_static(u, st.pod)
-                    st.done.set()
-                    return
+                self.states.pop(u, None)
+                self._forget_static(u, st.pod)
+                st.done.set()
+                return
 
     def _may_start(self, u: str, st: _State) -> bool:
         """allowPodStart for static pods: the first of its name still wanted runs."""

@@ -16,6 +16,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.simruntime",
     "tests.fixtures.containerd",
     "tests.fixtures.conformance",
+    "tests.fixtures.dbus",
 ]
 
 # CI runs a fixed set of examples (the same on every run); developers get fresh

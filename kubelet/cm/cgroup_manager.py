@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Callable
 
 from kubelet.types import Pod, qos_class, uid
 from kubelet.util.quantity import cpu_millis, to_bytes
@@ -290,6 +291,7 @@ class PodContainerManager:
         enforce_cpu_limits: bool = True,
         cpu_period: int = DEFAULT_CPU_PERIOD,
         pod_pids_limit: int = -1,
+        exclusive_cpus: Callable[[Pod], bool] = lambda _pod: False,
     ) -> None:
         self.mgr = mgr
         # --cpu-cfs-quota and --cpu-cfs-quota-period
@@ -297,6 +299,8 @@ class PodContainerManager:
         self.cpu_period = cpu_period
         # podPidsLimit: pids.max of every pod cgroup when positive.
         self.pod_pids_limit = pod_pids_limit
+        # Pods with CPUs of their own get no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
+        self.exclusive_cpus = exclusive_cpus
 
     def setup_qos(self) -> None:
         self.mgr.create("kubepods")
@@ -311,7 +315,8 @@ class PodContainerManager:
         return f"kubepods/{qos.lower()}/pod{uid(pod)}"
 
     def ensure(self, pod: Pod) -> None:
-        resources = pod_resources(pod, self.enforce_cpu_limits, self.cpu_period)
+        enforce = self.enforce_cpu_limits and not self.exclusive_cpus(pod)
+        resources = pod_resources(pod, enforce, self.cpu_period)
         if self.pod_pids_limit > 0:
             resources["pids_limit"] = self.pod_pids_limit
         self.mgr.create(self.name(pod), resources)

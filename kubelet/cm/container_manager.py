@@ -10,6 +10,11 @@ with node allocatable limits, the reserved cgroups' limits
 kubeletCgroups). Each failure is a ContainerManagerError: the command exits 1
 with it. Afterwards `run` keeps the kubepods limits, the system containers and
 the kubelet's OOM score in place.
+
+Its node allocatable reservation (`reservation`, GetNodeAllocatableReservation)
+is what the CPU and memory managers (resource_managers.py) reserve; those are
+bound to the kubelet's active pods when the Kubelet is built, as upstream's
+Start binds them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from kubelet.cm import node_container_manager as nac
 from kubelet.cm.cgroup_manager import CgroupError, CgroupManager
+from kubelet.cm.interfaces import ContainerManagerError
 from kubelet.cm.system_containers import (
     SystemContainerError,
     ensure_process_in_container,
@@ -45,10 +51,6 @@ SYSTEM_CONTAINERS_PERIOD = 60.0
 KUBELET_OOM_PERIOD = 300.0
 
 NodeEvent = Callable[[str, str, str], None]
-
-
-class ContainerManagerError(Exception):
-    """The node cannot be set up as configured; the kubelet must not start."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,6 @@ class NodeConfig:
     @classmethod
     def from_config(cls, cfg: KubeletConfiguration, node_name: str) -> NodeConfig:
         """Raises ValueError when kubeReserved/systemReserved do not parse."""
-        enforce = frozenset(cfg.enforce_node_allocatable) - {nac.NONE}
         return cls(
             node_name=node_name,
             cgroups_per_qos=cfg.cgroups_per_qos,
@@ -97,14 +98,7 @@ class NodeConfig:
             protect_kernel_defaults=cfg.protect_kernel_defaults,
             fail_swap_on=cfg.fail_swap_on,
             pod_pids_limit=cfg.pod_pids_limit,
-            allocatable=nac.NodeAllocatableConfig(
-                enforce=enforce,
-                system_reserved=nac.parse_resource_list(cfg.system_reserved),
-                kube_reserved=nac.parse_resource_list(cfg.kube_reserved),
-                system_reserved_cgroup=cfg.system_reserved_cgroup,
-                kube_reserved_cgroup=cfg.kube_reserved_cgroup,
-                hard_eviction=dict(cfg.eviction_hard),
-            ),
+            allocatable=nac.NodeAllocatableConfig.from_config(cfg),
             tolerate_userns=FeatureGate(cfg.feature_gates).enabled(Feature.KubeletInUserNamespace),
         )
 
@@ -246,6 +240,11 @@ class ContainerManager:
                 return fh.read().split() != ["0", "0", "4294967295"]
         except OSError:
             return False
+
+    def reservation(self) -> nac.ResourceList:
+        """GetNodeAllocatableReservation: reserved + hard eviction, per resource
+        of the capacity (cpu in millicores)."""
+        return nac.reservation(self.nc.allocatable, self.capacity)
 
     def kubepods_settings(self) -> dict[str, int]:
         return nac.kubepods_config(

@@ -18,11 +18,16 @@ ephemeral-storage and hugepages-* in bytes, `pid` in processes.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kubelet.cm.cgroup_manager import CgroupError, CgroupManager
 from kubelet.util.quantity import cpu_millis, parse_quantity
+
+if TYPE_CHECKING:
+    from kubelet.apis.config import KubeletConfiguration
 
 ResourceList = dict[str, int]
 
@@ -52,11 +57,18 @@ def parse_resource_list(m: Mapping[str, str]) -> ResourceList:
     return out
 
 
+def _float32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
 def threshold_quantity(value: str, capacity: int) -> int:
-    """An eviction threshold ("100Mi" or "10%") as an amount of `capacity`."""
+    """An eviction threshold ("100Mi" or "10%") as an amount of `capacity`; a
+    percentage as Go computes it (parsed to float32, /100 in float32, times the
+    capacity in float64, truncated)."""
     text = value.strip()
     if text.endswith("%"):
-        return int(capacity * float(text[:-1]) / 100)
+        pct = _float32(_float32(float(text[:-1])) / 100)
+        return int(float(capacity) * pct)
     return int(parse_quantity(text))
 
 
@@ -101,6 +113,18 @@ class NodeAllocatableConfig:
     system_reserved_cgroup: str = ""
     kube_reserved_cgroup: str = ""
     hard_eviction: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: KubeletConfiguration) -> NodeAllocatableConfig:
+        """Raises ValueError when kubeReserved/systemReserved do not parse."""
+        return cls(
+            enforce=frozenset(cfg.enforce_node_allocatable) - {NONE},
+            system_reserved=parse_resource_list(cfg.system_reserved),
+            kube_reserved=parse_resource_list(cfg.kube_reserved),
+            system_reserved_cgroup=cfg.system_reserved_cgroup,
+            kube_reserved_cgroup=cfg.kube_reserved_cgroup,
+            hard_eviction=dict(cfg.eviction_hard),
+        )
 
 
 def allocatable_absolute(cfg: NodeAllocatableConfig, capacity: ResourceList) -> ResourceList:

@@ -151,22 +151,51 @@ def parse_taints(v: str) -> list[dict[str, str]]:
     return out
 
 
+def _atoi(v: str) -> int:
+    """strconv.Atoi: decimal digits with an optional sign, nothing else."""
+    body = v[1:] if v[:1] in "+-" else v
+    if not body.isascii() or not body.isdigit():
+        raise ValueError(v)
+    return int(v)
+
+
 def parse_reserved_memory(v: str) -> list[dict[str, Any]]:
-    numa, colon, rest = v.partition(":")
-    if not colon:
-        raise ValueError(
-            f"the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {v}"
-        )
-    node = _int_parser(32)(numa.strip())
-    limits = {}
-    for item in rest.split(","):
-        name, eq, amount = item.partition("=")
-        if not eq:
+    """ReservedMemoryVar: "0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi", one
+    reservation per NUMA node, with upstream's messages (typos included)."""
+    out: list[dict[str, Any]] = []
+    for reservation in v.split(";") if v else []:
+        parts = reservation.split(":")
+        if len(parts) != 2:
             raise ValueError(
-                f"the reserved limit has incorrect value, expected type=quantity, got {item}"
+                "the reserved memory has incorrect format, expected "
+                f"numaNodeID:type=quantity[,type=quantity...], got {reservation}"
             )
-        limits[name.strip()] = parse_quantity_text(amount.strip())
-    return [{"numaNode": node, "limits": limits}]
+        numa, limits_text = parts
+        try:
+            node = _atoi(numa)
+        except ValueError:
+            raise ValueError(
+                f"failed to convert the NUMA node ID, exptected integer, got {numa}"
+            ) from None
+        limits: dict[str, str] = {}
+        for item in limits_text.split(","):
+            kv = item.split("=")
+            if len(kv) != 2:
+                raise ValueError(
+                    f"the reserved limit has incorrect value, expected type=quantatity, got {item}"
+                )
+            name, qty = kv
+            if name != "memory" and not name.startswith("hugepages-"):
+                raise ValueError(f'memory type conversion error, unknown type: "{name}"')
+            try:
+                parse_quantity(qty)
+            except ValueError:
+                raise ValueError(
+                    f"failed to parse the quantatity, expected quantatity, got {qty}"
+                ) from None
+            limits[name] = qty
+        out.append({"numaNode": node, "limits": limits})
+    return out
 
 
 def parse_vmodule(v: str) -> list[dict[str, Any]]:

@@ -11,10 +11,12 @@ from typing import Any
 
 from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
 from kubelet.cmd.options import KubeletServer
+from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, load_plugins
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.dependencies import Dependencies
+from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.setters import NodeInputs
@@ -97,6 +99,22 @@ def new_container_manager(
     return ContainerManager(nc, cap, host=deps.host_paths, node_event=node_event)
 
 
+def credential_plugins(s: KubeletServer) -> LoadedPlugins | None:
+    """The exec credential provider plugins, when either flag is given; raises
+    PluginRegistrationError (fatal, as upstream) for any problem with them."""
+    f = s.flags
+    if not (f.image_credential_provider_config or f.image_credential_provider_bin_dir):
+        return None
+    sa_tokens = FeatureGate(s.config.feature_gates).enabled(
+        Feature.KubeletServiceAccountTokenForCredentialProviders
+    )
+    loaded = load_plugins(
+        f.image_credential_provider_config, f.image_credential_provider_bin_dir, sa_tokens
+    )
+    log.info("Registered credential provider plugins: %s", [p.name for p in loaded.providers])
+    return loaded
+
+
 def node_inputs(s: KubeletServer, name: str, k: Kubelet | None) -> NodeInputs:
     """What the node status setters read, wired to the running Kubelet `k`."""
     from kubelet.nodestatus.machine import machine_info
@@ -129,14 +147,21 @@ async def start_node(
     stop: asyncio.Event,
     cleanups: list[Callable[[], Any]],
 ) -> Kubelet:
+    from kubelet.cm.cpumanager.topology import discover as discover_cpus
+    from kubelet.cm.resource_managers import apply_reserved_cpus
+    from kubelet.cm.sysinfo import discover as discover_machine
     from kubelet.nodestatus.setters import allocatable, capacity
 
+    # reservedSystemCPUs becomes the reserved cpu before allocatable is computed.
+    machine = discover_machine()
+    apply_reserved_cpus(s.config, discover_cpus(machine))
     runtime_service, image_service = build_cri(s, deps)
     node_ip = s.flags.node_ip.split(",")[0].strip() or None
     # Admission needs allocatable before the Kubelet exists; runtime-derived
     # inputs are not read by these two.
     inputs = node_inputs(s, name, None)
     alloc = allocatable(inputs, capacity(inputs))
+    plugins = credential_plugins(s)
     await cgroup_driver_from_cri(s, runtime_service)
     cm = deps.container_manager or new_container_manager(s, name, deps, inputs)
     await asyncio.get_running_loop().run_in_executor(None, cm.start)
@@ -155,6 +180,9 @@ async def start_node(
         allocatable=alloc,
         node_uid=lambda: node_status.uid() if node_status is not None else None,
         sandbox_image=s.flags.pod_infra_container_image,
+        machine_topology=machine,
+        container_manager=cm,
+        credential_plugins=plugins,
     )
     if s.config.run_once:
         return k
@@ -163,7 +191,9 @@ async def start_node(
 
     tasks: list[asyncio.Task[Any]] = [asyncio.create_task(k.run(), name="kubelet")]
     if deps.kube_client is not None:
-        node_status = NodeStatusManager(deps.kube_client, node_inputs(s, name, k), deps.recorder)
+        node_status = NodeStatusManager(
+            deps.kube_client, node_inputs(s, name, k), deps.recorder, wake=k.node_status_due
+        )
         tasks += _start_cluster_loops(s, deps, name, node_status, stop)
 
     def on_done(t: asyncio.Task[None]) -> None:

@@ -23,6 +23,7 @@ from kubelet.certificate.store import KeyPair
 from kubelet.cm.container_manager import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
+from kubelet.credentialprovider.plugin.plugins import PluginRegistrationError
 from kubelet.dependencies import Dependencies
 from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
@@ -127,6 +128,8 @@ async def run(
             node = await start_node(s, deps, name, stop, cleanups)
         except ContainerManagerError as err:
             raise StartupError(f"failed to run Kubelet: {err}") from err
+        except PluginRegistrationError as err:
+            raise StartupError(f"Failed to register CRI auth plugins: {err}") from err
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
         if cfg.run_once:
@@ -388,6 +391,7 @@ async def _start_servers(
             enable_system_log_handler=cfg.enable_system_log_handler,
             enable_profiling_handler=cfg.enable_profiling_handler,
             enable_debug_flags_handler=cfg.enable_debug_flags_handler,
+            checkpoint_dir=node.checkpoints_dir or "",
         )
         app = httpserver.kubelet_app(
             view, lambda: document(cfg, s.document), registries, deps.auth, debug

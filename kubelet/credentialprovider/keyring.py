@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kubelet.credentialprovider.config import DockerConfig
 
@@ -49,6 +49,12 @@ class DockerKeyring(Protocol):
     def lookup(self, image: str) -> list[AuthConfig]:
         """The credentials to try for this repository (`host[:port]/path`), in order."""
         ...
+
+
+class ExternalKeyring(Protocol):
+    """Credentials that depend on the pod too (the credential provider plugins)."""
+
+    async def lookup(self, image: str, pod: dict[str, Any]) -> list[AuthConfig]: ...
 
 
 _BAD_HOST = re.compile(r"[\s\x00-\x1f\x7f%]")

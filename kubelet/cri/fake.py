@@ -300,6 +300,14 @@ class FakeRuntimeService(_Recorder):
         self._sandbox("PortForward", pod_sandbox_id)
         return f"{self.streaming_base}/portforward/{self._id('tok')}"
 
+    async def checkpoint_container(self, container_id: str, location: str, timeout: float) -> None:
+        if timeout < 0:
+            raise ValueError("CheckpointContainer requires the timeout value to be > 0")
+        self._call("checkpoint_container", container_id, location, timeout)
+        self._container("CheckpointContainer", container_id)
+        with open(location, "wb") as fh:  # noqa: ASYNC230  (a test fake, a few bytes)
+            fh.write(b"fake checkpoint of " + container_id.encode())
+
     async def container_stats(self, container_id: str) -> pb.ContainerStats:
         self._call("container_stats", container_id)
         c = self._container("ContainerStats", container_id)

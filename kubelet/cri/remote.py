@@ -307,6 +307,17 @@ class RemoteRuntimeService(_Base):
         resp = await self._call("port_forward", self.stub.PortForward, req, self.timeout)
         return _stream_url("PortForward", resp.url)
 
+    async def checkpoint_container(self, container_id: str, location: str, timeout: float) -> None:
+        """CheckpointContainer with the larger of `timeout` and the request
+        timeout (whole seconds, also what the runtime is told), as cri-client."""
+        if timeout < 0:
+            raise ValueError("CheckpointContainer requires the timeout value to be > 0")
+        seconds = max(int(timeout), int(self.timeout))
+        req = pb.CheckpointContainerRequest(
+            container_id=container_id, location=location, timeout=seconds
+        )
+        await self._call("checkpoint_container", self.stub.CheckpointContainer, req, seconds)
+
     async def container_stats(self, container_id: str) -> pb.ContainerStats:
         resp = await self._call(
             "container_stats",

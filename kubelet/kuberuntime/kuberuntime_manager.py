@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import (
     CREATED,
@@ -31,7 +32,7 @@ from kubelet.container.runtime import (
     SandboxStatus,
 )
 from kubelet.credentialprovider.config import DockerConfigError
-from kubelet.credentialprovider.keyring import DockerKeyring, UnionDockerKeyring
+from kubelet.credentialprovider.keyring import DockerKeyring, ExternalKeyring, UnionDockerKeyring
 from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -155,20 +156,25 @@ class RuntimeManager:
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
+        credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
         container_logs_dir: str = "",
+        container_resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.image_puller = image_puller or ImagePuller()
         # Where the legacy log links go (/var/log/containers; "": none).
         self.container_logs_dir = container_logs_dir
+        # CPU and memory pinning (the container manager's InternalContainerLifecycle).
+        self.container_resources = container_resources
         # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
         self.pull_secrets = pull_secrets
         # RuntimeClass name -> CRI runtime handler (None: no API server).
         self.runtime_classes = runtime_classes
         # The node's own docker config files, after the pod's secrets.
         self.node_keyring = node_keyring
+        self.credential_plugins = credential_plugins
         self.images = images
         self.helper = helper
         # Localhost seccomp profiles live under <root-dir>/seccomp, as upstream.
@@ -706,6 +712,12 @@ class RuntimeManager:
             cfg = self.container_config(
                 pod, c, restart, image_ref or c["image"], chash, opts, image_uid, image_username
             )
+            if self.container_resources is not None:  # PreCreateContainer
+                pin = self.container_resources.container_cpuset(pod, c)
+                lr = cfg.linux.resources
+                lr.cpuset_cpus, lr.cpuset_mems = pin.cpuset_cpus, pin.cpuset_mems
+                if pin.unlimited_quota and lr.cpu_quota:
+                    lr.cpu_quota = -1
         except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             waiting[cname] = (ContainerConfigError.reason, msg)
@@ -730,6 +742,8 @@ class RuntimeManager:
             waiting[cname] = ("CreateContainerError", msg)
             self._event(pod, "Warning", "Failed", f"Error: {msg}", cname)
             return msg
+        if self.container_resources is not None:  # PreStartContainer
+            self.container_resources.container_created(pod, c, cid)
         self._event(pod, "Normal", "Created", f"Created container: {cname}", cname)
         try:
             await self.runtime.start_container(cid)
@@ -813,6 +827,9 @@ class RuntimeManager:
         except DockerConfigError as err:
             # Upstream's error is its own reason: no pull is attempted, no back-off.
             return fail(str(err), str(err))
+        if self.credential_plugins is not None:
+            # After the pull secrets and the node's own, as upstream's union.
+            credentials += await self.credential_plugins.lookup(repo, pod)
         key = f"{uid(pod)}_{image}"
         # "Is the time since the last failed pull shorter than the back-off?"
         # (IsInBackOffSinceUpdate upstream): 10 s, 20 s, 40 s ... after each failure.
@@ -939,6 +956,8 @@ class RuntimeManager:
                     await self.runtime.remove_container(c.id)
                 except errors.NotFoundError:
                     pass
+                if self.container_resources is not None:  # PostStopContainer
+                    self.container_resources.remove_container(c.id)
             for s in status.sandboxes:
                 try:
                     await self.runtime.remove_pod_sandbox(s.id)

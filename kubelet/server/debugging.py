@@ -25,7 +25,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime import labels
 from kubelet.kuberuntime.logs import LogOptionsError, LogTargetError, parse_options
-from kubelet.server import nodelogs, streaming
+from kubelet.server import checkpoint, nodelogs, streaming
 from kubelet.server.host import NodeView
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class DebugHandlers:
     enable_profiling_handler: bool = True
     enable_debug_flags_handler: bool = True
     system_log_dir: str = "/var/log"
+    # ContainerCheckpoint: POST /checkpoint/... archives go here ("": not served).
+    checkpoint_dir: str = ""
 
 
 def install(
@@ -77,6 +79,8 @@ def install(
     nodelogs.install(app, opts.system_log_dir, opts.enable_system_log_handler)
     nodelogs.install_flags(app, opts.enable_debug_flags_handler)
     nodelogs.install_pprof(app, opts.enable_profiling_handler)
+    if opts.checkpoint_dir:
+        checkpoint.install(app, node, opts.checkpoint_dir)
 
 
 class _Streaming:

@@ -50,14 +50,14 @@ class StreamError(Exception):
         self.text = text
 
 
-def _grpc_code_name(code: grpc.StatusCode) -> str:
+def grpc_code_name(code: grpc.StatusCode) -> str:
     return "".join(w.capitalize() for w in code.name.split("_"))
 
 
 def cri_stream_error(err: cri_errors.CRIError) -> StreamError:
     """An error from the runtime as upstream's streaming.WriteError answers it."""
     status = {grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.RESOURCE_EXHAUSTED: 429}
-    text = f"rpc error: code = {_grpc_code_name(err.code)} desc = {err.message}"
+    text = f"rpc error: code = {grpc_code_name(err.code)} desc = {err.message}"
     return StreamError(status.get(err.code, 500), text)
 
 

@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
         default="cgroupfs",
         help="what RuntimeConfig reports (none: UNIMPLEMENTED, as containerd 1.6)",
     )
+    ap.add_argument(
+        "--checkpoint",
+        choices=("archive", "unimplemented"),
+        default="archive",
+        help="CheckpointContainer: write an archive, or answer UNIMPLEMENTED (containerd 1.6)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not args.listen.startswith("unix://"):
@@ -42,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         pull_delay=args.pull_delay,
         missing_tags=tuple(args.missing_tag or ["missing"]),
         cgroup_driver="" if args.cgroup_driver == "none" else args.cgroup_driver,
+        checkpoint=args.checkpoint == "archive",
     )
 
     async def run() -> None:

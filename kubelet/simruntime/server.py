@@ -280,6 +280,16 @@ class SimRuntime:
             ),
         )
 
+    async def CheckpointContainer(self, req: Any, ctx: aio.ServicerContext) -> Any:
+        if not self.rt.opts.checkpoint:
+            # What grpc-go answers for a method the server does not have.
+            await ctx.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "unknown method CheckpointContainer for service runtime.v1.RuntimeService",
+            )
+        await self._guard(lambda: self.rt.checkpoint_container(req.container_id, req.location), ctx)
+        return pb.CheckpointContainerResponse()
+
     async def ContainerStats(self, req: Any, ctx: aio.ServicerContext) -> Any:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         return pb.ContainerStatsResponse(stats=self._stats(c))
@@ -462,6 +472,7 @@ _REQUESTS: dict[str, Any] = {
     "ListContainerStats": pb.ListContainerStatsRequest,
     "PodSandboxStats": pb.PodSandboxStatsRequest,
     "ListPodSandboxStats": pb.ListPodSandboxStatsRequest,
+    "CheckpointContainer": pb.CheckpointContainerRequest,
 }
 _IMAGE_REQUESTS: dict[str, Any] = {
     "ListImages": pb.ListImagesRequest,

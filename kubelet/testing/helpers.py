@@ -4,6 +4,8 @@ volume manager (with no plugins) reports."""
 
 from __future__ import annotations
 
+import subprocess
+
 from kubelet.container.env import EnvContext
 from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.network.dns import DNSConfigurer
@@ -21,3 +23,14 @@ def standalone_runtime_helper(
         EnvContext(),
         VolumeManagerImpl(VolumeHost(root_dir, "node"), []),
     )
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

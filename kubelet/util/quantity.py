@@ -103,3 +103,9 @@ def format_quantity(value: Decimal | int, fmt: str) -> str:
     if fmt == DECIMAL_SI and exponent in _DECIMAL_SUFFIX:
         return f"{mantissa}{_DECIMAL_SUFFIX[exponent]}"
     return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+
+
+def format_binary(n: int) -> str:
+    """A byte count with the largest binary suffix that divides it ("2Mi",
+    "1536Mi"); below 1Ki the plain number."""
+    return str(n) if abs(n) < 1024 else format_quantity(n, BINARY_SI)

@@ -141,6 +141,17 @@ class KubeletConfiguration:
     pod_pids_limit: int = f("podPidsLimit", -1)
     run_once: bool = f("runOnce", False)
     resolv_conf: str = f("resolvConf", "/etc/resolv.conf")
+    cpu_manager_policy: str = f("cpuManagerPolicy", "none")
+    cpu_manager_policy_options: dict[str, str] = f("cpuManagerPolicyOptions", factory=dict)
+    cpu_manager_reconcile_period: float = f("cpuManagerReconcilePeriod", 10.0, kind="duration")
+    memory_manager_policy: str = f("memoryManagerPolicy", "None")
+    topology_manager_policy: str = f("topologyManagerPolicy", "none")
+    topology_manager_scope: str = f("topologyManagerScope", "container")
+    topology_manager_policy_options: dict[str, str] = f(
+        "topologyManagerPolicyOptions", factory=dict
+    )
+    # [{"numaNode": 0, "limits": {"memory": "1Gi"}}] (MemoryReservation upstream)
+    reserved_memory: list[dict[str, Any]] = f("reservedMemory", factory=list)
     cpu_cfs_quota: bool = f("cpuCFSQuota", True)
     cpu_cfs_quota_period: float = f("cpuCFSQuotaPeriod", 0.1, kind="duration")
     node_status_max_images: int = f("nodeStatusMaxImages", 50)
@@ -170,6 +181,7 @@ class KubeletConfiguration:
     container_log_max_workers: int = f("containerLogMaxWorkers", 1)
     container_log_monitor_interval: float = f("containerLogMonitorInterval", 10.0, kind="duration")
     system_reserved: dict[str, str] = f("systemReserved", factory=dict)
+    reserved_system_cpus: str = f("reservedSystemCPUs", "")
     kube_reserved: dict[str, str] = f("kubeReserved", factory=dict)
     system_reserved_cgroup: str = f("systemReservedCgroup", "")
     kube_reserved_cgroup: str = f("kubeReservedCgroup", "")
@@ -179,6 +191,10 @@ class KubeletConfiguration:
     shutdown_grace_period: float = f("shutdownGracePeriod", 0.0, kind="duration")
     shutdown_grace_period_critical_pods: float = f(
         "shutdownGracePeriodCriticalPods", 0.0, kind="duration"
+    )
+    # [{priority: int32, shutdownGracePeriodSeconds: int64}, ...]
+    shutdown_grace_period_by_pod_priority: list[dict[str, int]] = f(
+        "shutdownGracePeriodByPodPriority", factory=list
     )
     register_with_taints: list[dict[str, str]] = f("registerWithTaints", factory=list)
     register_node: bool = f("registerNode", True)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import ipaddress
 
 from kubelet.apis.config.types import KubeletConfiguration
+from kubelet.features import Feature, FeatureGate, gate_problems
 from kubelet.sysctl import SysctlAllowlist
+from kubelet.util import cpuset
+from kubelet.util.duration import format_duration
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.tlsconfig import problems as tls_problems
 
@@ -194,8 +197,149 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
             bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
         if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
             bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
+    if not gate_problems(c.feature_gates):  # bad gates are reported with the flags' ones
+        errs += _validate_shutdown(c, FeatureGate(c.feature_gates))
     if not c.container_runtime_endpoint:
         bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
+    errs += validate_resource_managers(c)
+    return errs
+
+
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+
+
+def _go_quote_list(items: tuple[str, ...]) -> str:
+    return "[" + " ".join(f'"{i}"' for i in items) + "]"
+
+
+def validate_resource_managers(c: KubeletConfiguration) -> list[str]:
+    """The CPU, memory and topology manager settings (upstream's messages where it has them)."""
+    errs: list[str] = []
+    if c.topology_manager_policy not in TOPOLOGY_POLICIES:
+        errs.append(
+            "invalid configuration: topologyManagerPolicy (--topology-manager-policy) "
+            f'"{c.topology_manager_policy}" must be one of: {_go_quote_list(TOPOLOGY_POLICIES)}'
+        )
+    if c.topology_manager_scope not in ("container", "pod"):
+        errs.append(
+            "invalid configuration: topologyManagerScope (--topology-manager-scope) "
+            f'"{c.topology_manager_scope}" must be one of: "container", or "pod"'
+        )
+    if c.cpu_manager_policy not in ("none", "static"):
+        errs.append(
+            f'invalid configuration: cpuManagerPolicy (--cpu-manager-policy) "{c.cpu_manager_policy}"'
+            ' must be one of: "none", or "static"'
+        )
+    if c.memory_manager_policy not in ("None", "Static"):
+        errs.append(
+            "invalid configuration: memoryManagerPolicy (--memory-manager-policy) "
+            f'"{c.memory_manager_policy}" must be one of: "None", or "Static"'
+        )
+    if c.cpu_manager_reconcile_period <= 0:
+        errs.append(
+            "invalid configuration: cpuManagerReconcilePeriod (--cpu-manager-reconcile-period) "
+            "must be greater than 0"
+        )
+    if c.reserved_system_cpus:
+        if c.system_reserved_cgroup or c.kube_reserved_cgroup:
+            errs.append(
+                "invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with "
+                "systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup "
+                "(--kube-reserved-cgroup)"
+            )
+        try:
+            cpuset.parse(c.reserved_system_cpus)
+        except ValueError as err:
+            errs.append(
+                "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) "
+                f"{c.reserved_system_cpus}, error: {err}"
+            )
+    errs += _validate_reserved_memory(c.reserved_memory)
+    return errs
+
+
+def _validate_reserved_memory(reservations: list[dict[str, object]]) -> list[str]:
+    """validateReservedMemoryConfiguration, plus the shape the Go decoder enforces."""
+    errs: list[str] = []
+    seen: set[tuple[int, str]] = set()
+    for i, r in enumerate(reservations):
+        numa = r.get("numaNode", 0) if isinstance(r, dict) else None
+        limits = r.get("limits") or {} if isinstance(r, dict) else None
+        if not isinstance(numa, int) or isinstance(numa, bool) or not isinstance(limits, dict):
+            errs.append(
+                f"invalid configuration: reservedMemory[{i}] must be "
+                '{"numaNode": <integer>, "limits": {<resource>: <quantity>}}'
+            )
+            continue
+        for name, q in limits.items():
+            if name != "memory" and not str(name).startswith("hugepages-"):
+                errs.append(
+                    f'invalid configuration: the limit type "{name}" for NUMA node {numa} is not '
+                    "supported, only [memory hugepages-<HugePageSize>] is accepted"
+                )
+            try:
+                zero = parse_quantity(q) == 0
+            except ValueError as err:
+                errs.append(f"invalid configuration: reservedMemory[{i}].limits[{name}]: {err}")
+                continue
+            if zero:
+                errs.append(
+                    f"invalid configuration: reserved memory may not be zero for NUMA node {numa} "
+                    f'and resource "{name}"'
+                )
+            if (numa, name) in seen:
+                errs.append(
+                    "invalid configuration: the reserved memory has a duplicate value for NUMA "
+                    f'node {numa} and resource "{name}"'
+                )
+            seen.add((numa, name))
+    return errs
+
+
+_SHUTDOWN_PRIORITY_KEYS = frozenset({"priority", "shutdownGracePeriodSeconds"})
+
+
+def _validate_shutdown(c: KubeletConfiguration, gates: FeatureGate) -> list[str]:
+    """The graceful node shutdown settings, with upstream's messages."""
+    errs: list[str] = []
+    period, critical = c.shutdown_grace_period, c.shutdown_grace_period_critical_pods
+    by_priority = c.shutdown_grace_period_by_pod_priority
+    if gates.enabled(Feature.GracefulNodeShutdown):
+        if critical > period:
+            errs.append(
+                f"invalid configuration: shutdownGracePeriodCriticalPods {format_duration(critical)}"
+                f" must be <= shutdownGracePeriod {format_duration(period)}"
+            )
+        for fname, secs in (("shutdownGracePeriod", period),
+                            ("shutdownGracePeriodCriticalPods", critical)):  # fmt: skip
+            if 0 < secs < 1:  # negative ones are refused above
+                errs.append(
+                    f"invalid configuration: {fname} {format_duration(secs)} must be either zero "
+                    "or otherwise >= 1 sec"
+                )
+    elif period > 0 or critical > 0:
+        errs.append(
+            "invalid configuration: specifying shutdownGracePeriod or "
+            "shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown"
+        )
+    if gates.enabled(Feature.GracefulNodeShutdownBasedOnPodPriority):
+        if by_priority and (period > 0 or critical > 0):
+            errs.append(
+                "invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority "
+                "and shutdownGracePeriod at the same time"
+            )
+    elif by_priority:
+        errs.append(
+            "invalid configuration: Specifying shutdownGracePeriodByPodPriority requires "
+            "feature gate GracefulNodeShutdownBasedOnPodPriority"
+        )
+    for i, entry in enumerate(by_priority):
+        # Go's decoder is strict about these fields and their int32 / int64 types.
+        path = f"shutdownGracePeriodByPodPriority[{i}]"
+        for key in sorted(set(entry) - _SHUTDOWN_PRIORITY_KEYS):
+            errs.append(f'invalid configuration: {path}: unknown field "{key}"')
+        if not -(2**31) <= entry.get("priority", 0) < 2**31:
+            errs.append(f"invalid configuration: {path}.priority: out of the int32 range")
     return errs
 
 

@@ -59,6 +59,9 @@ class ClusterKubelet:
         sim: SimRuntimeProc,
         node_name: str = NODE,
         config: dict[str, Any] | None = None,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
     ) -> None:
         self.cp = cp
         self.tmp = tmp
@@ -110,7 +113,10 @@ class ClusterKubelet:
             "--cert-dir", str(tmp / "pki"),
             "--pod-logs-dir", str(tmp / "logs"),
         ]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+        argv += extra_args or []
+        self.proc = subprocess.Popen(
+            wrap(argv), stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env
+        )
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.cp.kubectl(*args, "-o", "json").stdout)

@@ -96,9 +96,11 @@ async def containerd_qos_node(containerd, tmp_path: Path) -> AsyncIterator[Node]
         yield n
 
 
-async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
+async def _node(
+    simruntime, tmp_path: Path, machine_topology: Any = None, **overrides: Any
+) -> AsyncIterator[Node]:  # type: ignore[no-untyped-def]
     manifests = tmp_path / "manifests"
-    manifests.mkdir()
+    manifests.mkdir(exist_ok=True)  # a second kubelet on the same dirs: a restart
     cfg = KubeletConfiguration()
     cfg.static_pod_path = str(manifests)
     cfg.pleg_relist_period = 0.1
@@ -123,6 +125,7 @@ async def _node(simruntime, tmp_path: Path, **overrides: Any) -> AsyncIterator[N
         # Upstream is 10s doubling to 5m; shrunk so tests see several restarts.
         crash_backoff=Backoff(0.5, 4.0),
         image_backoff=Backoff(0.5, 4.0),
+        machine_topology=machine_topology,
     )
     task = asyncio.create_task(k.run())
     try:

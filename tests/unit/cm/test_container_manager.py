@@ -111,8 +111,9 @@ def test_reservation_over_capacity_is_refused_with_every_resource() -> None:
     assert err is not None
     assert err.startswith("invalid Node Allocatable configuration. ")
     assert "Resource 'cpu' has a reservation of 2500m but capacity of 2000m" in err
-    # 8 GiB of reservations plus 10 % of memory for the eviction threshold.
-    assert f"Resource 'memory' has a reservation of {8 * GiB + int(0.8 * GiB)}" in err
+    # 8 GiB of reservations plus 10 % of memory for the eviction threshold, as
+    # Go computes it: float32(10)/100 times the capacity (858993472, not 0.8 GiB).
+    assert f"Resource 'memory' has a reservation of {8 * GiB + 858993472}" in err
     assert "ephemeral-storage" not in err  # 10 % of the disk fits
     ok = nac.NodeAllocatableConfig(system_reserved={"cpu": 500})
     assert nac.validate_node_allocatable(ok, CAPACITY) is None

@@ -95,8 +95,8 @@ def test_warned_fields_are_logged_only_off_their_default() -> None:
         holder[last] = value
     warnings, problems = account.field_report(doc)
     assert (warnings, problems) == ([], [])
-    doc["cpuManagerPolicy"] = "static"
-    doc["cpuManagerReconcilePeriod"] = "0s"  # kubeadm's zero: defaulted to 10s first
+    doc["hairpinMode"] = "hairpin-veth"
+    doc["maxOpenFiles"] = 0  # kubeadm's zero: defaulted to 1000000 first
     warnings, _ = account.field_report(loader.set_defaults(doc, from_file=True))
     assert len(warnings) == 1
-    assert warnings[0].startswith("config field cpuManagerPolicy='static' is not supported")
+    assert warnings[0].startswith("config field hairpinMode='hairpin-veth' is not supported")

@@ -275,6 +275,7 @@ def test_kubeadm_style_file_loads_with_warnings_only(tmp_path: Path) -> None:
     assert c.authentication.webhook.cache_ttl == 120
     assert c.container_runtime_endpoint == "unix:///run/containerd/containerd.sock"
     assert c.logging.flush_frequency == 5.0
+    assert c.cpu_manager_reconcile_period == 10.0
     # explicit settings kept
     assert c.cgroup_driver == "systemd"
     assert c.cluster_dns == ["10.96.0.10"]

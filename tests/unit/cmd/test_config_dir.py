@@ -54,11 +54,11 @@ def test_dropins_merge_in_lexical_order_and_flags_win(tmp_path: Path) -> None:
 
 def test_dropins_without_a_config_file(tmp_path: Path) -> None:
     d = tmp_path / "conf.d"
-    _write(d / "a.conf", "maxPods: 33\ncpuManagerPolicy: static\n")
+    _write(d / "a.conf", "maxPods: 33\nhairpinMode: hairpin-veth\n")
     s, warnings, _ = build_server(["--config-dir", str(d)])
     assert s is not None and s.config.max_pods == 33
-    assert s.document["cpuManagerPolicy"] == "static"
-    assert any(w.startswith("config field cpuManagerPolicy='static'") for w in warnings)
+    assert s.document["hairpinMode"] == "hairpin-veth"
+    assert any(w.startswith("config field hairpinMode='hairpin-veth'") for w in warnings)
 
 
 def test_bad_dropins_are_all_reported(tmp_path: Path) -> None:

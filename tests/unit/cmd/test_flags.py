@@ -133,7 +133,7 @@ def test_bad_input_is_reported_whole(tmp_path: Path) -> None:
         'unknown field "noSuchField"',
         "authentication.webhook.cacheTTL",
         "imageGCLowThresholdPercent",
-        "cpuManagerPolicy: want string",
+        "cpuManagerPolicy: want a string",
         'invalid argument "x" for "--port" flag',
         "unknown flag: --no-such-flag",
         "unrecognized feature gate: Nope",

@@ -182,3 +182,35 @@ async def test_a_waiting_static_pod_that_is_killed_lets_the_next_one_start() -> 
     w.update_pod(PodWork(static_pod("a"), UpdateType.KILL, removed=True))
     await settle()
     assert [u for u, _ in r.syncs] == ["a", "c"]
+
+
+async def test_kills_are_not_held_back_by_the_concurrency_bound() -> None:
+    """Stopping pods waits out grace periods: a node shutdown stops them all at
+    once, not max_concurrency at a time (syncs stay bounded)."""
+
+    class SlowKills(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stopping = 0
+            self.release = asyncio.Event()
+
+        async def sync_terminating_pod(self, p: dict[str, Any], grace: int | None) -> None:
+            self.stopping += 1
+            await self.release.wait()
+
+    r, cache = SlowKills(), Cache()
+    cache.update_time(1e18)
+    w = PodWorkers(r, cache, WorkQueue(), resync_interval=60, max_concurrency=2)
+    for i in range(10):
+        w.update_pod(PodWork(pod(f"p{i}"), UpdateType.KILL, grace=30))
+    await settle()
+    assert r.stopping == 10
+    r.release.set()
+    await settle()
+    assert all(await asyncio.gather(*(w.wait_terminated(f"p{i}", 1) for i in range(10))))
+    r.gate.clear()
+    for i in range(10, 14):
+        w.update_pod(PodWork(pod(f"p{i}"), UpdateType.CREATE))
+    await settle()
+    assert r.active == 2  # syncs are still bounded
+    r.gate.set()

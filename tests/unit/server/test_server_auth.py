@@ -236,3 +236,23 @@ async def test_random_token_flood_costs_bounded_memory() -> None:
         tracemalloc.stop()
     assert auth.tokens.cached() == 2000
     assert grown < 4 * 1024 * 1024, grown
+
+
+async def test_checkpoint_needs_create_on_nodes_checkpoint() -> None:
+    api = FakeAPI(allow=lambda spec: False)
+    runner, base = await serve(make_auth(api))
+    try:
+        async with aiohttp.ClientSession() as http:
+            url = base + "/checkpoint/ns/pod/c"
+            headers = {"Authorization": "Bearer good-token"}
+            async with http.post(url, headers=headers) as r:
+                assert r.status == 403
+                assert await r.text() == (
+                    "Forbidden (user=alice, verb=create, resource=nodes, "
+                    "subresource(s)=[checkpoint])\n"
+                )
+    finally:
+        await runner.cleanup()
+    (sar,) = api.sars
+    assert sar["resourceAttributes"]["verb"] == "create"
+    assert sar["resourceAttributes"]["subresource"] == "checkpoint"

@@ -141,3 +141,23 @@ async def test_log_follow_ends_after_the_streaming_idle_timeout(follow: bool) ->
             assert view.follow_done.is_set()  # the follow itself was stopped, not left running
     finally:
         await runner.cleanup()
+
+
+async def test_checkpoint_is_a_debugging_handler(tmp_path: Path) -> None:
+    """POST /checkpoint/... exists only with the debugging handlers (as
+    upstream's InstallAuthRequiredHandlers) and a checkpoint directory (the
+    ContainerCheckpoint gate); it is not among the 405 paths."""
+    for debug, want in (
+        (DebugHandlers(checkpoint_dir=str(tmp_path)), 404),  # served: "pod does not exist"
+        (DebugHandlers(enable_debugging_handlers=False, checkpoint_dir=str(tmp_path)), 404),
+        (DebugHandlers(), 404),
+    ):
+        runner, base = await serve(debug)
+        try:
+            status, text = await call(base, "/checkpoint/ns/pod/c", "POST")
+            assert status == want
+            assert (text == "pod does not exist") == bool(
+                debug.enable_debugging_handlers and debug.checkpoint_dir
+            )
+        finally:
+            await runner.cleanup()

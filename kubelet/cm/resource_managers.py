@@ -1,0 +1,231 @@
+"""The resource managers of the container manager (pkg/kubelet/cm/container_manager_linux.go):
+the topology manager with the CPU and memory managers as its hint providers,
+and the narrow interface the runtime manager calls when it creates and removes
+containers (InternalContainerLifecycle upstream).
+
+Admission (the topology manager's admit handler) allocates; creating a
+container reads the allocation (cpuset_cpus, cpuset_mems); the CPU manager's
+reconcile loop keeps running containers' cpusets in line with the shared pool.
+They are built once the kubelet can tell its active pods (upstream binds them
+in ContainerManager.Start), with the node allocatable reservation of the
+ContainerManager (GetNodeAllocatableReservation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from kubelet.apis.config import KubeletConfiguration
+from kubelet.cm import node_container_manager as nac
+from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
+from kubelet.cm.cpumanager.topology import CPUTopology
+from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.interfaces import (
+    Container,
+    ContainerManagerError,
+    ContainerUpdater,
+    CPUPinning,
+    PodLookup,
+)
+from kubelet.cm.memorymanager.memory_manager import MemoryManager, new_memory_manager
+from kubelet.cm.memorymanager.policy_static import hugepage_resource_name
+from kubelet.cm.sysinfo import MachineTopology
+from kubelet.cm.topologymanager.topology_manager import (
+    TopologyManager,
+    all_containers,
+    new_topology_manager,
+)
+from kubelet.features import Feature, FeatureGate
+from kubelet.lifecycle.predicate import Rejection
+from kubelet.types import Pod, uid
+from kubelet.util import cpuset
+from kubelet.util.cpuset import format_cpus
+
+log = logging.getLogger(__name__)
+
+
+def apply_reserved_cpus(cfg: KubeletConfiguration, topo: CPUTopology) -> cpuset.CPUSet:
+    """reservedSystemCPUs replaces kube- and system-reserved cpu with its size
+    (as upstream's server.go does; applying it twice changes nothing)."""
+    if not cfg.reserved_system_cpus:
+        return cpuset.EMPTY
+    try:
+        reserved = cpuset.parse(cfg.reserved_system_cpus)
+    except ValueError as err:
+        raise ContainerManagerError(f"unable to parse reserved-cpus list: {err}") from None
+    online = topo.details.cpus()
+    if not reserved <= online:
+        raise ContainerManagerError(
+            f"reserved-cpus: {cfg.reserved_system_cpus} is not a subset of online-cpus: "
+            f"{format_cpus(online)}"
+        )
+    if reserved:
+        log.info("reservedSystemCPUs %s overrides the cpu of kubeReserved and systemReserved",
+                 format_cpus(reserved))  # fmt: skip
+        cfg.kube_reserved.pop("cpu", None)
+        cfg.system_reserved["cpu"] = str(len(reserved))
+    return reserved
+
+
+def machine_capacity(machine: MachineTopology) -> nac.ResourceList:
+    """cpu (millicores), memory and hugepages-* of a machine, as cadvisor's
+    CapacityFromMachineInfo gives them."""
+    cap: nac.ResourceList = {
+        "cpu": 1000 * sum(len(c.threads) for n in machine.nodes for c in n.cores),
+        "memory": sum(n.memory for n in machine.nodes),
+    }
+    for n in machine.nodes:
+        for hp in n.hugepages:
+            name = hugepage_resource_name(hp.page_size_kb)
+            cap[name] = cap.get(name, 0) + hp.page_size_kb * 1024 * hp.num_pages
+    return cap
+
+
+def node_reservation(cfg: KubeletConfiguration, machine: MachineTopology) -> nac.ResourceList:
+    """The node allocatable reservation without a ContainerManager (a kubelet
+    built on its own, as tests do): from the config and the machine."""
+    try:
+        allocatable = nac.NodeAllocatableConfig.from_config(cfg)
+    except ValueError as err:
+        raise ContainerManagerError(f"kubeReserved/systemReserved failed to parse: {err}") from err
+    return nac.reservation(allocatable, machine_capacity(machine))
+
+
+@dataclass(frozen=True)
+class ResourceManagerConfig:
+    """What the managers are built from besides the KubeletConfiguration."""
+
+    machine: MachineTopology
+    # GetNodeAllocatableReservation: cpu in millicores, the rest in bytes.
+    reservation: Mapping[str, int]
+    state_dir: str  # the kubelet's root dir, where upstream keeps the state files
+    reserved_cpus: cpuset.CPUSet
+
+
+class ResourceManagers:
+    """ContainerResourceManager for the runtime, admission for the kubelet."""
+
+    def __init__(
+        self,
+        topology: TopologyManager,
+        cpu: CPUManager,
+        memory: MemoryManager,
+        unlimited_quota_when_pinned: bool = True,
+    ) -> None:
+        self.topology = topology
+        self.cpu = cpu
+        self.memory = memory
+        self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
+
+    def admit(self, pod: Pod) -> Rejection | None:
+        """The topology manager's admit handler (upstream's TopologyAffinityError)."""
+        return self.topology.admit(pod)
+
+    def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
+        """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
+        if self.cpu.policy is None and self.memory.policy is None:
+            return CPUPinning()
+        name = container["name"]
+        return CPUPinning(
+            format_cpus(self.cpu.cpu_affinity(uid(pod), name)),
+            ",".join(str(n) for n in self.memory.memory_numa_nodes(uid(pod), name)),
+            self.unlimited_quota_when_pinned and bool(self.cpu.exclusive_cpus(uid(pod), name)),
+        )
+
+    def pod_has_exclusive_cpus(self, pod: Pod) -> bool:
+        """The pod cgroup then gets no CFS quota (DisableCPUQuotaWithExclusiveCPUs)."""
+        if self.cpu.policy is None or not self.unlimited_quota_when_pinned:
+            return False
+        return any(self.cpu.exclusive_cpus(uid(pod), c["name"]) for c in all_containers(pod))
+
+    def container_created(self, pod: Pod, container: Container, container_id: str) -> None:
+        self.cpu.add_container(pod, container, container_id)
+        self.memory.add_container(pod, container, container_id)
+        self.topology.add_container(pod, container, container_id)
+
+    def remove_container(self, container_id: str) -> None:
+        self.topology.remove_container(container_id)
+
+    def remove_pod(self, pod_uid: str) -> None:
+        """The pod left every source: forget its hints. Its CPUs and memory are
+        released by the managers' stale-state pass, once it is no longer active."""
+        self.topology.remove_pod(pod_uid)
+
+    async def run(self, stop: asyncio.Event, runtime: ContainerUpdater) -> None:
+        await self.cpu.run(stop, runtime)
+
+
+@contextlib.contextmanager
+def _refused(prefix: str = "") -> Iterator[None]:
+    """A ValueError from a manager's constructor is the kubelet's refusal to start."""
+    try:
+        yield
+    except ValueError as err:
+        raise ContainerManagerError(prefix + str(err)) from None
+
+
+def _new_topology(
+    cfg: KubeletConfiguration, machine: MachineTopology, gates: FeatureGate
+) -> TopologyManager:
+    options = cfg.topology_manager_policy_options
+    if options and not gates.enabled(Feature.TopologyManagerPolicyOptions):
+        raise ValueError(
+            f"topology manager policy options {options} require feature gates "
+            '"TopologyManagerPolicyOptions" enabled'
+        )
+    return new_topology_manager(
+        [n.id for n in machine.nodes],
+        {n.id: n.distances or [] for n in machine.nodes},
+        cfg.topology_manager_policy,
+        cfg.topology_manager_scope,
+        options,
+        gates,
+    )
+
+
+def new_resource_managers(
+    cfg: KubeletConfiguration,
+    rc: ResourceManagerConfig,
+    gates: FeatureGate,
+    pods: PodLookup,
+    sources_ready: Callable[[], bool],
+) -> ResourceManagers:
+    """NewContainerManager's part and Start: ContainerManagerError with upstream's
+    message, prefixed as the Go kubelet prefixes it, for anything it refuses."""
+    with _refused():
+        topology = _new_topology(cfg, rc.machine, gates)
+    with _refused("start cpu manager error: "):
+        cpu = new_cpu_manager(
+            cfg.cpu_manager_policy,
+            cfg.cpu_manager_policy_options,
+            cfg.cpu_manager_reconcile_period,
+            discover_cpus(rc.machine),
+            Reservation(rc.reserved_cpus, rc.reservation.get("cpu")),
+            rc.state_dir,
+            topology,
+            gates,
+            pods,
+            sources_ready,
+        )
+    with _refused("start memory manager error: "):
+        memory = new_memory_manager(
+            cfg.memory_manager_policy,
+            rc.machine,
+            {k: Decimal(v) for k, v in rc.reservation.items()},
+            cfg.reserved_memory,
+            rc.state_dir,
+            topology,
+            pods,
+            sources_ready,
+            gates.enabled(Feature.PodLevelResources),
+        )
+    topology.add_hint_provider(cpu)
+    topology.add_hint_provider(memory)
+    return ResourceManagers(
+        topology, cpu, memory, gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs)
+    )

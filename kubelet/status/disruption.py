@@ -1,0 +1,64 @@
+"""Pods the kubelet stops on its own (node-pressure eviction, graceful node
+shutdown): what their status says (the PodStatusFunc upstream hands to
+killPodNow), and the DisruptionTarget condition that tells controllers why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubelet.status.generate import now
+
+DISRUPTION_TARGET = "DisruptionTarget"
+TERMINATION_BY_KUBELET = "TerminationByKubelet"
+
+
+@dataclass(frozen=True)
+class KubeletTermination:
+    reason: str
+    message: str
+    # Add DisruptionTarget (reason TerminationByKubelet, this message).
+    disruption: bool = False
+    # A pod that already Succeeded stays Succeeded (node shutdown); else Failed.
+    keep_succeeded: bool = False
+
+
+def _set_condition(status: dict[str, Any], ctype: str, value: str, reason: str, msg: str) -> None:
+    """Replace the condition where it stands, else append it (UpdatePodCondition);
+    its transition time moves only when its status does."""
+    conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+    old = next((c for c in conditions if c.get("type") == ctype), None)
+    keep = old is not None and old.get("status") == value and old.get("lastTransitionTime")
+    cond: dict[str, Any] = {
+        "type": ctype,
+        "status": value,
+        "lastProbeTime": None,
+        "lastTransitionTime": old["lastTransitionTime"] if keep and old is not None else now(),
+        "reason": reason,
+    }
+    if msg:
+        cond["message"] = msg
+    status["conditions"] = (
+        [cond if c is old else c for c in conditions] if old is not None else [*conditions, cond]
+    )
+
+
+def mark_disruption(term: KubeletTermination, status: dict[str, Any]) -> None:
+    """Only the DisruptionTarget condition: what is reported while the pod's
+    containers may still run (its phase turns terminal once they stopped)."""
+    if term.disruption:
+        _set_condition(status, DISRUPTION_TARGET, "True", TERMINATION_BY_KUBELET, term.message)
+
+
+def apply(term: KubeletTermination, status: dict[str, Any]) -> None:
+    """The final status of a stopped pod: phase, reason, message, the
+    condition, and Ready / ContainersReady false as a terminal pod's are."""
+    if not (term.keep_succeeded and status.get("phase") == "Succeeded"):
+        status["phase"] = "Failed"
+    status["reason"], status["message"] = term.reason, term.message
+    mark_disruption(term, status)
+    why = "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed"
+    for ctype in ("ContainersReady", "Ready"):
+        cond = next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+        if cond is not None and cond.get("status") == "True":
+            _set_condition(status, ctype, "False", why, "")

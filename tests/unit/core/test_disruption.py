@@ -1,0 +1,62 @@
+"""The status of a pod the kubelet stops on its own (status/disruption.py):
+DisruptionTarget first, then the terminal phase with Ready false; a pod that
+Succeeded keeps its phase when asked to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubelet.status.disruption import KubeletTermination, apply, mark_disruption
+
+SHUTDOWN = KubeletTermination("Terminated", "going down", disruption=True, keep_succeeded=True)
+
+
+def running() -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": "t0"},
+        ],
+    }
+
+
+def by_type(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in st["conditions"]}
+
+
+def test_the_condition_comes_first_and_the_phase_stays() -> None:
+    st = running()
+    mark_disruption(SHUTDOWN, st)
+    assert st["phase"] == "Running" and "reason" not in st
+    c = by_type(st)["DisruptionTarget"]
+    assert (c["status"], c["reason"], c["message"]) == (
+        "True",
+        "TerminationByKubelet",
+        "going down",
+    )
+    assert by_type(st)["Ready"]["status"] == "True"
+
+
+def test_the_final_status_is_failed_and_never_ready() -> None:
+    st = running()
+    mark_disruption(SHUTDOWN, st)
+    first = by_type(st)["DisruptionTarget"]["lastTransitionTime"]
+    apply(SHUTDOWN, st)
+    assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Terminated", "going down")
+    conds = by_type(st)
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "PodFailed"
+    assert conds["ContainersReady"]["status"] == "False"
+    # Replaced where it stood, its transition time kept.
+    assert [c["type"] for c in st["conditions"]].count("DisruptionTarget") == 1
+    assert conds["DisruptionTarget"]["lastTransitionTime"] == first
+
+
+def test_succeeded_stays_succeeded_only_when_asked() -> None:
+    st = {"phase": "Succeeded", "conditions": []}
+    apply(SHUTDOWN, st)
+    assert st["phase"] == "Succeeded" and st["reason"] == "Terminated"
+    evicted = {"phase": "Succeeded", "conditions": []}
+    apply(KubeletTermination("Evicted", "low memory"), evicted)
+    assert evicted["phase"] == "Failed"
+    assert "DisruptionTarget" not in by_type(evicted)
