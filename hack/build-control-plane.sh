@@ -14,6 +14,9 @@
 #   e2e.test   a test binary holding only test/e2e/common/{node,storage}: a small
 #              test main generated here, not the whole test/e2e (far faster to build).
 #              (Not test/e2e/common itself: it imports common/network too.)
+#   e2e_node.test  the node e2e suite, test/e2e_node (go test -c of the module's own
+#              package: its test-only imports need `go get -t` first)
+#   sample-device-plugin  test/images/sample-device-plugin, static (device plugin specs)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -145,6 +148,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 	_ "k8s.io/kubernetes/test/images/nonewprivs"
+	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 )
 GO
 mkdir -p e2econformance
@@ -168,7 +172,8 @@ pkgs=()
 names=()
 for t in "${missing[@]}"; do
     case "$t" in
-        e2e.test) continue ;;
+        # The test binaries after the commands: they reuse every package those compiled.
+        e2e.test | e2e_node.test) continue ;;
         ginkgo) pkg=github.com/onsi/ginkgo/v2/ginkgo ;;
         agnhost)
             pkg=k8s.io/kubernetes/test/images/agnhost
@@ -176,6 +181,7 @@ for t in "${missing[@]}"; do
             # Only agnhost's main package has a Version variable; -X leaves the others alone.
             ldflags="$ldflags -X main.Version=$agnhost_version" ;;
         nnp) pkg=k8s.io/kubernetes/test/images/nonewprivs ;;
+        sample-device-plugin) pkg=k8s.io/kubernetes/test/images/sample-device-plugin ;;
         *) pkg="k8s.io/kubernetes/cmd/$t" ;;
     esac
     pkgs+=("$pkg")
@@ -199,5 +205,16 @@ if [[ " ${missing[*]} " == *" e2e.test "* ]]; then
         -o "$OUT/bin/e2e.test.tmp" ./e2econformance
     mv "$OUT/bin/e2e.test.tmp" "$OUT/bin/e2e.test"
     echo "$e2e_stamp" >"$OUT/bin/.e2e.test.stamp"
+fi
+if [[ " ${missing[*]} " == *" e2e_node.test "* ]]; then
+    log "building e2e_node.test $K8S_VERSION"
+    # The package's tests import modules (k8s.io/system-validators) whose
+    # go.sum lines tidy keeps only for packages of this module.
+    GOFLAGS=-mod=mod go get -t "k8s.io/kubernetes/test/e2e_node@$K8S_VERSION"
+    # CGO_ENABLED=0 as every other target, so their compiled packages are
+    # shared (one serial spec needs cgo; the harness reports it).
+    CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath "$nodwarf" -ldflags "$ldflags" \
+        -o "$OUT/bin/e2e_node.test.tmp" k8s.io/kubernetes/test/e2e_node
+    mv "$OUT/bin/e2e_node.test.tmp" "$OUT/bin/e2e_node.test"
 fi
 echo "$OUT/bin"

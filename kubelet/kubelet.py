@@ -41,6 +41,7 @@ from kubelet.kubelet_subsystems import (
     build_volumes,
     build_workers,
 )
+from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
@@ -198,6 +199,10 @@ class Kubelet:
         the runtime's name, the pod sources and the PLEG."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir)
+        try:
+            os.makedirs(legacy.CONTAINER_LOGS_DIR, 0o755, exist_ok=True)
+        except OSError as err:
+            log.warning("No legacy container log links: %s: %s", legacy.CONTAINER_LOGS_DIR, err)
         if self.node.kube_client is not None:
             await self._make_root_shared()
         if self.checkpoints_dir is not None:

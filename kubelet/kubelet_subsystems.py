@@ -47,6 +47,7 @@ from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
 from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGetter
+from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, NodeEvent
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -391,6 +392,7 @@ def build_runtime(
         container_resources=resources,
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
         swap=_swap_config(cfg),
+        container_logs_dir=legacy.CONTAINER_LOGS_DIR,
     )
     pleg = GenericPLEG(
         runtime_service, RelistDiffer(), pods.cache, manager.get_pod_status,
@@ -611,7 +613,8 @@ def build_gc(
     node_event: NodeEvent = node.event
     return GarbageCollectors(
         ContainerGC(rt, pod_content_needed, cfg.pod_logs_dir,
-                    sources_ready=pods.sources_ready.is_set, node_event=node_event),
+                    sources_ready=pods.sources_ready.is_set, node_event=node_event,
+                    container_logs_dir=legacy.CONTAINER_LOGS_DIR),
         ImageGCManager.from_config(cfg, runtime.state.images, rt, sandbox_image=sandbox_image,
                                    node_event=node_event),
         ContainerLogManager.from_config(cfg, rt),

@@ -6,6 +6,11 @@ a newer update replaces a pending one, but a pending kill is never lost and
 its grace period can only shrink. Before each sync the worker waits until the
 pod cache holds a status newer than its previous sync, so it acts on what the
 runtime did, not on what it asked for.
+
+Static pods with the same full name (an edited manifest is a new pod with a
+new UID) run one at a time, in the order they came: a new one starts only
+once the one before it has been stopped and forgotten, so the old one gets
+its whole grace period and its mirror pod stays until then.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Protocol
 from kubelet import metrics
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
-from kubelet.types import Pod, uid
+from kubelet.types import Pod, full_name, is_static, uid
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.workqueue import PodWorkQueue
 
@@ -174,6 +179,9 @@ class PodWorkers:
         # Bumped whenever a pod gets or loses its worker: housekeeping skips
         # work that depends only on which pods have workers.
         self.generation = 0
+        # Static pods by full name: the UID allowed to run, and those waiting.
+        self._static_started: dict[str, str] = {}
+        self._static_waiting: dict[str, list[str]] = {}
         # Told when a pod's containers are all stopped (the status manager may
         # then finish a graceful deletion).
         self.on_terminated = on_terminated
@@ -187,6 +195,8 @@ class PodWorkers:
             st = _State(work.pod)
             self.states.add(u, st)
             self.generation += 1
+            if is_static(work.pod):
+                self._static_waiting.setdefault(full_name(work.pod), []).append(u)
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")
         if work.type is UpdateType.KILL:
             # The newest copy of the pod (a deletion bumps its generation): the
@@ -241,6 +251,10 @@ class PodWorkers:
             work, st.pending = st.pending, None
             if work is None:
                 continue
+            if not st.terminating and not self._may_start(u, st):
+                # Another static pod of this name still runs: woken when it is gone.
+                st.pending = st.pending or work
+                continue
             status: PodStatus | None = None
             if not st.terminating:
                 # Wait for fresh runtime state before taking a concurrency slot, so
@@ -272,8 +286,43 @@ class PodWorkers:
                         log.exception("cleanup of pod %s failed; forgetting it anyway", u)
                 self.states.pop(u)
                 self.generation += 1
+                self._forget_static(u, st.pod)
                 st.done.set()
                 return
+
+    def _may_start(self, u: str, st: _State) -> bool:
+        """allowPodStart for static pods: the first of its name still wanted runs."""
+        if not is_static(st.pod):
+            return True
+        name = full_name(st.pod)
+        started = self._static_started.get(name)
+        if started is not None:
+            return started == u
+        waiting = self._static_waiting.get(name, [])
+        first = next((w for w in waiting if not self.is_terminating(w) and w in self.states), u)
+        if first != u:
+            return False
+        self._static_started[name] = u
+        if u in waiting:
+            waiting.remove(u)
+        return True
+
+    def _forget_static(self, u: str, pod: Pod) -> None:
+        """A static pod is gone: the next one of its name may start."""
+        if not is_static(pod):
+            return
+        name = full_name(pod)
+        waiting = self._static_waiting.get(name, [])
+        if u in waiting:
+            waiting.remove(u)
+        if self._static_started.get(name) == u:
+            del self._static_started[name]
+        for w in waiting:
+            st = self.states.get(w)
+            if st is not None:
+                st.wake.set()
+        if not waiting:
+            self._static_waiting.pop(name, None)
 
     async def _run_sync(self, u: str, st: _State, work: PodWork, status: PodStatus) -> None:
         start = self.clock.monotonic()

@@ -25,6 +25,7 @@ from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.kuberuntime import labels as L
+from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import (
     MIN_GRACE_SECONDS,
@@ -297,6 +298,11 @@ class ContainerManager:
             metrics.STARTED_CONTAINERS_ERRORS.labels(kind, e.code_name).inc()
             raise _StartError("RunContainerError", e.message) from e
         self.reporter.event(pod, "Normal", "Started", f"Started container {cname}", cname)
+        if self.node.container_logs_dir:
+            link = legacy.log_symlink(
+                self.node.container_logs_dir, name(pod), namespace(pod), cname, cid
+            )
+            legacy.create(os.path.join(sandbox_cfg.log_directory, cfg.log_path), link)
         return cid
 
     async def _post_start(self, pod: Pod, c: Container, cid: str) -> str | None:

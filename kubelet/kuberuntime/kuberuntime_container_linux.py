@@ -38,6 +38,8 @@ class NodeSettings:
     user_namespaces_support: bool = True
     # memorySwap.swapBehavior and the node's swap (None: no swap settings).
     swap: SwapConfig | None = None
+    # Where the legacy log links go (/var/log/containers; "": none).
+    container_logs_dir: str = ""
 
 
 def container_config(

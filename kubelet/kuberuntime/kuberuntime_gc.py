@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
-from kubelet.kuberuntime.labels import POD_TERMINATION_GRACE, POD_UID
+from kubelet.kuberuntime import legacy
+from kubelet.kuberuntime.labels import POD_NAME, POD_NAMESPACE, POD_TERMINATION_GRACE, POD_UID
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class ContainerGC:
         node_event: NodeEvent | None = None,
         clock: Callable[[], float] = time.time,
         period: float = CONTAINER_GC_PERIOD,
+        container_logs_dir: str = "",
     ) -> None:
         """`pod_exists(uid)` is False once the pod's content may go: it is deleted (or
         unknown) and its workers have finished (ShouldPodContentBeRemoved upstream).
@@ -93,6 +95,8 @@ class ContainerGC:
         self.pod_exists = pod_exists
         self.pod_terminated = pod_terminated
         self.pod_logs_dir = pod_logs_dir
+        # The legacy log links (/var/log/containers; "": none).
+        self.container_logs_dir = container_logs_dir
         self.policy = policy or GCPolicy()
         self.sources_ready = sources_ready
         self.node_event = node_event
@@ -142,6 +146,10 @@ class ContainerGC:
                 await self._evict_log_dirs(result)
             except OSError as err:
                 problems.append(f"failed to read podLogsRootDirectory {self.pod_logs_dir!r}: {err}")
+        try:
+            await self._evict_legacy_links()
+        except errors.CRIError as err:
+            problems.append(f"failed to check dead log links: {err}")
         if result.containers or result.sandboxes or result.log_dirs:
             log.info(
                 "Container GC removed %d containers, %d sandboxes, %d pod log dirs",
@@ -296,7 +304,7 @@ class ContainerGC:
             if c.state == pb.CONTAINER_UNKNOWN:
                 # It may still run: stop it before removal, as upstream kills it.
                 await self.runtime.stop_container(c.id, _grace(c))
-            await self._remove_container_logs(c.id)
+            await self._remove_container_logs(c)
             await self.runtime.remove_container(c.id)
         except errors.NotFoundError:
             return True
@@ -305,12 +313,39 @@ class ContainerGC:
             return False
         return True
 
-    async def _remove_container_logs(self, cid: str) -> None:
+    async def _remove_container_logs(self, c: pb.Container) -> None:
         # The log path is only in the container's status; a removal is rare, a
         # status call per removal is fine (never one per container per pass).
-        path = (await self.runtime.container_status(cid)).status.log_path
+        path = (await self.runtime.container_status(c.id)).status.log_path
+        loop = asyncio.get_running_loop()
         if os.path.isabs(path):
-            await asyncio.get_running_loop().run_in_executor(None, _remove_glob, path)
+            await loop.run_in_executor(None, _remove_glob, path)
+        if self.container_logs_dir:
+            link = legacy.log_symlink(
+                self.container_logs_dir,
+                c.labels.get(POD_NAME, ""),
+                c.labels.get(POD_NAMESPACE, ""),
+                c.metadata.name,
+                c.id,
+            )
+            await loop.run_in_executor(None, legacy.remove, link)
+
+    async def _evict_legacy_links(self) -> None:
+        """Links whose log is gone, unless their container still runs (its log
+        is only missing while being rotated), as upstream."""
+        if not self.container_logs_dir:
+            return
+        loop = asyncio.get_running_loop()
+        for link, cid in await loop.run_in_executor(None, legacy.dangling, self.container_logs_dir):
+            if cid is not None:
+                try:
+                    st = await self.runtime.container_status(cid)
+                except errors.NotFoundError:
+                    pass
+                else:
+                    if st.status.state != pb.CONTAINER_EXITED:
+                        continue
+            await loop.run_in_executor(None, legacy.remove, link)
 
     # ------------------------------------------------------------- sandboxes
     async def _evict_sandboxes(

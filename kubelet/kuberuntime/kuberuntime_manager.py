@@ -83,6 +83,7 @@ class RuntimeManager:
         seccomp_default: bool = False,
         user_namespaces_support: bool = True,
         swap: SwapConfig | None = None,
+        container_logs_dir: str = "",
         pull_secrets: PullSecretsGetter | None = None,
         runtime_classes: RuntimeClassLookup | None = None,
         node_keyring: DockerKeyring | None = None,
@@ -105,8 +106,9 @@ class RuntimeManager:
         # postStart and preStop hooks; httpGet hooks go to the pod's IP by default.
         self.hooks = hooks or HandlerRunner(runtime, self._pod_ips, recorder)
         self.node = NodeSettings(
-            node_memory, seccomp_root, seccomp_default, user_namespaces_support, swap
-        )
+            node_memory, seccomp_root, seccomp_default, user_namespaces_support, swap,
+            container_logs_dir,
+        )  # fmt: skip
         self.sandboxes = SandboxManager(
             runtime, helper, self.reporter, pod_logs_dir,
             runtime_classes=runtime_classes, seccomp_root=seccomp_root,
@@ -278,10 +280,13 @@ class RuntimeManager:
                 res.errors.append(problem)
                 if not is_restartable_init(init[i]):
                     return None
-        results = await asyncio.gather(
-            *(start(spec["containers"][i]) for i in a.containers_to_start)
-        )
-        res.errors.extend(e for e in results if e)
+        # One after the other in the pod's order, as upstream: a postStart hook
+        # holds back the containers after its own (pods rely on it to order
+        # their start), and one that fails does not keep the others from starting.
+        for i in a.containers_to_start:
+            problem = await start(spec["containers"][i])
+            if problem:
+                res.errors.append(problem)
         started = {spec["containers"][i]["name"] for i in a.containers_to_start}
         started.update(init[i]["name"] for i in a.init_containers_to_start)
         return started

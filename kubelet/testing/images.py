@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 
 BUSYBOX_REF = "docker.io/library/busybox:1.36"
 PAUSE_REF = "registry.k8s.io/pause:3.10"
@@ -63,7 +64,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, mode: in
     info.mtime = 0
     info.uid = info.gid = 0
     if directory:
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        info.type, info.mode = tarfile.DIRTYPE, mode
         tar.addfile(info)
     elif link:
         info.type, info.linkname = tarfile.SYMTYPE, link
@@ -84,7 +85,7 @@ def _layer(
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for d in dirs:
-            _add(tar, d, directory=True)
+            _add(tar, d, mode=modes.get(d, 0o755), directory=True)
         for name, data in files.items():
             default = 0o755 if name.startswith(("bin/", "pause")) else 0o644
             _add(tar, name, data, mode=modes.get(name, default))
@@ -181,22 +182,29 @@ def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
         "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
     }
     dirs = ["bin", "etc", "tmp", "root", "proc", "sys", "dev", "home", "usr", "usr/bin", "var"]
-    return _layer(files, links, dirs)
+    # /tmp as in every distribution's image: a pod running as a non-root user
+    # (the restricted pod security profile) writes there.
+    return _layer(files, links, dirs, {"tmp": 0o1777})
 
 
-def pause_layer() -> bytes:
+def compile_static(source: str, name: str) -> bytes:
+    """A small C program, statically linked: the binary's bytes."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise RuntimeError("no C compiler to build the pause binary")
+        raise RuntimeError(f"no C compiler to build {name}")
     with tempfile.TemporaryDirectory() as tmp:
-        src, out = os.path.join(tmp, "pause.c"), os.path.join(tmp, "pause")
+        src, out = os.path.join(tmp, f"{name}.c"), os.path.join(tmp, name)
         with open(src, "w") as fh:
-            fh.write(PAUSE_C)
+            fh.write(source)
         subprocess.run(
             [cc, "-static", "-Os", "-s", "-o", out, src], check=True, capture_output=True
         )
         with open(out, "rb") as fh:
-            return _layer({"pause": fh.read()}, {}, ["dev", "proc", "sys"])
+            return fh.read()
+
+
+def pause_layer() -> bytes:
+    return _layer({"pause": compile_static(PAUSE_C, "pause")}, {}, ["dev", "proc", "sys"])
 
 
 def _read(path: str) -> bytes:
@@ -297,6 +305,256 @@ def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
         ),
     }
     return out
+
+
+# --- the node e2e suite's images (test/e2e_node and the common specs it imports)
+
+NGINX_REFS = [f"{E2E_REGISTRY}/nginx:1.14-4", f"{E2E_REGISTRY}/nginx:1.15-4"]
+IPC_UTILS_REF = f"{E2E_REGISTRY}/ipc-utils:1.3"
+KITTEN_REF = f"{E2E_REGISTRY}/kitten:1.7"
+NAUTILUS_REF = f"{E2E_REGISTRY}/nautilus:1.7"
+# As test/e2e/testing-manifests/sample-device-plugin/*.yaml name it.
+SAMPLE_DEVICE_PLUGIN_REF = f"{E2E_REGISTRY}/sample-device-plugin:1.7"
+# Named by the suite, not made here: servers from other distributions' images,
+# data sets, and an image pinned by digest (no rebuild can match it). A spec
+# whose pod cannot pull one of these is reported "not run", never passed or
+# failed. (Images the specs mean to be unpullable are not listed.)
+NODE_E2E_UNAVAILABLE = (
+    f"{E2E_REGISTRY}/httpd:2.4.38-4",
+    f"{E2E_REGISTRY}/httpd:2.4.39-4",
+    f"{E2E_REGISTRY}/perl:5.26",
+    f"{E2E_REGISTRY}/busybox@sha256:a9155b13325b2abef48e71de77bb8ac015412a566829f621d06bfae5c699b1b9",
+    f"{E2E_REGISTRY}/node-perf/npb-ep:1.2",
+    f"{E2E_REGISTRY}/node-perf/npb-is:1.2",
+    f"{E2E_REGISTRY}/node-perf/tf-wide-deep:1.3",
+    f"{E2E_REGISTRY}/jessie-dnsutils:1.7",
+    f"{E2E_REGISTRY}/regression-issue-74839:1.2",
+    f"{E2E_REGISTRY}/resource-consumer:1.13",
+    f"{E2E_REGISTRY}/volume/nfs:1.4",
+    f"{E2E_REGISTRY}/apparmor-loader:1.4",
+    "registry.k8s.io/etcd:3.6.4-0",
+    "gcr.io/cadvisor/cadvisor:v0.47.2",
+    "registry.k8s.io/node-problem-detector/node-problem-detector:v0.8.21",
+    "docker.io/nfvpe/sriov-device-plugin:v3.1",
+)
+
+# Debian builds busybox without nmeter, which the container lifecycle specs
+# use for millisecond timestamps: `nmeter -d0 '%3t' | head -n1`. This is that
+# use of it and nothing more (other formats exit 1, naming what is missing).
+NMETER_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+static void line(const char *fmt) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    for (const char *p = fmt; *p; p++) {
+        if (*p != '%') { putchar(*p); continue; }
+        int prec = 0;
+        p++;
+        if (*p >= '0' && *p <= '6') prec = *p++ - '0';
+        if (*p == '%') { putchar('%'); continue; }
+        if (*p != 't') {
+            fprintf(stderr, "nmeter: %%%c: not in this stand-in (only %%[N]t)\n", *p ? *p : ' ');
+            exit(1);
+        }
+        struct tm tm;
+        localtime_r(&tv.tv_sec, &tm);
+        printf("%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (prec) {
+            long div = 1;
+            for (int i = prec; i < 6; i++) div *= 10;
+            printf(".%0*ld", prec, (long)tv.tv_usec / div);
+        }
+    }
+    putchar('\n');
+    fflush(stdout);
+}
+int main(int argc, char **argv) {
+    long delay_ms = 1000;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strncmp(argv[i], "-d", 2)) {
+            const char *v = argv[i][2] ? argv[i] + 2 : (i + 1 < argc ? argv[++i] : "1000");
+            delay_ms = atol(v);
+        } else {
+            fprintf(stderr, "nmeter: option %s not in this stand-in (only -d)\n", argv[i]);
+            return 1;
+        }
+    }
+    if (i != argc - 1) { fprintf(stderr, "usage: nmeter [-d MSEC] FORMAT\n"); return 1; }
+    for (;;) {
+        line(argv[i]);
+        if (delay_ms > 0) usleep(delay_ms * 1000);
+    }
+}
+"""
+
+NGINX_CONF = b"""user nginx;
+worker_processes 1;
+error_log /dev/stderr warn;
+pid /run/nginx.pid;
+events { worker_connections 1024; }
+http {
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log /dev/stdout;
+    sendfile on;
+    server {
+        listen 80;
+        server_name localhost;
+        location / { root /usr/share/nginx/html; index index.html; }
+    }
+}
+"""
+NGINX_MIME = b"""types {
+    text/html html htm;
+    text/plain txt;
+    application/json json;
+    image/jpeg jpg jpeg;
+}
+"""
+
+
+@dataclass
+class ImageSet:
+    """Image tarballs by reference, and the references the suite names that
+    could not be made here."""
+
+    tars: dict[str, str]
+    unavailable: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def refs_in(tar_path: str) -> list[str]:
+        """Every reference an image tarball holds (write_oci_tar's annotations)."""
+        with tarfile.open(tar_path) as tar:
+            member = tar.extractfile("index.json")
+            assert member is not None
+            index = json.load(member)
+        return [
+            m["annotations"]["io.containerd.image.name"]
+            for m in index["manifests"]
+            if "io.containerd.image.name" in m.get("annotations", {})
+        ]
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """(registry host, repository, tag) of a tagged reference; docker.io's
+    one-word names are under library/."""
+    name, _, tag = ref.rpartition(":")
+    host, _, repo = name.partition("/")
+    if "." not in host and ":" not in host and host != "localhost":
+        host, repo = "docker.io", name
+    if host == "docker.io" and "/" not in repo:
+        repo = f"library/{repo}"
+    return host, repo, tag
+
+
+def debian_root(package: str, cache: str) -> str:
+    """The files of a Debian package, unpacked (not installed: no service
+    starts, nothing changes on the host) under cache/<package>; returns that dir."""
+    root = os.path.join(cache, package)
+    if os.path.isdir(root):
+        return root
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        download = ["apt-get", "download", package]
+        if subprocess.run(download, cwd=tmp, capture_output=True).returncode != 0:
+            # A fresh machine may have no package lists yet.
+            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+            subprocess.run(download, cwd=tmp, check=True, capture_output=True)
+        (deb,) = [f for f in os.listdir(tmp) if f.endswith(".deb")]
+        unpacked = os.path.join(tmp, "root")
+        subprocess.run(["dpkg-deb", "-x", os.path.join(tmp, deb), unpacked], check=True)
+        os.rename(unpacked, root)
+    return root
+
+
+def binaries_layer(binaries: dict[str, str]) -> bytes:
+    """Binaries at the image paths given (from the host paths given), with
+    every shared library ldd names at its host path."""
+    files: dict[str, bytes] = {}
+    for image_path, host_path in binaries.items():
+        out = subprocess.run(["ldd", host_path], capture_output=True, text=True, check=True).stdout
+        if "not found" in out:
+            raise RuntimeError(f"{host_path}: shared libraries missing on this host:\n{out}")
+        files[image_path.lstrip("/")] = _read(host_path)
+        for lib in re.findall(r"(/\S+) \(0x", out):
+            files[lib.lstrip("/")] = _read(lib)
+    parents: set[str] = set()
+    for name in files:
+        parts = name.split("/")[:-1]
+        parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return _layer(files, {}, sorted(parents), {name: 0o755 for name in files})
+
+
+def nginx_layer() -> bytes:
+    """Debian's nginx where the nginx image has it, serving /usr/share/nginx/html
+    on port 80 with its logs on the container's stdout/stderr."""
+    files = {
+        "etc/nginx/nginx.conf": NGINX_CONF,
+        "etc/nginx/mime.types": NGINX_MIME,
+        "usr/share/nginx/html/index.html": b"<html><body>Welcome to nginx!</body></html>\n",
+        "etc/passwd": (
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+            b"nginx:x:101:101:nginx:/var/cache/nginx:/sbin/nologin\n"
+        ),
+        "etc/group": b"root:x:0:\nnogroup:x:65534:\nnginx:x:101:nginx\n",
+    }
+    dirs = ["etc", "etc/nginx", "usr", "usr/share", "usr/share/nginx", "usr/share/nginx/html",
+            "var", "var/log", "var/log/nginx", "var/lib", "var/lib/nginx", "var/cache",
+            "var/cache/nginx", "run"]  # fmt: skip
+    return _layer(files, {}, dirs)
+
+
+def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> ImageSet:
+    """The node e2e suite's images: the conformance ones (build_e2e), with
+    busybox (and agnhost over it) given what Debian's busybox lacks (nmeter,
+    a UDP netcat); nginx (Debian's, unpacked into debs); ipc-utils (the host's
+    util-linux IPC tools); kitten and nautilus (agnhost serving their
+    pictures); the sample device plugin (bindir/sample-device-plugin, static)."""
+    out = build_e2e(directory, bindir, k8s_src)
+    base = [busybox_layer(), _layer({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])]
+
+    def image(name: str, ref: str | list[str], layers: list[bytes], entry: list[str],
+              cmd: list[str]) -> str:  # fmt: skip
+        path = os.path.join(directory, f"{name}.tar")
+        return write_oci_tar(path, ref, [*base, *layers], entry, cmd, env=[ALPINE_PATH])
+
+    out[E2E_BUSYBOX_REF] = image("e2e-busybox", E2E_BUSYBOX_REF, [], [], ["sh"])
+    nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
+    out[NGINX_REFS[0]] = image(
+        "nginx", NGINX_REFS, [binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()],
+        [], ["nginx", "-g", "daemon off;"],
+    )  # fmt: skip
+    ipc = {f"/usr/bin/{t}": f"/usr/bin/{t}" for t in ("ipcs", "ipcmk", "ipcrm")}
+    out[IPC_UTILS_REF] = image("ipc-utils", IPC_UTILS_REF, [binaries_layer(ipc)], [], ["sh"])
+    # Alpine's busybox nc (agnhost's base) speaks UDP, Debian's does not: the
+    # networking specs run `nc -w 1 -u`. OpenBSD's netcat comes first on PATH.
+    nc = os.path.join(debian_root("netcat-openbsd", debs), "bin", "nc.openbsd")
+    agnhost = [
+        host_binaries_layer([shutil.which("curl") or "/usr/bin/curl"]),
+        binaries_layer({"/usr/bin/nc": nc}),
+        agnhost_layer(
+            os.path.join(bindir, "agnhost"),
+            os.path.join(k8s_src, "test", "images", "agnhost", "porter"),
+        ),
+    ]
+    out[AGNHOST_REF] = image("agnhost", AGNHOST_REF, agnhost, ["/agnhost"], ["pause"])
+    for ref, name in ((KITTEN_REF, "kitten"), (NAUTILUS_REF, "nautilus")):
+        html = os.path.join(k8s_src, "test", "images", name, "html")
+        page = _layer({f: _read(os.path.join(html, f)) for f in os.listdir(html)}, {}, [])
+        out[ref] = image(name, ref, [*agnhost, page], ["/agnhost"], ["test-webserver"])
+    plugin = _layer({"sampledeviceplugin": _read(os.path.join(bindir, "sample-device-plugin"))},
+                    {}, [], {"sampledeviceplugin": 0o755})  # fmt: skip
+    out[SAMPLE_DEVICE_PLUGIN_REF] = image(
+        "sample-device-plugin", SAMPLE_DEVICE_PLUGIN_REF, [plugin],
+        ["/sampledeviceplugin", "-alsologtostderr"], [],
+    )  # fmt: skip
+    return ImageSet(out, set(NODE_E2E_UNAVAILABLE))
 
 
 def build_all(directory: str) -> dict[str, str]:

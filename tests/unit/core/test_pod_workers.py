@@ -144,6 +144,46 @@ async def test_result_decides_when_the_pod_is_looked_at_again() -> None:
     assert await due_after(1000) == []
 
 
+def static_pod(u: str, name: str = "web-n1") -> dict[str, Any]:
+    p = pod(u)
+    p["metadata"].update(name=name, annotations={"kubernetes.io/config.source": "file"})
+    return p
+
+
+async def test_a_static_pod_waits_until_the_one_of_its_name_is_gone() -> None:
+    # An edited manifest is a new pod (new UID) with the same full name: it
+    # starts only once the old one has been stopped and forgotten, so the old
+    # one keeps its grace period and its mirror pod meanwhile (allowPodStart).
+    r, cache = Recorder(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    w.update_pod(PodWork(static_pod("old"), UpdateType.CREATE))
+    await settle()
+    w.update_pod(PodWork(static_pod("new"), UpdateType.CREATE))
+    w.update_pod(PodWork(static_pod("other", name="db-n1"), UpdateType.CREATE))
+    await settle()
+    assert [u for u, _ in r.syncs] == ["old", "other"]
+    w.update_pod(PodWork(static_pod("old"), UpdateType.KILL, removed=True))
+    await settle()
+    assert r.kills == [("old", None)] and r.cleanups == ["old"]
+    assert [u for u, _ in r.syncs] == ["old", "other", "new"]
+
+
+async def test_a_waiting_static_pod_that_is_killed_lets_the_next_one_start() -> None:
+    r, cache = Recorder(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    for u in ("a", "b", "c"):
+        w.update_pod(PodWork(static_pod(u), UpdateType.CREATE))
+    await settle()
+    assert [u for u, _ in r.syncs] == ["a"]
+    # b is edited away before it ever ran; then a goes: c runs, b never did.
+    w.update_pod(PodWork(static_pod("b"), UpdateType.KILL, removed=True))
+    w.update_pod(PodWork(static_pod("a"), UpdateType.KILL, removed=True))
+    await settle()
+    assert [u for u, _ in r.syncs] == ["a", "c"]
+
+
 async def test_kills_are_not_held_back_by_the_concurrency_bound() -> None:
     """Stopping pods waits out grace periods: a node shutdown stops them all at
     once, not max_concurrency at a time (syncs stay bounded)."""

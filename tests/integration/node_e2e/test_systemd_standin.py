@@ -1,0 +1,126 @@
+"""The systemd stand-ins of the node e2e harness, driven through their
+commands as the suite drives them (sudo systemctl ..., systemd-run ...)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benches.node_e2e.systemd import SOCKET_ENV, UnitManager, install
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[tuple[UnitManager, dict[str, str]]]:
+    manager = UnitManager(tmp_path / "systemd").start()
+    install(tmp_path / "sbin", sys.executable, REPO)
+    env = dict(os.environ, PATH=f"{tmp_path / 'sbin'}:{os.environ['PATH']}")
+    env[SOCKET_ENV] = manager.socket
+    try:
+        yield manager, env
+    finally:
+        manager.close()
+
+
+def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+
+def wait_for(cond: object, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met"
+        time.sleep(0.05)
+
+
+def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
+    standin: tuple[UnitManager, dict[str, str]], tmp_path: Path
+) -> None:
+    _, env = standin
+    log = tmp_path / "kubelet.log"
+    # What services/kubelet.go runs when systemd-run is on PATH.
+    assert "systemd 252" in run(env, "systemd-run", "--version").stdout
+    r = run(
+        env, "systemd-run", "-p", "Delegate=true", "-p", f"StandardError=append:{log}",
+        "--unit=kubelet-20261125T183000.service", "--slice=runtime.slice", "--remain-after-exit",
+        "/bin/sh", "-c", "echo started $$; exec sleep 600",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout
+    wait_for(lambda: log.read_text().count("started") == 1)
+    first = int(log.read_text().split()[1])
+
+    # findKubeletServiceName: the regex (kubelet-\w+) over sudo systemctl list-units.
+    r = run(env, "sudo", "systemctl", "list-units", "*kubelet*", "--state=running")
+    assert "kubelet-20261125T183000.service loaded active running" in r.stdout
+    assert run(env, "sudo", "systemctl", "reset-failed", "kubelet-20261125T183000").returncode == 0
+
+    # mustStopKubelet: kill, then the unit is no longer running.
+    assert run(env, "sudo", "systemctl", "kill", "kubelet-20261125T183000").returncode == 0
+    wait_for(lambda: not os.path.exists(f"/proc/{first}") or _zombie(first))
+    r = run(env, "sudo", "systemctl", "list-units", "*kubelet*", "--state=running")
+    assert "kubelet-" not in r.stdout.replace("*kubelet*", "")
+
+    # ... and restart runs the same command again, appending to the same log.
+    assert run(env, "sudo", "systemctl", "restart", "kubelet-20261125T183000").returncode == 0
+    wait_for(lambda: log.read_text().count("started") == 2)
+    second = int(log.read_text().split()[3])
+    assert second != first
+    assert run(env, "systemctl", "is-active", "kubelet-20261125T183000.service").returncode == 0
+
+    assert run(env, "sudo", "systemctl", "stop", "kubelet-20261125T183000").returncode == 0
+    assert not os.path.exists(f"/proc/{second}") or _zombie(second)
+    assert run(env, "systemctl", "is-active", "kubelet-20261125T183000").returncode == 3
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_unknown_units_verbs_and_options_fail_loudly(
+    standin: tuple[UnitManager, dict[str, str]],
+) -> None:
+    _, env = standin
+    assert run(env, "systemctl", "restart", "nosuch.service").returncode != 0
+    r = run(env, "systemctl", "enable", "x.service")
+    assert r.returncode != 0
+    r = run(env, "systemd-run", "-p", "MemoryMax=1G", "--unit=a", "true")
+    assert r.returncode == 1 and "MemoryMax" in r.stdout
+    r = run(env, "sudo", "-u", "nobody", "true")
+    assert r.returncode == 1
+
+
+def test_external_unit_start_stop_and_lookup_by_pid(
+    standin: tuple[UnitManager, dict[str, str]],
+) -> None:
+    manager, env = standin
+    calls: list[str] = []
+    manager.add_external(
+        "containerd.service",
+        4242,
+        lambda: _record(calls, "start", 4343),
+        lambda: calls.append("stop"),
+    )
+    assert manager.unit_by_pid(4242) == "containerd.service"
+    assert run(env, "systemctl", "stop", "containerd").returncode == 0
+    assert manager.unit_by_pid(4242) == ""
+    assert run(env, "systemctl", "start", "containerd").returncode == 0
+    assert calls == ["stop", "start"]
+    assert manager.unit_by_pid(4343) == "containerd.service"
+    # The harness's own units are not killed by signal through the stand-in.
+    assert run(env, "systemctl", "kill", "containerd").returncode == 1
+
+
+def _record(calls: list[str], what: str, pid: int) -> int:
+    calls.append(what)
+    return pid
