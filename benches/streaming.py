@@ -46,9 +46,13 @@ CHUNK = 256 * 1024
 
 
 class _Source(asyncio.Protocol):
-    """After the request head: 101, then `total` bytes, paced by the socket."""
+    """After the request head: 101, then `total` bytes, paced by the socket, or
+    at `rate` bytes/s (a chunk of PACED_CHUNK at a time) when rate is set."""
 
-    def __init__(self, total: int) -> None:
+    PACED_CHUNK = 64 * 1024
+
+    def __init__(self, total: int, rate: float = 0.0) -> None:
+        self.rate = rate
         self.total = total
         self.left = total
         self.buf = b""
@@ -72,6 +76,9 @@ class _Source(asyncio.Protocol):
 
     def _pump(self) -> None:
         assert self.t is not None
+        if self.rate:
+            self._paced()
+            return
         while self.left > 0 and not self.paused:
             n = min(CHUNK, self.left)
             self.t.write(self.chunk if n == CHUNK else self.chunk[:n])
@@ -79,18 +86,31 @@ class _Source(asyncio.Protocol):
         if self.left == 0:
             self.t.close()
 
+    def _paced(self) -> None:
+        assert self.t is not None
+        if self.t.is_closing():
+            return
+        n = min(self.PACED_CHUNK, self.left)
+        self.t.write(self.chunk[:n])
+        self.left -= n
+        if self.left == 0:
+            self.t.close()
+            return
+        asyncio.get_running_loop().call_later(n / self.rate, self._paced)
+
     def pause_writing(self) -> None:
         self.paused = True
 
     def resume_writing(self) -> None:
         self.paused = False
-        self._pump()
+        if not self.rate:
+            self._pump()
 
 
-def _backend(port_q: Any, total: int) -> None:
+def _backend(port_q: Any, total: int, rate: float = 0.0) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: _Source(total), "127.0.0.1", 0)
+        srv = await loop.create_server(lambda: _Source(total, rate), "127.0.0.1", 0)
         port_q.put(srv.sockets[0].getsockname()[1])
         await asyncio.Event().wait()
 
@@ -130,11 +150,44 @@ def _kubelet(port_q: Any, backend: str, tls_dir: str, use_tls: bool) -> None:
         if use_tls:
             cert, key = ensure_self_signed(tls_dir, "bench", ["127.0.0.1"])
             ctx = server_context(TLSOptions(cert, key, ""))
-        runner = await s.serve(s.kubelet_app(lambda: view, dict, [], auth), "127.0.0.1", 0, ctx)
+        app = s.kubelet_app(lambda: view, dict, [], auth)
+        lag = _LoopLag()
+        app.router.add_get("/bench/loop-lag", lag.handler)
+        lag.start()
+        runner = await s.serve(app, "127.0.0.1", 0, ctx)
         port_q.put(int(runner.addresses[0][1]))
         await asyncio.Event().wait()
 
     uvloop.run(main())
+
+
+class _LoopLag:
+    """How late the kubelet's event loop runs a 10 ms timer: what a relist, a
+    probe or a status write waits while the relay works. GET returns the
+    percentiles since the previous GET (and starts a new window)."""
+
+    PERIOD = 0.01
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    def start(self) -> None:
+        asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(self.PERIOD)
+            self.samples.append(loop.time() - t - self.PERIOD)
+
+    async def handler(self, _: Any) -> Any:
+        from aiohttp import web
+
+        xs, self.samples = sorted(self.samples), []
+        pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 2) if xs else None  # noqa: E731
+        return web.json_response({"n": len(xs), "p50_ms": pick(0.5), "p99_ms": pick(0.99),
+                                  "max_ms": pick(1.0)})  # fmt: skip
 
 
 class _Sink(asyncio.Protocol):
@@ -195,12 +248,18 @@ async def _compare(
     tls_ctx.verify_mode = ssl.CERT_NONE
     path = "/exec/default/p/c?output=1&command=cat"
     direct = await _measure(bport, "/exec/tok", None, total, runs, streams)
+    await _lag(kports[0], tls_ctx)  # a new window
+    await asyncio.sleep(3)
+    idle_lag = await _lag(kports[0], tls_ctx)
     c0 = _cpu_s(kpids[0])
     tls = await _measure(kports[0], path, tls_ctx, total, runs, streams)
     c1 = _cpu_s(kpids[0])
+    tls_lag = await _lag(kports[0], tls_ctx)
     c2 = _cpu_s(kpids[1])
+    await _lag(kports[1], None)
     plain = await _measure(kports[1], path, None, total, runs, streams)
     c3 = _cpu_s(kpids[1])
+    plain_lag = await _lag(kports[1], None)
     pf_tls = await _measure(kports[0], "/portForward/default/p", tls_ctx, total, runs, streams)
     pf_plain = await _measure(kports[1], "/portForward/default/p", None, total, runs, streams)
     return {
@@ -216,7 +275,23 @@ async def _compare(
         # Robust on a shared machine: what one GiB costs the kubelet process.
         "kubelet_cpu_s_per_GiB_tls": round((c1 - c0) / gib, 2),
         "kubelet_cpu_s_per_GiB_plain": round((c3 - c2) / gib, 2),
+        # The kubelet's event loop: how late a 10 ms timer ran, idle and while
+        # the bytes went through (what a relist would have waited).
+        "loop_lag_idle": idle_lag,
+        "loop_lag_during_tls": tls_lag,
+        "loop_lag_during_plain": plain_lag,
     }
+
+
+async def _lag(port: int, ssl_ctx: Any) -> dict[str, Any]:
+    import aiohttp
+
+    scheme = "https" if ssl_ctx is not None else "http"
+    async with aiohttp.ClientSession() as http:
+        async with http.get(
+            f"{scheme}://127.0.0.1:{port}/bench/loop-lag", ssl=ssl_ctx or False
+        ) as r:
+            return dict(await r.json())
 
 
 async def _ws_exec(session: Any, url: str) -> int:
@@ -372,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--stream-rate", type=float, default=0.0,
+                    help="MB/s per stream from the stand-in runtime (0: as fast as taken); "
+                    "with many streams, the loop lag under an exec-like load")  # fmt: skip
     ap.add_argument("--execs", type=int, default=0, help="relist p99 under N concurrent execs")
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--hold", type=float, default=20.0)
@@ -392,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for streams in args.streams:
                 total = args.mib * 1024 * 1024 // streams
-                procs.append(ctx.Process(target=_backend, args=(q, total), daemon=True))
+                rate = args.stream_rate * 1e6
+                procs.append(ctx.Process(target=_backend, args=(q, total, rate), daemon=True))
                 procs[-1].start()
                 bport = q.get(timeout=30)
                 backend = f"http://127.0.0.1:{bport}"

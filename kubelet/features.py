@@ -106,6 +106,12 @@ class FeatureGate:
     def enabled_gates(self) -> list[str]:
         return sorted(n for n, v in self._values.items() if v)
 
+    def metric_rows(self) -> list[tuple[str, str, bool]]:
+        """(gate, stage, value) for kubernetes_feature_enabled; GA's stage is ""."""
+        known = upstream.gates()
+        return [(n, "" if known[n].stage == "GA" else known[n].stage, v)
+                for n, v in sorted(self._values.items()) if n in known]  # fmt: skip
+
 
 def _resolve(settings: Mapping[str, bool]) -> dict[str, bool]:
     known = upstream.gates()

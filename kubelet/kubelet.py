@@ -14,6 +14,7 @@ import os
 from collections.abc import Coroutine
 from typing import Any
 
+from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.cm.container_manager import ContainerManager
@@ -157,6 +158,8 @@ class Kubelet:
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
         self._orphans_killing: set[str] = set()
+        # What the last scan for runtime orphans saw (see _kill_runtime_orphans).
+        self._orphan_scan_key: tuple[int, int, int, int] | None = None
         self._background: set[asyncio.Task[None]] = set()
 
     def readiness(self) -> str | None:
@@ -445,6 +448,17 @@ class Kubelet:
             self.pod_workers.update_pod(PodWork(static, UpdateType.SYNC))
             self.status_manager.enqueue(uid(static))
 
+    def pod_counts(self) -> metrics.PodCounts:
+        """Desired, active and mirror pods, for /metrics (read at scrape time)."""
+        desired = self.pod_manager.pods()
+        active = self.node_status.active_pods()
+        static = sum(1 for p in desired if is_static(p))
+        active_static = sum(1 for p in active if is_static(p))
+        return metrics.PodCounts(
+            len(desired) - static, static, len(active) - active_static, active_static,
+            len(self.pod_manager.mirrors()),
+        )  # fmt: skip
+
     def _sync_pods(self, uids: list[str]) -> None:
         for u in uids:
             pod = self.pod_manager.get(u)
@@ -465,10 +479,7 @@ class Kubelet:
         if not self.pods.sources_ready.is_set() and self._sources:
             return  # never judge runtime pods before every source has spoken
         workers = self.pod_workers.known()
-        for u in self.pleg.differ.pod_ids():
-            if u and u not in desired and u not in workers and u not in self._orphans_killing:
-                self._orphans_killing.add(u)
-                self._spawn(self._kill_orphan(u))
+        self._kill_runtime_orphans(desired, workers)
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
         loop = asyncio.get_running_loop()
@@ -486,6 +497,22 @@ class Kubelet:
                 self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
+
+    def _kill_runtime_orphans(self, desired: set[str], workers: set[str]) -> None:
+        """Kill runtime pods no source wants and no worker runs. The scan over
+        every runtime pod is skipped while nothing it depends on changed: the
+        runtime's pods (the differ's change count), the desired pods, the
+        workers and the kills under way."""
+        key = (self.pleg.differ.changes, self.pod_manager.generation,
+               self.pod_workers.generation, len(self._orphans_killing))  # fmt: skip
+        if key == self._orphan_scan_key:
+            return
+        for u in self.pleg.differ.pod_ids():
+            if u and u not in desired and u not in workers and u not in self._orphans_killing:
+                metrics.ORPHANED_RUNTIME_PODS.inc()
+                self._orphans_killing.add(u)
+                self._spawn(self._kill_orphan(u))
+        self._orphan_scan_key = (key[0], key[1], key[2], len(self._orphans_killing))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """A one-off task the loop does not wait for."""

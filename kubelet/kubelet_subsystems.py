@@ -84,6 +84,7 @@ from kubelet.token.manager import TokenManager
 from kubelet.types import ObjectReference, Pod, PodCondition, name, namespace, object_ref, uid
 from kubelet.util import filesystem
 from kubelet.util.clock import Clock
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.workqueue import PodWorkQueue, WorkQueue
 from kubelet.volume import VolumeHost
@@ -144,6 +145,9 @@ class Pods:
     status: StatusManager
     sync_requests: SyncRequests
     admitter: Admitter
+    # kubelet_pod_start_sli_duration_seconds: told by the watch, the status
+    # manager and the image pulls.
+    startup: PodStartupLatencyTracker
     sysctls: SysctlAllowlist
     rejected: set[str]  # UIDs of pods admission refused
     # Set once every configured source has delivered its pods.
@@ -161,7 +165,10 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
     manager = PodManager([configmaps, secrets])
     # Cluster mode: the API server is a pod source and pod statuses are written
     # there. None of it in standalone mode.
-    api_source = APIServerSource(client, node.name, pod_config) if client is not None else None
+    startup = PodStartupLatencyTracker()
+    api_source = (
+        APIServerSource(client, node.name, pod_config, startup) if client is not None else None
+    )
     worker_states = PodWorkerStates()
     status = StatusManager(
         client,
@@ -172,6 +179,7 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
         # a ReadWriteOncePod claim or an attached volume is free once it is gone.
         can_delete=lambda u: worker_states.all_stopped(u) and volumes_torn_down(u),
         tracking=node.features.enabled(generation.GATE),
+        on_status_set=startup.record_status_updated,
     )
     alloc = node.allocatable
     admitter = Admitter(
@@ -183,7 +191,7 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
         pod_config, api_source, configmaps, secrets, manager,
         ServiceInformer(client) if client is not None else None,
         RuntimeClassManager(client) if client is not None else None,
-        Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter,
+        Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter, startup,
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         SysctlAllowlist.for_node(cfg.allowed_unsafe_sysctls),
         set(), asyncio.Event(),
@@ -380,6 +388,7 @@ def build_runtime(
             else None
         ),
         image_puller=ImagePuller.from_config(cfg),
+        startup=pods.startup,
         container_resources=resources,
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
         swap=_swap_config(cfg),
@@ -514,6 +523,8 @@ class NodeStatus:
     due: asyncio.Event
     # Registration and status updates in cluster mode (None standalone).
     reporter: NodeStatusManager | None
+    # Admitted pods that are not finished or being killed (admission's count).
+    active_pods: Callable[[], list[Pod]]
 
     def readiness(self, runtime: Runtime) -> str | None:
         """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
@@ -573,7 +584,7 @@ def build_node_status(
             urgent=volumes.csi.report_needed,
         )
         reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
-    return NodeStatus(stats, eviction, shutdown, due, reporter)
+    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
 
 
 # -------------------------------------------------------------------- GC

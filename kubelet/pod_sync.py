@@ -143,6 +143,10 @@ class KubeletPodSyncer:
             # Once per pod: a couple of mkdirs, not worth a thread hop.
             make_pod_data_dirs(self.root_dir, u)
             self._pod_dirs.add(u)
+            seen = self._first_seen.get(u)
+            if seen is not None:  # the first sync: the worker has started
+                metrics.POD_WORKER_START_DURATION.observe(self.clock.monotonic() - seen)
+            metrics.CONTAINERS_PER_POD.observe(len(pod["spec"].get("containers") or []))
         if u not in self._warned:
             self._warned.add(u)
             self._warn_unsupported(pod)

@@ -176,6 +176,9 @@ class PodWorkers:
         self.clock = clock
         self._sem = asyncio.Semaphore(max_concurrency)
         self.states = states or PodWorkerStates()
+        # Bumped whenever a pod gets or loses its worker: housekeeping skips
+        # work that depends only on which pods have workers.
+        self.generation = 0
         # Static pods by full name: the UID allowed to run, and those waiting.
         self._static_started: dict[str, str] = {}
         self._static_waiting: dict[str, list[str]] = {}
@@ -191,6 +194,7 @@ class PodWorkers:
             # containers may be running in the runtime.
             st = _State(work.pod)
             self.states.add(u, st)
+            self.generation += 1
             if is_static(work.pod):
                 self._static_waiting.setdefault(full_name(work.pod), []).append(u)
             st.task = asyncio.create_task(self._worker(u, st), name=f"pod-worker-{u}")
@@ -281,6 +285,7 @@ class PodWorkers:
                     except Exception:  # housekeeping removes what is left of it
                         log.exception("cleanup of pod %s failed; forgetting it anyway", u)
                 self.states.pop(u)
+                self.generation += 1
                 self._forget_static(u, st.pod)
                 st.done.set()
                 return

@@ -17,10 +17,15 @@ class PodManager:
         self._by_uid: dict[str, Pod] = {}
         self._by_full_name: dict[str, str] = {}
         self._mirrors: dict[str, Pod] = {}  # full name -> mirror pod
+        # Bumped when a pod is added or removed (not on updates): housekeeping
+        # skips work that depends only on which pods are desired.
+        self.generation = 0
 
     def add_or_update(self, pod: Pod) -> None:
         u = uid(pod)
         old = self._by_uid.get(u)
+        if old is None:
+            self.generation += 1
         if old is not None and full_name(old) != full_name(pod):
             self._by_full_name.pop(full_name(old), None)
         self._by_uid[u] = pod
@@ -31,6 +36,8 @@ class PodManager:
     def remove(self, pod: Pod) -> None:
         u = uid(pod)
         old = self._by_uid.pop(u, None)
+        if old is not None:
+            self.generation += 1
         if old is not None and self._by_full_name.get(full_name(old)) == u:
             del self._by_full_name[full_name(old)]
         if old is not None:

@@ -46,8 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benches import records
-from benches.density import evidence
+from benches import metric_parity, records
+from benches.density import evidence, kwok
 from benches.density.harness import (
     KUBE_API_BURST,
     KUBE_API_QPS,
@@ -83,7 +83,7 @@ def table(results: list[Result]) -> str:
 
     head = (
         "| template | kubelet | QPS / burst | relist | N | running | startup p50 / p90 / p99 (s) "
-        "| in-kubelet p50 / p99 (s) | all Running (s) | startup CPU (cores) | steady CPU (cores) | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
+        "| in-kubelet p50 / p99 (s) | all Running (s) | startup CPU (cores) | steady CPU (cores) | steady CPU p50 / p95 | RSS (MiB) | relist p50 / p99 (ms) | delete all (s) "
         "| API requests / pod |"
     )
     # The runtime's columns only where a run was on containerd, so the
@@ -92,7 +92,7 @@ def table(results: list[Result]) -> str:
     if ctd:
         head += (" runtime | containerd startup / steady CPU (cores) | containerd RSS (MiB) "
                  "| shims | shims CPU (cores) | shims RSS / PSS (MiB) | load avg 1/5/15 |")  # fmt: skip
-    lines = [head, "|" + "---|" * (22 if ctd else 15)]
+    lines = [head, "|" + "---|" * (23 if ctd else 16)]
     for r in results:
         extra = ""
         if ctd:
@@ -110,6 +110,7 @@ def table(results: list[Result]) -> str:
             f"| {f(r.kubelet_start_p50_s)} / {f(r.kubelet_start_p99_s)} "
             f"| {f(r.all_running_s, digits=1)} | {f(r.startup_cpu_cores, digits=3)} "
             f"| {f(r.steady_cpu_cores, digits=3)} "
+            f"| {f(r.steady_cpu_p50_cores, digits=3)} / {f(r.steady_cpu_p95_cores, digits=3)} "
             f"| {f(r.steady_rss_mib, digits=0)} "
             f"| {f(r.relist_p50_ms)} / {f(r.relist_p99_ms)} | {f(r.delete_all_s, digits=1)} "
             f"| {f(r.api_requests_per_pod, digits=1)} |"
@@ -215,6 +216,33 @@ def plots(results: list[Result], out: Path) -> list[Path]:
     return made
 
 
+def extras(results: list[Result], work: Path, out: Path) -> None:
+    """The ceiling ratios (with --kwok) and the metric parity of ours against
+    upstream (both scraped at the end of their steady states, same N)."""
+    ratios = kwok.ceiling_ratios(results)
+    if ratios:
+        (out / "ceiling.json").write_text(json.dumps(ratios, indent=1))
+        print("\nover kwok (the ceiling), same run:")
+        for row in ratios:
+            print(f"  {row['kubelet']} {row['relist_ms']} ms N={row['n']}: all Running "
+                  f"{row['all_running_over_kwok']}x, p50 {row['startup_p50_over_kwok']}x, "
+                  f"p99 {row['startup_p99_over_kwok']}x")  # fmt: skip
+    scrapes: dict[str, Path] = {}
+    for d in sorted(work.glob("run-*")):
+        kind = d.name.split("-")[2]
+        if (d / "metrics-steady.txt").exists():
+            scrapes.setdefault(kind, d / "metrics-steady.txt")
+    if "ours" in scrapes and "upstream" in scrapes:
+        report = metric_parity.compare(
+            metric_parity.families(scrapes["ours"].read_text()),
+            metric_parity.families(scrapes["upstream"].read_text()),
+            metric_parity.not_served(),
+        )
+        summary = metric_parity.summary(report)
+        (out / "metric_parity.json").write_text(json.dumps(summary, indent=1))
+        print(f"\nmetric parity with upstream's /metrics: {summary}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benches.density")
     ap.add_argument("--quick", action="store_true", help="N=100, ours at 250 ms + upstream")
@@ -238,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="containerd: containers killed per run for the status latency")  # fmt: skip
     ap.add_argument("--kill-rate", type=float, default=2.0, help="kills per second")
     ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument("--changes", type=int, default=0, metavar="K",
+                    help="after the steady state, stop K containers through the CRI "
+                    "(10/s) and time each change to the watch")  # fmt: skip
+    ap.add_argument("--kwok", action="store_true",
+                    help="also run kwok (the ceiling: no runtime) at every N; "
+                    "ratios to it in ceiling.json")  # fmt: skip
     ap.add_argument(
         "--unthrottled",
         action="store_true",
@@ -285,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plot: {p}")
         return 0
     have_upstream = upstream_kubelet() is not None and not args.no_upstream
+    if args.kwok and kwok.kwok_binary() is None:
+        print("kwok not built: run hack/parts/kwok.sh", file=sys.stderr)
+        return 2
     if not have_upstream and not args.no_upstream:
         print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
               "running ours only", file=sys.stderr)  # fmt: skip
@@ -293,13 +330,16 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.n:
             kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate}
             relists = [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
-                            runtime=args.runtime, **kill) for rl in args.relist]  # fmt: skip
+                            runtime=args.runtime, changes=args.changes, **kill)
+                        for rl in args.relist]  # fmt: skip
             evented = [Spec("ours", 1.0, n, args.rate, args.hold, args.profile, template,
-                            runtime=args.runtime, evented=True, **kill)] if args.evented and on_ctd else []  # fmt: skip
+                            runtime=args.runtime, evented=True, changes=args.changes, **kill)] if args.evented and on_ctd else []  # fmt: skip
             specs += evented + relists if args.evented_first else relists + evented
             if have_upstream:
                 specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
-                                  runtime=args.runtime, **kill))  # fmt: skip
+                                  runtime=args.runtime, changes=args.changes, **kill))  # fmt: skip
+            if args.kwok:
+                specs.append(Spec("kwok", 0.0, n, args.rate, args.hold, template=template))
             if args.unthrottled:
                 specs.append(Spec("ours", args.unthrottled_relist, n, args.rate, args.hold,
                                   args.profile, template, UNTHROTTLED_QPS, UNTHROTTLED_BURST,
@@ -330,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             r = asyncio.run(Run(cp, spec, work, i).run())
             results.append(r)
             print(f"[{time.monotonic() - t0:.0f}s] " + table([r]).splitlines()[-1], flush=True)
+            if r.container_change:
+                print(f"  container change -> API: {r.container_change}", flush=True)
             if r.evidence:
                 print(evidence.brief(r.evidence), flush=True)
             if r.sim_startup_cpu_cores is not None:
@@ -360,12 +402,18 @@ def main(argv: list[str] | None = None) -> int:
             )
             for frame, share in r.profile_top:
                 print(f"  {share * 100:5.1f}%  {frame}")
+    extras(results, work, out)
     for p in plots(results, out):
         print(f"plot: {p}")
     print(f"results: {out / 'result.json'}")
     if not args.quick:
         name = "density-containerd" if on_ctd else "density"
         records.write(started, name, json.loads((out / "result.json").read_text()))
+        # The ceiling and the metric parity, each a record of its own.
+        for extra, rec in (("ceiling.json", "density-ceiling"),
+                           ("metric_parity.json", "metric-parity")):  # fmt: skip
+            if (out / extra).exists():
+                records.write(started, rec, json.loads((out / extra).read_text()))
     return 1 if any(r.error for r in results) else 0
 
 

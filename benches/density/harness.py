@@ -33,18 +33,24 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benches.density import evidence
+from benches.density import evidence, kwok
+from benches.density.changes import ChangeProbe
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.density.kills import KillProbe
 from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.rest import APIClient, APIError, load_kubeconfig
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
+from kubelet.testing.net import free_port
 from kubelet.testing.process import short_dir, unmount_under
 from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import WaitTimeout, wait_for_async
 
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
+# Containers stopped per second after the steady state (Spec.changes).
+CHANGE_RATE = 10.0
+# Upstream's kubelet_perf.go polls container stats every 10 s.
+CPU_SAMPLE_S = float(os.environ.get("DENSITY_CPU_SAMPLE_S", "10"))
 # Both kubelets: first seen by the kubelet -> its containers running, as the
 # kubelet sees it (no status write, no watch): the kubelet's own share of startup.
 POD_START_HIST = "kubelet_pod_start_duration_seconds"
@@ -73,7 +79,7 @@ def needs_controllers(templates: list[str]) -> bool:
 
 @dataclass
 class Spec:
-    kubelet: str  # "ours" | "upstream"
+    kubelet: str  # "ours" | "upstream" | "kwok" (the ceiling)
     relist: float  # seconds
     n: int
     rate: float = 50.0  # pods created per second
@@ -83,6 +89,7 @@ class Spec:
     qps: int = KUBE_API_QPS  # kubeAPIQPS / kubeAPIBurst of the kubelet
     burst: int = KUBE_API_BURST
     runtime: str = "sim"  # one of RUNTIMES
+    changes: int = 0  # containers stopped after the steady state (benches/density/changes.py)
     evented: bool = False  # ours with the EventedPLEG gate (containerd 2 serves the events)
     kills: int = 0  # containerd: containers killed in the steady state (status latency)
     kill_rate: float = 2.0  # kills per second
@@ -146,6 +153,12 @@ class Result:
     # and the steady state (it answers every CRI call, in Python).
     sim_startup_cpu_cores: float | None = None
     sim_cpu_cores: float | None = None
+    # The steady state in CPU_SAMPLE_S intervals (kubelet_perf.go's way).
+    steady_cpu_samples: int = 0
+    steady_cpu_p50_cores: float | None = None
+    steady_cpu_p95_cores: float | None = None
+    # Container stopped through the CRI -> the change seen on the watch (changes.py).
+    container_change: dict[str, Any] = field(default_factory=dict)
     # The PLEG: "relist" or "evented"; the containerd flavour ("2", "1.6").
     pleg: str = "relist"
     containerd: str | None = None
@@ -296,6 +309,9 @@ class Run:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ctd: ContainerdRuntime | None = None
         self.sim_pid: int | None = None
+        self.ro: int | None = None  # the kubelet's read-only port (none for kwok)
+        self.endpoint = ""  # the runtime's CRI endpoint
+        self.changes = ChangeProbe()
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
@@ -406,6 +422,8 @@ class Run:
         return text
 
     def _metrics(self) -> str:
+        if self.ro is None:
+            raise OSError("no kubelet metrics (kwok)")
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ro}/metrics", timeout=10) as r:
             return str(r.read().decode())
 
@@ -519,8 +537,10 @@ class Run:
                         params["resourceVersion"] = obj["metadata"]["resourceVersion"]
                     if etype == "DELETED":
                         self.deleted.add(name)
-                    elif obj.get("status", {}).get("phase") == "Running":
-                        self.running_at.setdefault(name, now)
+                    else:
+                        if obj.get("status", {}).get("phase") == "Running":
+                            self.running_at.setdefault(name, now)
+                        self.changes.observe(obj, now)
                     if etype == "MODIFIED":
                         self.kill_probe.observe(name, obj, now)
                     if stop.is_set():
@@ -591,8 +611,14 @@ class Run:
         try:
             r.load_avg = [round(x, 2) for x in os.getloadavg()]
             await self._prepare_namespace(admin)
-            endpoint = self._start_runtime()
-            kubelet = self._start_kubelet(endpoint)
+            if self.spec.kubelet == "kwok":
+                # No runtime and no kubelet: kwok manages a Node we create.
+                await admin.create("/api/v1/nodes", kwok.node_object(self.node))
+                kubelet = kwok.start(self.dir, self.cp.admin_kubeconfig, self.node, free_port())
+                self.procs.append(kubelet)
+            else:
+                self.endpoint = self._start_runtime()
+                kubelet = self._start_kubelet(self.endpoint)
             k_start = time.monotonic()
 
             async def ready() -> bool:
@@ -657,19 +683,21 @@ class Run:
             if self.running_at:
                 r.all_running_s = max(self.running_at.values()) - t_create
             await asyncio.sleep(5)  # let start-up work drain
-            before = buckets(self._metrics(), RELIST_HIST)
+            before = self._buckets_or_empty(RELIST_HIST)
             spy = self._start_profile(kubelet.pid)
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
             s0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
             u0 = self.ctd.usage() if self.ctd is not None else None
-            await asyncio.sleep(self.spec.hold)
+            await self._sample_cpu(kubelet.pid)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             if self.sim_pid is not None:
                 r.sim_cpu_cores = (proc_cpu_s(self.sim_pid) - s0) / (time.monotonic() - w0)
             r.steady_rss_mib = proc_rss_mib(kubelet.pid)
             if u0 is not None and self.ctd is not None and (u1 := self.ctd.usage(pss=True)):
                 self._runtime_usage(u0, u1, time.monotonic() - w0)
-            after = buckets(self._metrics(), RELIST_HIST)
+            after = self._buckets_or_empty(RELIST_HIST)
+            if r.kubelet != "kwok":
+                self._metrics_text("metrics-steady.txt")  # for the metric parity check
             if spy is not None:
                 r.profile_top, _ = self._finish_profile(spy)
             if self.spec.kills and self.ctd is not None:
@@ -679,6 +707,10 @@ class Run:
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
                 r.relist_p50_ms = None if p50 is None else p50 * 1000
                 r.relist_p99_ms = None if p99 is None else p99 * 1000
+            if self.spec.changes and self.endpoint:
+                await self.changes.trigger(self.endpoint, self.spec.changes, CHANGE_RATE)
+                await self.changes.wait(60)
+                r.container_change = self.changes.result()
             t_del = time.monotonic()
             await self._delete_all(admin)
             names = set(self.created)
@@ -726,6 +758,20 @@ class Run:
             shutil.rmtree(self.dir / "root", ignore_errors=True)
         return r
 
+    async def _sample_cpu(self, pid: int) -> None:
+        """The steady state: the kubelet's CPU in CPU_SAMPLE_S intervals, as upstream's
+        kubelet_perf.go samples it (every 10 s), for its p50 and p95."""
+        r, samples = self.result, []
+        end = time.monotonic() + self.spec.hold
+        while (left := end - time.monotonic()) > 0:
+            c0, t0 = proc_cpu_s(pid), time.monotonic()
+            await asyncio.sleep(min(CPU_SAMPLE_S, left))
+            if time.monotonic() - t0 >= CPU_SAMPLE_S / 2:
+                samples.append((proc_cpu_s(pid) - c0) / (time.monotonic() - t0))
+        r.steady_cpu_samples = len(samples)
+        r.steady_cpu_p50_cores = perf_percentile(samples, 0.50)
+        r.steady_cpu_p95_cores = perf_percentile(samples, 0.95)
+
     async def _status_latency(self) -> None:
         r, probe = self.result, self.kill_probe
         assert self.ctd is not None
@@ -768,6 +814,12 @@ class Run:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def perf_percentile(samples: list[float], q: float) -> float | None:
+    """kubelet_perf.go's percentile: the sorted sample at int(len * q) - 1."""
+    i = int(len(samples) * q) - 1
+    return sorted(samples)[i] if i >= 0 else None
 
 
 def result_record(r: Result) -> dict[str, Any]:

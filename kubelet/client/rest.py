@@ -15,10 +15,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
+from kubelet.client import metrics as rm
 from kubelet.client.certificate import CertificateFile, CertificateSource
 from kubelet.client.ratelimit import TokenBucket
 
@@ -144,6 +146,7 @@ class APIClient:
         self._closing: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0  # requests made, for metrics and tests
+        self._host = urlsplit(conn.host).netloc  # the host label of rest_client_*
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if not self.conn.host.startswith("https"):
@@ -224,22 +227,40 @@ class APIClient:
         timeout: float | None = None,
     ) -> Any:
         """Send a request; return the decoded JSON body, raise APIError on failure."""
-        await self.limiter.acquire()
+        await self._wait_turn(method)
         data = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
         t = timeout if timeout is not None else self.timeout
         self.requests += 1
-        async with self.session.request(
-            method,
-            self.conn.host + path,
-            data=data,
-            params=params,
-            headers=self._headers(content_type if data is not None else None),
-            timeout=aiohttp.ClientTimeout(total=t),
-        ) as resp:
-            raw = await resp.read()
-            if resp.status >= 400:
-                raise _error(resp.status, raw)
-            return orjson.loads(raw) if raw else None
+        rm.REQUEST_SIZE.labels(method, self._host).observe(len(data) if data else 0)
+        start = time.perf_counter()
+        code = rm.ERROR_CODE
+        try:
+            async with self.session.request(
+                method,
+                self.conn.host + path,
+                data=data,
+                params=params,
+                headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(total=t),
+            ) as resp:
+                code = str(resp.status)
+                raw = await resp.read()
+        finally:
+            self._observe(method, code, start)
+        rm.RESPONSE_SIZE.labels(method, self._host).observe(len(raw))
+        if resp.status >= 400:
+            raise _error(resp.status, raw)
+        return orjson.loads(raw) if raw else None
+
+    def _observe(self, verb: str, code: str, start: float) -> None:
+        rm.REQUEST_DURATION.labels(verb, self._host).observe(time.perf_counter() - start)
+        rm.REQUESTS.labels(code, verb, self._host).inc()
+
+    async def _wait_turn(self, verb: str) -> None:
+        """The client-side rate limiter (kubeAPIQPS / kubeAPIBurst), timed."""
+        start = time.perf_counter()
+        await self.limiter.acquire()
+        rm.RATE_LIMITER_DURATION.labels(verb, self._host).observe(time.perf_counter() - start)
 
     async def get(self, path: str, **kw: Any) -> Any:
         return await self.request("GET", path, **kw)
@@ -260,28 +281,38 @@ class APIClient:
         self, path: str, params: dict[str, str], timeout: float | None = None
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Stream watch events as (type, object); ends when the server closes the stream."""
-        await self.limiter.acquire()
+        await self._wait_turn("GET")
         self.requests += 1
         q = dict(params, watch="true")
-        async with self.session.get(
-            self.conn.host + path,
-            params=q,
-            headers=self._headers(None),
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None),
-        ) as resp:
-            if resp.status >= 400:
-                raise _error(resp.status, await resp.read())
-            buf = b""
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1 :]
-                    if line.strip():
-                        ev = orjson.loads(line)
-                        yield ev.get("type", ""), ev.get("object") or {}
+        start = time.perf_counter()
+        answered = False
+        try:
+            async with self.session.get(
+                self.conn.host + path,
+                params=q,
+                headers=self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=timeout, sock_read=None),
+            ) as resp:
+                # A watch's latency is until its answer starts, as client-go's.
+                answered = True
+                self._observe("GET", str(resp.status), start)
+                if resp.status >= 400:
+                    raise _error(resp.status, await resp.read())
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    buf += chunk
+                    while True:
+                        nl = buf.find(b"\n")
+                        if nl < 0:
+                            break
+                        line, buf = buf[:nl], buf[nl + 1 :]
+                        if line.strip():
+                            ev = orjson.loads(line)
+                            yield ev.get("type", ""), ev.get("object") or {}
+        except (aiohttp.ClientError, OSError):
+            if not answered:
+                self._observe("GET", rm.ERROR_CODE, start)
+            raise
 
     async def close(self) -> None:
         for handle in self._retired:

@@ -371,9 +371,16 @@ async def _start_servers(
     cleanups: list[Callable[[], Any]],
 ) -> None:
     cfg = s.config
-    from kubelet.metrics import REGISTRY
+    from kubelet import metrics
+    from kubelet.cm.cgroup_manager import cgroup_mounts
+    from kubelet.version import KUBERNETES_VERSION
 
-    registries = [REGISTRY]
+    info = metrics.NodeInfo(name, cgroup_mounts()[0], KUBERNETES_VERSION,
+                            node.node.features.metric_rows())  # fmt: skip
+    state = metrics.KubeletStateCollector(node.pod_counts, info)
+    metrics.REGISTRY.register(state)
+    cleanups.append(lambda: metrics.REGISTRY.unregister(state))
+    registries = [metrics.REGISTRY]
 
     def view() -> httpserver.NodeView:
         return node.host

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from kubelet.client.reflector import Reflector
 from kubelet.client.rest import APIClient
 from kubelet.config.config import PodConfig
 from kubelet.types import API_SOURCE, CONFIG_SEEN, CONFIG_SOURCE, JSONObject, Pod, as_pod
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,13 @@ def _annotate(doc: JSONObject) -> Pod:
 
 
 class APIServerSource:
-    def __init__(self, client: APIClient, node_name: str, config: PodConfig) -> None:
+    def __init__(
+        self, client: APIClient, node_name: str, config: PodConfig,
+        startup: PodStartupLatencyTracker | None = None,
+    ) -> None:  # fmt: skip
         self.config = config
+        # Sees every pod the watch delivers: the startup SLI ends there.
+        self.startup = startup
         self.pods: dict[str, Pod] = {}  # the API's current copy of every pod bound here
         self.reflector = Reflector(
             client,
@@ -46,6 +53,11 @@ class APIServerSource:
     async def _on_list(self, items: list[dict[str, Any]]) -> None:
         pods = [_annotate(p) for p in items]
         self.pods = {p["metadata"]["uid"]: p for p in pods}
+        if self.startup is not None:
+            self.startup.retain(set(self.pods))
+            now = time.time()
+            for p in pods:
+                self.startup.observed_pod_on_watch(p, now)
         self.config.set_pods(API_SOURCE, pods)
 
     async def _on_event(self, etype: str, obj: dict[str, Any]) -> None:
@@ -55,8 +67,12 @@ class APIServerSource:
             return
         if etype == "DELETED":
             self.pods.pop(u, None)
+            if self.startup is not None:
+                self.startup.delete(u)
             self.config.remove(API_SOURCE, pod)
         elif etype in ("ADDED", "MODIFIED"):
+            if self.startup is not None:
+                self.startup.observed_pod_on_watch(pod, time.time())
             self.pods[u] = pod
             self.config.upsert(API_SOURCE, pod)
 

@@ -17,6 +17,13 @@ class CRIError(Exception):
         if code is not None:
             self.code = code
 
+    @property
+    def code_name(self) -> str:
+        """The code as Go's codes.Code.String() spells it (NotFound, OK, ...)."""
+        if self.code is grpc.StatusCode.OK:
+            return "OK"
+        return "".join(w.capitalize() for w in self.code.name.split("_"))
+
 
 class NotFoundError(CRIError):
     code = grpc.StatusCode.NOT_FOUND

@@ -131,12 +131,22 @@ class RemoteRuntimeService(_Base):
 
     async def run_pod_sandbox(self, config: pb.PodSandboxConfig, runtime_handler: str = "") -> str:
         # Sandbox creation may pull the pause image: upstream allows twice the timeout.
-        resp = await self._call(
-            "run_podsandbox",
-            self.stub.RunPodSandbox,
-            pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler),
-            self.timeout * 2,
-        )
+        metrics.STARTED_PODS.inc()
+        start = time.perf_counter()
+        try:
+            resp = await self._call(
+                "run_podsandbox",
+                self.stub.RunPodSandbox,
+                pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler),
+                self.timeout * 2,
+            )
+        except CRIError:
+            metrics.STARTED_PODS_ERRORS.inc()
+            metrics.RUN_PODSANDBOX_ERRORS.labels(runtime_handler).inc()
+            raise
+        finally:
+            elapsed = time.perf_counter() - start
+            metrics.RUN_PODSANDBOX_DURATION.labels(runtime_handler).observe(elapsed)
         if not resp.pod_sandbox_id:
             raise CRIError("RunPodSandbox", "runtime returned an empty sandbox id")
         return str(resp.pod_sandbox_id)

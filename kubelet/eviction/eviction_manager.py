@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubelet import stats
+from kubelet import metrics, stats
 from kubelet.eviction import local_storage
 from kubelet.lifecycle.predicate import Rejection, pod_requests
 from kubelet.stats.ephemeral import PodStorage
@@ -226,9 +226,11 @@ class EvictionManager:
         evicted = []
         for p in candidates:
             measured = usage.get(uid(p))
-            message = local_storage.violation(p, measured) if measured is not None else None
-            if message is None:
+            found = local_storage.violated(p, measured) if measured is not None else None
+            if found is None:
                 continue
+            signal, message = found
+            metrics.EVICTIONS.labels(signal).inc()
             log.warning("Evicting pod %s/%s: %s", namespace(p), name(p), message)
             if self.recorder is not None:
                 self.recorder.event(object_ref(p), "Warning", "Evicted", message)
@@ -283,6 +285,7 @@ class EvictionManager:
         if self.recorder is not None:
             self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
         self.evicted.add(uid(victim))
+        metrics.EVICTIONS.labels(t.signal).inc()
         await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
         return victim
 

@@ -104,6 +104,18 @@ def has_limits(pod: Pod) -> bool:
 
 def violation(pod: Pod, usage: PodStorage) -> str | None:
     """The eviction message for the first limit the pod's usage breaks, or None."""
+    found = violated(pod, usage)
+    return None if found is None else found[1]
+
+
+# The kubelet_evictions signal labels of upstream's local storage evictions.
+SIGNAL_EMPTYDIR = "emptydirfs.limit"
+SIGNAL_POD = "ephemeralpodfs.limit"
+SIGNAL_CONTAINER = "ephemeralcontainerfs.limit"
+
+
+def violated(pod: Pod, usage: PodStorage) -> tuple[str, str] | None:
+    """(signal, eviction message) of the first limit the pod's usage breaks, or None."""
     spec = pod.get("spec") or {}
     for v in spec.get("volumes") or []:
         ed = v.get("emptyDir")
@@ -113,10 +125,10 @@ def violation(pod: Pod, usage: PodStorage) -> str | None:
             continue
         q = Quantity.of(size)
         if q.value > 0 and used > q.value:
-            return EMPTYDIR_MESSAGE.format(v["name"], q)
+            return SIGNAL_EMPTYDIR, EMPTYDIR_MESSAGE.format(v["name"], q)
     total = pod_ephemeral_limit(pod)
     if total is not None and usage.total > total.value:
-        return POD_MESSAGE.format(total)
+        return SIGNAL_POD, POD_MESSAGE.format(total)
     for c in spec.get("containers") or []:
         lim = _limit(c)
         used = usage.containers.get(c.get("name", ""))
@@ -124,5 +136,5 @@ def violation(pod: Pod, usage: PodStorage) -> str | None:
             continue
         q = Quantity.of(lim)
         if q.value != 0 and used > q.value:
-            return CONTAINER_MESSAGE.format(c["name"], q)
+            return SIGNAL_CONTAINER, CONTAINER_MESSAGE.format(c["name"], q)
     return None

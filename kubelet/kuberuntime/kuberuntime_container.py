@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Mapping
 
+from kubelet import metrics
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     CREATED,
@@ -281,9 +282,12 @@ class ContainerManager:
         sandbox_cfg: pb.PodSandboxConfig,
     ) -> str:
         cname = c["name"]
+        kind = metrics.container_type(pod["spec"], c)
+        metrics.STARTED_CONTAINERS.labels(kind).inc()
         try:
             cid = await self.runtime.create_container(sid, cfg, sandbox_cfg)
         except errors.CRIError as e:
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, e.code_name).inc()
             raise _StartError("CreateContainerError", e.message) from e
         if self.resources is not None:  # PreStartContainer
             self.resources.container_created(pod, c, cid)
@@ -291,6 +295,7 @@ class ContainerManager:
         try:
             await self.runtime.start_container(cid)
         except errors.CRIError as e:
+            metrics.STARTED_CONTAINERS_ERRORS.labels(kind, e.code_name).inc()
             raise _StartError("RunContainerError", e.message) from e
         self.reporter.event(pod, "Normal", "Started", f"Started container {cname}", cname)
         if self.node.container_logs_dir:

@@ -27,6 +27,7 @@ from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import PodReporter, SyncResult
 from kubelet.types import Container, Pod, Secret, uid
 from kubelet.util.parsers import ImageNameError, parse_image_name
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 
 class PullSecretsGetter(Protocol):
@@ -90,6 +91,7 @@ class ImageManager:
         puller: ImagePuller,
         node_keyring: DockerKeyring | None,
         credential_plugins: ExternalKeyring | None = None,
+        startup: PodStartupLatencyTracker | None = None,
     ) -> None:
         self.images = images
         self.reporter = reporter
@@ -100,6 +102,8 @@ class ImageManager:
         self.node_keyring = node_keyring
         # The exec credential provider plugins, after both (as upstream's union).
         self.credential_plugins = credential_plugins
+        # The pod startup SLI leaves image pulls out: it hears of each.
+        self.startup = startup
         self._pull_locks: dict[str, asyncio.Lock] = {}
         # pod UID -> image -> why its last pull failed, told while the back-off lasts.
         self._prev_pull_err: dict[str, dict[str, str]] = {}
@@ -180,9 +184,13 @@ class ImageManager:
             ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
             return ref, time.monotonic() - start
 
+        if self.startup is not None:
+            self.startup.record_image_started_pulling(pod_uid)
         try:
             async with lock:  # never two pulls of one image at once
                 ref, took = await self.puller.pull(timed_pull)
+            if self.startup is not None:
+                self.startup.record_image_finished_pulling(pod_uid)
         except (PullError, PullQPSExceeded) as err:
             self.backoff.next(key, self.backoff.now())
             msg = f'Failed to pull image "{image}": {err}'

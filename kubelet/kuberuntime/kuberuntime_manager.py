@@ -54,6 +54,7 @@ from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
+from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 __all__ = ["PodActions", "RuntimeManager", "SyncResult"]
 
@@ -88,6 +89,7 @@ class RuntimeManager:
         node_keyring: DockerKeyring | None = None,
         credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
+        startup: PodStartupLatencyTracker | None = None,
         container_resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
@@ -120,6 +122,7 @@ class RuntimeManager:
             image_puller or ImagePuller(),
             node_keyring,
             credential_plugins,
+            startup,
         )
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,

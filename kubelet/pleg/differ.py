@@ -62,6 +62,9 @@ class ReferenceRelistDiffer:
         self._ready_sandboxes: dict[str, int] = {}
         self.running_pods = 0
         self.running_containers = 0
+        self.exited_containers = 0
+        # Diffs that produced events: unchanged, the set of pod IDs is the same.
+        self.changes = 0
 
     def diff(
         self, sandboxes: bytes, containers: bytes
@@ -79,13 +82,14 @@ class ReferenceRelistDiffer:
             pods.setdefault(uid, {}).setdefault(s.id, state)  # a duplicate ID: first wins
             if state == RUNNING:
                 running_pods.add(uid)
-        running_containers = 0
+        running_containers = exited_containers = 0
         for c in cs.containers:
             uid = c.labels.get(POD_UID_LABEL, "")
             state = _CONTAINER_STATE.get(c.state, UNKNOWN)
             if c.id not in pods.setdefault(uid, {}):
                 pods[uid][c.id] = state
             running_containers += state == RUNNING
+            exited_containers += state == EXITED
         events: list[PodLifecycleEvent] = []
         changed: list[str] = []
         for uid in sorted(set(pods) | set(self._pods)):
@@ -103,6 +107,8 @@ class ReferenceRelistDiffer:
         self._pods = pods
         self.running_pods = len(running_pods)
         self.running_containers = running_containers
+        self.exited_containers = exited_containers
+        self.changes += bool(events)
         return events, changed
 
     def pod_ids(self) -> list[str]:
@@ -133,6 +139,14 @@ class NativeRelistDiffer:
     @property
     def running_containers(self) -> int:
         return int(self._d.running_containers)
+
+    @property
+    def exited_containers(self) -> int:
+        return int(self._d.exited_containers)
+
+    @property
+    def changes(self) -> int:
+        return int(self._d.changes)
 
     def pod_ids(self) -> list[str]:
         return list(self._d.pod_ids())

@@ -37,6 +37,14 @@ class Differ(Protocol):
     @property
     def running_containers(self) -> int: ...
 
+    @property
+    def exited_containers(self) -> int: ...
+
+    @property
+    def changes(self) -> int:
+        """Diffs that produced events; the same while the set of pods is the same."""
+        ...
+
     def diff(
         self, sandboxes: bytes, containers: bytes
     ) -> tuple[Sequence[PodLifecycleEvent], Sequence[str]]: ...
@@ -129,10 +137,13 @@ class GenericPLEG:
                 self.events.put_nowait(ev)
             except asyncio.QueueFull:
                 self.dropped += 1
+                metrics.PLEG_DISCARD_EVENTS.inc()
                 log.error("PLEG event channel is full, discarding event %s", ev)
         self.relists += 1
         metrics.RUNNING_PODS.set(self.differ.running_pods)
-        metrics.RUNNING_CONTAINERS.labels("running").set(self.differ.running_containers)
+        d = self.differ
+        metrics.RUNNING_CONTAINERS.labels("running").set(d.running_containers)
+        metrics.RUNNING_CONTAINERS.labels("exited").set(d.exited_containers)
         metrics.PLEG_RELIST_DURATION.observe(self.clock.monotonic() - start_mono)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -25,6 +25,8 @@ from kubelet.server import debugging
 from kubelet.server.auth import AuthorizationError, ServerAuth, api_verb
 from kubelet.server.debugging import DebugHandlers
 from kubelet.server.host import HealthCheck, NodeView, NoPods, SummaryProvider
+from kubelet.server.httpmetrics import READ_ONLY_PATHS, READ_WRITE_PATHS, http_metrics
+from kubelet.server.tlsproto import TLSSite
 
 __all__ = ["DebugHandlers", "HealthCheck", "NoPods", "NodeView", "SummaryProvider"]
 
@@ -136,7 +138,9 @@ def kubelet_app(
 ) -> web.Application:
     """The main kubelet port: every request authenticated and authorized first;
     the debugging handlers as the config says."""
-    app = web.Application(middlewares=[_auth_filter(auth)])
+    app = web.Application(
+        middlewares=[http_metrics("readwrite", READ_WRITE_PATHS), _auth_filter(auth)]
+    )
     _add_common(app, node, registries)
     debugging.install(app, node, debug or DebugHandlers(), configz)
     return app
@@ -177,7 +181,7 @@ def read_only_app(
     node: Callable[[], NodeView], registries: list[CollectorRegistry]
 ) -> web.Application:
     """The read-only port: no authentication, no configuration, no exec."""
-    app = web.Application()
+    app = web.Application(middlewares=[http_metrics("readonly", READ_ONLY_PATHS)])
     _add_common(app, node, registries)
     return app
 
@@ -241,7 +245,10 @@ async def serve(
         max_headers=MAX_HEADERS,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
+    # With TLS, a site whose sessions exec/attach/port-forward can hand to their
+    # relay threads (kubelet/server/tlsproto.py).
+    site_type = TLSSite if ssl_context is not None else web.TCPSite
+    site = site_type(runner, host or None, port, ssl_context=ssl_context, reuse_address=True)
     await site.start()
     log.info("Serving %s on %s:%d", "https" if ssl_context else "http", host or "0.0.0.0", port)
     return runner

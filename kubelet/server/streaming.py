@@ -7,20 +7,19 @@ it, as upstream does by default: it sends the upgrade request on, relays the
 backend's answer as it came, and from then on carries bytes both ways without
 reading the frames (SPDY/3.1 or WebSocket, whichever the client asked for).
 
-The relay is two asyncio protocols wired to each other's transports, so data
-never waits in a coroutine: a full write buffer on one side pauses reading on
-the other (back-pressure), an EOF is passed on as a half-close where the
-transport can (not TLS), and a connection idle for streamingConnectionIdleTimeout
-in both directions is closed.
+The bytes never touch the event loop: a thread per connection (kubelet/server/
+relay.py) dials the runtime, and once its upgrade answer is in, the loop hands
+that thread the client's socket and TLS session and only waits for the end.
+Back-pressure, half-close and streamingConnectionIdleTimeout are the thread's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
-from collections.abc import Callable
-from typing import Any, cast
+import os
+import socket
+from typing import Any
 from urllib.parse import urlsplit
 
 import grpc
@@ -30,13 +29,12 @@ from kubelet.cri import errors as cri_errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime import labels
+from kubelet.server import relay
+from kubelet.server.tlsproto import tls_protocol_of
 from kubelet.types import Pod, all_containers
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD = 64 * 1024  # an upgrade answer's status line and headers
-WRITE_HIGH = 1024 * 1024
-CLOSE_GRACE = 10.0  # a side still flushing this long after the other closed is aborted
 # Request headers not sent on to the runtime: its streaming server authenticates by
 # the one-time token in the URL, so the client's credentials stay here.
 _DROP = {b"authorization", b"proxy-authorization"}
@@ -182,154 +180,36 @@ async def port_forward_url(rt: RuntimeService, pod: Pod, ports: list[int]) -> st
         raise cri_stream_error(err) from None
 
 
-# ---------------------------------------------------------------- the relay
-class _Pipe:
-    """Both sides of one proxied connection, its idle timer and its end."""
-
-    def __init__(self, idle_timeout: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.idle_timeout = idle_timeout
-        self.last = self.loop.time()
-        self.done: asyncio.Future[None] = self.loop.create_future()
-        self.sides: list[_Side] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._grace: asyncio.TimerHandle | None = None
-        self.closing = False
-
-    def start_idle_timer(self) -> None:
-        if self.idle_timeout > 0:
-            self._timer = self.loop.call_at(self.last + self.idle_timeout, self._check_idle)
-
-    def _check_idle(self) -> None:
-        due = self.last + self.idle_timeout
-        if self.loop.time() >= due:
-            log.info("Closing a streaming connection idle for %.0fs", self.idle_timeout)
-            self.close()
-        else:
-            self._timer = self.loop.call_at(due, self._check_idle)
-
-    def close(self) -> None:
-        """Close both sides; whatever they still hold is flushed for CLOSE_GRACE at most."""
-        if self.closing:
-            return
-        self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
-        for s in self.sides:
-            if s.transport is not None and not s.lost:
-                s.transport.close()
-        self._grace = self.loop.call_later(CLOSE_GRACE, self.abort)
-
-    def abort(self) -> None:
-        for s in self.sides:
-            if s.transport is not None and not s.lost:
-                s.transport.abort()
-
-    def side_lost(self) -> None:
-        if all(s.lost for s in self.sides):
-            if self._grace is not None:
-                self._grace.cancel()
-            if self._timer is not None:
-                self._timer.cancel()
-            if not self.done.done():
-                self.done.set_result(None)
-        else:
-            self.close()
+# ---------------------------------------------------------------- the handover
+class _Inert(asyncio.Protocol):
+    """What a transport reports to once its socket belongs to a relay thread."""
 
 
-class _Side(asyncio.Protocol):
-    """One end of the relay: what it reads goes to the peer's transport."""
+async def _take_client(request: web.Request) -> relay.Endpoint:
+    """Take the client's connection (socket and TLS session) from the event loop.
 
-    def __init__(self, pipe: _Pipe, on_lost: Callable[[Exception | None], None] | None) -> None:
-        self.pipe = pipe
-        self.transport: asyncio.Transport | None = None
-        self.peer: _Side | None = None
-        self.eof = False
-        self.lost = False
-        self._on_lost = on_lost
-        # Until the backend's answer to the upgrade is complete, what it sends is kept here.
-        self.head: bytearray | None = None
-        self.head_done: asyncio.Future[bytes] | None = None
-        pipe.sides.append(self)
-
-    # -- setup
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-
-    def expect_head(self) -> None:
-        self.head = bytearray()
-        self.head_done = self.pipe.loop.create_future()
-
-    # -- data
-    def data_received(self, data: bytes) -> None:
-        self.pipe.last = self.pipe.loop.time()
-        if self.head is not None:
-            self._head_data(data)
-            return
-        peer = self.peer
-        if peer is not None and peer.transport is not None and not peer.lost:
-            peer.transport.write(data)
-
-    def _head_data(self, data: bytes) -> None:
-        assert self.head is not None and self.head_done is not None
-        self.head += data
-        if self.head_done.done():
-            return  # the relay takes over the buffer when it starts
-        if b"\r\n\r\n" in self.head:
-            self.head_done.set_result(b"")
-            if self.transport is not None:
-                self.transport.pause_reading()  # until the relay starts
-        elif len(self.head) > MAX_HEAD:
-            self.head_done.set_exception(ValueError("upgrade response headers too large"))
-
-    def start_relay(self) -> bytes:
-        """Leave handshake mode; returns what came after the handshake head."""
-        assert self.head is not None
-        head, self.head = bytes(self.head), None
-        if self.transport is not None and not self.lost:
-            self.transport.resume_reading()
-        return head
-
-    def eof_received(self) -> bool:
-        self.pipe.last = self.pipe.loop.time()
-        self.eof = True
-        if self.head_done is not None and not self.head_done.done():
-            self.head_done.set_exception(ConnectionResetError("connection closed"))
-        peer = self.peer
-        if peer is None or peer.transport is None or peer.lost or peer.eof:
-            return False  # nothing left to carry: close
-        if peer.transport.can_write_eof():
-            peer.transport.write_eof()  # half-close: the other way keeps flowing
-            return True
-        return False  # the peer (TLS) cannot half-close: end both
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.lost = True
-        if self.head_done is not None and not self.head_done.done():
-            self.head_done.set_exception(exc or ConnectionResetError("connection closed"))
-        if self._on_lost is not None:
-            cb, self._on_lost = self._on_lost, None
-            cb(exc if isinstance(exc, Exception) else None)
-        self.pipe.side_lost()
-
-    # -- back-pressure: a full write buffer here stops reading on the other side
-    def pause_writing(self) -> None:
-        self._peer_reading(False)
-
-    def resume_writing(self) -> None:
-        self._peer_reading(True)
-
-    def _peer_reading(self, on: bool) -> None:
-        peer = self.peer
-        if peer is None or peer.transport is None or peer.lost:
-            return
-        try:
-            if on:
-                peer.transport.resume_reading()
-            else:
-                peer.transport.pause_reading()
-        except (RuntimeError, AttributeError):  # closing under us
-            pass
+    Reading stops, what the kubelet wrote is let out, then the socket is
+    duplicated and the loop's transport closed over its own descriptor: the
+    connection lives on in the duplicate. Raises ConnectionError if the client
+    left meanwhile."""
+    app_transport = request.transport
+    if app_transport is None or app_transport.is_closing():
+        raise ConnectionResetError("client connection is gone")
+    tls_proto = tls_protocol_of(app_transport)
+    raw = tls_proto.transport if tls_proto is not None else app_transport
+    raw.pause_reading()
+    deadline = asyncio.get_running_loop().time() + relay.CLOSE_GRACE
+    while raw.get_write_buffer_size() or (tls_proto is not None and tls_proto.backlog()):
+        if raw.is_closing() or asyncio.get_running_loop().time() > deadline:
+            raise ConnectionResetError("client connection is gone")
+        await asyncio.sleep(0.005)
+    if raw.is_closing():
+        raise ConnectionResetError("client connection is gone")
+    tls = tls_proto.detach() if tls_proto is not None else None
+    raw.set_protocol(_Inert())
+    sock = socket.socket(fileno=os.dup(raw.get_extra_info("socket").fileno()))
+    raw.abort()
+    return relay.Endpoint(sock, tls)
 
 
 def _upgrade_requested(request: web.Request) -> bool:
@@ -354,25 +234,10 @@ def _backend_request(request: web.Request, path_qs: str) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def _status_of(head: bytes) -> int:
-    line = head.split(b"\r\n", 1)[0].split()
-    if len(line) < 2 or not line[0].startswith(b"HTTP/") or not line[1].isdigit():
-        raise ValueError(f"malformed response status line {head[:80]!r}")
-    return int(line[1])
-
-
-def _content_length(head: bytes) -> int | None:
-    for line in head.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
-        k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length" and v.strip().isdigit():
-            return int(v.strip())
-    return None
-
-
 def _error_response(head: bytes) -> web.Response:
     """Echo a backend's refusal (status >= 400) to the client, as upstream does."""
     header_part, _, body = head.partition(b"\r\n\r\n")
-    status = _status_of(head)
+    status = relay.status_of(head)
     ctype = "text/plain"
     for line in header_part.split(b"\r\n")[1:]:
         k, _, v = line.partition(b":")
@@ -395,73 +260,48 @@ async def proxy_stream(request: web.Request, url: str, idle_timeout: float) -> w
     target = urlsplit(url)
     if target.scheme not in ("http", "https") or not target.hostname:
         return plain_error(500, f"unknown scheme: {target.scheme}")
-    client_transport = request.transport
-    if client_transport is None:
+    if request.transport is None:
         return plain_error(500, "client connection is gone")
-    loop = asyncio.get_running_loop()
-    pipe = _Pipe(idle_timeout)
-    backend = _Side(pipe, None)
-    backend.expect_head()
-    port = target.port or (443 if target.scheme == "https" else 80)
-    ctx = ssl.create_default_context() if target.scheme == "https" else None
-    try:
-        await loop.create_connection(lambda: backend, target.hostname, port, ssl=ctx)
-    except OSError as err:
-        pipe.sides.clear()
-        return plain_error(500, f"dial tcp {target.hostname}:{port}: {err}")
-    assert backend.transport is not None and backend.head_done is not None
     path_qs = (target.path or "/") + (f"?{target.query}" if target.query else "")
-    backend.transport.write(_backend_request(request, path_qs))
+    port = target.port or (443 if target.scheme == "https" else 80)
+    pipe = relay.Relay(target.hostname, port, target.scheme == "https",
+                       _backend_request(request, path_qs), idle_timeout)  # fmt: skip
+    pipe.start()
     try:
-        await asyncio.wait_for(backend.head_done, 30.0)
-        status = _status_of(bytes(backend.head or b""))
+        answer = await pipe.answer
     except asyncio.CancelledError:
-        backend.transport.abort()
+        pipe.abort()
         raise
-    except (OSError, ValueError) as err:  # TimeoutError is an OSError
-        backend.transport.abort()
-        return plain_error(500, f"error reading the runtime's upgrade response: {err}")
-    if status != 101:
-        if status < 400:
-            backend.transport.abort()
-            return plain_error(500, f"invalid upgrade response: status code {status}")
-        # Upstream echoes the refusal with its body: read it (Content-Length, or to EOF).
-        want = _content_length(bytes(backend.head or b""))
-        backend.transport.resume_reading()
-        deadline = loop.time() + 2.0
-        while not backend.lost and not backend.eof and loop.time() < deadline:
-            head, _, body = bytes(backend.head or b"").partition(b"\r\n\r\n")
-            if want is not None and len(body) >= want:
-                break
-            await asyncio.sleep(0.01)
-        head = bytes(backend.head or b"")
-        backend.transport.abort()
-        return _error_response(head)
-
-    if client_transport.is_closing():  # the client left while the runtime answered
-        backend.transport.abort()
+    if answer.error:
+        return plain_error(500, answer.error)
+    if answer.status != 101:
+        if answer.status < 400:
+            return plain_error(500, f"invalid upgrade response: status code {answer.status}")
+        return _error_response(answer.head)  # upstream echoes the refusal
+    if request.transport is None or request.transport.is_closing():
+        pipe.abort()  # the client left while the runtime answered
         return plain_error(500, "client connection is gone")
-    # Take the client's connection from aiohttp; its handler hears of the end
-    # through connection_lost, as for any closed connection.
-    aio_protocol = client_transport.get_protocol()
-    client = _Side(pipe, aio_protocol.connection_lost)
-    client.transport = client_transport
-    client.peer, backend.peer = backend, client
+    aio_protocol = request.transport.get_protocol()
     early = _take_buffered(request)
-    client_transport.set_protocol(client)
-    head = backend.start_relay()
-    client_transport.write(head)  # the runtime's 101 and anything after it, as sent
-    if early:
-        backend.transport.write(early)
-    # Larger buffers than asyncio's 64 KiB: fewer pause/resume rounds per MB moved.
-    for t in (client_transport, backend.transport):
-        t.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_HIGH // 4)
-    pipe.start_idle_timer()
+    try:
+        client = await _take_client(request)
+    except ConnectionError:
+        pipe.abort()
+        return plain_error(500, "client connection is gone")
+    except asyncio.CancelledError:
+        pipe.abort()
+        raise
+    # The runtime's 101 and anything after it go to the client as sent; what the
+    # client sent after its request goes to the runtime.
+    pipe.attach(client, answer.head, bytes(early.data))
     try:
         await asyncio.shield(pipe.done)
     except asyncio.CancelledError:
         pipe.abort()
         raise
+    finally:
+        # aiohttp hears of the end as for any closed connection.
+        aio_protocol.connection_lost(None)
     # The connection is closed: aiohttp finds nothing to write this answer to.
     return web.Response(status=101)
 
@@ -480,11 +320,12 @@ class _Collector:
         pass
 
 
-def _take_buffered(request: web.Request) -> bytes:
+def _take_buffered(request: web.Request) -> _Collector:
+    """From now on what aiohttp reads on this connection lands in the collector."""
     proto: Any = request.protocol
     collector = _Collector()
     try:
         proto.set_parser(collector)
     except (AttributeError, AssertionError):  # not upgraded by aiohttp: nothing buffered
-        return b""
-    return bytes(collector.data)
+        pass
+    return collector

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet import metrics
 from kubelet import types as v1
 from kubelet.status.generation import status_observed_generation
 from kubelet.types import JSONObject, Pod, is_static, name, namespace, uid
@@ -136,8 +137,14 @@ class StatusManager:
         can_delete: Callable[[str], bool] | None = None,
         concurrency: int = 16,
         tracking: bool = True,
+        on_status_set: Callable[[str, v1.PodStatus], None] | None = None,
     ) -> None:
         self._statuses: dict[str, Versioned] = {}
+        # Told of every new status (the pod startup SLI marks "running" there).
+        self.on_status_set = on_status_set
+        # uid -> when its status first changed since the API last took one
+        # (kubelet_pod_status_sync_duration_seconds).
+        self._changed_at: dict[str, float] = {}
         self.updates = 0
         self.client = client
         # The API's copy of a pod by UID (from the watch), the pod the kubelet
@@ -177,12 +184,17 @@ class StatusManager:
             return False
         self._statuses[uid] = Versioned(status, (cur.version if cur else 0) + 1)
         self.updates += 1
+        if self.client is not None:
+            self._changed_at.setdefault(uid, time.monotonic())
+        if self.on_status_set is not None:
+            self.on_status_set(uid, status)
         self.enqueue(uid)
         return True
 
     def remove(self, uid: str) -> None:
         self._statuses.pop(uid, None)
         self._in_sync.pop(uid, None)
+        self._changed_at.pop(uid, None)
 
     # ------------------------------------------------------------ API writes
     def enqueue(self, uid: str) -> None:
@@ -298,9 +310,17 @@ class StatusManager:
                 target["metadata"]["resourceVersion"] = rv
                 self._in_sync[u] = (ours.version, rv)
                 log.debug("Patched status of pod %s: %s", u, patch)
+            self._synced(u, ours.version)  # patched, or the API had it already
         if target["metadata"].get("deletionTimestamp") and not is_static(target):
             if self.can_delete(u):
                 await self._delete(u, path, tu)
+
+    def _synced(self, u: str, version: int) -> None:
+        """The API holds status `version` of pod u: unless a newer one waits, the
+        time since the first change it answers is the status sync duration."""
+        cur = self._statuses.get(u)
+        if cur is not None and cur.version == version and u in self._changed_at:
+            metrics.POD_STATUS_SYNC_DURATION.observe(time.monotonic() - self._changed_at.pop(u))
 
     async def _delete(self, u: str, path: str, target_uid: str) -> None:
         from kubelet.client.rest import APIError

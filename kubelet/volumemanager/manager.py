@@ -378,7 +378,7 @@ class VolumeManagerImpl:
         except Exception as err:  # a plugin bug must not kill the reconciler
             log.exception("volume %s of pod %s: set-up raised", vol.name, want.uid)
             error = str(err) or type(err).__name__
-        self.ops.finish(key)
+        self.ops.observe(key, MOUNT, error, self.ops.finish(key))
         self._set_up_done(key, want, vol, mounted if not error else None, error, remount)
 
     def _set_up_done(
@@ -530,7 +530,7 @@ class VolumeManagerImpl:
         except Exception as err:  # a plugin bug must not kill the reconciler: retried
             log.exception("volume %s of pod %s: tear-down raised", entry.name, uid)
             error = str(err) or type(err).__name__
-        self.ops.finish(key)
+        self.ops.observe(key, UNMOUNT, error, self.ops.finish(key))
         have = self.asw.pods.get(uid)
         if error:
             b = self.ops.failed(key, UNMOUNT, error)

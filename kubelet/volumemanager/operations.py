@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet import metrics
 from kubelet.util.clock import Clock
 
 INITIAL_BACKOFF = 0.5
@@ -33,6 +34,7 @@ class PendingOperations:
         # Back-off is kept per kind: a volume failing to mount must not delay
         # its tear-down once the pod is gone.
         self._backoff: dict[tuple[OpKey, str], Backoff] = {}
+        self._started: dict[OpKey, float] = {}
 
     def busy(self, key: OpKey) -> bool:
         return key in self._running
@@ -47,16 +49,20 @@ class PendingOperations:
     def start(self, key: OpKey, coro: Coroutine[Any, Any, None]) -> None:
         assert key not in self._running
         self._per_pod[key[0]] = self._per_pod.get(key[0], 0) + 1
+        self._started[key] = self.clock.monotonic()
         self._running[key] = asyncio.ensure_future(coro)
 
-    def finish(self, key: OpKey) -> None:
-        """Called by the operation itself as its last step."""
+    def finish(self, key: OpKey) -> float:
+        """Called by the operation itself as its last step; returns its seconds."""
+        started = self._started.pop(key, None)
+        elapsed = 0.0 if started is None else self.clock.monotonic() - started
         if self._running.pop(key, None) is not None:
             n = self._per_pod[key[0]] - 1
             if n:
                 self._per_pod[key[0]] = n
             else:
                 del self._per_pod[key[0]]
+        return elapsed
 
     def failed(
         self,
@@ -72,6 +78,13 @@ class PendingOperations:
         b = Backoff(until=now + duration, duration=duration, last_error=error)
         self._backoff[(key, kind)] = b
         return b
+
+    @staticmethod
+    def observe(key: OpKey, kind: str, error: str, seconds: float) -> None:
+        """storage_operation_duration_seconds, labelled as upstream's kubelet does."""
+        op = "volume_mount" if kind == MOUNT else "volume_unmount"
+        status = "fail-unknown" if error else "success"
+        metrics.STORAGE_OPERATION_DURATION.labels(key[1], op, status, "false").observe(seconds)
 
     def succeeded(self, key: OpKey, kind: str) -> None:
         self._backoff.pop((key, kind), None)

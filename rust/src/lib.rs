@@ -93,6 +93,16 @@ impl PyRelistDiffer {
         self.inner.running_containers
     }
 
+    #[getter]
+    fn exited_containers(&self) -> usize {
+        self.inner.exited_containers
+    }
+
+    #[getter]
+    fn changes(&self) -> u64 {
+        self.inner.changes
+    }
+
     fn pod_ids(&self) -> Vec<String> {
         self.inner.pod_ids()
     }

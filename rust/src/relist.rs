@@ -69,6 +69,10 @@ pub struct Differ {
     generation: u64,
     pub running_pods: usize,
     pub running_containers: usize,
+    pub exited_containers: usize,
+    /// How many diffs produced events: unchanged while no container or sandbox
+    /// appeared, changed state or vanished (so the set of pod IDs is the same).
+    pub changes: u64,
 }
 
 fn container_state(cri: u64) -> State {
@@ -180,10 +184,14 @@ impl Differ {
             self.running_pods = running_pods.len();
         }
         if !containers_same {
-            self.running_containers = c_slots
-                .iter()
-                .filter(|&&s| self.records[s as usize].state == State::Running)
-                .count();
+            let count = |st: State| {
+                c_slots
+                    .iter()
+                    .filter(|&&s| self.records[s as usize].state == st)
+                    .count()
+            };
+            self.running_containers = count(State::Running);
+            self.exited_containers = count(State::Exited);
         }
         self.prev_sandboxes = Layout {
             heads: s_heads,
@@ -196,6 +204,9 @@ impl Differ {
             slots: c_slots,
         };
 
+        if !events.is_empty() {
+            self.changes += 1;
+        }
         events.sort_by(|a, b| (&a.pod_uid, &a.id, a.kind).cmp(&(&b.pod_uid, &b.id, b.kind)));
         let mut changed: Vec<String> = Vec::new();
         for e in &events {
@@ -495,6 +506,8 @@ mod tests {
             let slow = reference.diff(b"", r).unwrap();
             assert_eq!(fast, slow);
             assert_eq!(d.running_containers, reference.running_containers);
+            assert_eq!(d.exited_containers, reference.exited_containers);
+            assert_eq!(d.changes, reference.changes);
             prev = r.clone();
         }
     }

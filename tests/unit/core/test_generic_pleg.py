@@ -51,6 +51,14 @@ class RecordingDiffer:
     def running_containers(self) -> int:
         return int(self.inner.running_containers)
 
+    @property
+    def exited_containers(self) -> int:
+        return int(self.inner.exited_containers)
+
+    @property
+    def changes(self) -> int:
+        return int(self.inner.changes)
+
     def diff(
         self, sandboxes: bytes, containers: bytes
     ) -> tuple[Sequence[PodLifecycleEvent], Sequence[str]]:

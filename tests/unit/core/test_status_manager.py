@@ -89,3 +89,41 @@ async def test_patch_once_skip_in_sync_repatch_on_drift_and_delete() -> None:
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
+
+
+async def test_status_sync_duration_and_the_status_set_hook() -> None:
+    """kubelet_pod_status_sync_duration_seconds: once per change the API took,
+    from the first change it answers; every new status reaches the hook."""
+    from kubelet import metrics
+
+    def count() -> float:
+        h = metrics.POD_STATUS_SYNC_DURATION
+        return next(s.value for s in h.collect()[0].samples if s.name.endswith("_count"))
+
+    api = {"b": api_pod("b", "1", {"phase": "Pending"})}
+    client = FakeClient(api)
+    told: list[tuple[str, str]] = []
+    sm = StatusManager(
+        client,
+        api_pod=lambda u: api.get(u.removeprefix("uid-")),
+        desired_pod=lambda u: api.get(u.removeprefix("uid-")),
+        on_status_set=lambda u, st: told.append((u, st["phase"])),
+    )
+    n0 = count()
+    # Two changes before the writer runs: one write, one observation.
+    sm.set_pod_status("uid-b", {"phase": "Pending", "podIP": "10.0.0.6"})
+    sm.set_pod_status("uid-b", {"phase": "Running", "podIP": "10.0.0.6"})
+    assert not sm.set_pod_status("uid-b", {"phase": "Running", "podIP": "10.0.0.6"})
+    stop = asyncio.Event()
+    task = asyncio.create_task(sm.run(stop))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if client.calls:
+                break
+        await asyncio.sleep(0.02)
+        assert len(client.calls) == 1 and count() == n0 + 1
+        assert told == [("uid-b", "Pending"), ("uid-b", "Running")]
+    finally:
+        stop.set()
+        await task

@@ -10,6 +10,7 @@ import hashlib
 import os
 import socket
 import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -444,4 +445,138 @@ async def test_tls_and_authentication(tmp_path: Path) -> None:
     finally:
         for runner in runners:
             await runner.cleanup()
+        await backend.stop()
+
+
+class ThreadEcho:
+    """A streaming server on a thread of its own (not on the loop under test):
+    answers the upgrade, then echoes until EOF and says 'bye'."""
+
+    def __init__(self) -> None:
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.lsock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            conn.sendall(SWITCH)
+            while data := conn.recv(65536):
+                conn.sendall(data)
+            conn.sendall(b"bye")
+
+    def close(self) -> None:
+        self.lsock.close()
+
+
+async def _tls_node(tmp_path: Path, backend_url: str) -> tuple[Any, int, ssl.SSLContext, View]:
+    rt, _sid, _cid = await _runtime()
+    rt.streaming_base = backend_url
+    view = View(rt)
+    cert, key = ensure_self_signed(str(tmp_path / "pki"), "node-a", ["127.0.0.1"])
+    auth = ServerAuth(anonymous_enabled=True, authorization_mode="AlwaysAllow")
+    runner = await s.serve(s.kubelet_app(lambda: view, dict, [], auth), "127.0.0.1", 0,
+                           server_context(TLSOptions(cert, key, "")))  # fmt: skip
+    return runner, int(runner.addresses[0][1]), ssl.create_default_context(cafile=cert), view
+
+
+def _blocking_stream(port: int, trust: ssl.SSLContext, path: str) -> ssl.SSLSocket:
+    sock = trust.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                             server_hostname="127.0.0.1")  # fmt: skip
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: k\r\n{SPDY_HEADERS}\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head == SWITCH
+    return sock
+
+
+async def test_bytes_flow_while_the_event_loop_is_blocked(tmp_path: Path) -> None:
+    """The relay does not run on the event loop: with the loop stuck in a
+    synchronous call, 8 MiB still go through the kubelet port (TLS) and back."""
+    echo = ThreadEcho()
+    runner, port, trust, _view = await _tls_node(tmp_path, echo.url)
+    payload = os.urandom(8 * 1024 * 1024)
+    upgraded, loop_blocked, done = threading.Event(), threading.Event(), threading.Event()
+    got: list[bytes] = []
+
+    def client() -> None:
+        sock = _blocking_stream(port, trust, "/exec/default/web/main?input=1&output=1")
+        upgraded.set()
+        loop_blocked.wait(10)
+        sender = threading.Thread(target=sock.sendall, args=(payload,))
+        sender.start()
+        buf = bytearray()
+        while len(buf) < len(payload):
+            buf += sock.recv(1 << 20)
+        sender.join()
+        got.append(bytes(buf))
+        done.set()
+        sock.close()
+
+    t = threading.Thread(target=client)
+    try:
+        t.start()
+        for _ in range(400):  # the request and the hand-over need the loop: until the 101
+            await asyncio.sleep(0.025)
+            if upgraded.is_set():
+                break
+        loop_blocked.set()
+        finished = done.wait(30)  # blocks the event loop itself
+        assert finished, "nothing moved while the event loop was blocked"
+        assert got == [payload]
+    finally:
+        done.wait(30)
+        t.join(30)
+        await runner.cleanup()
+        echo.close()
+
+
+async def test_tls_back_pressure_and_integrity(tmp_path: Path) -> None:
+    backend = Backend()
+    runner, port, trust, _view = await _tls_node(tmp_path, await backend.start())
+    backend.mode = "flood"
+    backend.flood = 64 * 1024 * 1024
+    try:
+        r, w, head = await open_stream(port, "/exec/default/web/main?output=1", ssl_ctx=trust)
+        assert head == SWITCH
+        await asyncio.sleep(0.5)  # the client reads nothing: the runtime is held back
+        # socket buffers (loopback autotunes them to several MiB each) and the relay's
+        assert backend.flood_sent < 24 * 1024 * 1024, backend.flood_sent
+        h = hashlib.sha256()
+        got = 0
+        while data := await asyncio.wait_for(r.read(1 << 20), 10):
+            h.update(data)
+            got += len(data)
+        assert got == backend.flood and h.hexdigest() == backend.flood_digest
+        w.close()
+    finally:
+        await runner.cleanup()
+        await backend.stop()
+
+
+async def test_tls_idle_connection_is_closed(tmp_path: Path) -> None:
+    backend = Backend()
+    runner, port, trust, view = await _tls_node(tmp_path, await backend.start())
+    view.streaming_idle_timeout = 0.3
+    try:
+        r, w, _head = await open_stream(port, "/exec/default/web/main?output=1", ssl_ctx=trust)
+        w.write(b"x" * 100_000)
+        assert await r.readexactly(100_000) == b"x" * 100_000
+        t0 = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(r.read(), 5) == b""  # close_notify from the kubelet
+        assert 0.2 < asyncio.get_running_loop().time() - t0 < 2
+        w.close()
+    finally:
+        await runner.cleanup()
         await backend.stop()

@@ -563,3 +563,33 @@ async def test_on_pod_ready_after_a_caller_saw_unmounted(tmp_path: Path):
     assert env.mgr.unmounted_volumes(pod) == ["v"]
     await env.settle()
     assert env.ready == ["a"]
+
+
+def _storage_ops(plugin: str, op: str, status: str) -> float:
+    from kubelet.metrics import STORAGE_OPERATION_DURATION
+
+    h = STORAGE_OPERATION_DURATION.labels(plugin, op, status, "false")
+    return next(s.value for s in h.collect()[0].samples if s.name.endswith("_count"))
+
+
+async def test_operations_are_timed_as_upstreams_storage_operation_duration(tmp_path: Path):
+    env = Env(tmp_path)
+    plugin = env.plugin.name
+    counts = lambda: [  # noqa: E731
+        _storage_ops(plugin, "volume_mount", "success"),
+        _storage_ops(plugin, "volume_mount", "fail-unknown"),
+        _storage_ops(plugin, "volume_unmount", "success"),
+        _storage_ops(plugin, "volume_unmount", "fail-unknown"),
+    ]
+    before = counts()
+    env.plugin.fail["bad"] = "no such configmap"
+    env.mgr.add_pod(mkpod("a", fake("v"), fake("bad")))
+    await env.settle()
+    env.plugin.fail["v"] = "device busy"
+    env.mgr.remove_pod("a")
+    await env.settle()
+    got = [a - b for a, b in zip(counts(), before, strict=True)]
+    # v mounted, bad failed; both torn down and both failing (a failed set-up may
+    # have left something: it is torn down too)
+    assert got == [1, 1, 0, 2]
+    assert sorted(env.plugin.tear_downs) == [("a", "bad"), ("a", "v")]
