@@ -178,6 +178,16 @@ def _jwt_claims(token: str) -> dict[str, Any]:
 
 
 ALWAYS = {"container": {"imagePullPolicy": "Always"}}
+# How the runtime words the registry's 401: containerd 1.6, then containerd 2.
+NO_CREDENTIALS = ("401", "no basic auth credentials")
+
+
+def _refused_for_credentials(k: KubeletProcess, name: str) -> bool:
+    w = waiting(k, name)
+    message = w.get("message", "")
+    return w.get("reason") in ("ErrImagePull", "ImagePullBackOff") and any(
+        text in message for text in NO_CREDENTIALS
+    )
 
 
 def test_pulls_succeed_only_with_the_plugins_credentials(
@@ -203,13 +213,7 @@ def test_pulls_succeed_only_with_the_plugins_credentials(
     other = f"{registry.host}/nomatch/busybox:1.36"
     node.apply(pod("no-plugin", other, **ALWAYS))
 
-    def refused() -> bool:
-        w = waiting(node, "no-plugin")
-        return w.get("reason") in ("ErrImagePull", "ImagePullBackOff") and "401" in w.get(
-            "message", ""
-        )
-
-    wait_for("no-plugin refused with 401", refused, timeout=60)
+    wait_for("no-plugin refused", lambda: _refused_for_credentials(node, "no-plugin"), timeout=60)
     assert ("Failed", "Error: ErrImagePull") in events(node, "no-plugin")
 
 
@@ -238,11 +242,5 @@ def test_service_account_mode_sends_a_bound_token_and_the_annotation(
     # registry refuses the anonymous pull.
     node.apply(pod("sa-missing", image, serviceAccountName="no-identity", **ALWAYS))
 
-    def refused() -> bool:
-        w = waiting(node, "sa-missing")
-        return w.get("reason") in ("ErrImagePull", "ImagePullBackOff") and "401" in w.get(
-            "message", ""
-        )
-
-    wait_for("sa-missing refused with 401", refused, timeout=60)
+    wait_for("sa-missing refused", lambda: _refused_for_credentials(node, "sa-missing"), timeout=60)
     assert len(_requests(node, "sa")) == 1
