@@ -33,11 +33,14 @@ trap cleanup EXIT INT TERM
 if [ "$use_containerd" = private ]; then
     bash hack/parts/containerd.sh
     log "starting a private containerd with runc under $DEMO/containerd"
-    python -m kubelet.testing.containerd up --dir "$DEMO/containerd" >"$DEMO/logs/containerd-harness.log" 2>&1 &
+    # Debian's containerd 1.6 (hack/parts/containerd.sh) unless KPY_CONTAINERD says
+    # otherwise: containerd 2 is a Go build (hack/parts/containerd2.sh).
+    python -m kubelet.testing.containerd up --dir "$DEMO/containerd" --containerd "${KPY_CONTAINERD:-1.6}" \
+        >"$DEMO/logs/containerd-harness.log" 2>&1 &
     pids+=($!)
     SOCK="$DEMO/containerd/ctd.sock"
-    for _ in $(seq 300); do grep -q "containerd ready" "$DEMO/logs/containerd-harness.log" 2>/dev/null && break; sleep 0.2; done
-    grep -q "containerd ready" "$DEMO/logs/containerd-harness.log" ||
+    for _ in $(seq 300); do grep -Eq "^containerd [^ ]+ ready: " "$DEMO/logs/containerd-harness.log" 2>/dev/null && break; sleep 0.2; done
+    grep -Eq "^containerd [^ ]+ ready: " "$DEMO/logs/containerd-harness.log" ||
         { echo "containerd did not start; see $DEMO/logs/containerd-harness.log" >&2; exit 1; }
     RUNTIME="containerd with runc (private, started by this script), socket unix://$SOCK"
 elif [ "$use_containerd" = system ]; then
