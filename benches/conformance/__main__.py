@@ -1,4 +1,5 @@
 """python -m benches.conformance [--kubelet ours|upstream|both] [--focus RE] [--skip RE] [--out DIR]
+                                [--suite e2e.test|e2e-storage.test]
 
 Runs the node conformance tests of k8s.io/kubernetes (the [Conformance] specs of
 test/e2e/common/node and test/e2e/common/storage) against a one-node cluster
@@ -7,7 +8,9 @@ OUT/<kubelet>/results.json and results.md (plus the JUnit report and the logs
 of the run). Our results are compared with OUT/upstream/results.json when it
 exists: our figure is "passed where upstream passes". Exits 1 when a run
 failed (a kubelet crashed, the suite timed out) or one of our tests failed
-where upstream passed.
+where upstream passed. --suite e2e-storage.test runs test/e2e/storage instead
+(the in-tree drivers' subPath suites, the atomic-writer volumes' subPaths)
+on the same cluster; give it a --focus.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ def run_kubelets(
             skip=args.skip,
             procs=args.procs,
             timeout_s=args.timeout * 60,
+            suite=args.suite,
         )
         run = harness.run_one(opts, image_tars, run_class)
         annotate(run, upstream)
@@ -109,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kubelet", choices=["ours", "upstream", "both"], default="both")
     ap.add_argument("--focus", default=harness.CONFORMANCE_FOCUS, help="ginkgo --focus regex")
     ap.add_argument("--skip", default="", help="ginkgo --skip regex")
+    ap.add_argument(
+        "--suite",
+        choices=sorted(harness.SUITES),
+        default="e2e.test",
+        help="the e2e binary: e2e.test (test/e2e/common) or e2e-storage.test (test/e2e/storage)",
+    )
     ap.add_argument("--out", default="out/conformance", help="results go to OUT/<kubelet>/")
     ap.add_argument("--procs", type=int, default=4, help="ginkgo parallel processes")
     ap.add_argument("--timeout", type=float, default=75, help="minutes for the whole suite")
@@ -133,12 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kpy-conformance-"))
     try:
-        harness.build(kubelets)
+        harness.build(kubelets, args.suite)
         image_tars = harness.build_images(workdir / "images")
     except harness.RunFailed as err:
         print(f"conformance: {err}", file=sys.stderr)
         return 1
-    summary: dict[str, Any] = {"focus": args.focus, "skip": args.skip, "results": str(out)}
+    summary: dict[str, Any] = {
+        "suite": args.suite,
+        "focus": args.focus,
+        "skip": args.skip,
+        "results": str(out),
+    }
     status = run_kubelets(kubelets, args, out, workdir, image_tars, summary)
     records.write(started, "conformance", summary)
     return status

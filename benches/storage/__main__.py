@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=4, help="ginkgo parallel processes")
     ap.add_argument("--timeout", type=float, default=150, help="minutes for the whole suite")
     ap.add_argument("--workdir", default="", help="cluster state (default: a fresh /tmp dir)")
+    # StorageRun always runs e2e-storage.test; run_kubelets reads the choice.
+    ap.set_defaults(suite="e2e-storage.test")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:

@@ -2,8 +2,10 @@
 # e2e-storage.test: the upstream storage test suites of the pinned
 # k8s.io/kubernetes module (test/e2e/storage/testsuites) for a pre-installed
 # driver through test/e2e/storage/external (--storage.testdriver=FILE), and
-# nothing else, built into the control-plane cache next to e2e.test by a small
-# test main generated here. For benches/storage (python -m benches.storage);
+# test/e2e/storage itself (its in-tree drivers' runs of those suites and its
+# own specs, such as the atomic-writer volumes' subPaths), and nothing else,
+# built into the control-plane cache next to e2e.test by a small test main
+# generated here. For benches/storage (python -m benches.storage);
 # not part of CI (run by hand or through the bench).
 #
 #   hack/parts/csi/build-e2e.sh        prints the bin dir (not a CI part: hack/test.sh runs hack/parts/*.sh only)
@@ -24,11 +26,11 @@ conf="$SRC/e2econformance/conformance_test.go"
 MAIN="$(sed -e 's/^package e2econformance/package e2estorage/' \
     -e 's|^// Package e2econformance .*|// Package e2estorage runs the storage suites of k8s.io/kubernetes for --storage.testdriver drivers.|' \
     -e '/^\/\/ (test\/e2e\/common/d' \
-    -e 's|_ "k8s.io/kubernetes/test/e2e/common/node"|_ "k8s.io/kubernetes/test/e2e/storage/external"|' \
+    -e 's|_ "k8s.io/kubernetes/test/e2e/common/node"|_ "k8s.io/kubernetes/test/e2e/storage"\n\t_ "k8s.io/kubernetes/test/e2e/storage/external"|' \
     -e '/_ "k8s.io\/kubernetes\/test\/e2e\/common\/storage"/d' \
     -e 's/func TestConformance(/func TestStorage(/' \
     -e 's/"node conformance", suiteConfig/"storage", suiteConfig/' "$conf")"
-grep -q 'storage/external' <<<"$MAIN" || { echo "could not derive the storage test main from $conf" >&2; exit 1; }
+grep -q 'storage/external' <<<"$MAIN" && grep -q 'test/e2e/storage"' <<<"$MAIN" || { echo "could not derive the storage test main from $conf" >&2; exit 1; }
 stamp="$(printf '%s' "$MAIN" | sha256sum | cut -c1-16)"
 if [ -x "$OUT/bin/e2e-storage.test" ] && [ "$(cat "$OUT/bin/.e2e-storage.test.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$OUT/bin"
@@ -40,7 +42,7 @@ flock 9
 cd "$SRC"
 mkdir -p e2estorage
 printf '%s\n' "$MAIN" >e2estorage/storage_test.go
-log "building e2e-storage.test (test/e2e/storage/testsuites via storage/external) $K8S_VERSION"
+log "building e2e-storage.test (test/e2e/storage and storage/external) $K8S_VERSION"
 GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
 minor="${K8S_VERSION#v1.}"
 minor="${minor%%.*}"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benches.conformance import harness, results
+from kubelet.testing.controlplane import ControlPlane
 
 JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="5" failures="2">
@@ -82,3 +83,26 @@ def test_a_crashed_kubelet_fails_the_run_with_its_last_lines(tmp_path: Path) -> 
     assert "exited with 3" in text
     assert text.rstrip().endswith("panic: boom")
     assert "line 99" in text and "line 10\n" not in text
+
+
+def _suite_in_argv(tmp_path: Path, opts: harness.Options) -> list[str]:
+    run = harness.Run(opts, {})
+    run.cp = ControlPlane(str(tmp_path / "cp"), admin_kubeconfig=str(tmp_path / "admin"))
+    argv = run.ginkgo_argv()
+    # The binary is ginkgo's last positional argument before "--".
+    return [a for a in argv[: argv.index("--")] if a.endswith(".test")]
+
+
+def test_the_suite_option_selects_the_e2e_binary_ginkgo_runs(tmp_path: Path) -> None:
+    default = harness.Options(kubelet="ours", workdir=tmp_path)
+    assert _suite_in_argv(tmp_path, default) == [str(harness.BIN / "e2e.test")]
+    storage = harness.Options(kubelet="upstream", workdir=tmp_path, suite="e2e-storage.test")
+    assert _suite_in_argv(tmp_path, storage) == [str(harness.BIN / "e2e-storage.test")]
+    # Only a binary a recipe builds is accepted, before anything starts.
+    r = subprocess.run(
+        [sys.executable, "-m", "benches.conformance", "--suite", "e2e_node.test"],
+        capture_output=True,
+        text=True,
+        cwd=harness.REPO,
+    )
+    assert r.returncode == 2 and "invalid choice: 'e2e_node.test'" in r.stderr
