@@ -28,12 +28,10 @@ from kubelet.events import Recorder
 from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet_getters import SyncLoopHeartbeat
 from kubelet.kubelet_node_status import RegisteredNode
+from kubelet.kubelet_node_subsystems import build_gc, build_host, build_node_status
 from kubelet.kubelet_pods import setup_data_dirs
 from kubelet.kubelet_subsystems import (
     Node,
-    build_gc,
-    build_host,
-    build_node_status,
     build_pods,
     build_probes,
     build_resource_managers,
@@ -74,8 +72,8 @@ HOUSEKEEPING_PERIOD = 2.0
 
 
 class Kubelet:
-    """Composition root and loops: builds the subsystems (kubelet_subsystems.py)
-    in order, feeds the syncLoop from the pod sources, the PLEG, sync requests
+    """Composition root and loops: builds the subsystems (kubelet_subsystems.py,
+    then kubelet_node_subsystems.py) in order, feeds the syncLoop from the pod sources, the PLEG, sync requests
     and the timers, and hands each pod's work to its pod worker. What is done
     to a pod lives in pod_sync.py."""
 

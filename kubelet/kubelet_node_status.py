@@ -200,6 +200,6 @@ class NodeStatusManager:
                 return
             try:
                 await self.sync_once()
-            except Exception as err:
+            except Exception as err:  # the status loop must outlive one failed update
                 # Upstream retries 5 times within one period; the next tick retries anyway.
                 log.warning("Error updating node status, will retry: %s", err)

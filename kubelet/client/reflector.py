@@ -102,8 +102,8 @@ class Reflector:
                 log.warning("list/watch %s failed: %s", self.path, err)
                 await self._sleep(stop, backoff)
                 backoff = min(backoff * 2, 30.0)
-            except Exception as err:
-                # Connection trouble: resume the watch from the last version seen.
+            except Exception as err:  # the watch loop must survive: logged, then retried
+                # Mostly connection trouble: resume the watch from the last version seen.
                 # A watch that worked (an event, or open a second) and then broke
                 # resumes at once, as client-go's does; only one that fails
                 # straight away (or a list) backs off, so a connection cut every

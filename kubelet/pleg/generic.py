@@ -112,9 +112,8 @@ class GenericPLEG:
                 async with sem:
                     try:
                         status = await self.get_status(u)
-                    except Exception as err:
-                        # One pod's failure must not fail the relist: keep its old
-                        # status and look again next relist.
+                    except Exception as err:  # one pod must not fail the relist
+                        # Keep its old status and look again next relist.
                         log.warning("PLEG: failed to inspect pod %s: %s", u, err)
                         self._reinspect.add(u)
                         old, _ = self.cache.get(u)

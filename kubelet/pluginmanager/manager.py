@@ -132,7 +132,7 @@ class PluginManager:
             await coro
         except asyncio.CancelledError:
             raise
-        except Exception as err:
+        except Exception as err:  # any handler failure: logged, retried with back-off
             prev = self._backoff.get(path)
             duration = INITIAL_BACKOFF if prev is None else min(prev[1] * 2, MAX_BACKOFF)
             self._backoff[path] = (self.clock.monotonic() + duration, duration)
@@ -175,7 +175,7 @@ class PluginManager:
         versions = list(info.supported_versions)
         try:
             handler.validate_plugin(info.name, endpoint, versions)
-        except Exception as err:
+        except PluginError as err:
             await self._refuse(stub, f"plugin validation failed with err: {err}")
         # In the actual state before register_plugin runs, so a socket removed
         # meanwhile is deregistered once it returns.
@@ -183,7 +183,7 @@ class PluginManager:
         self.actual[path] = plugin
         try:
             await handler.register_plugin(info.name, endpoint, versions, None)
-        except Exception as err:
+        except Exception as err:  # any error refuses the plugin (PluginHandler's contract)
             if self.actual.get(path) is plugin:
                 del self.actual[path]
             await self._refuse(stub, f"plugin registration failed with err: {err}")

@@ -171,7 +171,7 @@ async def _bounded(queries: list[tuple[str, RemoteQuery]]) -> list[tuple[str, Vo
                 return await q()
             except FileNotFoundError:
                 return None
-            except Exception as err:
+            except Exception as err:  # one driver's trouble must not drop the others' figures
                 log.warning("volume stats from the driver failed: %s", err)
                 return None
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from kubelet.client.rest import APIError
+from kubelet.client.rest import API_ERRORS, APIError
 from kubelet.util import mountutil
 from kubelet.volume import MountedVolume, Pod, Resolution, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
@@ -91,7 +91,7 @@ class PVCPlugin:
             )
         try:
             pvc = await self._get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
             ) from err
@@ -110,7 +110,7 @@ class PVCPlugin:
             )
         try:
             pv = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
-        except Exception as err:
+        except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
             ) from err

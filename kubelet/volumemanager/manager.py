@@ -6,7 +6,8 @@ pod each 100 ms, this one is driven by a set of dirty pod UIDs and a timer
 heap (back-off expiries, periodic remounts), so a node with 5,000 quiet pods
 costs nothing between changes. Each set-up or tear-down runs as its own task,
 one per volume at a time, with upstream's exponential back-off per failing
-volume, so a slow or failing volume never holds up another.
+volume, so a slow or failing volume never holds up another. What each
+operation does with the plugins and the disk is in operation_generator.py.
 
 After a restart, `reconstruct()` (run() does it first) records the volume
 dirs found on disk; a pod added later claims them without setting them up
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import os
 import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -27,8 +27,7 @@ from typing import Any
 from kubelet.types import ObjectReference, object_ref
 from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
-from kubelet.volume import util as volume_util
+from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin
 from kubelet.volumemanager.cache import (
     ActualStateOfWorld,
     DesiredStateOfWorld,
@@ -38,12 +37,13 @@ from kubelet.volumemanager.cache import (
     State,
     VolumeToMount,
 )
-from kubelet.volumemanager.hooks import (
-    AdoptingPlugin,
-    DirMountPlugin,
-    ExternalPathPlugin,
-    Resolution,
-    ResolvingPlugin,
+from kubelet.volumemanager.hooks import ExternalPathPlugin, Resolution, ResolvingPlugin
+from kubelet.volumemanager.operation_generator import (
+    adopt,
+    apply_resolution,
+    set_up,
+    tear_down,
+    volume_to_mount,
 )
 from kubelet.volumemanager.operations import (
     INITIAL_BACKOFF,
@@ -54,7 +54,6 @@ from kubelet.volumemanager.operations import (
     PendingOperations,
 )
 from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
-from kubelet.volumemanager.subpath import clean_subpaths
 
 log = logging.getLogger(__name__)
 
@@ -69,18 +68,9 @@ RESOLVE_BACKOFF = (0.1, 2.0)
 REMOUNT_PERIOD = 60.0
 REMOUNT_JITTER = 0.2  # up to +20 %, so pods added together do not remount together
 
-# Volume sources no plugin here will ever serve, with the reason.
-_NOT_SUPPORTED = {
-    "image": "image volumes are not supported by this kubelet",
-}
-
 
 def _uid(pod: Pod) -> str:
     return str(pod["metadata"]["uid"])
-
-
-def _volume_type(spec: VolumeSpec) -> str:
-    return next((k for k in spec if k != "name"), "")
 
 
 class VolumeManagerImpl:
@@ -138,7 +128,7 @@ class VolumeManagerImpl:
             return
         volumes: dict[str, VolumeToMount] = {}
         for spec in pod["spec"].get("volumes") or []:
-            vol = self._volume_to_mount(uid, spec)
+            vol = volume_to_mount(self.plugins, self.host, uid, spec)
             volumes[vol.name] = vol
         entry = PodToMount(uid=uid, pod=pod, volumes=volumes)
         self.dsw.pods[uid] = entry
@@ -353,23 +343,10 @@ class VolumeManagerImpl:
     async def _set_up(
         self, key: OpKey, want: PodToMount, vol: VolumeToMount, remount: bool
     ) -> None:
-        plugin = vol.plugin
-        assert plugin is not None
         mounted: MountedVolume | None = None
         error = ""
         try:
-            if isinstance(plugin, ExternalPathPlugin):
-                mounted = await plugin.set_up_volume(want.pod, vol.spec, vol.dir)
-            elif isinstance(plugin, DirMountPlugin):
-                mounted = await plugin.set_up_at(want.pod, vol.spec, vol.dir, remount)
-            else:
-                await plugin.set_up(want.pod, vol.spec, vol.dir)
-                mounted = MountedVolume(
-                    name=vol.name,
-                    host_path=vol.dir,
-                    read_only=plugin.read_only,
-                    selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
-                )
+            mounted = await set_up(want.pod, vol, remount)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise
@@ -457,7 +434,7 @@ class VolumeManagerImpl:
             raise
         except VolumeError as err:
             error = str(err)
-        except Exception as err:
+        except Exception as err:  # a plugin bug must not kill the reconciler: retried
             log.exception("volume %s of pod %s: resolve raised", vol.name, want.uid)
             error = str(err) or type(err).__name__
         self.ops.finish(key)
@@ -465,7 +442,7 @@ class VolumeManagerImpl:
             self.ops.succeeded(key, MOUNT)
             return
         if not error and res is not None:
-            error = self._apply_resolution(want, vol, res)
+            error = apply_resolution(self._by_name, self.host, want.uid, want.volumes, vol, res)
         if error:
             self._mount_failed(key, want, vol, error, RESOLVE_BACKOFF)
         else:
@@ -473,24 +450,6 @@ class VolumeManagerImpl:
             vol.resolved = True
             self._claim_found(want, vol)
         self._mark_dirty(want.uid)
-
-    def _apply_resolution(self, want: PodToMount, vol: VolumeToMount, res: Resolution) -> str:
-        """Hand the volume to the plugin named; an error text when it cannot be."""
-        target = self._by_name.get(res.plugin_name)
-        if target is None:
-            return f'volume plugin "{res.plugin_name}" is not available in this kubelet'
-        key = (res.plugin_name, res.dir_name)
-        clash = next((v.name for v in want.volumes.values() if v is not vol and v.key == key), None)
-        if clash is not None:
-            return f"volume {vol.name} and volume {clash} use the same directory {res.dir_name}"
-        try:
-            dir = self.host.pod_volume_dir(want.uid, res.plugin_name, res.dir_name)
-        except ValueError as err:
-            return str(err)
-        vol.plugin, vol.plugin_name, vol.spec = target, res.plugin_name, res.spec
-        vol.dir_name = res.dir_name
-        vol.dir = dir
-        return ""
 
     # ----------------------------------------------------------- tear-down
 
@@ -507,21 +466,8 @@ class VolumeManagerImpl:
     async def _tear_down(self, key: OpKey, uid: str, entry: MountedEntry) -> None:
         plugin = self._by_name.get(entry.plugin_name)
         error = ""
-        pod_dir = os.path.join(self.host.root_dir, "pods", uid)
-        loop = asyncio.get_running_loop()
         try:
-            # subPath mounts first: they hold the volume's content.
-            # A claim's dir is named after its PV; its subPaths after the pod's volume.
-            outer = entry.volume.name if entry.volume is not None else entry.name
-            try:
-                await loop.run_in_executor(None, clean_subpaths, pod_dir, outer)
-            except OSError as err:
-                raise VolumeError(f"error cleaning subPath mounts: {err}") from err
-            if plugin is not None:
-                await plugin.tear_down(uid, entry.name, entry.dir)
-            # Whatever the plugin left (or all of it, for a plugin this kubelet
-            # does not have), then the empty volumes/<plugin> dirs above it.
-            await loop.run_in_executor(None, _clean_volume_dir, entry.dir, pod_dir, self.mountinfo)
+            await tear_down(plugin, uid, entry, self.host.root_dir, self.mountinfo)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise
@@ -548,25 +494,6 @@ class VolumeManagerImpl:
 
     # ------------------------------------------------------------- helpers
 
-    def _volume_to_mount(self, uid: str, spec: VolumeSpec) -> VolumeToMount:
-        name = str(spec.get("name", ""))
-        vtype = _volume_type(spec)
-        plugin = None
-        if vtype not in _NOT_SUPPORTED:
-            plugin = next((p for p in self.plugins if p.can_support(spec)), None)
-        if plugin is None:
-            reason = _NOT_SUPPORTED.get(
-                vtype, f'volume type "{vtype}" is not supported by this kubelet'
-            )
-            return VolumeToMount(name, spec, None, "", "", unsupported=reason)
-        try:
-            dir = self.host.pod_volume_dir(uid, plugin.name, name)
-        except ValueError as err:
-            return VolumeToMount(name, spec, None, "", "", unsupported=str(err))
-        return VolumeToMount(
-            name, spec, plugin, plugin.name, dir, resolved=not isinstance(plugin, ResolvingPlugin)
-        )
-
     def _add_found(self, fv: FoundVolume) -> int:
         have = self.asw.pods.setdefault(fv.pod_uid, PodMounts())
         key = (fv.plugin_name, fv.name)
@@ -585,33 +512,14 @@ class VolumeManagerImpl:
         entry = have.entries.get(vol.key) if have is not None else None
         if entry is None or entry.state is not State.FOUND or vol.plugin is None:
             return
-        plugin = vol.plugin
-        if isinstance(plugin, ExternalPathPlugin):
-            # Its content is elsewhere: a dir of its own on disk is stale.
-            entry.state = State.UNCERTAIN
+        adopted = adopt(vol, entry)
+        if adopted is None:
             return
-        if isinstance(plugin, AdoptingPlugin) and not plugin.can_adopt(
-            vol.spec, entry.dir, entry.fstype
-        ):
-            entry.state = State.UNCERTAIN  # set up again over it
-            return
-        adopted = MountedVolume(
-            name=vol.name,
-            host_path=entry.dir,
-            read_only=plugin.read_only,
-            selinux_relabel=bool(getattr(plugin, "selinux_relabel", False)),
-        )
-        if isinstance(plugin, DirMountPlugin):
-            found = plugin.adopt(vol.spec, entry.dir)
-            if found is None:
-                entry.state = State.UNCERTAIN  # set up again over it
-                return
-            adopted = found
         assert have is not None
         entry.state = State.MOUNTED
         have.entries.pop(("", vol.name), None)
         entry.volume = adopted
-        if plugin.requires_remount:
+        if vol.plugin.requires_remount:
             # Its objects may have changed while the kubelet was down.
             vol.remount_requested = True
             self._mark_dirty(want.uid)
@@ -667,10 +575,3 @@ class VolumeManagerImpl:
             "actual_pods": len(self.asw.pods),
             "timers": len(self._timers),
         }
-
-
-def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
-    if not dir:
-        return
-    volume_util.unmount_and_remove(dir, "remove", mountinfo)
-    mountutil.remove_empty_parents(dir, pod_dir)

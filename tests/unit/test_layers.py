@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, list[str]]] = [
                             "server/"]),
     ("kubelet", ["pod_workers.py", "pod_sync.py", "kubelet_pods.py", "kubelet_getters.py",
                  "kubelet_node_status.py", "runtime_state.py", "active_pods.py"]),
-    ("composition", ["kubelet_subsystems.py", "kubelet.py", "dependencies.py"]),
+    ("composition", ["kubelet_subsystems.py", "kubelet_node_subsystems.py", "kubelet.py",
+                     "dependencies.py"]),
     ("entry points", ["cmd/", "__main__.py", "testing/"]),
 ]  # fmt: skip
 

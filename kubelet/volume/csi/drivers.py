@@ -139,7 +139,7 @@ class RegistrationHandler:
             info = await driver.client.node_get_info(timeout or self.timeout)
             if self.nodeinfo is not None:
                 await self.nodeinfo.install_driver(name, info)
-        except Exception:
+        except Exception:  # not hidden: re-raised once the half registration is undone
             await self._unregister(name, driver)
             raise
         log.info("CSI driver %s registered: node ID %s, max volumes %d, topology %s",
@@ -161,5 +161,5 @@ class RegistrationHandler:
         if self.nodeinfo is not None:
             try:
                 await self.nodeinfo.uninstall_driver(name)
-            except Exception as err:
+            except Exception as err:  # the driver is gone whatever the API server said
                 log.error("Removing CSI driver %s from the node info failed: %s", name, err)

@@ -55,7 +55,7 @@ class NodeInfoManager:
                 self.init_error = None
                 self.initialized.set()
                 return
-            except Exception as err:
+            except Exception as err:  # retried until it works: CSI volumes wait for it
                 self.init_error = f"failed to initialize CSINode: {err}"
                 log.warning("Failed to initialize CSINode: %s", err)
             try:

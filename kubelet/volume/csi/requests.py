@@ -11,7 +11,7 @@ import datetime
 import json
 from typing import Any
 
-from kubelet.client.rest import APIClient, APIError
+from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.token.manager import BoundObjectRef, TokenManager, TokenRequestSpec
 from kubelet.volume import Pod, VolumeError
 from kubelet.volume.csi import csidriver
@@ -69,6 +69,11 @@ async def volume_context(
     return attrs
 
 
+# What TokenManager.get_service_account_token raises: its own RuntimeError
+# (no API server, no token in the answer) or the API call's failure.
+_TOKEN_ERRORS: tuple[type[Exception], ...] = (RuntimeError, *API_ERRORS)
+
+
 async def _tokens(pod: Pod, requests: list[dict[str, Any]], tokens: TokenManager | None) -> str:
     if tokens is None:
         raise VolumeError("service account tokens for the CSI driver need an API server")
@@ -85,7 +90,7 @@ async def _tokens(pod: Pod, requests: list[dict[str, Any]], tokens: TokenManager
         )
         try:
             tok = await tokens.get_service_account_token(str(meta.get("namespace")), sa, spec)
-        except Exception as err:
+        except _TOKEN_ERRORS as err:
             raise VolumeError(f"failed to get service account token attributes: {err}") from err
         expires = datetime.datetime.fromtimestamp(tok.expiration, datetime.UTC)
         out[audience] = {

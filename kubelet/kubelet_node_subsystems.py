@@ -1,0 +1,226 @@
+"""The node-wide subsystems, built after the pod workers (the rest of
+NewMainKubelet in kubelet.go): node status (stats, node-pressure eviction,
+graceful shutdown, the Node object), garbage collection, and what the
+kubelet's servers read of this node. Same rules as kubelet_subsystems.py:
+each builder reads only what was built before it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kubelet.eviction.eviction_manager import EvictionManager
+from kubelet.features import Feature
+from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
+from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
+from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
+from kubelet.kuberuntime import legacy
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, NodeEvent
+from kubelet.logs.container_log_manager import ContainerLogManager
+from kubelet.nodeshutdown.manager import NodeShutdownManager
+from kubelet.nodestatus.machine import machine_info
+from kubelet.nodestatus.setters import NodeInputs
+from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.stats.cadvisor import cadvisor_registry
+from kubelet.stats.ephemeral import EphemeralStorageStats
+from kubelet.stats.provider import StatsProvider, resource_registry
+from kubelet.status import generate
+from kubelet.status.disruption import KubeletTermination
+from kubelet.types import Pod, PodCondition, object_ref, uid
+
+
+# ----------------------------------------------------------- node status
+class _EvictionTarget:
+    """What node-pressure eviction and graceful node shutdown read and act on:
+    the active pods, and how one is killed and reported."""
+
+    def __init__(self, node: Node, pods: Pods, workers: Workers) -> None:
+        self.node = node
+        self.pods = pods
+        self.workers = workers
+
+    def active_pods(self) -> list[Pod]:
+        """Admitted pods that are not finished or being killed."""
+        out = []
+        for p in self.pods.manager.pods():
+            u = uid(p)
+            if (
+                u in self.pods.rejected
+                or self.workers.syncer.is_evicted(u)
+                or self.workers.workers.is_terminating(u)
+            ):
+                continue
+            st = self.pods.status.get(u) or {}
+            if st.get("phase") not in ("Succeeded", "Failed"):
+                out.append(p)
+        return out
+
+    async def evict(
+        self, pod: Pod, grace: int, reason: str, message: str,
+        condition: PodCondition | None = None,
+    ) -> None:  # fmt: skip
+        u, status = uid(pod), self.pods.status
+        self.workers.syncer.mark_evicted(u, reason, message)
+        self.pods.admitter.release(u)
+        old = status.get(u) or {}
+        new = generate.failed_status(old, pod, reason, message, condition, status.tracking)
+        status.set_pod_status(u, new, pod)
+        self.workers.workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+
+    async def kill_now(self, pod: Pod, grace: int, why: KubeletTermination) -> None:
+        """killPodNow: stop the pod with this grace period and final status;
+        returns once its containers are stopped, raises TimeoutError when that
+        takes more than 1.5 x grace (at least 10 s)."""
+        u, workers = uid(pod), self.workers.workers
+        self.workers.syncer.mark_terminated_by_kubelet(u, why)
+        self.pods.admitter.release(u)
+        workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
+        if not await workers.wait_terminated(u, max(grace + grace // 2, 10)):
+            msg = "Container runtime did not kill the pod within specified grace period."
+            if self.node.recorder is not None:
+                self.node.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
+            raise TimeoutError("timeout waiting to kill pod")
+
+    def pods_for_shutdown(self) -> list[Pod]:
+        """Admitted pods whose containers may still run, those being killed
+        included (a shutdown may shorten their grace period)."""
+        states = self.pods.worker_states
+        return [
+            p for p in self.pods.manager.pods()
+            if uid(p) not in self.pods.rejected and states.could_have_running_containers(uid(p))
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    stats: StatsProvider
+    eviction: EvictionManager
+    # Graceful node shutdown; None when its gate is off or no period is set.
+    shutdown: NodeShutdownManager | None
+    # Set to have the node status reported now rather than on its period.
+    due: asyncio.Event
+    # Registration and status updates in cluster mode (None standalone).
+    reporter: NodeStatusManager | None
+    # Admitted pods that are not finished or being killed (admission's count).
+    active_pods: Callable[[], list[Pod]]
+
+    def readiness(self, runtime: Runtime) -> str | None:
+        """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
+        shutdown = self.shutdown.shutdown_status() if self.shutdown is not None else None
+        return runtime.readiness() or shutdown
+
+
+def build_node_status(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    runtime: Runtime,
+    workers: Workers,
+    inputs: tuple[NodeInputs | None, RegisteredNode],
+) -> NodeStatus:
+    """Pod and node usage from the Cython parsers (/stats/summary,
+    /metrics/resource), node-pressure eviction, and the Node object's status."""
+    cfg = node.config
+    stats = StatsProvider(
+        pods.manager.pods, node.root_dir, node.name, cfg.cgroup_root,
+        volume_usage=volumes.stats.usage,
+        pod_status=lambda u: pods.cache.get(u)[0],
+        container_resources=runtime.manager.resources,
+        psi=node.features.enabled(Feature.KubeletPSI),
+    )  # fmt: skip
+    # Local storage limits measured for the pods that have them.
+    ephemeral = EphemeralStorageStats(
+        runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
+        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
+    )  # fmt: skip
+    target = _EvictionTarget(node, pods, workers)
+    eviction = EvictionManager(
+        cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
+        recorder=node.recorder, volume_usage=volumes.bytes_used,
+        local_storage_usage=ephemeral.measure,
+    )  # fmt: skip
+    due = asyncio.Event()
+    shutdown = NodeShutdownManager.from_config(
+        cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
+        on_status_change=due.set, node_event=node.event,
+    )  # fmt: skip
+    static, registered = inputs
+    reporter = None
+    if node.kube_client is not None and static is not None:
+        readers = replace(
+            static,
+            runtime_version=lambda: runtime.state.runtime_version,
+            readiness_checks=[runtime.readiness, volumes.csi.readiness]
+            + ([shutdown.shutdown_status] if shutdown is not None else []),
+            images=lambda: runtime.state.node_images,
+            memory_pressure=lambda: eviction.under("MemoryPressure"),
+            disk_pressure=lambda: eviction.under("DiskPressure"),
+            pid_pressure=lambda: eviction.under("PIDPressure"),
+            # CSI: volumes attached or staged, and a staging that waits to be reported.
+            volumes_in_use=volumes.csi.volumes_in_use,
+            volumes_reported=volumes.csi.volumes_reported,
+            urgent=volumes.csi.report_needed,
+        )
+        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
+
+
+# -------------------------------------------------------------------- GC
+@dataclass(frozen=True)
+class GarbageCollectors:
+    """StartGarbageCollection, and container log rotation."""
+
+    containers: ContainerGC
+    images: ImageGCManager
+    logs: ContainerLogManager
+
+
+def build_gc(
+    node: Node, pods: Pods, workers: Workers, runtime: Runtime, sandbox_image: str
+) -> GarbageCollectors:
+    """Built once the sandbox image is known (the flag, or the runtime's answer)."""
+
+    def pod_content_needed(pod_uid: str) -> bool:
+        # False once the pod is gone from every source and its worker is done
+        # (ShouldPodContentBeRemoved upstream): its dead containers may go.
+        return pods.manager.get(pod_uid) is not None or (
+            workers.workers.could_have_running_containers(pod_uid)
+        )
+
+    rt, cfg = runtime.state.runtime, node.config
+    node_event: NodeEvent = node.event
+    return GarbageCollectors(
+        ContainerGC(rt, pod_content_needed, cfg.pod_logs_dir,
+                    sources_ready=pods.sources_ready.is_set, node_event=node_event,
+                    container_logs_dir=legacy.CONTAINER_LOGS_DIR),
+        ImageGCManager.from_config(cfg, runtime.state.images, rt, sandbox_image=sandbox_image,
+                                   node_event=node_event),
+        ContainerLogManager.from_config(cfg, rt),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------- servers
+def build_host(
+    node: Node,
+    pods: Pods,
+    runtime: Runtime,
+    node_status: NodeStatus,
+    heartbeat: SyncLoopHeartbeat,
+) -> KubeletHost:
+    """What the kubelet's servers read of this node."""
+    cfg = node.config
+    return KubeletHost(
+        pods.manager,
+        pods.status,
+        runtime.state.runtime,
+        node_status.stats,
+        resource_registry(node_status.stats),
+        cadvisor_registry(node_status.stats, machine_info()),
+        sync_frequency=float(cfg.sync_frequency),
+        streaming_idle_timeout=float(cfg.streaming_connection_idle_timeout),
+        last_loop=heartbeat.last_beat,
+        pleg_healthy=runtime.pleg.healthy,
+        clock=node.clock,
+    )
