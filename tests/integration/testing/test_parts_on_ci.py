@@ -46,6 +46,9 @@ def broken_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         (bin_dir / name).write_text(FAKE)
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    # The flavour whose binaries are looked up on PATH, where the fakes stand
+    # (containerd 2's come from the build cache); the fixture's path is the same.
+    monkeypatch.setenv("KPY_CONTAINERD", "1.6")
     work = tmp_path / "run"
     work.mkdir()
     yield work
