@@ -35,6 +35,10 @@ def mirror_matches(static: Pod, mirror: Pod) -> bool:
     ].get("deletionTimestamp")
 
 
+class NodeNotRegistered(Exception):
+    """The mirror pod's owner, the Node, is not known yet: created on a later sync."""
+
+
 class MirrorClient:
     def __init__(self, client: APIClient, node_name: str, node_uid: Callable[[], str | None]):
         self.client = client
@@ -70,7 +74,7 @@ class MirrorClient:
 
     async def create(self, static: Pod) -> None:
         if not self.node_uid():
-            raise RuntimeError("the Node is not registered yet; mirror pod creation waits")
+            raise NodeNotRegistered("the Node is not registered yet; mirror pod creation waits")
         try:
             await self.client.create(
                 f"/api/v1/namespaces/{namespace(static)}/pods", self._build(static)

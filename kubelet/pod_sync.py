@@ -26,7 +26,7 @@ from kubelet.events import Recorder
 from kubelet.kubelet_pods import make_pod_data_dirs, pod_dir
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.predicate import Admitter
-from kubelet.mirror_client import MirrorClient, mirror_matches
+from kubelet.mirror_client import MirrorClient, NodeNotRegistered, mirror_matches
 from kubelet.pod_workers import PodSyncResult, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
@@ -50,6 +50,9 @@ from kubelet.util.workqueue import PodWorkQueue
 from kubelet.volumemanager import VolumeManager
 
 log = logging.getLogger(__name__)
+
+# What creating a mirror pod can fail with, none of it fatal to the static pod.
+_MIRROR_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, NodeNotRegistered)
 
 TERMINAL = ("Succeeded", "Failed")
 DEADLINE_REASON = "DeadlineExceeded"
@@ -246,7 +249,9 @@ class KubeletPodSyncer:
             if mirror is not None:
                 await self.mirror_client.delete(mirror)
             await self.mirror_client.create(pod)
-        except API_ERRORS as err:  # the static pod runs all the same; the next sync retries
+        except _MIRROR_ERRORS as err:
+            # The static pod runs all the same (an API server away at start
+            # included); the next sync retries.
             log.warning("Failed creating a mirror pod for %s: %s", full_name(pod), err)
 
     async def delete_orphaned_mirror(self, mirror: Pod) -> None:
