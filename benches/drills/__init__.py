@@ -9,7 +9,6 @@ A drill returns a Report whose `problems` is empty when the node came through.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -289,10 +288,10 @@ def restart_containerd(ctd: Containerd, down_s: float, during: Callable[[], None
     while time.monotonic() < deadline:
         during()
         time.sleep(1)
+    assert ctd.bins is not None  # the binaries start() found: the same flavour again
     log = open(os.path.join(ctd.directory, "containerd.log"), "ab")
     ctd.proc = subprocess.Popen(
-        [shutil.which("containerd") or "containerd", "--config",
-         os.path.join(ctd.directory, "config.toml")],
+        [ctd.bins.containerd, "--config", os.path.join(ctd.directory, "config.toml")],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()

@@ -191,11 +191,12 @@ class Run:
         self.ctd.proc.wait(30)
 
     def _start_containerd(self) -> int:
-        assert self.ctd is not None
+        assert self.ctd is not None and self.ctd.bins is not None
         log = open(os.path.join(self.ctd.directory, "containerd.log"), "ab")
         with log:
             self.ctd.proc = subprocess.Popen(
-                [shutil.which("containerd") or "containerd", "--config",
+                # The binary start() found: the same flavour as before the stop.
+                [self.ctd.bins.containerd, "--config",
                  os.path.join(self.ctd.directory, "config.toml")],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
