@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     have_upstream = upstream_kubelet() is not None and not args.no_upstream
     if args.kwok and kwok.kwok_binary() is None:
-        print("kwok not built: run hack/parts/kwok.sh", file=sys.stderr)
+        print("kwok not built: run hack/bench-parts/kwok.sh", file=sys.stderr)
         return 2
     if not have_upstream and not args.no_upstream:
         print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "

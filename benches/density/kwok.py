@@ -1,6 +1,6 @@
 """kwok as the density harness's third "kubelet": the ceiling.
 
-kwok (sigs.k8s.io/kwok, built by hack/parts/kwok.sh) manages one Node object and
+kwok (sigs.k8s.io/kwok, built by hack/bench-parts/kwok.sh) manages one Node object and
 the pods bound to it with no runtime at all: its Stages mark a pod Running in one
 status write as soon as it sees it. Its time to all Running for N pods is what the
 API server and etcd on this machine allow; the ratios ours/kwok and upstream/kwok
@@ -49,7 +49,7 @@ def node_object(name: str) -> dict[str, Any]:
 
 def write_config(path: Path) -> Path:
     """kwok's configuration: its options, then the Stages of the module it was
-    built from (hack/parts/kwok.sh copied them next to the binary)."""
+    built from (hack/bench-parts/kwok.sh copied them next to the binary)."""
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -77,7 +77,7 @@ def write_config(path: Path) -> Path:
 def start(run_dir: Path, kubeconfig: str, node: str, port: int) -> subprocess.Popen[bytes]:
     binary = kwok_binary()
     if binary is None:
-        raise RuntimeError("kwok not built (hack/parts/kwok.sh)")
+        raise RuntimeError("kwok not built (hack/bench-parts/kwok.sh)")
     config = write_config(run_dir / "kwok.yaml")
     argv = [
         binary, f"--kubeconfig={kubeconfig}", f"--config={config}",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # kwok (sigs.k8s.io/kwok) built with Go from its module, for the density harness's
 # ceiling: a "kubelet" that drives pods on the control plane with no runtime at all.
+# Bench-only: not under hack/parts/, so hack/test.sh (and CI) does not build it; no
+# test needs it.
 # Built through a small module of our own into the cache dir, like metrics-server,
 # under a lock (two harnesses may ask at once).
 set -euo pipefail
