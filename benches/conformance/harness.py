@@ -58,6 +58,31 @@ SUITES = {
 }
 
 
+def ginkgo_run(
+    procs: int, timeout_s: float, focus: str, skip: str, label_filter: str, output_dir: Path
+) -> list[str]:
+    """`ginkgo run` with the options both harnesses give it, up to the suite binary."""
+    argv = [
+        str(BIN / "ginkgo"),
+        "run",
+        f"--procs={procs}",
+        f"--timeout={int(timeout_s)}s",
+        f"--focus={focus}",
+        "--no-color",
+        # A spec quiet for this long has its goroutines dumped to the log:
+        # what a hang is waiting on.
+        "--poll-progress-after=5m",
+        "--poll-progress-interval=5m",
+        f"--output-dir={output_dir}",
+        "--junit-report=junit.xml",
+    ]
+    if skip:
+        argv.append(f"--skip={skip}")
+    if label_filter:
+        argv.append(f"--label-filter={label_filter}")
+    return argv
+
+
 class RunFailed(Exception):
     """The run could not produce results (its message says why)."""
 
@@ -317,22 +342,7 @@ class Run:
     def ginkgo_argv(self) -> list[str]:
         assert self.cp is not None
         o = self.opts
-        argv = [
-            str(BIN / "ginkgo"),
-            "run",
-            f"--procs={o.procs}",
-            f"--timeout={int(o.timeout_s)}s",
-            f"--focus={o.focus}",
-            "--no-color",
-            # A spec quiet for this long has its goroutines dumped to the log:
-            # what a hang is waiting on.
-            "--poll-progress-after=5m",
-            "--poll-progress-interval=5m",
-            f"--output-dir={self.dir}",
-            "--junit-report=junit.xml",
-        ]
-        if o.skip:
-            argv.append(f"--skip={o.skip}")
+        argv = ginkgo_run(o.procs, o.timeout_s, o.focus, o.skip, "", self.dir)
         argv += [
             str(self.suite_binary()),
             "--",

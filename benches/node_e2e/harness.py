@@ -35,6 +35,7 @@ from benches.conformance.harness import (
     K8S_VERSION,
     REPO,
     RunFailed,
+    ginkgo_run,
     k8s_source,
     log_tail,
     ours_version,
@@ -238,22 +239,7 @@ class Run:
     def ginkgo_argv(self) -> list[str]:
         assert self.ctd is not None
         o = self.opts
-        argv = [
-            str(BIN / "ginkgo"),
-            "run",
-            f"--procs={o.procs}",
-            f"--timeout={int(o.timeout_s)}s",
-            f"--focus={o.focus}",
-            "--no-color",
-            "--poll-progress-after=5m",
-            "--poll-progress-interval=5m",
-            f"--output-dir={self.dir}",
-            "--junit-report=junit.xml",
-        ]
-        if o.skip:
-            argv.append(f"--skip={o.skip}")
-        if o.label_filter:
-            argv.append(f"--label-filter={o.label_filter}")
+        argv = ginkgo_run(o.procs, o.timeout_s, o.focus, o.skip, o.label_filter, self.dir)
         argv += [
             str(self._suite_binary()),
             "--",

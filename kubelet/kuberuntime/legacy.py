@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 
+from kubelet.util import filesystem
+
 log = logging.getLogger(__name__)
 
 CONTAINER_LOGS_DIR = "/var/log/containers"
@@ -25,7 +27,8 @@ def log_symlink(
     """The link's path; None when a name could leave the directory (never for
     names the API server validated)."""
     parts = (pod_name, namespace, container_name, container_id)
-    if any(not p or "/" in p or "\0" in p for p in parts) or pod_name.startswith("."):
+    # A leading dot would hide the link from log shippers' globs, as upstream refuses.
+    if not all(filesystem.is_component(p) for p in parts) or pod_name.startswith("."):
         return None
     name = f"{pod_name}_{namespace}_{container_name}-{container_id}"
     return os.path.join(logs_dir, name[: MAX_NAME_LEN - len(LOG_SUFFIX)] + LOG_SUFFIX)
