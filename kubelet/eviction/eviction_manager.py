@@ -42,7 +42,6 @@ from kubelet.types import (
     Pod,
     PodCondition,
     is_critical,
-    is_static,
     name,
     namespace,
     object_ref,
@@ -55,6 +54,8 @@ from kubelet.util.quantity import parse_quantity, to_bytes
 log = logging.getLogger(__name__)
 
 MONITORING_PERIOD = 10.0
+# The taint the node lifecycle controller sets under MemoryPressure.
+MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
 # signal -> the node condition it drives
 CONDITIONS = {
     "memory.available": "MemoryPressure",
@@ -193,10 +194,17 @@ class EvictionManager:
         return self._pressure_until.get(condition, 0.0) > self.clock()
 
     def admit(self, pod: Pod) -> Rejection | None:
-        """Under memory pressure only pods with requests get in (BestEffort is refused)."""
-        if self.under("MemoryPressure") and qos_class(pod) == "BestEffort" and not is_static(pod):
-            return Rejection("Evicted", "The node had condition: [MemoryPressure].")
-        return None
+        """Critical pods always get in. Under memory pressure alone, BestEffort pods
+        are refused unless they tolerate the memory-pressure taint; under disk or
+        PID pressure every other pod is refused."""
+        conds = [c for c in ("MemoryPressure", "DiskPressure", "PIDPressure") if self.under(c)]
+        if not conds or is_critical(pod):
+            return None
+        if conds == ["MemoryPressure"] and (
+            qos_class(pod) != "BestEffort" or _tolerates_memory_pressure(pod)
+        ):
+            return None
+        return Rejection("Evicted", f"The node had condition: [{' '.join(conds)}].")
 
     # ---------------------------------------------------------------- loop
     async def run(self, stop: asyncio.Event) -> None:
@@ -306,11 +314,14 @@ class EvictionManager:
     def _rank(
         self, pods: list[Pod], usage: Mapping[str, int], request: Callable[[Pod], int]
     ) -> Pod | None:
-        """Pods over their requests first, then lower priority, then more above request."""
+        """Pods over their requests first, then lower priority, then more above request.
+        Critical pods (static, or system-critical priority) are never chosen: a
+        node-critical pod such as a CSI or CNI plugin going would take the node's
+        volumes or network with it."""
         best: tuple[Any, ...] | None = None
         victim = None
         for p in pods:
-            if is_static(p) or uid(p) in self.evicted:
+            if is_critical(p) or uid(p) in self.evicted:
                 continue
             used = usage.get(uid(p), 0)
             req = request(p)
@@ -319,6 +330,19 @@ class EvictionManager:
             if best is None or key < best:
                 best, victim = key, p
         return victim
+
+
+def _tolerates_memory_pressure(pod: Pod) -> bool:
+    """A toleration matching the node.kubernetes.io/memory-pressure:NoSchedule taint."""
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") not in (None, "", "NoSchedule"):
+            continue
+        key, op = t.get("key") or "", t.get("operator") or "Equal"
+        if op == "Exists" and key in ("", MEMORY_PRESSURE_TAINT):
+            return True
+        if op == "Equal" and key == MEMORY_PRESSURE_TAINT and not t.get("value"):
+            return True
+    return False
 
 
 class EvictFn(Protocol):

@@ -151,6 +151,8 @@ class Deployment:
             "spec": {
                 "nodeName": self.node,
                 "hostNetwork": True,
+                # As real node plugins run: not the first to go under node pressure.
+                "priorityClassName": "system-node-critical",
                 "automountServiceAccountToken": False,
                 "terminationGracePeriodSeconds": 5,
                 "tolerations": [{"operator": "Exists"}],

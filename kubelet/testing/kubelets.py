@@ -65,6 +65,17 @@ def cluster_auth(cp: ControlPlane) -> dict[str, Any]:
     }
 
 
+# The test machine's disk may sit near upstream's default thresholds (imagefs
+# 15%, nodefs 10%), and a test's kubelet evicting its pods for the host's state
+# is noise; tests of eviction set their own.
+TEST_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "1%",
+    "nodefs.inodesFree": "1%",
+    "imagefs.available": "1%",
+}
+
+
 class KubeletProcess:
     """A kubelet command in `workdir`: its config file (`config` written there,
     or `config_file` as it is), root dir (unless given), cert dir and its own
@@ -113,7 +124,8 @@ class KubeletProcess:
                  "healthzPort": self.healthz_port}  # fmt: skip
         if config_file is None:
             config_file = workdir / "kubelet-config.yaml"
-            doc = {**CONFIG_HEADER, **({} if port_flags else ports), **(config or {})}
+            doc = {**CONFIG_HEADER, "evictionHard": TEST_EVICTION_HARD,
+                   **({} if port_flags else ports), **(config or {})}  # fmt: skip
             config_file.write_text(yaml.safe_dump(doc))
         else:
             assert config is None and port_flags, "a given config file is used as it is"

@@ -76,7 +76,8 @@ def env(containerd: Containerd, tmp_path_factory: pytest.TempPathFactory) -> Ite
         cp.kubectl("delete", "pvc", "--all", "-n", "default", "--wait=false", check=False)
         k.stop()
         cp.stop()
-        print(f"kubelet log: {k.log}")
+        kept = shutil.copy(k.log, cp_dir / "kubelet.log")  # tmp goes: keep the log
+        print(f"kubelet log: {kept}")
         parts.unmount_all_under(str(tmp))
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -180,7 +181,7 @@ def test_provisioned_volume_outlives_its_pod_and_is_unmounted_on_delete(env: Env
     assert mounted(staging / "globalmount") and mounted(target)
     assert (env.state / "volumes" / handle / "f").read_text() == "hello\n"
 
-    env.cp.kubectl("delete", "pod", "writer", "-n", "default", "--wait=true", "--timeout=120s")
+    env.cp.kubectl("delete", "pod", "writer", "-n", "default", "--wait=true", "--timeout=50s")
     # As upstream, the pod object goes only once its volumes are torn down: a
     # ReadWriteOncePod claim, or the attachment, is free when it is gone.
     assert not target.parent.exists()
@@ -196,8 +197,8 @@ def test_provisioned_volume_outlives_its_pod_and_is_unmounted_on_delete(env: Env
     wait_for("the reader to finish", lambda: phase(env, "reader") == "Succeeded", timeout=180)
     logs = env.cp.kubectl("logs", "reader", "-n", "default").stdout
     assert logs == "hello\n"
-    env.cp.kubectl("delete", "pod", "reader", "-n", "default", "--wait=true", "--timeout=120s")
-    env.cp.kubectl("delete", "pvc", "data", "-n", "default", "--wait=true", "--timeout=120s")
+    env.cp.kubectl("delete", "pod", "reader", "-n", "default", "--wait=true", "--timeout=50s")
+    env.cp.kubectl("delete", "pvc", "data", "-n", "default", "--wait=true", "--timeout=50s")
     wait_for("the PV to be deleted", lambda: gone(env, "pv", pv_name), timeout=120)
     wait_for(
         "the driver to delete the volume",
@@ -236,7 +237,7 @@ def test_generic_ephemeral_and_inline_volumes(env: Env) -> None:
     inline = env.root / "pods" / uid / "volumes/kubernetes.io~csi/inline"
     assert mounted(inline / "mount")
     assert json.loads((inline / "vol_data.json").read_text())["volumeLifecycleMode"] == "Ephemeral"
-    env.cp.kubectl("delete", "pod", "eph", "-n", "default", "--wait=true", "--timeout=120s")
+    env.cp.kubectl("delete", "pod", "eph", "-n", "default", "--wait=true", "--timeout=50s")
     assert not inline.exists()
     wait_for(
         "the claim to be collected", lambda: gone(env, "pvc", "eph-data", "-n", "default"), 120

@@ -12,12 +12,19 @@ GiB = 2**30
 MiB = 2**20
 
 
-def pod(name: str, volumes: list[dict], storage_req: str | None = None) -> dict:
+def pod(name: str, volumes: list[dict], storage_req: str | None = None, priority: int = 0) -> dict:
     res = {"requests": {"ephemeral-storage": storage_req}} if storage_req else {}
     return {
         "metadata": {"uid": name, "name": name, "namespace": "ns", "annotations": {}},
-        "spec": {"volumes": volumes, "containers": [{"name": "c", "resources": res}]},
+        "spec": {
+            "priority": priority,
+            "volumes": volumes,
+            "containers": [{"name": "c", "resources": res}],
+        },
     }
+
+
+NODE_CRITICAL = 2_000_001_000  # system-node-critical
 
 
 async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
@@ -28,12 +35,15 @@ async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
         pod("disk-hog", [{"name": "d", "emptyDir": {}}]),
         pod("tmpfs-hog", [{"name": "m", "emptyDir": {"medium": "Memory"}}]),
         pod("within-request", [{"name": "d", "emptyDir": {}}], storage_req="1Gi"),
+        # Uses the most, but a node plugin is critical: never a victim.
+        pod("csi-plugin", [{"name": "d", "emptyDir": {}}], priority=NODE_CRITICAL),
     ]
     volumes = {
         "memory-hog": {"d": 1 * MiB},
         "disk-hog": {"d": 300 * MiB},
         "tmpfs-hog": {"m": 900 * MiB},  # in memory: not on the node's disk
         "within-request": {"d": 500 * MiB},
+        "csi-plugin": {"d": 5 * GiB},
     }
     evicted: list[tuple[str, str]] = []
 
@@ -55,3 +65,8 @@ async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
     assert [n for n, _ in evicted] == ["disk-hog"]
     assert "ephemeral-storage" in evicted[0][1]
     assert m.under("DiskPressure")
+    # Under disk pressure no new pod gets in, whatever its QoS, but a critical one.
+    refused = m.admit(pod("new", [], storage_req="1Mi"))
+    assert refused is not None and refused.reason == "Evicted"
+    assert refused.message == "The node had condition: [DiskPressure]."
+    assert m.admit(pod("new-plugin", [], priority=NODE_CRITICAL)) is None

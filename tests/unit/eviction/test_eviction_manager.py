@@ -11,13 +11,14 @@ async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
     h = Harness()  # default evictionHard memory.available: 100Mi
     h.pods = [
         pod("static", static=True),
+        pod("cluster-critical", priority=2_000_000_000),
         pod("important", priority=1000),
         pod("within-request", mem_req="1Gi"),
         pod("over-request", mem_req="10Mi"),
         pod("besteffort"),
     ]
     h.usage = {"within-request": 500 * MiB, "over-request": 50 * MiB, "besteffort": 30 * MiB,
-               "important": 10 * MiB}  # fmt: skip
+               "important": 10 * MiB, "cluster-critical": 1 * GiB}  # fmt: skip
     assert await h.m.synchronize() is None  # 4 GiB available: nothing to do
     assert not h.m.under("MemoryPressure")
     h.available = 50 * MiB
@@ -32,7 +33,7 @@ async def test_hard_threshold_evicts_one_pod_per_pass_by_rank() -> None:
     order = [e[0] for e in h.evictions]
     # Then the other pod over its request, then by priority; static pods never.
     assert order == ["over-request", "besteffort", "important", "within-request"][: len(order)]
-    assert "static" not in order
+    assert "static" not in order and "cluster-critical" not in order
 
 
 async def test_pressure_holds_for_the_transition_period_and_gates_besteffort() -> None:
@@ -44,6 +45,14 @@ async def test_pressure_holds_for_the_transition_period_and_gates_besteffort() -
     r = h.m.admit(be)
     assert r is not None and r.reason == "Evicted" and "MemoryPressure" in r.message
     assert h.m.admit(burst) is None
+    tolerant = pod("tolerant")
+    tolerant["spec"]["tolerations"] = [
+        {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert h.m.admit(tolerant) is None  # it asked to run under memory pressure
+    tolerant["spec"]["tolerations"][0]["effect"] = "NoExecute"
+    assert h.m.admit(tolerant) is not None
+    assert h.m.admit(pod("critical", priority=2_000_000_000)) is None
     h.available = 4 * GiB
     h.now += 60
     await h.m.synchronize()
