@@ -14,10 +14,14 @@ from typing import Any
 import aiohttp
 import pytest
 
+from kubelet.core_v1 import Container
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.kuberuntime import labels
 from kubelet.kuberuntime.logs import LogOptions
 from kubelet.server import server as s
 from kubelet.server.auth import ServerAuth
 from kubelet.server.debugging import DISABLED_PREFIXES, DebugHandlers
+from kubelet.types import Pod
 
 ALLOW = ServerAuth(anonymous_enabled=True, authorization_mode="AlwaysAllow")
 
@@ -161,3 +165,64 @@ async def test_checkpoint_is_a_debugging_handler(tmp_path: Path) -> None:
             )
         finally:
             await runner.cleanup()
+
+
+class _Recorder:
+    """A runtime that has one running container for any pod and records where it
+    was asked to write the archive."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+        self.locations: list[str] = []
+
+    async def list_containers(self, _filter: Any) -> list[Any]:
+        return [
+            pb.Container(id="c1", labels={labels.CONTAINER_NAME: n}, created_at=1)
+            for n in self.names
+        ]
+
+    async def checkpoint_container(self, cid: str, location: str, timeout: int) -> None:
+        self.locations.append(location)
+
+
+class _AnyPod(View):
+    """A view that says yes to any pod and container name, as a static pod with a
+    hostile name would (the API never admits such names; this is defence in depth)."""
+
+    def __init__(self, rt: _Recorder) -> None:
+        super().__init__()
+        self.rt = rt
+        self.runtime_service = rt  # type: ignore[assignment]
+
+    def get_pod_by_name(self, namespace_: str, name: str) -> Pod | None:
+        containers: list[Container] = [{"name": n} for n in self.rt.names]
+        pod: Pod = {"metadata": {"uid": "u", "name": name, "namespace": namespace_},
+                    "spec": {"containers": containers}}  # fmt: skip
+        return pod
+
+
+@pytest.mark.parametrize(
+    ("path", "container"),
+    [
+        ("/checkpoint/ns/..%2F..%2Fetc/c", "c"),
+        ("/checkpoint/..%2F..%2F..%2Ftmp/pod/c", "c"),
+        ("/checkpoint/ns/pod/..%2F..%2Fx", "../../x"),
+        ("/checkpoint/ns/pod/%2Fetc%2Fcron.d%2Fx", "/etc/cron.d/x"),
+    ],
+)
+async def test_checkpoint_archives_never_leave_the_checkpoint_directory(
+    tmp_path: Path, path: str, container: str
+) -> None:
+    """Names in the URL are hostile: whatever they decode to, the runtime is only
+    ever asked to write directly inside <root-dir>/checkpoints, or not at all."""
+    directory = str(tmp_path / "checkpoints")
+    rt = _Recorder(container)
+    runner, base = await serve(DebugHandlers(checkpoint_dir=directory), _AnyPod(rt))
+    try:
+        status, _ = await call(base, path, "POST")
+    finally:
+        await runner.cleanup()
+    assert all(os.path.dirname(loc) == directory for loc in rt.locations), rt.locations
+    assert status in (200, 400, 404)
+    # A name with a slash in it cannot make an archive name that stays in the directory.
+    assert status != 200 or "/" not in container
