@@ -35,36 +35,66 @@ EVICTION_SIGNALS = frozenset(
 RESERVABLE = frozenset({"cpu", "memory", "ephemeral-storage", "pid"})
 
 
+class Problems(list[str]):
+    """The problems found so far, each with its field path and value."""
+
+    def bad(self, path: str, value: object, why: str) -> None:
+        self.append(f"invalid configuration: {path} ({value!r}): {why}")
+
+    def ip(self, path: str, text: str) -> None:
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            self.bad(path, text, "must be a valid IP address")
+
+
 def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
-    errs: list[str] = []
+    p = Problems()
+    for check in (
+        _logs_tls_sysctls,
+        _ports_and_counts,
+        _durations,
+        _image_gc,
+        _modes,
+        _addresses,
+        _eviction,
+        _reserved_and_taints,
+    ):
+        check(c, p)
+    if not gate_problems(c.feature_gates):  # bad gates are reported with the flags' ones
+        p += _validate_shutdown(c, FeatureGate(c.feature_gates))
+    if not c.container_runtime_endpoint:
+        p.bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
+    p += validate_resource_managers(c)
+    return list(p)
 
-    def bad(path: str, value: object, why: str) -> None:
-        errs.append(f"invalid configuration: {path} ({value!r}): {why}")
 
+def _logs_tls_sysctls(c: KubeletConfiguration, p: Problems) -> None:
     if c.container_log_max_files <= 1:
-        bad("containerLogMaxFiles", c.container_log_max_files, "must be greater than 1")
+        p.bad("containerLogMaxFiles", c.container_log_max_files, "must be greater than 1")
     if c.container_log_monitor_interval < 3:
-        bad(
+        p.bad(
             "containerLogMonitorInterval",
             c.container_log_monitor_interval,
             "must be a positive time duration greater than or equal to 3s",
         )
-    errs += [
-        f"invalid configuration: {p}" for p in tls_problems(c.tls_min_version, c.tls_cipher_suites)
+    p += [
+        f"invalid configuration: {t}" for t in tls_problems(c.tls_min_version, c.tls_cipher_suites)
     ]
     try:
         SysctlAllowlist(c.allowed_unsafe_sysctls)
     except ValueError as err:
-        bad("allowedUnsafeSysctls", c.allowed_unsafe_sysctls, str(err))
+        p.bad("allowedUnsafeSysctls", c.allowed_unsafe_sysctls, str(err))
 
-    for path, value in (
-        ("port", c.port),
-        ("healthzPort", c.healthz_port),
-        ("readOnlyPort", c.read_only_port),
+
+def _ports_and_counts(c: KubeletConfiguration, p: Problems) -> None:
+    for path, value, low in (
+        ("port", c.port, 1),
+        ("healthzPort", c.healthz_port, 0),
+        ("readOnlyPort", c.read_only_port, 0),
     ):
-        low = 1 if path == "port" else 0
         if not low <= value <= 65535:
-            bad(path, value, f"must be between {low} and 65535, inclusive")
+            p.bad(path, value, f"must be between {low} and 65535, inclusive")
     for path, num in (
         ("eventRecordQPS", c.event_record_qps),
         ("eventBurst", c.event_burst),
@@ -75,16 +105,18 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         ("maxPods", c.max_pods),
         ("podsPerCore", c.pods_per_core),
         ("evictionMaxPodGracePeriod", c.eviction_max_pod_grace_period),
-        ("containerLogMaxWorkers", c.container_log_max_workers - 1),
     ):
         if num < 0:
-            bad(
-                path,
-                num,
-                "must be greater than or equal to 0"
-                if path != "containerLogMaxWorkers"
-                else "must be >= 1",
-            )
+            p.bad(path, num, "must be greater than or equal to 0")
+    if c.container_log_max_workers < 1:
+        p.bad("containerLogMaxWorkers", c.container_log_max_workers, "must be >= 1")
+    if c.node_lease_duration_seconds <= 0:
+        p.bad("nodeLeaseDurationSeconds", c.node_lease_duration_seconds, "must be greater than 0")
+    if not -1000 <= c.oom_score_adj <= 1000:
+        p.bad("oomScoreAdj", c.oom_score_adj, "must be between -1000 and 1000, inclusive")
+
+
+def _durations(c: KubeletConfiguration, p: Problems) -> None:
     for path, secs, allow_zero in (
         ("syncFrequency", c.sync_frequency, False),
         ("fileCheckFrequency", c.file_check_frequency, False),
@@ -99,116 +131,114 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
         ("shutdownGracePeriodCriticalPods", c.shutdown_grace_period_critical_pods, True),
     ):
         if secs < 0 or (secs == 0 and not allow_zero):
-            bad(path, secs, "must be greater than 0" if not allow_zero else "must not be negative")
+            p.bad(path, secs, "must not be negative" if allow_zero else "must be greater than 0")
     if c.pleg_relist_period < MIN_PLEG_RELIST_PERIOD:
-        bad("plegRelistPeriod", c.pleg_relist_period, "must be at least 50ms")
-    if c.node_lease_duration_seconds <= 0:
-        bad("nodeLeaseDurationSeconds", c.node_lease_duration_seconds, "must be greater than 0")
-    if not -1000 <= c.oom_score_adj <= 1000:
-        bad("oomScoreAdj", c.oom_score_adj, "must be between -1000 and 1000, inclusive")
-    for path, pct in (
-        ("imageGCHighThresholdPercent", c.image_gc_high_threshold_percent),
-        ("imageGCLowThresholdPercent", c.image_gc_low_threshold_percent),
-    ):
+        p.bad("plegRelistPeriod", c.pleg_relist_period, "must be at least 50ms")
+
+
+def _image_gc(c: KubeletConfiguration, p: Problems) -> None:
+    high, low = c.image_gc_high_threshold_percent, c.image_gc_low_threshold_percent
+    for path, pct in (("imageGCHighThresholdPercent", high), ("imageGCLowThresholdPercent", low)):
         if not 0 <= pct <= 100:
-            bad(path, pct, "must be between 0 and 100, inclusive")
-    if c.image_gc_low_threshold_percent >= c.image_gc_high_threshold_percent:
-        bad(
+            p.bad(path, pct, "must be between 0 and 100, inclusive")
+    if low >= high:
+        p.bad(
             "imageGCLowThresholdPercent",
-            c.image_gc_low_threshold_percent,
-            f"must be less than imageGCHighThresholdPercent ({c.image_gc_high_threshold_percent})",
+            low,
+            f"must be less than imageGCHighThresholdPercent ({high})",
         )
     if c.image_maximum_gc_age and c.image_maximum_gc_age <= c.image_minimum_gc_age:
-        bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
+        p.bad("imageMaximumGCAge", c.image_maximum_gc_age, "must be greater than imageMinimumGCAge")
+    if c.max_parallel_image_pulls is not None:
+        if c.max_parallel_image_pulls < 1:
+            p.bad("maxParallelImagePulls", c.max_parallel_image_pulls, "must be greater than 0")
+        elif c.serialize_image_pulls and c.max_parallel_image_pulls > 1:
+            p.bad(
+                "maxParallelImagePulls",
+                c.max_parallel_image_pulls,
+                "must be 1 or unset when serializeImagePulls is true",
+            )
+
+
+def _modes(c: KubeletConfiguration, p: Problems) -> None:
+    """The fields that take one of a fixed set of values."""
     if c.memory_swap.swap_behavior not in ("", "NoSwap", "LimitedSwap"):
-        bad(
+        p.bad(
             "memorySwap.swapBehavior",
             c.memory_swap.swap_behavior,
             'must be one of: "", "LimitedSwap" or "NoSwap"',
         )
     if c.cgroup_driver not in ("cgroupfs", "systemd"):
-        bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
-    errs += _validate_enforce_node_allocatable(c)
+        p.bad("cgroupDriver", c.cgroup_driver, 'must be "cgroupfs" or "systemd"')
+    p += _validate_enforce_node_allocatable(c)
     if c.system_cgroups and not c.cgroup_root:
-        bad("systemCgroups", c.system_cgroups, "was specified and cgroupRoot was not specified")
+        p.bad("systemCgroups", c.system_cgroups, "was specified and cgroupRoot was not specified")
     if c.authorization.mode not in ("AlwaysAllow", "Webhook"):
-        bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
+        p.bad("authorization.mode", c.authorization.mode, 'must be "AlwaysAllow" or "Webhook"')
     if c.logging.format not in ("text", "json"):
-        bad("logging.format", c.logging.format, 'unsupported log format, want "text" or "json"')
+        p.bad("logging.format", c.logging.format, 'unsupported log format, want "text" or "json"')
     if c.logging.verbosity < 0:
-        bad("logging.verbosity", c.logging.verbosity, "must be 0 or greater")
+        p.bad("logging.verbosity", c.logging.verbosity, "must be 0 or greater")
     if c.hairpin_mode not in ("promiscuous-bridge", "hairpin-veth", "none"):
-        bad("hairpinMode", c.hairpin_mode, "unsupported hairpin mode")
-    if c.max_parallel_image_pulls is not None:
-        if c.max_parallel_image_pulls < 1:
-            bad("maxParallelImagePulls", c.max_parallel_image_pulls, "must be greater than 0")
-        elif c.serialize_image_pulls and c.max_parallel_image_pulls > 1:
-            bad(
-                "maxParallelImagePulls",
-                c.max_parallel_image_pulls,
-                "must be 1 or unset when serializeImagePulls is true",
-            )
+        p.bad("hairpinMode", c.hairpin_mode, "unsupported hairpin mode")
+
+
+def _addresses(c: KubeletConfiguration, p: Problems) -> None:
     for ip_text in c.cluster_dns:
-        try:
-            ipaddress.ip_address(ip_text)
-        except ValueError:
-            bad("clusterDNS", ip_text, "must be a valid IP address")
+        p.ip("clusterDNS", ip_text)
     if c.address:
-        try:
-            ipaddress.ip_address(c.address)
-        except ValueError:
-            bad("address", c.address, "must be a valid IP address")
+        p.ip("address", c.address)
     if c.healthz_bind_address:
-        try:
-            ipaddress.ip_address(c.healthz_bind_address)
-        except ValueError:
-            bad("healthzBindAddress", c.healthz_bind_address, "must be a valid IP address")
+        p.ip("healthzBindAddress", c.healthz_bind_address)
+
+
+def _eviction(c: KubeletConfiguration, p: Problems) -> None:
     for field_name, thresholds in (
         ("evictionHard", c.eviction_hard),
         ("evictionSoft", c.eviction_soft),
     ):
         for signal, threshold in thresholds.items():
             if signal not in EVICTION_SIGNALS:
-                bad(f"{field_name}[{signal}]", threshold, "unsupported eviction signal")
+                p.bad(f"{field_name}[{signal}]", threshold, "unsupported eviction signal")
                 continue
-            _check_threshold(f"{field_name}[{signal}]", threshold, bad)
+            _check_threshold(f"{field_name}[{signal}]", threshold, p)
     for signal, amount in c.eviction_minimum_reclaim.items():
         path = f"evictionMinimumReclaim[{signal}]"
         if signal not in EVICTION_SIGNALS:
-            bad(path, amount, "unsupported eviction signal")
+            p.bad(path, amount, "unsupported eviction signal")
         elif amount.strip().endswith("%"):
             share = _percent(amount)
             if share is None or not 0 < share <= 100:
-                bad(path, amount, "eviction percentage minimum reclaim must be positive")
+                p.bad(path, amount, "eviction percentage minimum reclaim must be positive")
         else:
-            _check_threshold(path, amount, bad)
+            _check_threshold(path, amount, p)
     for signal in c.eviction_soft:
         if signal not in c.eviction_soft_grace_period:
-            bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
+            p.bad(f"evictionSoftGracePeriod[{signal}]", None, "soft threshold needs a grace period")
+
+
+def _reserved_and_taints(c: KubeletConfiguration, p: Problems) -> None:
     for field_name, reserved in (
         ("kubeReserved", c.kube_reserved),
         ("systemReserved", c.system_reserved),
     ):
         for name, amount in reserved.items():
+            path = f"{field_name}[{name}]"
             if name not in RESERVABLE and not name.startswith("hugepages-"):
-                bad(f"{field_name}[{name}]", amount, "unsupported resource")
+                p.bad(path, amount, "unsupported resource")
                 continue
             try:
                 if parse_quantity(amount) < 0:
-                    bad(f"{field_name}[{name}]", amount, "must not be negative")
+                    p.bad(path, amount, "must not be negative")
             except ValueError as err:
-                bad(f"{field_name}[{name}]", amount, str(err))
+                p.bad(path, amount, str(err))
     for i, taint in enumerate(c.register_with_taints):
         if not taint.get("key"):
-            bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
+            p.bad(f"registerWithTaints[{i}].key", taint.get("key"), "must not be empty")
         if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            bad(f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect")
-    if not gate_problems(c.feature_gates):  # bad gates are reported with the flags' ones
-        errs += _validate_shutdown(c, FeatureGate(c.feature_gates))
-    if not c.container_runtime_endpoint:
-        bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
-    errs += validate_resource_managers(c)
-    return errs
+            p.bad(
+                f"registerWithTaints[{i}].effect", taint.get("effect"), "unsupported taint effect"
+            )
 
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
@@ -402,20 +432,19 @@ def _percent(text: str) -> float | None:
         return None
 
 
-def _check_threshold(path: str, value: str, bad: object) -> None:
-    assert callable(bad)
+def _check_threshold(path: str, value: str, p: Problems) -> None:
     text = str(value).strip()
     if text.endswith("%"):
         try:
             pct = float(text[:-1])
         except ValueError:
-            bad(path, value, "invalid percentage")
+            p.bad(path, value, "invalid percentage")
             return
         if not 0 <= pct <= 100:
-            bad(path, value, "percentage must be between 0% and 100%")
+            p.bad(path, value, "percentage must be between 0% and 100%")
         return
     try:
         if parse_quantity(text) < 0:
-            bad(path, value, "eviction threshold must be positive")
+            p.bad(path, value, "eviction threshold must be positive")
     except ValueError as err:
-        bad(path, value, str(err))
+        p.bad(path, value, str(err))
