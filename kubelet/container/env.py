@@ -35,7 +35,15 @@ from kubelet.fieldpath import (
     sort_pod_ips,
 )
 from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
-from kubelet.types import Container, Pod, Quantity, ResourceFieldSelector, ResourceList, is_static
+from kubelet.types import (
+    Container,
+    ObjectFieldSelector,
+    Pod,
+    Quantity,
+    ResourceFieldSelector,
+    ResourceList,
+    is_static,
+)
 
 
 @dataclass(frozen=True)
@@ -107,119 +115,126 @@ def _resource_value(
     return extract_container_resource_value(ref, limits, requests)
 
 
+class _Sources:
+    """The configMaps and secrets one container start refers to, each fetched
+    once (made per call: nothing of one pod's start outlives it)."""
+
+    def __init__(self, ctx: EnvContext, namespace: str) -> None:
+        self.ctx, self.namespace = ctx, namespace
+        self.data: dict[tuple[str, str], Mapping[str, str]] = {}
+
+    async def get(self, kind: str, name: str, optional: bool) -> Mapping[str, str] | None:
+        """The data of the configMap or secret (decoded), or None when it is
+        missing and the reference optional."""
+        cached = self.data.get((kind, name))
+        if cached is not None:
+            return cached
+        getter = self.ctx.configmaps if kind == "ConfigMap" else self.ctx.secrets
+        getter_kind = "configMap" if kind == "ConfigMap" else "secret"
+        obj = await _get(getter, getter_kind, self.namespace, name, optional)
+        if obj is None:
+            return None
+        if kind == "ConfigMap":
+            data: Mapping[str, str] = {k: str(v) for k, v in (obj.get("data") or {}).items()}
+        else:
+            data = _secret_data(obj)
+        self.data[(kind, name)] = data
+        return data
+
+    async def key(self, kind: str, ref: Mapping[str, Any]) -> str | None:
+        """configMapKeyRef / secretKeyRef: the value, or None when an optional
+        reference cannot be resolved."""
+        name, key, optional = ref.get("name") or "", ref.get("key") or "", bool(ref.get("optional"))
+        data = await self.get(kind, name, optional)
+        if data is None:
+            return None
+        found = data.get(key)
+        if found is None and not optional:
+            raise ContainerConfigError(f"couldn't find key {key} in {kind} {self.namespace}/{name}")
+        return found
+
+
+def _service_env(pod: Pod, ctx: EnvContext, namespace: str) -> Mapping[str, str]:
+    if ctx.services is None:
+        return {}
+    # KUBERNETES_SERVICE_HOST must not go missing because the kubelet started
+    # its pods before it read the services; static pods may not wait for that.
+    if not is_static(pod) and not ctx.services.has_synced():
+        raise ContainerConfigError(
+            "services have not yet been read at least once, cannot construct envvars"
+        )
+    enable_links = pod["spec"].get("enableServiceLinks")
+    return ctx.services.service_env(namespace, enable_links is not False)
+
+
+async def _env_from(container: Container, sources: _Sources, env: dict[str, str]) -> None:
+    for env_from in container.get("envFrom") or []:
+        prefix = env_from.get("prefix") or ""
+        if (cm_ref := env_from.get("configMapRef")) is not None:
+            ref, kind = cm_ref, "ConfigMap"
+        elif (secret_ref := env_from.get("secretRef")) is not None:
+            ref, kind = secret_ref, "Secret"
+        else:
+            continue
+        data = await sources.get(kind, ref.get("name") or "", bool(ref.get("optional"))) or {}
+        for k, v in data.items():
+            env[prefix + k] = v
+
+
+class _Fields:
+    """Pod IPs and allocatable for fieldRef / resourceFieldRef, worked out on
+    first use (most containers refer to neither)."""
+
+    def __init__(self, pod: Pod, container: Container, ctx: EnvContext) -> None:
+        self.pod, self.container, self.ctx = pod, container, ctx
+        self._pod_ips: list[str] | None = None
+        self._allocatable: ResourceList | None = None
+
+    def field(self, ref: ObjectFieldSelector) -> str:
+        if self._pod_ips is None:
+            self._pod_ips = sort_pod_ips(self.ctx.pod_ips, self.ctx.node_ips)
+        try:
+            return pod_field_value(self.pod, ref, self.ctx.host_ips, self._pod_ips)
+        except ValueError as err:
+            raise ContainerConfigError(str(err)) from err
+
+    def resource(self, ref: ResourceFieldSelector) -> str:
+        if self._allocatable is None:
+            self._allocatable = pod_level_allocatable(self.pod, self.ctx.node_allocatable)
+        try:
+            return _resource_value(ref, self.pod, self.container, self._allocatable)
+        except ValueError as err:
+            raise ContainerConfigError(str(err)) from err
+
+
 async def make_environment_variables(
     pod: Pod, container: Container, ctx: EnvContext
 ) -> list[tuple[str, str]]:
     """The container's environment as (name, value) pairs, each name once."""
-    spec = pod["spec"]
     namespace = pod["metadata"].get("namespace") or "default"
-
-    service_env: Mapping[str, str] = {}
-    if ctx.services is not None:
-        # KUBERNETES_SERVICE_HOST must not go missing because the kubelet started
-        # its pods before it read the services; static pods may not wait for that.
-        if not is_static(pod) and not ctx.services.has_synced():
-            raise ContainerConfigError(
-                "services have not yet been read at least once, cannot construct envvars"
-            )
-        enable_links = spec.get("enableServiceLinks")
-        service_env = ctx.services.service_env(namespace, enable_links is not False)
-
-    configmaps: dict[str, dict[str, Any]] = {}
-    secrets: dict[str, dict[str, str]] = {}
-
-    async def configmap(name: str, optional: bool) -> dict[str, Any] | None:
-        cm = configmaps.get(name)
-        if cm is None:
-            cm = await _get(ctx.configmaps, "configMap", namespace, name, optional)
-            if cm is None:
-                return None
-            configmaps[name] = cm
-        return cm
-
-    async def secret(name: str, optional: bool) -> dict[str, str] | None:
-        data = secrets.get(name)
-        if data is None:
-            obj = await _get(ctx.secrets, "secret", namespace, name, optional)
-            if obj is None:
-                return None
-            data = secrets[name] = _secret_data(obj)
-        return data
-
+    service_env = _service_env(pod, ctx, namespace)
+    sources = _Sources(ctx, namespace)
     env: dict[str, str] = {}
-    for env_from in container.get("envFrom") or []:
-        prefix = env_from.get("prefix") or ""
-        if (cm_ref := env_from.get("configMapRef")) is not None:
-            cm = await configmap(cm_ref.get("name") or "", bool(cm_ref.get("optional")))
-            data: Mapping[str, Any] = (cm.get("data") or {}) if cm is not None else {}
-        elif (secret_ref := env_from.get("secretRef")) is not None:
-            data = (
-                await secret(secret_ref.get("name") or "", bool(secret_ref.get("optional"))) or {}
-            )
-        else:
-            continue
-        for k, v in data.items():
-            env[prefix + k] = str(v)
-
+    await _env_from(container, sources, env)
     mapping = mapping_func_for(env, service_env)
-    pod_ips: list[str] | None = None
-    allocatable: ResourceList | None = None
+    fields = _Fields(pod, container, ctx)
     for var in container.get("env") or []:
-        name = var["name"]
-        value = var.get("value") or ""
+        value: str | None = var.get("value") or ""
         source = var.get("valueFrom")
         if value:
             value = expand(value, mapping)
         elif source:
             if (field_ref := source.get("fieldRef")) is not None:
-                if pod_ips is None:
-                    pod_ips = sort_pod_ips(ctx.pod_ips, ctx.node_ips)
-                try:
-                    value = pod_field_value(pod, field_ref, ctx.host_ips, pod_ips)
-                except ValueError as err:
-                    raise ContainerConfigError(str(err)) from err
+                value = fields.field(field_ref)
             elif (res_ref := source.get("resourceFieldRef")) is not None:
-                if allocatable is None:
-                    allocatable = pod_level_allocatable(pod, ctx.node_allocatable)
-                try:
-                    value = _resource_value(res_ref, pod, container, allocatable)
-                except ValueError as err:
-                    raise ContainerConfigError(str(err)) from err
+                value = fields.resource(res_ref)
             elif (cm_key := source.get("configMapKeyRef")) is not None:
-                cm_name, key, optional = (
-                    cm_key.get("name") or "",
-                    cm_key.get("key") or "",
-                    bool(cm_key.get("optional")),
-                )
-                cm = await configmap(cm_name, optional)
-                if cm is None:
-                    continue
-                found = (cm.get("data") or {}).get(key)
-                if found is None:
-                    if optional:
-                        continue
-                    raise ContainerConfigError(
-                        f"couldn't find key {key} in ConfigMap {namespace}/{cm_name}"
-                    )
-                value = str(found)
+                value = await sources.key("ConfigMap", cm_key)
             elif (secret_key := source.get("secretKeyRef")) is not None:
-                s_name, key, optional = (
-                    secret_key.get("name") or "",
-                    secret_key.get("key") or "",
-                    bool(secret_key.get("optional")),
-                )
-                sdata = await secret(s_name, optional)
-                if sdata is None:
-                    continue
-                found = sdata.get(key)
-                if found is None:
-                    if optional:
-                        continue
-                    raise ContainerConfigError(
-                        f"couldn't find key {key} in Secret {namespace}/{s_name}"
-                    )
-                value = found
-        env[name] = value
+                value = await sources.key("Secret", secret_key)
+        if value is None:
+            continue  # optional and missing: an earlier value stays
+        env[var["name"]] = value
 
     result = list(env.items())
     if env.keys().isdisjoint(service_env.keys()):
