@@ -70,7 +70,7 @@ async def run(
     deps = deps or Dependencies()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    cfg, flags = s.config, s.flags
+    cfg = s.config
     if kubelet.__impl__ != "native":
         log.warning("KUBELET_IMPL=%s: running the pure-Python reference kernels", kubelet.__impl__)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,40 +85,8 @@ async def run(
     # upstream starts its watchdog before the kubelet and adds them later.
     watched: dict[str, watchdog.HealthCheck] = {}
     try:
-        if FeatureGate(cfg.feature_gates).enabled(Feature.SystemdWatchdog):
-            try:
-                wd = watchdog.HealthChecker.from_environment(lambda: watched)
-            except watchdog.WatchdogError as err:
-                raise StartupError(f"create health checker: {err}") from err
-            _spawn(wd.run(stop), "systemd-watchdog", cleanups)
-        if flags.lock_file_path:
-            fd = await loop.run_in_executor(None, flock.acquire, flags.lock_file_path)
-            cleanups.append(lambda: os.close(fd))
-            log.info("Acquired lock file %s", flags.lock_file_path)
-            if flags.exit_on_lock_contention:
-                ino = flock.watch_for_contention(flags.lock_file_path, loop, stop.set)
-                cleanups.append(ino.close)
-
-        standalone = not flags.kubeconfig and not flags.bootstrap_kubeconfig
-        if standalone:
-            log.info("Standalone mode, no API client")
-            if cfg.rotate_certificates:
-                log.warning("rotateCertificates is ignored in standalone mode: no API server")
-            if deps.recorder is None:
-                from kubelet.events import EventRecorder
-
-                deps.recorder = EventRecorder(node_name(s))  # events go to the log
-        else:
-            cert_source = await client_certificates(s, deps, stop, cleanups)
-            build_clients(s, deps, cert_source)
-            if isinstance(cert_source, CertManager):
-                _spawn(cert_source.run(stop), "client-certificate-manager", cleanups)
-                _spawn(
-                    exit_on_expired_client_certificate(cert_source, stop, failed),
-                    "client-certificate-expiry",
-                    cleanups,
-                )
-
+        await _process_guards(s, stop, watched, cleanups)
+        await _api_clients(s, deps, stop, failed, cleanups)
         if deps.auth is None:
             deps.auth = build_auth(s, deps.kube_client, node_name(s))
         adjust_self(deps.oom_adjuster or OOMAdjuster(), cfg.oom_score_adj)
@@ -147,13 +115,70 @@ async def run(
         log.info("Shutting down")
         return 1 if failed.is_set() else 0
     finally:
-        for fn in reversed(cleanups):
-            try:
-                res = fn()
-                if asyncio.iscoroutine(res):
-                    await res
-            except Exception:  # every cleanup runs, whatever the one before did
-                log.exception("cleanup failed")
+        await _run_cleanups(cleanups)
+
+
+async def _process_guards(
+    s: KubeletServer,
+    stop: asyncio.Event,
+    watched: dict[str, watchdog.HealthCheck],
+    cleanups: list[Callable[[], Any]],
+) -> None:
+    """The systemd watchdog and the lock file, before anything else starts."""
+    if FeatureGate(s.config.feature_gates).enabled(Feature.SystemdWatchdog):
+        try:
+            wd = watchdog.HealthChecker.from_environment(lambda: watched)
+        except watchdog.WatchdogError as err:
+            raise StartupError(f"create health checker: {err}") from err
+        _spawn(wd.run(stop), "systemd-watchdog", cleanups)
+    path = s.flags.lock_file_path
+    if path:
+        loop = asyncio.get_running_loop()
+        fd = await loop.run_in_executor(None, flock.acquire, path)
+        cleanups.append(lambda: os.close(fd))
+        log.info("Acquired lock file %s", path)
+        if s.flags.exit_on_lock_contention:
+            ino = flock.watch_for_contention(path, loop, stop.set)
+            cleanups.append(ino.close)
+
+
+async def _api_clients(
+    s: KubeletServer,
+    deps: Dependencies,
+    stop: asyncio.Event,
+    failed: asyncio.Event,
+    cleanups: list[Callable[[], Any]],
+) -> None:
+    """Standalone: no client, events to the log. Otherwise the client
+    certificates (bootstrapped and rotated when configured) and the clients."""
+    if not s.flags.kubeconfig and not s.flags.bootstrap_kubeconfig:
+        log.info("Standalone mode, no API client")
+        if s.config.rotate_certificates:
+            log.warning("rotateCertificates is ignored in standalone mode: no API server")
+        if deps.recorder is None:
+            from kubelet.events import EventRecorder
+
+            deps.recorder = EventRecorder(node_name(s))  # events go to the log
+        return
+    cert_source = await client_certificates(s, deps, stop, cleanups)
+    build_clients(s, deps, cert_source)
+    if isinstance(cert_source, CertManager):
+        _spawn(cert_source.run(stop), "client-certificate-manager", cleanups)
+        _spawn(
+            exit_on_expired_client_certificate(cert_source, stop, failed),
+            "client-certificate-expiry",
+            cleanups,
+        )
+
+
+async def _run_cleanups(cleanups: list[Callable[[], Any]]) -> None:
+    for fn in reversed(cleanups):
+        try:
+            res = fn()
+            if asyncio.iscoroutine(res):
+                await res
+        except Exception:  # every cleanup runs, whatever the one before did
+            log.exception("cleanup failed")
 
 
 def _spawn(coro: Coroutine[Any, Any, None], name: str, cleanups: list[Callable[[], Any]]) -> None:
