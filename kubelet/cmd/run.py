@@ -192,6 +192,31 @@ def _spawn(coro: Coroutine[Any, Any, None], name: str, cleanups: list[Callable[[
     cleanups.append(cancel)
 
 
+async def _bootstrap_until_stopped(s: KubeletServer, name: str, stop: asyncio.Event) -> None:
+    """TLS bootstrapping retries while the API server is away; a signal must
+    still stop the kubelet meanwhile."""
+    from kubelet.certificate import bootstrap
+
+    flags = s.flags
+    task = asyncio.create_task(
+        bootstrap.load_client_cert(
+            flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
+        )
+    )
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise StartupError("stopped while bootstrapping the client certificate")
+    try:
+        task.result()
+    except bootstrap.BootstrapError as err:
+        raise StartupError(f"failed to run Kubelet: {err}") from err
+
+
 async def client_certificates(
     s: KubeletServer,
     deps: Dependencies,
@@ -211,25 +236,7 @@ async def client_certificates(
         raise StartupError("--bootstrap-kubeconfig needs --kubeconfig: where to write the result")
     name = node_name(s)
     if flags.bootstrap_kubeconfig:
-        # Bootstrapping retries while the API server is away; a signal must
-        # still stop the kubelet meanwhile.
-        task = asyncio.create_task(
-            bootstrap.load_client_cert(
-                flags.kubeconfig, flags.bootstrap_kubeconfig, flags.cert_directory, name
-            )
-        )
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise StartupError("stopped while bootstrapping the client certificate")
-        try:
-            task.result()
-        except bootstrap.BootstrapError as err:
-            raise StartupError(f"failed to run Kubelet: {err}") from err
+        await _bootstrap_until_stopped(s, name, stop)
     if not cfg.rotate_certificates:
         return None
     try:
