@@ -170,9 +170,35 @@ class ControlPlane:
         logs = os.path.join(self.directory, "logs")
         os.makedirs(logs, exist_ok=True)
         etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        self._start_etcd(bins["etcd"], etcd_url, logs)
+        self.url = f"https://127.0.0.1:{self.apiserver_port}"
+        self._apiserver_argv = self._apiserver_args(
+            bins["kube-apiserver"], etcd_url, serving, sa, kubelet_client
+        )
+        self._spawn(self._apiserver_argv, os.path.join(logs, "kube-apiserver.log"))
+        self.admin_kubeconfig = write_kubeconfig(
+            os.path.join(self.directory, "admin.kubeconfig"),
+            self.url,
+            self.pki.ca.cert,
+            admin,
+            "admin",
+        )
+        self._admin = admin
+        self._wait_ready(timeout)
+        if self.bootstrap_tokens:
+            self._set_up_bootstrap_tokens()
+        if self.controllers:
+            self._start_controllers(bins, sa.key, logs)
+        else:
+            # No controller-manager runs here: create what its service-account
+            # controller would, so pods can be admitted in "default".
+            self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
+        return self
+
+    def _start_etcd(self, etcd: str, etcd_url: str, logs: str) -> None:
         self._spawn(
             [
-                bins["etcd"],
+                etcd,
                 "--name=test",
                 f"--data-dir={os.path.join(self.directory, 'etcd')}",
                 f"--listen-client-urls={etcd_url}",
@@ -183,9 +209,12 @@ class ControlPlane:
             ],
             os.path.join(logs, "etcd.log"),
         )
-        self.url = f"https://127.0.0.1:{self.apiserver_port}"
-        self._apiserver_argv = [
-            bins["kube-apiserver"],
+
+    def _apiserver_args(
+        self, binary: str, etcd_url: str, serving: CertPair, sa: CertPair, kubelet_client: CertPair
+    ) -> list[str]:
+        return [
+            binary,
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -212,25 +241,6 @@ class ControlPlane:
             *self._aggregation_args(),
             *self.extra_args,
         ]
-        self._spawn(self._apiserver_argv, os.path.join(logs, "kube-apiserver.log"))
-        self.admin_kubeconfig = write_kubeconfig(
-            os.path.join(self.directory, "admin.kubeconfig"),
-            self.url,
-            self.pki.ca.cert,
-            admin,
-            "admin",
-        )
-        self._admin = admin
-        self._wait_ready(timeout)
-        if self.bootstrap_tokens:
-            self._set_up_bootstrap_tokens()
-        if self.controllers:
-            self._start_controllers(bins, sa.key, logs)
-        else:
-            # No controller-manager runs here: create what its service-account
-            # controller would, so pods can be admitted in "default".
-            self.kubectl("create", "serviceaccount", "default", "-n", "default", check=False)
-        return self
 
     def _start_controllers(self, bins: dict[str, str], sa_key: str, logs: str) -> None:
         # Both run with the admin identity: this is a test cluster, and it
