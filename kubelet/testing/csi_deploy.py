@@ -84,66 +84,6 @@ class Deployment:
             return {"name": name, "hostPath": {"path": path, "type": kind}}
 
         kube_dir = os.path.dirname(os.path.realpath(self.kubeconfig))
-        sidecar_mounts = [
-            {"name": "socket-dir", "mountPath": "/csi"},
-            {"name": "kube", "mountPath": kube_dir, "readOnly": True},
-        ]
-        api_args = ["--csi-address=/csi/csi.sock", f"--kubeconfig={self.kubeconfig}", "--v=3"]
-        containers = [
-            {
-                "name": "hostpath",
-                "image": IMAGE,
-                "command": ["/bin/csi-hostpath"],
-                "args": [
-                    "--endpoint=unix:///csi/csi.sock",
-                    f"--nodeid={self.node}",
-                    f"--statedir={self.state_dir}",
-                    f"--max-volumes-per-node={self.max_volumes}",
-                    f"--attach-required={str(self.attach_required).lower()}",
-                ],
-                "securityContext": {"privileged": True},
-                "volumeMounts": [
-                    {"name": "socket-dir", "mountPath": "/csi"},
-                    {
-                        "name": "kubelet-root",
-                        "mountPath": self.root_dir,
-                        "mountPropagation": "Bidirectional",
-                    },
-                    {"name": "state", "mountPath": self.state_dir},
-                ],
-            },
-            {
-                "name": "registrar",
-                "image": IMAGE,
-                "command": ["/bin/csi-registrar"],
-                "args": [
-                    "--csi-address=/csi/csi.sock",
-                    f"--kubelet-registration-path={self.socket_dir}/csi.sock",
-                    "--plugin-registration-path=/registration",
-                ],
-                "volumeMounts": [
-                    {"name": "socket-dir", "mountPath": "/csi"},
-                    {"name": "registration", "mountPath": "/registration"},
-                ],
-            },
-            {
-                "name": "provisioner",
-                "image": IMAGE,
-                "command": ["/bin/csi-provisioner"],
-                "args": [*api_args, "--feature-gates=Topology=true", "--extra-create-metadata"],
-                "volumeMounts": sidecar_mounts,
-            },
-        ]
-        if self.attach_required:
-            containers.append(
-                {
-                    "name": "attacher",
-                    "image": IMAGE,
-                    "command": ["/bin/csi-attacher"],
-                    "args": api_args,
-                    "volumeMounts": sidecar_mounts,
-                }
-            )
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -156,7 +96,7 @@ class Deployment:
                 "automountServiceAccountToken": False,
                 "terminationGracePeriodSeconds": 5,
                 "tolerations": [{"operator": "Exists"}],
-                "containers": containers,
+                "containers": [*self._node_containers(), *self._controller_containers(kube_dir)],
                 "volumes": [
                     host("socket-dir", self.socket_dir),
                     host("kubelet-root", self.root_dir, "Directory"),
@@ -166,6 +106,63 @@ class Deployment:
                 ],
             },
         }
+
+    def _node_containers(self) -> list[dict[str, Any]]:
+        """The driver (privileged: it mounts into the kubelet's root) and the registrar."""
+        driver_args = [
+            "--endpoint=unix:///csi/csi.sock",
+            f"--nodeid={self.node}",
+            f"--statedir={self.state_dir}",
+            f"--max-volumes-per-node={self.max_volumes}",
+            f"--attach-required={str(self.attach_required).lower()}",
+        ]
+        root = {"name": "kubelet-root", "mountPath": self.root_dir,
+                "mountPropagation": "Bidirectional"}  # fmt: skip
+        registrar_args = [
+            "--csi-address=/csi/csi.sock",
+            f"--kubelet-registration-path={self.socket_dir}/csi.sock",
+            "--plugin-registration-path=/registration",
+        ]
+        socket = {"name": "socket-dir", "mountPath": "/csi"}
+        return [
+            {
+                "name": "hostpath",
+                "image": IMAGE,
+                "command": ["/bin/csi-hostpath"],
+                "args": driver_args,
+                "securityContext": {"privileged": True},
+                "volumeMounts": [socket, root, {"name": "state", "mountPath": self.state_dir}],
+            },
+            {
+                "name": "registrar",
+                "image": IMAGE,
+                "command": ["/bin/csi-registrar"],
+                "args": registrar_args,
+                "volumeMounts": [socket, {"name": "registration", "mountPath": "/registration"}],
+            },
+        ]
+
+    def _controller_containers(self, kube_dir: str) -> list[dict[str, Any]]:
+        """The provisioner, and the attacher when the driver requires attach."""
+        mounts = [
+            {"name": "socket-dir", "mountPath": "/csi"},
+            {"name": "kube", "mountPath": kube_dir, "readOnly": True},
+        ]
+        api_args = ["--csi-address=/csi/csi.sock", f"--kubeconfig={self.kubeconfig}", "--v=3"]
+        sidecars = [("provisioner", [*api_args, "--feature-gates=Topology=true",
+                                     "--extra-create-metadata"])]  # fmt: skip
+        if self.attach_required:
+            sidecars.append(("attacher", api_args))
+        return [
+            {
+                "name": name,
+                "image": IMAGE,
+                "command": [f"/bin/csi-{name}"],
+                "args": args,
+                "volumeMounts": mounts,
+            }
+            for name, args in sidecars
+        ]
 
 
 def apply(kubectl: Any, objects: list[dict[str, Any]]) -> None:
