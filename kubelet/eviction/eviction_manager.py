@@ -17,8 +17,9 @@
   read again still meet a threshold;
 - at most one pod evicted per cycle while a threshold is met: critical pods
   never; otherwise pods using more than they request first, then lower
-  priority, then larger usage above request, as upstream ranks memory; the pod
-  is killed (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod
+  priority, then larger usage above request, as upstream ranks memory (for
+  disk, the pod's bytes on the pressed filesystem against its
+  ephemeral-storage request, thresholds.disk_rank); the pod is killed (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod
   or the pod's terminationGracePeriodSeconds when shorter), reported Failed
   with reason Evicted and an Evicted event;
 - admission under memory pressure refuses BestEffort pods (reason Evicted);
@@ -42,17 +43,20 @@ from kubelet import metrics
 from kubelet.eviction import local_storage
 from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
 from kubelet.eviction.thresholds import (
+    ALL,
     CONDITIONS,
     CONTAINER_GC,
     MEMORY_SIGNALS,
     RESOURCES,
+    VOLUMES,
     Threshold,
+    disk_rank,
     reclaim_plan,
     thresholds,
     with_container_fs,
 )
 from kubelet.lifecycle.predicate import Rejection, pod_requests
-from kubelet.stats.ephemeral import PodStorage
+from kubelet.stats.ephemeral import PodStorage, is_local_ephemeral_volume
 from kubelet.types import (
     Container,
     Pod,
@@ -114,8 +118,6 @@ class EvictionManager:
         self.local_storage_isolation = bool(
             getattr(config, "local_storage_capacity_isolation", True)
         )
-        # pod UID -> volume name -> bytes used (the volume stats' last pass).
-        self.volume_usage = volume_usage
         self.configured = thresholds(config)
         # Until the disk layout is known: one filesystem holds everything.
         self.layout: DiskLayout | None = None
@@ -304,25 +306,29 @@ class EvictionManager:
 
     async def _victim(self, t: Threshold, pods: list[Pod]) -> Pod | None:
         if CONDITIONS.get(t.signal) == "DiskPressure":
-            # Disk is ranked by the pods' own local storage, not by memory.
-            storage = {uid(p): self._local_storage(p) for p in pods}
-            return self._rank(pods, storage, _ephemeral_request)
+            return self._rank(pods, await self._disk_usage(t, pods), _ephemeral_request)
         usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
         return self._rank(pods, usage, lambda p: pod_requests(p).memory)
 
-    def _local_storage(self, pod: Pod) -> int:
-        """Bytes in the pod's local ephemeral volumes (emptyDir on disk, configMap,
-        downwardAPI, gitRepo), from the volume stats' last pass."""
-        used = self.volume_usage(uid(pod))
-        total = 0
-        for v in (pod.get("spec") or {}).get("volumes") or []:
-            ed = v.get("emptyDir")
-            local = (ed is not None and ed.get("medium") != "Memory") or any(
-                k in v for k in ("configMap", "downwardAPI", "gitRepo")
-            )
-            if local:
-                total += used.get(v.get("name", ""), 0)
-        return total
+    async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
+        """Each candidate's bytes on the pressed filesystem (the layout says
+        which part of its local storage is there). Inode signals rank by bytes
+        too: per-pod inode counts are not measured."""
+        candidates = [p for p in pods if not is_critical(p) and uid(p) not in self.evicted]
+        measured = await self.local_storage_usage(candidates)
+        part = disk_rank(self.layout or shared_layout(""), t.signal)
+        out: dict[str, int] = {}
+        for p in candidates:
+            st = measured.get(uid(p))
+            if st is None:
+                continue
+            if part == ALL:
+                out[uid(p)] = st.total
+            elif part == VOLUMES:
+                out[uid(p)] = _local_volumes(p, st.volumes)
+            else:
+                out[uid(p)] = sum(st.containers.values())
+        return out
 
     def _rank(
         self, pods: list[Pod], usage: Mapping[str, int], request: Callable[[Pod], int]
@@ -400,12 +406,22 @@ def _quantity(signal: str, value: int) -> str:
     return str(value)
 
 
+def _local_volumes(pod: Pod, used: Mapping[str, int]) -> int:
+    """Bytes in the pod's local ephemeral volumes (emptyDir on disk, configMap, gitRepo)."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return sum(used.get(v.get("name", ""), 0) for v in volumes if is_local_ephemeral_volume(v))
+
+
 def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
     """Usage from the volume stats alone (no runtime to ask: the containers'
-    own bytes are unknown, so only emptyDir sizeLimits can be held)."""
+    own bytes are unknown; the pod's total is its local volumes)."""
 
     async def usage(pods: list[Pod]) -> Mapping[str, PodStorage]:
-        return {uid(p): PodStorage(dict(volume_usage(uid(p))), {}, 0) for p in pods}
+        out = {}
+        for p in pods:
+            used = dict(volume_usage(uid(p)))
+            out[uid(p)] = PodStorage(used, {}, _local_volumes(p, used))
+        return out
 
     return usage
 

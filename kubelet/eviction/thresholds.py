@@ -130,3 +130,18 @@ def reclaim_plan(layout: DiskLayout) -> dict[str, tuple[str, ...]]:
         sig.CONTAINERFS: container,
         sig.CONTAINERFS_INODES: container,
     }
+
+
+# What of a pod's local storage ranks it under a disk signal.
+ALL, VOLUMES, CONTAINERS = "all", "volumes", "containers"
+
+
+def disk_rank(layout: DiskLayout, signal: str) -> str:
+    """buildSignalToRankFunc's disk part. One filesystem (or containers beside
+    the kubelet): everything the pod stores. Images and containers on their
+    own filesystem: nodefs by the pod's volumes, imagefs and containerfs by its
+    containers' writable layers (their logs go with the containers here: the
+    measure does not part them)."""
+    if not layout.dedicated_image_fs or layout.split:
+        return ALL
+    return VOLUMES if signal in (sig.NODEFS, sig.NODEFS_INODES) else CONTAINERS

@@ -11,6 +11,7 @@ from kubelet.eviction import signals as sig
 from kubelet.eviction.eviction_manager import EvictionManager, Observation, Reclaimers
 from kubelet.eviction.signals import DiskLayout
 from kubelet.eviction.thresholds import Threshold, reclaim_plan, thresholds, with_container_fs
+from kubelet.stats.ephemeral import PodStorage
 
 GiB = 2**30
 SHARED = DiskLayout("/kubelet", "/kubelet", None, False, False)
@@ -209,3 +210,35 @@ async def test_layout_unknown_until_the_runtime_answers() -> None:
     n.layout = DEDICATED
     await n.m.synchronize(n.reclaim)
     assert n.m.layout is DEDICATED and n.ran == ["containers", "images"]
+
+
+def storage(volume: int, container: int) -> PodStorage:
+    return PodStorage({"d": volume}, {"c": container}, volume + container)
+
+
+async def ranked(layout: DiskLayout, signal: str) -> list[str]:
+    """The order pods go in when `signal` stays met with this layout."""
+    n = Node(layout, {}, eviction_hard={signal: "10%"})
+    usage = {"vol": storage(5 * GiB, 0), "layer": storage(0, 4 * GiB),
+             "both": storage(3 * GiB, 3 * GiB)}  # fmt: skip
+    n.pods = [pod(name) for name in usage]
+
+    async def measure(pods: list[dict[str, Any]]) -> dict[str, PodStorage]:
+        return {p["metadata"]["uid"]: usage[p["metadata"]["uid"]] for p in pods}
+
+    n.m.local_storage_usage = measure
+    for _ in range(3):
+        await n.m.synchronize(n.reclaim)
+    return n.evicted
+
+
+async def test_disk_ranking_on_one_filesystem_counts_everything_a_pod_stores() -> None:
+    # A writable layer counts as much as a volume: "both" (6 GiB) goes first.
+    assert await ranked(SHARED, sig.NODEFS) == ["both", "vol", "layer"]
+    assert await ranked(SHARED, sig.IMAGEFS) == ["both", "vol", "layer"]
+
+
+async def test_disk_ranking_with_a_dedicated_imagefs_counts_what_is_on_the_pressed_one() -> None:
+    # nodefs holds the volumes; imagefs the containers' writable layers.
+    assert await ranked(DEDICATED, sig.NODEFS) == ["vol", "both", "layer"]
+    assert await ranked(DEDICATED, sig.IMAGEFS) == ["layer", "both", "vol"]
