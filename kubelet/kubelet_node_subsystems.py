@@ -151,7 +151,7 @@ def build_node_status(
         cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
         signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
         local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
-        node_event=node.event,
+        node_event=node.event, processes=stats.pod_process_counts,
     )  # fmt: skip
     due = asyncio.Event()
     shutdown = NodeShutdownManager.from_config(

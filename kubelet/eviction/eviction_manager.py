@@ -107,11 +107,13 @@ class EvictionManager:
         local_storage_usage: LocalStorageUsage | None = None,
         layout_fn: Callable[[], Awaitable[DiskLayout | None]] | None = None,
         node_event: Callable[[str, str, str], None] | None = None,
+        processes: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         """`observe_fn` reads every signal (blocking: it runs in an executor);
         `layout_fn` tells where the filesystems are once known (None: one
         filesystem, the root directory's); `node_event(type, reason, message)`
-        records an event on the Node."""
+        records an event on the Node; `processes` gives the tasks of each pod
+        UID (PID pressure ranks by them)."""
         self.config = config
         self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
         # localStorageCapacityIsolation: false turns local storage eviction off.
@@ -125,6 +127,7 @@ class EvictionManager:
         self.reclaim_plan = reclaim_plan(shared_layout(root_dir))
         self.layout_fn = layout_fn
         self.node_event = node_event
+        self.processes = processes
         self.pods = pods  # active (admitted, not terminal) pods
         self.evict = evict  # (pod, grace, reason, message[, condition])
         # pod UID -> memory working set bytes (pods without figures are absent),
@@ -307,7 +310,11 @@ class EvictionManager:
     async def _victim(self, t: Threshold, pods: list[Pod]) -> Pod | None:
         if CONDITIONS.get(t.signal) == "DiskPressure":
             return self._rank(pods, await self._disk_usage(t, pods), _ephemeral_request)
-        usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
+        loop = asyncio.get_running_loop()
+        if CONDITIONS.get(t.signal) == "PIDPressure" and self.processes is not None:
+            # rankPIDPressure: lower priority first, then more processes.
+            return self._rank(pods, await loop.run_in_executor(None, self.processes), _no_request)
+        usage = await loop.run_in_executor(None, self.usage)
         return self._rank(pods, usage, lambda p: pod_requests(p).memory)
 
     async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
@@ -424,6 +431,10 @@ def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStor
         return out
 
     return usage
+
+
+def _no_request(_pod: Pod) -> int:
+    return 0
 
 
 def _ephemeral_request(pod: Pod) -> int:
