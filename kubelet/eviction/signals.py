@@ -2,8 +2,9 @@
 sees them through pkg/kubelet/stats (helpers.go, stats/provider.go, pidlimit):
 
 - memory.available: the machine's memory (MemTotal) less the root cgroup's
-  working set (v1: memory.usage_in_bytes less total_inactive_file; v2:
-  memory.current less inactive_file), never below zero. Page cache the kernel
+  working set (v1: memory.usage_in_bytes less total_inactive_file; v2: the
+  root's memory.stat anon + file less inactive_file, the root having no
+  memory.current), never below zero. Page cache the kernel
   can drop counts as available; MemAvailable's other guesses do not;
 - allocatableMemory.available (when enforceNodeAllocatable has `pods`): the
   kubepods cgroup's memory limit, node allocatable, less its working set;
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from kubelet import stats
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.stats.types import CgroupStats
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,9 @@ NODEFS, NODEFS_INODES = "nodefs.available", "nodefs.inodesFree"
 IMAGEFS, IMAGEFS_INODES = "imagefs.available", "imagefs.inodesFree"
 CONTAINERFS, CONTAINERFS_INODES = "containerfs.available", "containerfs.inodesFree"
 PID = "pid.available"
-_MEMORY_FIELDS = frozenset({"memory_working_set", "memory_limit"})
+_MEMORY_FIELDS = frozenset(
+    {"memory_working_set", "memory_limit", "memory_rss", "memory_cache", "memory_inactive_file"}
+)
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,16 @@ def fs_observations(layout: DiskLayout, problems: Problems) -> dict[str, Observa
     return out
 
 
+def _working_set(st: CgroupStats) -> int | None:
+    """The cgroup's working set. The v2 root has no memory.current: its usage
+    is memory.stat's anon + file there, as runc reports the root."""
+    if st.memory_working_set is not None:
+        return int(st.memory_working_set)
+    if st.memory_rss is None or st.memory_cache is None:
+        return None
+    return max(0, st.memory_rss + st.memory_cache - (st.memory_inactive_file or 0))
+
+
 def _available(limit: int, working_set: int) -> Observation:
     return Observation(max(0, limit - working_set), limit)
 
@@ -152,15 +166,16 @@ def memory_observations(
     parsed = stats.parse_cgroups(rels, version, hierarchy, fields=_MEMORY_FIELDS)
     mi = stats.read_meminfo(meminfo)
     total = mi.get("MemTotal") if mi else None
-    root_ws = parsed[0].memory_working_set
+    root_ws = _working_set(parsed[0])
     if total and root_ws is not None:
         out[MEMORY] = _available(total, root_ws)
     else:
         problems.append(f"{MEMORY} unobserved: MemTotal {total}, root working set {root_ws}")
     if kubepods is not None:
         pods = parsed[1]
-        if pods.memory_limit is not None and pods.memory_working_set is not None:
-            out[ALLOCATABLE_MEMORY] = _available(pods.memory_limit, pods.memory_working_set)
+        pods_ws = _working_set(pods)
+        if pods.memory_limit is not None and pods_ws is not None:
+            out[ALLOCATABLE_MEMORY] = _available(pods.memory_limit, pods_ws)
         else:
             problems.append(f"{ALLOCATABLE_MEMORY} unobserved: cgroup {kubepods} has no "
                             "memory limit or working set")  # fmt: skip

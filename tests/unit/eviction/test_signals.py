@@ -55,12 +55,23 @@ def test_memory_available_is_capacity_less_the_root_working_set_v1(tmp_path: Pat
     assert problems == []
 
 
-def test_memory_available_v2_uses_memory_current_and_inactive_file(tmp_path: Path) -> None:
+def test_memory_available_v2_root_is_anon_plus_file_less_inactive_file(tmp_path: Path) -> None:
+    # The v2 root cgroup has no memory.current: its usage is anon + file.
     mi = meminfo(tmp_path, 8 * GiB, 7 * GiB)
-    write(tmp_path / "memory.current", f"{5 * GiB}\n")
-    write(tmp_path / "memory.stat", f"anon 1\ninactive_file {GiB}\n")
+    write(tmp_path / "memory.stat", f"anon {3 * GiB}\nfile {2 * GiB}\ninactive_file {GiB}\n")
     out = memory_observations(2, str(tmp_path), None, mi, [])
     assert out[signals.MEMORY] == Observation(4 * GiB, 8 * GiB)
+
+
+def test_allocatable_memory_v2_uses_memory_current_and_max(tmp_path: Path) -> None:
+    mi = meminfo(tmp_path, 8 * GiB, 7 * GiB)
+    write(tmp_path / "memory.stat", "anon 1\nfile 1\n")
+    pods = tmp_path / "kubepods"
+    write(pods / "memory.current", f"{5 * GiB}\n")
+    write(pods / "memory.max", f"{6 * GiB}\n")
+    write(pods / "memory.stat", f"anon 1\nfile 9\ninactive_file {GiB}\n")
+    out = memory_observations(2, str(tmp_path), "kubepods", mi, [])
+    assert out[signals.ALLOCATABLE_MEMORY] == Observation(2 * GiB, 6 * GiB)
 
 
 def test_memory_available_never_negative(tmp_path: Path) -> None:
