@@ -34,6 +34,7 @@ class Feature(enum.StrEnum):
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
     KubeletPSI = "KubeletPSI"
+    KubeletSeparateDiskGC = "KubeletSeparateDiskGC"
     KubeletServiceAccountTokenForCredentialProviders = (
         "KubeletServiceAccountTokenForCredentialProviders"
     )

@@ -28,7 +28,12 @@ from kubelet.events import Recorder
 from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet_getters import SyncLoopHeartbeat
 from kubelet.kubelet_node_status import RegisteredNode
-from kubelet.kubelet_node_subsystems import build_gc, build_host, build_node_status
+from kubelet.kubelet_node_subsystems import (
+    GarbageCollectors,
+    build_gc,
+    build_host,
+    build_node_status,
+)
 from kubelet.kubelet_pods import setup_data_dirs
 from kubelet.kubelet_subsystems import (
     Node,
@@ -246,19 +251,20 @@ class Kubelet:
         await self.pods.configmaps.close()
         await self.pods.secrets.close()
 
-    def _start_garbage_collection(self, sandbox_image: str) -> None:
+    def _start_garbage_collection(self, sandbox_image: str) -> GarbageCollectors:
         """StartGarbageCollection, container log rotation."""
         gc = build_gc(self.node, self.pods, self.workers, self.runtime, sandbox_image)
         self._spawn_task(gc.containers.run(self._stop), "container-gc")
         self._spawn_task(gc.images.run(self._stop), "image-gc")
         self._spawn_task(gc.logs.run(self._stop), "container-log-manager")
+        return gc
 
     async def run(self) -> None:
         await self._start_core()
         sandbox_image = self.sandbox_image or await self.runtime.state.sandbox_image()
-        self._start_garbage_collection(sandbox_image)
+        gc = self._start_garbage_collection(sandbox_image)
         self._spawn_task(self.runtime.state.run(self._stop), "runtime-up")
-        self._spawn_task(self.eviction.run(self._stop), "eviction")
+        self._spawn_task(self.eviction.run(self._stop, gc.reclaimers()), "eviction")
         if self.shutdown is not None:
             self._spawn_task(self.shutdown.run(self._stop), "node-shutdown")
         self._spawn_task(

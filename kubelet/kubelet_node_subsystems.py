@@ -10,14 +10,16 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kubelet.eviction.eviction_manager import EvictionManager
+from kubelet.cri.errors import CRIError
+from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
+from kubelet.eviction.signals import NodeSignals
 from kubelet.features import Feature
-from kubelet.images.image_gc_manager import ImageGCManager
+from kubelet.images.image_gc_manager import ImageGCError, ImageGCManager
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
 from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
-from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, NodeEvent
+from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
@@ -136,10 +138,20 @@ def build_node_status(
         lambda u: pods.cache.get(u)[0], volumes.bytes_used,
     )  # fmt: skip
     target = _EvictionTarget(node, pods, workers)
+    # allocatableMemory.available: the kubepods cgroup, when node allocatable holds the pods.
+    kubepods = None
+    if "pods" in cfg.enforce_node_allocatable and cfg.cgroups_per_qos:
+        kubepods = f"{stats.cgroup_root}/kubepods" if stats.cgroup_root else "kubepods"
+    signals = NodeSignals(
+        node.root_dir, stats.version, stats.hierarchy, kubepods,
+        runtime.state.images.image_fs_info,
+        separate_disk_gc=node.features.enabled(Feature.KubeletSeparateDiskGC),
+    )  # fmt: skip
     eviction = EvictionManager(
         cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
-        recorder=node.recorder, volume_usage=volumes.bytes_used,
-        local_storage_usage=ephemeral.measure,
+        signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
+        local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
+        node_event=node.event, processes=stats.pod_process_counts,
     )  # fmt: skip
     due = asyncio.Event()
     shutdown = NodeShutdownManager.from_config(
@@ -176,6 +188,25 @@ class GarbageCollectors:
     images: ImageGCManager
     logs: ContainerLogManager
 
+    def reclaimers(self) -> Reclaimers:
+        """What the eviction manager frees before it evicts a pod for disk."""
+
+        async def containers() -> str | None:
+            try:
+                await self.containers.garbage_collect(evict_non_deleted_pods=True)
+            except (ContainerGCError, CRIError) as err:
+                return str(err)
+            return None
+
+        async def images() -> str | None:
+            try:
+                await self.images.delete_unused_images()
+            except (ImageGCError, CRIError) as err:
+                return str(err)
+            return None
+
+        return Reclaimers(containers, images)
+
 
 def build_gc(
     node: Node, pods: Pods, workers: Workers, runtime: Runtime, sandbox_image: str
@@ -189,10 +220,16 @@ def build_gc(
             workers.workers.could_have_running_containers(pod_uid)
         )
 
+    def pod_runtime_removable(pod_uid: str) -> bool:
+        return not workers.workers.could_have_running_containers(pod_uid)
+
     rt, cfg = runtime.state.runtime, node.config
     node_event: NodeEvent = node.event
     return GarbageCollectors(
         ContainerGC(rt, pod_content_needed, cfg.pod_logs_dir,
+                    # ShouldPodRuntimeBeRemoved: the worker stopped every container
+                    # (eviction's reclaim may then take a live pod's dead ones).
+                    pod_terminated=pod_runtime_removable,
                     sources_ready=pods.sources_ready.is_set, node_event=node_event,
                     container_logs_dir=legacy.CONTAINER_LOGS_DIR),
         ImageGCManager.from_config(cfg, runtime.state.images, rt, sandbox_image=sandbox_image,

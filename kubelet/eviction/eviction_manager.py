@@ -1,22 +1,29 @@
 """Node-pressure eviction (pkg/kubelet/eviction), the parts a node needs to stay up:
 
-- signals every 10 s: memory.available (MemAvailable), nodefs.available and
-  nodefs.inodesFree (statvfs of the root directory; imagefs is the same
-  filesystem here), pid.available (pid_max minus processes), read with the
-  Cython parsers;
+- signals every 10 s (signals.py): memory.available (MemTotal less the root
+  cgroup's working set), allocatableMemory.available (the kubepods cgroup,
+  when enforceNodeAllocatable has `pods`), nodefs / imagefs / containerfs
+  available bytes and free inodes (the kubelet root directory's filesystem and
+  the runtime's ImageFsInfo), pid.available;
 - thresholds from evictionHard (and evictionSoft with its grace periods), as
-  quantities or percentages of capacity;
+  quantities or percentages of capacity; containerfs thresholds derived from
+  nodefs's or imagefs's by the disk layout (thresholds.py);
 - node conditions MemoryPressure / DiskPressure / PIDPressure, held for
   evictionPressureTransitionPeriod after the signal recovers;
 - evictionMinimumReclaim: a threshold acted on stays met until its value plus
   the minimum reclaim is available;
-- at most one pod evicted per cycle while a threshold is met: static pods never;
-  otherwise pods using more than they request first, then lower priority, then
-  larger usage above request, as upstream ranks memory; the pod is killed
-  (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod or the
-  pod's terminationGracePeriodSeconds when shorter), reported
-  Failed with reason Evicted and an Evicted event;
+- a disk threshold is first met by node-level reclaim (dead containers, unused
+  images, as the disk layout says); pods are evicted only when the signals
+  read again still meet a threshold;
+- at most one pod evicted per cycle while a threshold is met: critical pods
+  never; otherwise pods using more than they request first, then lower
+  priority, then larger usage above request, as upstream ranks memory (for
+  disk, the pod's bytes on the pressed filesystem against its
+  ephemeral-storage request, thresholds.disk_rank); the pod is killed (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod
+  or the pod's terminationGracePeriodSeconds when shorter), reported Failed
+  with reason Evicted and an Evicted event;
 - admission under memory pressure refuses BestEffort pods (reason Evicted);
+  under disk or PID pressure every pod but critical ones;
 - local ephemeral storage limits (local_storage.py), enforced before the node's
   signals every pass unless localStorageCapacityIsolation is false: every pod
   over an emptyDir sizeLimit, its containers' total or a container's own limit
@@ -27,16 +34,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubelet import metrics, stats
+from kubelet import metrics
 from kubelet.eviction import local_storage
+from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
+from kubelet.eviction.thresholds import (
+    ALL,
+    CONDITIONS,
+    CONTAINER_GC,
+    MEMORY_SIGNALS,
+    RESOURCES,
+    VOLUMES,
+    Threshold,
+    disk_rank,
+    reclaim_plan,
+    thresholds,
+    with_container_fs,
+)
 from kubelet.lifecycle.predicate import Rejection, pod_requests
-from kubelet.stats.ephemeral import PodStorage
+from kubelet.stats.ephemeral import PodStorage, is_local_ephemeral_volume
 from kubelet.types import (
     Container,
     Pod,
@@ -48,69 +68,16 @@ from kubelet.types import (
     qos_class,
     uid,
 )
-from kubelet.util.duration import parse_duration
-from kubelet.util.quantity import parse_quantity, to_bytes
+from kubelet.util.quantity import to_bytes
 
 log = logging.getLogger(__name__)
 
 MONITORING_PERIOD = 10.0
 # The taint the node lifecycle controller sets under MemoryPressure.
 MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
-# signal -> the node condition it drives
-CONDITIONS = {
-    "memory.available": "MemoryPressure",
-    "nodefs.available": "DiskPressure",
-    "nodefs.inodesFree": "DiskPressure",
-    "imagefs.available": "DiskPressure",
-    "imagefs.inodesFree": "DiskPressure",
-    "pid.available": "PIDPressure",
-}
-RESOURCE = {"MemoryPressure": "memory", "DiskPressure": "ephemeral-storage", "PIDPressure": "pids"}
 
 
-@dataclass
-class Observation:
-    available: int
-    capacity: int
-
-
-@dataclass
-class Threshold:
-    signal: str
-    value: str  # "100Mi" or "10%"
-    hard: bool
-    grace: float = 0.0
-    # evictionMinimumReclaim: once acted on, the threshold holds until this much
-    # more than its value is available again.
-    min_reclaim: str | None = None
-
-    def limit(self, capacity: int, reclaiming: bool = False) -> float:
-        out = _amount(self.value, capacity)
-        if reclaiming and self.min_reclaim is not None:
-            out += _amount(self.min_reclaim, capacity)
-        return out
-
-    @property
-    def key(self) -> str:
-        return self.signal + str(self.hard)
-
-
-def _amount(value: str, capacity: int) -> float:
-    if value.endswith("%"):
-        return capacity * float(value[:-1]) / 100.0
-    return float(parse_quantity(value))
-
-
-def thresholds(config: Any) -> list[Threshold]:
-    reclaim = config.eviction_minimum_reclaim or {}
-    out = [
-        Threshold(s, v, True, 0.0, reclaim.get(s)) for s, v in (config.eviction_hard or {}).items()
-    ]
-    for s, v in (config.eviction_soft or {}).items():
-        grace = (config.eviction_soft_grace_period or {}).get(s, "0s")
-        out.append(Threshold(s, v, False, parse_duration(grace), reclaim.get(s)))
-    return out
-
+__all__ = ["EvictionManager", "Observation", "Reclaimers", "Threshold", "thresholds"]
 
 # Hard thresholds and local storage: how long an evicted pod gets to stop.
 IMMEDIATE_GRACE = local_storage.IMMEDIATE_GRACE
@@ -125,30 +92,6 @@ def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
     return min(max_pod_grace, int(own)) if own is not None else max_pod_grace
 
 
-def observe(root_dir: str) -> dict[str, Observation]:
-    """The node's signals now."""
-    obs: dict[str, Observation] = {}
-    mi = stats.read_meminfo()
-    if mi and mi.get("MemTotal") and mi.get("MemAvailable") is not None:
-        obs["memory.available"] = Observation(
-            int(mi["MemAvailable"] or 0), int(mi["MemTotal"] or 0)
-        )
-    fs = stats.fs_usage(root_dir)
-    if fs:
-        obs["nodefs.available"] = Observation(fs["available"], fs["capacity"])
-        obs["nodefs.inodesFree"] = Observation(fs["inodes_free"], fs["inodes"])
-        obs["imagefs.available"] = obs["nodefs.available"]
-        obs["imagefs.inodesFree"] = obs["nodefs.inodesFree"]
-    try:
-        with open("/proc/sys/kernel/pid_max") as fh:
-            pid_max = int(fh.read())
-        procs = sum(1 for e in os.listdir("/proc") if e.isdigit())
-        obs["pid.available"] = Observation(pid_max - procs, pid_max)
-    except (OSError, ValueError):
-        pass
-    return obs
-
-
 class EvictionManager:
     def __init__(
         self,
@@ -157,27 +100,40 @@ class EvictionManager:
         evict: EvictFn,
         usage: Callable[[], Mapping[str, int]],
         root_dir: str,
-        observe_fn: Callable[[], dict[str, Observation]] | None = None,
+        observe_fn: Callable[[], dict[str, Observation]],
         recorder: Any = None,
         clock: Callable[[], float] = time.monotonic,
         volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
         local_storage_usage: LocalStorageUsage | None = None,
+        layout_fn: Callable[[], Awaitable[DiskLayout | None]] | None = None,
+        node_event: Callable[[str, str, str], None] | None = None,
+        processes: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        """`observe_fn` reads every signal (blocking: it runs in an executor);
+        `layout_fn` tells where the filesystems are once known (None: one
+        filesystem, the root directory's); `node_event(type, reason, message)`
+        records an event on the Node; `processes` gives the tasks of each pod
+        UID (PID pressure ranks by them)."""
         self.config = config
         self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
         # localStorageCapacityIsolation: false turns local storage eviction off.
         self.local_storage_isolation = bool(
             getattr(config, "local_storage_capacity_isolation", True)
         )
-        # pod UID -> volume name -> bytes used (the volume stats' last pass).
-        self.volume_usage = volume_usage
-        self.thresholds = thresholds(config)
+        self.configured = thresholds(config)
+        # Until the disk layout is known: one filesystem holds everything.
+        self.layout: DiskLayout | None = None
+        self.thresholds = with_container_fs(self.configured, shared_layout(root_dir))
+        self.reclaim_plan = reclaim_plan(shared_layout(root_dir))
+        self.layout_fn = layout_fn
+        self.node_event = node_event
+        self.processes = processes
         self.pods = pods  # active (admitted, not terminal) pods
         self.evict = evict  # (pod, grace, reason, message[, condition])
         # pod UID -> memory working set bytes (pods without figures are absent),
         # from one stats pass: ranking never reads stats once per pod.
         self.usage = usage
-        self.observe = observe_fn or (lambda: observe(root_dir))
+        self.observe = observe_fn
         self.recorder = recorder
         self.clock = clock
         self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
@@ -207,10 +163,12 @@ class EvictionManager:
         return Rejection("Evicted", f"The node had condition: [{' '.join(conds)}].")
 
     # ---------------------------------------------------------------- loop
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, reclaim: Reclaimers | None = None) -> None:
+        """Every MONITORING_PERIOD until `stop`; `reclaim` frees disk without
+        evicting (None: no garbage collectors, disk pressure evicts at once)."""
         while not stop.is_set():
             try:
-                await self.synchronize()
+                await self.synchronize(reclaim)
             except Exception:  # the node must stay watched: the next pass runs on time
                 log.exception("eviction manager: synchronize failed")
             try:
@@ -247,16 +205,23 @@ class EvictionManager:
             evicted.append(p)
         return evicted
 
-    async def synchronize(self) -> Pod | None:
-        """One pass: update conditions; evict one pod if a threshold is met."""
-        pods = self.pods()
-        self.evicted.intersection_update(uid(p) for p in pods)
-        local = await self._evict_local_storage(pods)
-        if local:
-            return local[0]
-        obs = await asyncio.get_running_loop().run_in_executor(None, self.observe)
-        now = self.clock()
-        met: list[tuple[Threshold, Observation]] = []
+    async def _learn_layout(self) -> None:
+        """Once the runtime has told where its filesystems are, containerfs
+        thresholds and node-level reclaim follow that layout."""
+        if self.layout is not None or self.layout_fn is None:
+            return
+        found = await self.layout_fn()
+        if found is None:
+            return
+        self.layout = found
+        self.thresholds = with_container_fs(self.configured, found)
+        self.reclaim_plan = reclaim_plan(found)
+
+    def _met(self, obs: Mapping[str, Observation], now: float) -> list[Threshold]:
+        """Thresholds met past their grace period (those acted on last time
+        count as met until their minimum reclaim is free too); updates the
+        node conditions."""
+        met: list[Threshold] = []
         for t in self.thresholds:
             o = obs.get(t.signal)
             if o is None or o.available >= t.limit(o.capacity, t.key in self._acting):
@@ -267,26 +232,42 @@ class EvictionManager:
             if cond:
                 self._pressure_until[cond] = now + self.config.eviction_pressure_transition_period
             if t.hard or now - since >= t.grace:
-                met.append((t, o))
-        self._acting = {t.key for t, _ in met}
+                met.append(t)
+        self._acting = {t.key for t in met}
+        # Memory first, then as configured (hard before soft), as upstream ranks them.
+        met.sort(key=lambda t: t.signal not in MEMORY_SIGNALS)
+        return met
+
+    async def _observe(self) -> dict[str, Observation]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.observe)
+
+    async def synchronize(self, reclaim: Reclaimers | None = None) -> Pod | None:
+        """One pass: update conditions; reclaim node-level resources or evict
+        one pod if a threshold is met."""
+        pods = self.pods()
+        self.evicted.intersection_update(uid(p) for p in pods)
+        local = await self._evict_local_storage(pods)
+        if local:
+            return local[0]
+        await self._learn_layout()
+        obs = await self._observe()
+        met = self._met(obs, self.clock())
         if not met:
             return None
-        t, o = min(met, key=lambda m: (not m[0].hard, m[1].available))
-        if CONDITIONS.get(t.signal) == "DiskPressure":
-            # Disk is ranked by the pods' own local storage, not by memory.
-            victim = self._rank(pods, {uid(p): self._local_storage(p) for p in pods},
-                                _ephemeral_request)  # fmt: skip
-        else:
-            usage = await asyncio.get_running_loop().run_in_executor(None, self.usage)
-            victim = self._rank(pods, usage, lambda p: pod_requests(p).memory)
+        t, o = met[0], obs[met[0].signal]
+        resource = RESOURCES.get(t.signal, t.signal)
+        log.info("eviction: attempting to reclaim %s (%s)", resource, t.signal)
+        if self.node_event is not None:
+            self.node_event("Warning", "EvictionThresholdMet", f"Attempting to reclaim {resource}")
+        if await self._reclaim_node_level(t, reclaim):
+            return None
+        victim = await self._victim(t, pods)
         if victim is None:
             log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
             return None
-        cond = CONDITIONS.get(t.signal, "")
-        resource = RESOURCE.get(cond, t.signal)
         message = (
             f"The node was low on resource: {resource}. Threshold quantity: {t.value}, "
-            f"available: {o.available // 1024}Ki."
+            f"available: {_quantity(t.signal, o.available)}."
         )
         grace = eviction_grace(t, victim, int(self.config.eviction_max_pod_grace_period))
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
@@ -297,19 +278,64 @@ class EvictionManager:
         await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
         return victim
 
-    def _local_storage(self, pod: Pod) -> int:
-        """Bytes in the pod's local ephemeral volumes (emptyDir on disk, configMap,
-        downwardAPI, gitRepo), from the volume stats' last pass."""
-        used = self.volume_usage(uid(pod))
-        total = 0
-        for v in (pod.get("spec") or {}).get("volumes") or []:
-            ed = v.get("emptyDir")
-            local = (ed is not None and ed.get("medium") != "Memory") or any(
-                k in v for k in ("configMap", "downwardAPI", "gitRepo")
-            )
-            if local:
-                total += used.get(v.get("name", ""), 0)
-        return total
+    async def _reclaim_node_level(self, t: Threshold, reclaim: Reclaimers | None) -> bool:
+        """Frees what the layout says may be freed for this signal (dead
+        containers, unused images), then reads the signals again: True when no
+        threshold is met any more (minimum reclaim included), so no pod goes."""
+        steps = self.reclaim_plan.get(t.signal, ())
+        if not steps:
+            return False
+        if reclaim is None:
+            log.warning("eviction: %s met and node-level reclaim (%s) is not running: "
+                        "evicting without it", t.signal, ", ".join(steps))  # fmt: skip
+            return False
+        for step in steps:
+            problem = await (reclaim.containers() if step == CONTAINER_GC else reclaim.images())
+            if problem is not None:
+                log.warning("eviction: reclaiming %s for %s failed: %s", step, t.signal, problem)
+        obs = await self._observe()
+        still = [
+            x.signal
+            for x in self.thresholds
+            if x.signal in obs and obs[x.signal].available < x.limit(obs[x.signal].capacity, True)
+        ]
+        if still:
+            log.info("eviction: after reclaiming %s, still met: %s", ", ".join(steps),
+                     ", ".join(still))  # fmt: skip
+            return False
+        log.info("eviction: %s relieved by reclaiming %s, no pod evicted", t.signal,
+                 ", ".join(steps))  # fmt: skip
+        return True
+
+    async def _victim(self, t: Threshold, pods: list[Pod]) -> Pod | None:
+        if CONDITIONS.get(t.signal) == "DiskPressure":
+            return self._rank(pods, await self._disk_usage(t, pods), _ephemeral_request)
+        loop = asyncio.get_running_loop()
+        if CONDITIONS.get(t.signal) == "PIDPressure" and self.processes is not None:
+            # rankPIDPressure: lower priority first, then more processes.
+            return self._rank(pods, await loop.run_in_executor(None, self.processes), _no_request)
+        usage = await loop.run_in_executor(None, self.usage)
+        return self._rank(pods, usage, lambda p: pod_requests(p).memory)
+
+    async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
+        """Each candidate's bytes on the pressed filesystem (the layout says
+        which part of its local storage is there). Inode signals rank by bytes
+        too: per-pod inode counts are not measured."""
+        candidates = [p for p in pods if not is_critical(p) and uid(p) not in self.evicted]
+        measured = await self.local_storage_usage(candidates)
+        part = disk_rank(self.layout or shared_layout(""), t.signal)
+        out: dict[str, int] = {}
+        for p in candidates:
+            st = measured.get(uid(p))
+            if st is None:
+                continue
+            if part == ALL:
+                out[uid(p)] = st.total
+            elif part == VOLUMES:
+                out[uid(p)] = _local_volumes(p, st.volumes)
+            else:
+                out[uid(p)] = sum(st.containers.values())
+        return out
 
     def _rank(
         self, pods: list[Pod], usage: Mapping[str, int], request: Callable[[Pod], int]
@@ -367,16 +393,48 @@ def disruption_target(message: str) -> PodCondition:
 
 
 LocalStorageUsage = Callable[[list[Pod]], Awaitable[Mapping[str, PodStorage]]]
+# A node-level reclaim: None when it ran, else what went wrong.
+ReclaimFn = Callable[[], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class Reclaimers:
+    """The garbage collectors' eviction entry points: DeleteAllUnusedContainers
+    (every dead container, whatever the GC policy keeps) and DeleteUnusedImages."""
+
+    containers: ReclaimFn
+    images: ReclaimFn
+
+
+def _quantity(signal: str, value: int) -> str:
+    """The available figure of an eviction message: bytes in Ki, counts as they are."""
+    if RESOURCES.get(signal) in ("memory", "ephemeral-storage"):
+        return f"{value // 1024}Ki"
+    return str(value)
+
+
+def _local_volumes(pod: Pod, used: Mapping[str, int]) -> int:
+    """Bytes in the pod's local ephemeral volumes (emptyDir on disk, configMap, gitRepo)."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return sum(used.get(v.get("name", ""), 0) for v in volumes if is_local_ephemeral_volume(v))
 
 
 def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
     """Usage from the volume stats alone (no runtime to ask: the containers'
-    own bytes are unknown, so only emptyDir sizeLimits can be held)."""
+    own bytes are unknown; the pod's total is its local volumes)."""
 
     async def usage(pods: list[Pod]) -> Mapping[str, PodStorage]:
-        return {uid(p): PodStorage(dict(volume_usage(uid(p))), {}, 0) for p in pods}
+        out = {}
+        for p in pods:
+            used = dict(volume_usage(uid(p)))
+            out[uid(p)] = PodStorage(used, {}, _local_volumes(p, used))
+        return out
 
     return usage
+
+
+def _no_request(_pod: Pod) -> int:
+    return 0
 
 
 def _ephemeral_request(pod: Pod) -> int:

@@ -40,7 +40,14 @@ from kubelet.container.runtime import PodStatus
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
 from kubelet.stats.summary import add_pressure, cgroup_pressure, cgroup_swap, node_swap
-from kubelet.stats.types import EVICTION, PSI_FIELDS, RESOURCE_METRICS, SUMMARY, CgroupStats
+from kubelet.stats.types import (
+    EVICTION,
+    PIDS,
+    PSI_FIELDS,
+    RESOURCE_METRICS,
+    SUMMARY,
+    CgroupStats,
+)
 from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
 
@@ -199,6 +206,18 @@ class StatsProvider:
             uid(p): int(st.memory_working_set)
             for p, st in zip(pods, parsed, strict=True)
             if st.memory_working_set is not None
+        }
+
+    def pod_process_counts(self) -> dict[str, int]:
+        """Tasks per pod UID (PID pressure ranking): each pod cgroup's pids.current."""
+        pods = self.pods()
+        rels = [self._pod_cgroup(p) for p in pods]
+        with self._lock:
+            parsed = self._parse(rels, PIDS)
+        return {
+            uid(p): int(st.pids_current)
+            for p, st in zip(pods, parsed, strict=True)
+            if st.pids_current is not None
         }
 
     def _procs_file(self, rel: str) -> str:

@@ -192,6 +192,7 @@ ALL_FIELDS = (1 << len(FIELDS)) - 1
 # The summary adds swap [SwapStats] (2 files) and, with KubeletPSI,
 # pressure [CPUStats.PSI, MemoryStats.PSI, IOStats.PSI] (3 files).
 EVICTION = frozenset({"memory_working_set"})
+PIDS = frozenset({"pids_current"})  # eviction's PID pressure ranking
 RESOURCE_METRICS = frozenset({"cpu_usage_ns", "memory_working_set"})
 SUMMARY = frozenset(
     {"cpu_usage_ns", "memory_usage", "memory_working_set", "memory_rss", "pgfault",
