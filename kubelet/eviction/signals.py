@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from kubelet import stats
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.stats.types import CgroupStats
+from kubelet.stats.types import working_set
 
 log = logging.getLogger(__name__)
 
@@ -142,16 +142,6 @@ def fs_observations(layout: DiskLayout, problems: Problems) -> dict[str, Observa
     return out
 
 
-def _working_set(st: CgroupStats) -> int | None:
-    """The cgroup's working set. The v2 root has no memory.current: its usage
-    is memory.stat's anon + file there, as runc reports the root."""
-    if st.memory_working_set is not None:
-        return int(st.memory_working_set)
-    if st.memory_rss is None or st.memory_cache is None:
-        return None
-    return max(0, st.memory_rss + st.memory_cache - (st.memory_inactive_file or 0))
-
-
 def _available(limit: int, working_set: int) -> Observation:
     return Observation(max(0, limit - working_set), limit)
 
@@ -166,14 +156,14 @@ def memory_observations(
     parsed = stats.parse_cgroups(rels, version, hierarchy, fields=_MEMORY_FIELDS)
     mi = stats.read_meminfo(meminfo)
     total = mi.get("MemTotal") if mi else None
-    root_ws = _working_set(parsed[0])
+    root_ws = working_set(parsed[0])
     if total and root_ws is not None:
         out[MEMORY] = _available(total, root_ws)
     else:
         problems.append(f"{MEMORY} unobserved: MemTotal {total}, root working set {root_ws}")
     if kubepods is not None:
         pods = parsed[1]
-        pods_ws = _working_set(pods)
+        pods_ws = working_set(pods)
         if pods.memory_limit is not None and pods_ws is not None:
             out[ALLOCATABLE_MEMORY] = _available(pods.memory_limit, pods_ws)
         else:

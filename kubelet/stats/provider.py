@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ from kubelet.stats.types import (
     RESOURCE_METRICS,
     SUMMARY,
     CgroupStats,
+    working_set,
 )
 from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
@@ -325,7 +326,7 @@ class StatsProvider:
         for key in list(self._prev):
             if key not in seen and key != "node":
                 del self._prev[key]
-        return {"node": self._node(now, ts), "pods": pod_out}, rows
+        return {"node": self._node(now, ts, root), "pods": pod_out}, rows
 
     def _container_rows(
         self,
@@ -420,7 +421,7 @@ class StatsProvider:
         }
         return self._extras(out, ts, st)
 
-    def _node(self, now: float, ts: str) -> dict[str, Any]:
+    def _node(self, now: float, ts: str, root: CgroupStats) -> dict[str, Any]:
         node: dict[str, Any] = {"nodeName": self.node_name}
         ps = stats.read_proc_stat()
         if ps is not None and ps["cpu"] is not None:
@@ -433,13 +434,7 @@ class StatsProvider:
             }
         mi = stats.read_meminfo()
         if mi is not None and mi["MemTotal"] is not None:
-            avail = mi["MemAvailable"] or 0
-            node["memory"] = {
-                "time": ts,
-                "availableBytes": avail,
-                "usageBytes": mi["MemTotal"] - (mi["MemFree"] or 0),
-                "workingSetBytes": mi["MemTotal"] - avail,
-            }
+            node["memory"] = _node_memory(ts, mi["MemTotal"], root, mi)
         fs = stats.fs_usage(self.root_dir)
         if fs is not None:
             node["fs"] = {
@@ -534,3 +529,29 @@ def resource_registry(provider: StatsProvider) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ResourceMetrics(provider))
     return reg
+
+
+def _node_memory(
+    ts: str, total: int, root: CgroupStats, mi: Mapping[str, int | None]
+) -> dict[str, Any]:
+    """The root cgroup's memory as upstream's summary gives the node's (and as
+    eviction's memory.available reads it); /proc/meminfo where the root cgroup
+    cannot be read."""
+    ws = working_set(root)
+    if ws is None:
+        avail = mi.get("MemAvailable") or 0
+        used = total - (mi.get("MemFree") or 0)
+        return {"time": ts, "availableBytes": avail, "usageBytes": used,
+                "workingSetBytes": total - avail}  # fmt: skip
+    usage = root.memory_usage
+    if usage is None and root.memory_rss is not None and root.memory_cache is not None:
+        usage = root.memory_rss + root.memory_cache  # the v2 root: no memory.current
+    return {
+        "time": ts,
+        "availableBytes": max(0, total - ws),
+        "usageBytes": usage,
+        "workingSetBytes": ws,
+        "rssBytes": root.memory_rss,
+        "pageFaults": root.pgfault,
+        "majorPageFaults": root.pgmajfault,
+    }

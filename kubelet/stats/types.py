@@ -196,7 +196,8 @@ PIDS = frozenset({"pids_current"})  # eviction's PID pressure ranking
 RESOURCE_METRICS = frozenset({"cpu_usage_ns", "memory_working_set"})
 SUMMARY = frozenset(
     {"cpu_usage_ns", "memory_usage", "memory_working_set", "memory_rss", "pgfault",
-     "pgmajfault", "pids_current", "swap_usage", "swap_limit"}
+     "pgmajfault", "pids_current", "swap_usage", "swap_limit",
+     "memory_cache", "memory_inactive_file"}  # the v2 root's working set (working_set)
 )  # fmt: skip
 PSI_FIELDS = frozenset({"cpu_pressure", "memory_pressure", "io_pressure"})
 CADVISOR = frozenset(FIELDS)
@@ -223,3 +224,13 @@ def files_of(fields: frozenset[str] | None) -> list[str]:
     """The v2 file names a field set reads, in read order."""
     _, files = masks(fields)
     return [name for name in V2_FILES if files & FILE_BITS[name]]
+
+
+def working_set(st: CgroupStats) -> int | None:
+    """The cgroup's working set. The v2 root has no memory.current: its usage
+    is memory.stat's anon + file there, as runc reports the root."""
+    if st.memory_working_set is not None:
+        return int(st.memory_working_set)
+    if st.memory_rss is None or st.memory_cache is None:
+        return None
+    return max(0, st.memory_rss + st.memory_cache - (st.memory_inactive_file or 0))

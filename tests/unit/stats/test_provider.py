@@ -8,6 +8,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from kubelet import stats
 from kubelet.stats import provider as prov
 
 
@@ -95,3 +96,20 @@ def test_each_consumer_reads_its_files_through_kept_descriptors(
     t[0] += 10
     assert p.pod_working_sets() == {"u2": 1700}
     assert p.kept_cgroups == 1
+
+
+def test_node_memory_is_the_root_cgroups_as_eviction_reads_it(tmp_path: Path) -> None:
+    """The node's memory in the summary is the root cgroup's working set (the v2
+    root has no memory.current: anon + file less inactive_file), as upstream's
+    summary and eviction's memory.available read it, not MemTotal - MemAvailable."""
+    root = tmp_path / "cg"
+    root.mkdir()
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(f"30 1 0:26 / {root} rw,nosuid - cgroup2 cgroup2 rw\n")
+    (root / "memory.stat").write_text("anon 5000\nfile 3000\ninactive_file 1000\n")
+    p = prov.StatsProvider(lambda: [], str(tmp_path), "node-x", mountinfo=str(mountinfo))
+    mem = p.summary()["node"]["memory"]
+    total = stats.read_meminfo()["MemTotal"]
+    assert mem["workingSetBytes"] == 7000
+    assert mem["usageBytes"] == 8000
+    assert mem["availableBytes"] == total - 7000
