@@ -117,9 +117,7 @@ class EvictionManager:
         self.config = config
         self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
         # localStorageCapacityIsolation: false turns local storage eviction off.
-        self.local_storage_isolation = bool(
-            getattr(config, "local_storage_capacity_isolation", True)
-        )
+        self.local_storage_isolation = config.local_storage_capacity_isolation
         self.configured = thresholds(config)
         # Until the disk layout is known: one filesystem holds everything.
         self.layout: DiskLayout | None = None

@@ -82,7 +82,7 @@ def thresholds(config: Any) -> list[Threshold]:
     for s, v in (config.eviction_soft or {}).items():
         grace = (config.eviction_soft_grace_period or {}).get(s, "0s")
         out.append(Threshold(s, v, False, parse_duration(grace), reclaim.get(s)))
-    if "pods" in (getattr(config, "enforce_node_allocatable", None) or []):
+    if "pods" in config.enforce_node_allocatable:
         out += [replace(t, signal=sig.ALLOCATABLE_MEMORY)
                 for t in out if t.signal == sig.MEMORY and t.hard]  # fmt: skip
     return out
