@@ -130,8 +130,9 @@ class Kubelet:
             node, pods, volumes, probes, runtime, resources, self.registered_node
         )
         self.node_status = build_node_status(
-            node, pods, volumes, runtime, workers, (node_inputs, self.registered_node)
-        )
+            node, pods, volumes, runtime, workers, resources,
+            (node_inputs, self.registered_node),
+        )  # fmt: skip
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat)
         # The names the loops below (and tests) use.

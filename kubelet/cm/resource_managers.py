@@ -25,6 +25,7 @@ from kubelet.cm import node_container_manager as nac
 from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.interfaces import (
     Container,
     ContainerManagerError,
@@ -115,11 +116,13 @@ class ResourceManagers:
         topology: TopologyManager,
         cpu: CPUManager,
         memory: MemoryManager,
+        devices: DeviceManager,
         unlimited_quota_when_pinned: bool = True,
     ) -> None:
         self.topology = topology
         self.cpu = cpu
         self.memory = memory
+        self.devices = devices
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
@@ -157,7 +160,19 @@ class ResourceManagers:
         self.topology.remove_pod(pod_uid)
 
     async def run(self, stop: asyncio.Event, runtime: ContainerUpdater) -> None:
-        await self.cpu.run(stop, runtime)
+        """The device plugin registration server and the CPU manager's reconcile
+        loop, until stop."""
+        try:
+            await self.devices.start()
+        except (OSError, RuntimeError) as err:
+            # Upstream refuses to start; here every other pod keeps being served
+            # and the node has no device plugin resources. Said loudly.
+            log.error("Device plugin registration server failed, no device plugin "
+                      "can register: %s", err)  # fmt: skip
+        try:
+            await self.cpu.run(stop, runtime)
+        finally:
+            await self.devices.stop()
 
 
 @contextlib.contextmanager
@@ -227,5 +242,6 @@ def new_resource_managers(
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)
     return ResourceManagers(
-        topology, cpu, memory, gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs)
-    )
+        topology, cpu, memory, DeviceManager(rc.state_dir),
+        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs),
+    )  # fmt: skip

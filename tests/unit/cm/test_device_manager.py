@@ -1,0 +1,246 @@
+"""The device manager against real plugins: grpc.aio device plugins served on
+Unix sockets register on the manager's kubelet.sock, as the node e2e
+"Device Plugin Failures" specs drive them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+import pytest
+
+from kubelet.cm.devicemanager import (
+    CHECKPOINT_NAME,
+    HEALTHY,
+    KUBELET_SOCKET,
+    UNHEALTHY,
+    is_extended_resource_name,
+)
+from kubelet.cm.devicemanager.api import api_pb2 as pb
+from kubelet.cm.devicemanager.api import api_pb2_grpc as pb_grpc
+from kubelet.cm.devicemanager.manager import Capacity, DeviceManager
+from kubelet.testing.deviceplugin import FakeDevicePlugin
+from kubelet.util.clock import FakeClock
+
+R = "example.com/gpu"
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[tuple[DeviceManager, str, FakeClock]]:
+    # A short root: a Unix socket path has at most 107 bytes.
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    clock = FakeClock()
+    mgr = DeviceManager(root, clock=clock)
+    await mgr.start()
+    try:
+        yield mgr, mgr.socket_dir, clock
+    finally:
+        await mgr.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not cond():  # noqa: ASYNC110 (polls state the plugin changes)
+            await asyncio.sleep(0.01)
+
+
+def counts(mgr: DeviceManager, resource: str = R) -> tuple[int, int]:
+    cap, alloc, removed = mgr.capacity()
+    if resource in removed:
+        return (0, 0)
+    return (cap.get(resource, -1), alloc.get(resource, -1))
+
+
+async def test_devices_set_capacity_and_unhealthy_ones_leave_allocatable(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY, "2": HEALTHY, "3": HEALTHY})
+    await plugin.register(sockdir, "p.sock", R)
+    await until(lambda: counts(mgr) == (4, 4))
+    plugin.update({"0": HEALTHY, "1": UNHEALTHY, "2": HEALTHY, "3": UNHEALTHY})
+    await until(lambda: counts(mgr) == (4, 2))
+    plugin.update({"0": HEALTHY, "1": HEALTHY, "2": HEALTHY, "3": UNHEALTHY})
+    await until(lambda: counts(mgr) == (4, 3))
+    assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]
+    await plugin.stop()
+
+
+async def test_a_change_wakes_the_node_status(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin({"0": HEALTHY})
+    waiter = asyncio.ensure_future(mgr.capacity_changed())
+    await plugin.register(sockdir, "p.sock", R)
+    await asyncio.wait_for(waiter, 20)
+    await until(lambda: counts(mgr) == (1, 1))
+    await mgr.capacity_changed()  # the list that came after: set again
+    waiter = asyncio.ensure_future(mgr.capacity_changed())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()  # nothing changed since
+    plugin.update({"0": UNHEALTHY})
+    await asyncio.wait_for(waiter, 20)
+    await plugin.stop()
+
+
+async def test_failing_options_refuse_the_registration(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"0": HEALTHY},
+        fail=lambda m: "GetDevicePluginOptions failed" if m == "GetDevicePluginOptions" else None,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await plugin.register(sockdir, "p.sock", R)
+    assert "failed to get device plugin options" in str(err.value.details())
+    assert "GetDevicePluginOptions failed" in str(err.value.details())
+    await asyncio.sleep(0.1)
+    assert plugin.calls == ["GetDevicePluginOptions"]
+    assert counts(mgr) == (-1, -1)
+    await plugin.stop()
+
+
+async def test_list_and_watch_failing_at_once_leaves_the_resource_at_zero(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"0": HEALTHY}, fail=lambda m: "ListAndWatch failed" if m == "ListAndWatch" else None
+    )
+    await plugin.register(sockdir, "p.sock", R)
+    await until(lambda: mgr.endpoints[R].stopped_at is not None)
+    assert counts(mgr) == (0, 0)
+    assert R not in mgr.capacity().removed
+    await asyncio.sleep(0.2)
+    assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]  # never retried
+    await plugin.stop()
+
+
+async def test_list_and_watch_failing_later_keeps_capacity_for_the_grace_period(env) -> None:
+    mgr, sockdir, clock = env
+    failing = False
+    plugin = FakeDevicePlugin(
+        {"0": HEALTHY, "1": HEALTHY},
+        fail=lambda m: "ListAndWatch failed" if m == "ListAndWatch" and failing else None,
+    )
+    await plugin.register(sockdir, "p.sock", R)
+    await until(lambda: counts(mgr) == (2, 2))
+    failing = True
+    plugin.update(plugin.devices)
+    await until(lambda: counts(mgr) == (2, 0))
+    await asyncio.sleep(0.2)
+    assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]
+    clock.step(299)
+    assert counts(mgr) == (2, 0)
+    clock.step(1)
+    assert mgr.capacity() == Capacity({}, {}, [R])  # reported as 0 from now on
+    assert mgr.capacity().removed == [R]
+    await plugin.stop()
+
+
+async def test_stopped_plugin_then_registered_again(env) -> None:
+    mgr, sockdir, clock = env
+    plugin = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY})
+    await plugin.register(sockdir, "p.sock", R)
+    await until(lambda: counts(mgr) == (2, 2))
+    await plugin.stop()
+    await until(lambda: counts(mgr) == (2, 0))
+    clock.step(400)
+    assert counts(mgr) == (0, 0) and mgr.capacity().removed == [R]
+    again = FakeDevicePlugin({"0": HEALTHY})
+    await again.register(sockdir, "q.sock", R)
+    await until(lambda: counts(mgr) == (1, 1))
+    assert mgr.capacity().removed == []
+    await again.stop()
+
+
+async def test_registering_again_replaces_the_old_plugin_quietly(env) -> None:
+    mgr, sockdir, _ = env
+    first = FakeDevicePlugin({"0": HEALTHY})
+    await first.register(sockdir, "a.sock", R)
+    await until(lambda: counts(mgr) == (1, 1))
+    second = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY})
+    await second.register(sockdir, "b.sock", R)
+    await until(lambda: counts(mgr) == (2, 2))
+    await first.stop()  # the replaced stream ending is no news
+    await asyncio.sleep(0.2)
+    assert counts(mgr) == (2, 2)
+    await second.stop()
+
+
+@pytest.mark.parametrize(
+    ("version", "resource", "endpoint", "want"),
+    [
+        ("v1alpha", R, "p.sock", 'requested API version "v1alpha" is not supported'),
+        ("v1beta1", "cpu", "p.sock", 'the ResourceName "cpu" is invalid'),
+        ("v1beta1", "kubernetes.io/gpu", "p.sock", "is invalid"),
+        ("v1beta1", "requests.example.com/gpu", "p.sock", "is invalid"),
+        ("v1beta1", R, "../p.sock", "is not a socket name"),
+        ("v1beta1", R, "", "is not a socket name"),
+    ],
+)
+async def test_bad_registrations_are_refused(env, version, resource, endpoint, want) -> None:
+    mgr, sockdir, _ = env
+    async with grpc.aio.insecure_channel("unix://" + os.path.join(sockdir, KUBELET_SOCKET)) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pb_grpc.RegistrationStub(ch).Register(
+                pb.RegisterRequest(version=version, endpoint=endpoint, resource_name=resource)
+            )
+    assert want in str(err.value.details())
+    assert mgr.capacity() == Capacity({}, {}, [])
+
+
+async def test_dial_failure_is_the_registration_error() -> None:
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    mgr = DeviceManager(root, dial_timeout=0.2)
+    await mgr.start()
+    sockdir = mgr.socket_dir
+    async with grpc.aio.insecure_channel("unix://" + os.path.join(sockdir, KUBELET_SOCKET)) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await pb_grpc.RegistrationStub(ch).Register(
+                pb.RegisterRequest(version="v1beta1", endpoint="none.sock", resource_name=R)
+            )
+    assert "failed to dial device plugin" in str(err.value.details())
+    await mgr.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_start_removes_stale_sockets_only() -> None:
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    try:
+        sockdir = os.path.join(root, "device-plugins")
+        os.makedirs(sockdir)
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(os.path.join(sockdir, "old.sock"))
+        stale.close()
+        for keep in (CHECKPOINT_NAME, "DEPRECATION"):
+            open(os.path.join(sockdir, keep), "w").close()
+        os.mkdir(os.path.join(sockdir, "subdir"))
+        mgr = DeviceManager(root)
+        await mgr.start()
+        try:
+            names = sorted(os.listdir(sockdir))
+            assert names == sorted([CHECKPOINT_NAME, "DEPRECATION", "subdir", KUBELET_SOCKET])
+        finally:
+            await mgr.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("example.com/gpu", True),
+        ("nvidia.com/gpu", True),
+        ("test.device/e2e-abc", True),
+        ("gpu", False),
+        ("cpu", False),
+        ("kubernetes.io/gpu", False),
+        ("requests.example.com/gpu", False),
+        ("example.com/", False),
+        ("example.com/a/b", False),
+        ("example.com/-bad", False),
+    ],
+)
+def test_extended_resource_names(name: str, ok: bool) -> None:
+    assert is_extended_resource_name(name) is ok
