@@ -26,6 +26,7 @@ from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_m
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.manager import DeviceManager
+from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
 from kubelet.cm.interfaces import (
     Container,
     ContainerManagerError,
@@ -126,8 +127,12 @@ class ResourceManagers:
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
-        """The topology manager's admit handler (upstream's TopologyAffinityError)."""
-        return self.topology.admit(pod)
+        """The topology manager's admit handler (upstream's TopologyAffinityError),
+        then the devices of device plugins (UnexpectedAdmissionError)."""
+        return self.topology.admit(pod) or self.devices.admit(pod)
+
+    async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
+        return await self.devices.container_options(pod, container)
 
     def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
         """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
@@ -158,6 +163,7 @@ class ResourceManagers:
         """The pod left every source: forget its hints. Its CPUs and memory are
         released by the managers' stale-state pass, once it is no longer active."""
         self.topology.remove_pod(pod_uid)
+        self.devices.remove_pod(pod_uid)
 
     async def run(self, stop: asyncio.Event, runtime: ContainerUpdater) -> None:
         """The device plugin registration server and the CPU manager's reconcile
@@ -242,6 +248,6 @@ def new_resource_managers(
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)
     return ResourceManagers(
-        topology, cpu, memory, DeviceManager(rc.state_dir),
+        topology, cpu, memory, DeviceManager(rc.state_dir, pods, sources_ready),
         gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs),
     )  # fmt: skip

@@ -5,7 +5,7 @@ ListAndWatch, and are asked to Allocate devices to containers at admission.
 
 from __future__ import annotations
 
-from kubelet.util.validation import is_qualified_name
+from kubelet.util.validation import is_extended_resource_name
 
 API_VERSION = "v1beta1"
 SUPPORTED_VERSIONS = (API_VERSION,)
@@ -18,17 +18,4 @@ UNHEALTHY = "Unhealthy"
 # (endpointStopGracePeriod): a plugin restarting within it keeps its resource.
 STOP_GRACE_PERIOD = 300.0
 
-_REQUESTS_PREFIX = "requests."
-_NATIVE_DOMAIN = "kubernetes.io/"
-
-
-def is_native_resource(name: str) -> bool:
-    return "/" not in name or _NATIVE_DOMAIN in name
-
-
-def is_extended_resource_name(name: str) -> bool:
-    """v1helper.IsExtendedResourceName: domain-qualified, outside kubernetes.io,
-    and still a qualified name once quota's 'requests.' prefix is put on it."""
-    if is_native_resource(name) or name.startswith(_REQUESTS_PREFIX):
-        return False
-    return not is_qualified_name(_REQUESTS_PREFIX + name)
+__all__ = ["is_extended_resource_name"]

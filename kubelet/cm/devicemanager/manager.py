@@ -14,13 +14,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import grpc
 
-from kubelet.cm.devicemanager import DEVICE_PLUGINS_DIR, HEALTHY, STOP_GRACE_PERIOD
+from kubelet import metrics
+from kubelet.cm.devicemanager import (
+    DEVICE_PLUGINS_DIR,
+    HEALTHY,
+    STOP_GRACE_PERIOD,
+    is_extended_resource_name,
+)
 from kubelet.cm.devicemanager.api import api_pb2 as pb
+from kubelet.cm.devicemanager.pod_devices import (
+    Allocation,
+    AllocationError,
+    DeviceRunOptions,
+    PodDevices,
+    run_options,
+)
 from kubelet.cm.devicemanager.server import (
     DIAL_TIMEOUT,
     PluginClient,
@@ -28,11 +43,34 @@ from kubelet.cm.devicemanager.server import (
     RegistrationServer,
     rpc_error,
 )
+from kubelet.cm.interfaces import PodLookup
+from kubelet.cm.topologymanager.topology_manager import all_containers
+from kubelet.lifecycle.predicate import Rejection
+from kubelet.types import Container, Pod, uid
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 
 OPTIONS_TIMEOUT = 10.0
+# Upstream waits on Allocate and PreStartContainer without a deadline; a plugin
+# that hangs should fail the container's start (retried) rather than its worker.
+ALLOCATE_TIMEOUT = 120.0
+NO_TOPOLOGY = -1  # nodeWithoutTopology
+
+
+def device_requests(c: Container, is_device_resource: Callable[[str], bool]) -> dict[str, int]:
+    """The container's device plugin resources (limits: requests equal them)."""
+    limits = (c.get("resources") or {}).get("limits") or {}
+    out = {}
+    for resource, qty in limits.items():
+        if is_device_resource(resource):
+            out[resource] = int(parse_quantity(qty))
+    return {r: n for r, n in out.items() if n > 0}
+
+
+def _is_restartable(c: Container) -> bool:
+    return c.get("restartPolicy") == "Always"
 
 
 @dataclass
@@ -71,6 +109,8 @@ class DeviceManager:
     def __init__(
         self,
         root_dir: str,
+        pods: PodLookup | None = None,
+        sources_ready: Callable[[], bool] = lambda: True,
         clock: Clock = REAL_CLOCK,
         grace_period: float = STOP_GRACE_PERIOD,
         dial_timeout: float = DIAL_TIMEOUT,
@@ -83,6 +123,11 @@ class DeviceManager:
         self.endpoints: dict[str, Endpoint] = {}
         self.devices: dict[str, ResourceDevices] = {}
         self._removed: set[str] = set()
+        self.pods = pods
+        self.sources_ready = sources_ready
+        self.pod_devices = PodDevices()
+        self._warned_preferred: set[str] = set()
+        self._warned_unmanaged: set[str] = set()
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
 
     async def start(self) -> None:
@@ -160,10 +205,182 @@ class DeviceManager:
             alloc[resource] = len(rd.healthy)
         return Capacity(cap, alloc, sorted(self._removed))
 
-    def is_device_plugin_resource(self, resource: str) -> bool:
-        return resource in self.devices
-
     async def capacity_changed(self) -> None:
         """Returns once a plugin changed what capacity() reports."""
         await self._changed.wait()
         self._changed.clear()
+
+    # --------------------------------------------------------- allocation
+
+    def is_device_plugin_resource(self, resource: str) -> bool:
+        return resource in self.devices
+
+    def admit(self, pod: Pod) -> Rejection | None:
+        """Pick devices for every container's device plugin resources, or refuse
+        the pod as upstream's admission does (UnexpectedAdmissionError)."""
+        pod_uid = uid(pod)
+        self._release_inactive(pod_uid)
+        self._note_unmanaged(pod)
+        try:
+            picked = self._pick_pod(pod)
+        except AllocationError as err:
+            return Rejection(
+                "UnexpectedAdmissionError", f"Allocate failed due to {err}, which is unexpected"
+            )
+        for name, resource, alloc in picked:
+            self.pod_devices.insert(pod_uid, name, resource, alloc)
+        return None
+
+    def _note_unmanaged(self, pod: Pod) -> None:
+        """An extended resource no plugin here serves is the scheduler's business;
+        the kubelet's own fit check of it (OutOf<resource>) is not implemented."""
+        for c in all_containers(pod):
+            res = c.get("resources") or {}
+            names = {*(res.get("limits") or {}), *(res.get("requests") or {})}
+            for r in sorted(names - self._warned_unmanaged):
+                if is_extended_resource_name(r) and not self._is_allocatable(r):
+                    self._warned_unmanaged.add(r)
+                    log.warning("Extended resource %s (pod %s) is not served by a device plugin "
+                                "here: its fit in the node's allocatable is not checked "
+                                "(OutOf%s is not implemented)", r, f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}", r)  # fmt: skip
+
+    def _pick_pod(self, pod: Pod) -> list[tuple[str, str, Allocation]]:
+        """Devices for each container: a non-restartable init container's
+        devices are free again for the containers after it (devicesToReuse)."""
+        spec = pod["spec"]
+        picked: list[tuple[str, str, Allocation]] = []
+        taken: dict[str, set[str]] = {}  # resource -> picked in this pass
+        reusable: dict[str, set[str]] = {}
+        init = [(c, not _is_restartable(c)) for c in spec.get("initContainers") or []]
+        for c, reuses in [*init, *((c, False) for c in spec.get("containers") or [])]:
+            for resource, need in sorted(device_requests(c, self._is_allocatable).items()):
+                have = self.pod_devices.get(uid(pod), c["name"], resource)
+                if have is not None:
+                    self._check_kept(resource, have, need, c["name"])
+                    continue
+                pool = reusable.setdefault(resource, set())
+                ids = self._pick(resource, need, pool, taken.setdefault(resource, set()))
+                taken[resource].update(ids)
+                pool.difference_update(ids)
+                if reuses:
+                    pool.update(ids)
+                picked.append((c["name"], resource, self._allocation(resource, ids)))
+        return picked
+
+    def _is_allocatable(self, resource: str) -> bool:
+        return resource in self.devices or resource in self.endpoints
+
+    def _check_kept(self, resource: str, have: Allocation, need: int, name: str) -> None:
+        if len(have.ids) != need:
+            raise AllocationError(
+                f'container "{name}" changed request for resource "{resource}" '
+                f"from {len(have.ids)} to {need}"
+            )
+        if not set(have.ids) <= self.devices[resource].healthy:
+            raise AllocationError(
+                "previously allocated devices are no longer healthy; "
+                f"cannot allocate unhealthy devices {resource}"
+            )
+
+    def _pick(self, resource: str, need: int, reusable: set[str], taken: set[str]) -> list[str]:
+        """devicesToAllocate: reusable devices first, then free healthy ones in
+        ID order."""
+        rd = self.devices.get(resource)
+        if rd is None:
+            raise AllocationError(f"cannot allocate unregistered device {resource}")
+        if not rd.healthy:
+            raise AllocationError(
+                f"no healthy devices present; cannot allocate unhealthy devices {resource}"
+            )
+        ids = sorted(reusable & rd.healthy)[:need]
+        free = rd.healthy - self.pod_devices.in_use(resource) - taken - set(ids)
+        if len(free) < need - len(ids):
+            raise AllocationError(
+                f"requested number of devices unavailable for {resource}. "
+                f"Requested: {need - len(ids)}, Available: {len(free)}"
+            )
+        ep = self.endpoints.get(resource)
+        if ep is not None and ep.options.get_preferred_allocation_available:
+            if resource not in self._warned_preferred:
+                self._warned_preferred.add(resource)
+                log.warning("Device plugin %s offers GetPreferredAllocation, which this kubelet "
+                            "does not call yet: devices are picked in ID order", resource)  # fmt: skip
+        return ids + sorted(free)[: need - len(ids)]
+
+    def _allocation(self, resource: str, ids: list[str]) -> Allocation:
+        numa: dict[int, list[str]] = {}
+        for d in ids:
+            for n in self.devices[resource].numa.get(d) or [NO_TOPOLOGY]:
+                numa.setdefault(n, []).append(d)
+        return Allocation(ids, numa)
+
+    def _release_inactive(self, keep: str) -> None:
+        """UpdateAllocatedDevices: devices of pods no longer active are free."""
+        # Before every source delivered, a pod not seen yet may still be active.
+        if self.pods is None or not self.sources_ready():
+            return
+        for pod_uid in list(self.pod_devices.pods):
+            if pod_uid != keep and self.pods.active_pod(pod_uid) is None:
+                self.remove_pod(pod_uid)
+
+    def remove_pod(self, pod_uid: str) -> None:
+        if self.pod_devices.delete(pod_uid):
+            log.info("Devices of pod %s released", pod_uid)
+
+    async def container_options(self, pod: Pod, c: Container) -> DeviceRunOptions:
+        """GetDeviceRunContainerOptions: Allocate asked of each plugin once per
+        container (the answer is kept for restarts), PreStartContainer when the
+        plugin wants it; AllocationError when a plugin fails or is gone."""
+        pod_uid, name = uid(pod), c["name"]
+        wanted = device_requests(c, self._is_allocatable)
+        if any(self.pod_devices.get(pod_uid, name, r) is None for r in wanted):
+            # Admitted before the plugin registered, or before a restart: now.
+            for cname, resource, alloc in self._pick_pod(pod):
+                self.pod_devices.insert(pod_uid, cname, resource, alloc)
+        allocations = self.pod_devices.container(pod_uid, name)
+        for resource, alloc in sorted(allocations.items()):
+            ep = self._endpoint(resource)
+            if alloc.response is None:
+                alloc.response = await self._allocate(ep, resource, alloc.ids)
+            if ep.options.pre_start_required:
+                await self._pre_start(ep, resource, alloc.ids)
+        return run_options(allocations)
+
+    def _endpoint(self, resource: str) -> Endpoint:
+        ep = self.endpoints.get(resource)
+        if ep is None or ep.client is None:
+            raise AllocationError(f"unknown Device Plugin {resource}")
+        if ep.stopped_at is not None:
+            raise AllocationError(f"endpoint {resource} has been stopped")
+        return ep
+
+    async def _allocate(
+        self, ep: Endpoint, resource: str, ids: list[str]
+    ) -> pb.ContainerAllocateResponse:
+        assert ep.client is not None
+        req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
+        started = time.monotonic()
+        try:
+            resp = await ep.client.api().Allocate(req, timeout=ALLOCATE_TIMEOUT)
+        except grpc.aio.AioRpcError as err:
+            raise AllocationError(
+                f"device plugin Allocate of {resource} failed: {rpc_error(err)}"
+            ) from None
+        finally:
+            metrics.DEVICE_PLUGIN_ALLOC_DURATION.labels(resource).observe(
+                time.monotonic() - started
+            )
+        if not resp.container_responses:
+            raise AllocationError(f"no containers return in allocation response {resp}")
+        return resp.container_responses[0]
+
+    async def _pre_start(self, ep: Endpoint, resource: str, ids: list[str]) -> None:
+        assert ep.client is not None
+        try:
+            await ep.client.api().PreStartContainer(
+                pb.PreStartContainerRequest(devices_ids=ids), timeout=ALLOCATE_TIMEOUT
+            )
+        except grpc.aio.AioRpcError as err:
+            raise AllocationError(
+                f"device plugin PreStartContainer rpc failed with err: {rpc_error(err)}"
+            ) from None

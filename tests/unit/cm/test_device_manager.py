@@ -10,6 +10,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -24,7 +25,10 @@ from kubelet.cm.devicemanager import (
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.api import api_pb2_grpc as pb_grpc
 from kubelet.cm.devicemanager.manager import Capacity, DeviceManager
+from kubelet.cm.devicemanager.pod_devices import AllocationError
+from kubelet.cri.api import api_pb2 as cri
 from kubelet.testing.deviceplugin import FakeDevicePlugin
+from kubelet.types import Pod
 from kubelet.util.clock import FakeClock
 
 R = "example.com/gpu"
@@ -244,3 +248,151 @@ async def test_start_removes_stale_sockets_only() -> None:
 )
 def test_extended_resource_names(name: str, ok: bool) -> None:
     assert is_extended_resource_name(name) is ok
+
+
+# ------------------------------------------------------------- allocation
+
+
+def gpu_pod(name: str, *counts: int, init: tuple[int, ...] = ()) -> Pod:
+    def ctr(cname: str, n: int) -> dict[str, Any]:
+        lim = {R: str(n), "cpu": "100m"}
+        return {"name": cname, "image": "i", "resources": {"limits": lim, "requests": lim}}
+
+    return cast(Pod, {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+        "spec": {
+            "initContainers": [ctr(f"init{i}", n) for i, n in enumerate(init)],
+            "containers": [ctr(f"c{i}", n) for i, n in enumerate(counts)],
+        },
+    })  # fmt: skip
+
+
+def held(mgr: DeviceManager, pod: Pod, container: str = "c0") -> list[str]:
+    alloc = mgr.pod_devices.get(pod["metadata"]["uid"], container, R)
+    return alloc.ids if alloc is not None else []
+
+
+async def registered(sockdir: str, mgr: DeviceManager, plugin: FakeDevicePlugin) -> None:
+    await plugin.register(sockdir, "p.sock", R)
+    await until(lambda: counts(mgr)[0] == len(plugin.devices))
+
+
+async def test_admission_picks_free_healthy_devices_and_refuses_when_none_left(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin({"a": HEALTHY, "b": HEALTHY, "c": UNHEALTHY})
+    await registered(sockdir, mgr, plugin)
+    one, two, three = gpu_pod("one", 1), gpu_pod("two", 1), gpu_pod("three", 1)
+    assert mgr.admit(one) is None and held(mgr, one) == ["a"]
+    assert mgr.admit(two) is None and held(mgr, two) == ["b"]
+    refused = mgr.admit(three)
+    assert refused is not None and refused.reason == "UnexpectedAdmissionError"
+    assert refused.message == (
+        "Allocate failed due to requested number of devices unavailable for "
+        f"{R}. Requested: 1, Available: 0, which is unexpected"
+    )
+    assert held(mgr, three) == []
+    mgr.remove_pod("uid-one")  # its devices are free again
+    assert mgr.admit(three) is None and held(mgr, three) == ["a"]
+    assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]  # Allocate waits
+    await plugin.stop()
+
+
+async def test_no_healthy_device_refuses_and_other_resources_are_not_ours(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin({"a": UNHEALTHY})
+    await registered(sockdir, mgr, plugin)
+    refused = mgr.admit(gpu_pod("p", 1))
+    assert refused is not None and "no healthy devices present" in refused.message
+    other = gpu_pod("q", 1)
+    other["spec"]["containers"][0]["resources"]["limits"] = {"other.io/thing": "1"}
+    assert mgr.admit(other) is None  # not a device plugin resource: the scheduler's
+    await plugin.stop()
+
+
+async def test_init_container_devices_are_reused_by_app_containers(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin({"a": HEALTHY, "b": HEALTHY})
+    await registered(sockdir, mgr, plugin)
+    pod = gpu_pod("p", 1, 1, init=(2,))
+    assert mgr.admit(pod) is None
+    assert held(mgr, pod, "init0") == ["a", "b"]
+    assert sorted(held(mgr, pod, "c0") + held(mgr, pod, "c1")) == ["a", "b"]
+    await plugin.stop()
+
+
+async def test_allocate_once_and_its_answer_goes_into_the_cri_config(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"a": HEALTHY, "b": HEALTHY}, options=pb.DevicePluginOptions(pre_start_required=True)
+    )
+    await registered(sockdir, mgr, plugin)
+    pod = gpu_pod("p", 2)
+    assert mgr.admit(pod) is None
+    c = pod["spec"]["containers"][0]
+    cfg = cri.ContainerConfig(
+        envs=[cri.KeyValue(key="DEVICES", value="mine")],
+        mounts=[cri.Mount(container_path="/data", host_path="/v")],
+    )
+    (await mgr.container_options(pod, c)).apply(cfg)
+    assert [(e.key, e.value) for e in cfg.envs] == [("DEVICES", "a,b"), ("DEVICES", "mine")]
+    assert [m.container_path for m in cfg.mounts] == ["/dev-data/a", "/dev-data/b", "/data"]
+    assert cfg.mounts[0].host_path == "/tmp/dev-a" and cfg.mounts[0].readonly
+    assert [(d.container_path, d.host_path, d.permissions) for d in cfg.devices] == [
+        ("/dev/fakea", "/dev/null", "rw"),
+        ("/dev/fakeb", "/dev/null", "rw"),
+    ]
+    assert cfg.annotations["fake.example.com/devices"] == "a,b"
+    assert [d.name for d in cfg.CDI_devices] == ["fake.example.com/dev=a", "fake.example.com/dev=b"]
+    await mgr.container_options(pod, c)  # a restart: the kept answer, PreStart again
+    assert plugin.allocations == [["a", "b"]]
+    assert plugin.prestarts == [["a", "b"], ["a", "b"]]
+    await plugin.stop()
+
+
+async def test_a_failing_or_stopped_plugin_fails_the_container_start(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"a": HEALTHY, "b": HEALTHY}, fail=lambda m: "no luck" if m == "Allocate" else None
+    )
+    await registered(sockdir, mgr, plugin)
+    pod = gpu_pod("p", 1)
+    assert mgr.admit(pod) is None
+    with pytest.raises(AllocationError, match=r"Allocate of example\.com/gpu failed: .*no luck"):
+        await mgr.container_options(pod, pod["spec"]["containers"][0])
+    await plugin.stop()
+    await until(lambda: mgr.endpoints[R].stopped_at is not None)
+    with pytest.raises(AllocationError, match="has been stopped"):
+        await mgr.container_options(pod, pod["spec"]["containers"][0])
+
+
+class Active:
+    def __init__(self, *pods: Pod) -> None:
+        self.pods = {p["metadata"]["uid"]: p for p in pods}
+
+    def active_pod(self, pod_uid: str) -> Pod | None:
+        return self.pods.get(pod_uid)
+
+    def active_pods(self) -> list[Pod]:
+        return list(self.pods.values())
+
+    def running_containers(self, pod_uid: str) -> list[Any]:
+        return []
+
+
+async def test_devices_of_pods_no_longer_active_are_released() -> None:
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    one, two = gpu_pod("one", 1), gpu_pod("two", 1)
+    active = Active(one)
+    mgr = DeviceManager(root, active)
+    await mgr.start()
+    plugin = FakeDevicePlugin({"a": HEALTHY})
+    try:
+        await registered(mgr.socket_dir, mgr, plugin)
+        assert mgr.admit(one) is None
+        assert mgr.admit(two) is not None  # one is active and holds the device
+        del active.pods["uid-one"]  # it finished
+        assert mgr.admit(two) is None and held(mgr, two) == ["a"]
+    finally:
+        await plugin.stop()
+        await mgr.stop()
+        shutil.rmtree(root, ignore_errors=True)
