@@ -20,15 +20,19 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from kubelet import metrics
+from kubelet.checkpointmanager import CheckpointError, CheckpointStore
 from kubelet.cm.devicemanager import (
+    CHECKPOINT_NAME,
     DEVICE_PLUGINS_DIR,
     HEALTHY,
     STOP_GRACE_PERIOD,
     is_extended_resource_name,
 )
 from kubelet.cm.devicemanager.api import api_pb2 as pb
+from kubelet.cm.devicemanager.checkpoint import DeviceCheckpoint, Entry, marshal, unmarshal
 from kubelet.cm.devicemanager.pod_devices import (
     Allocation,
     AllocationError,
@@ -128,9 +132,11 @@ class DeviceManager:
         self.pod_devices = PodDevices()
         self._warned_preferred: set[str] = set()
         self._warned_unmanaged: set[str] = set()
+        self._store = CheckpointStore(self.socket_dir)
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
 
     async def start(self) -> None:
+        self._read_checkpoint()
         await self.server.start()
 
     async def stop(self) -> None:
@@ -172,6 +178,7 @@ class DeviceManager:
             (rd.healthy if d.health == HEALTHY else rd.unhealthy).add(d.ID)
             rd.numa[d.ID] = [n.ID for n in d.topology.nodes] if d.HasField("topology") else []
         self.devices[client.resource] = rd
+        self._write_checkpoint()
         log.info("Processed device updates for resource %s: %d devices, %d healthy",
                  client.resource, len(devices), len(rd.healthy))  # fmt: skip
         self._changed.set()
@@ -188,6 +195,7 @@ class DeviceManager:
         a resource whose plugin stopped more than the grace period ago is
         dropped here and reported as removed from then on."""
         now = self.clock.monotonic()
+        gone = False
         cap: dict[str, int] = {}
         alloc: dict[str, int] = {}
         for resource in sorted(self.devices):
@@ -199,10 +207,13 @@ class DeviceManager:
                 self.devices.pop(resource)
                 self.endpoints.pop(resource, None)
                 self._removed.add(resource)
+                gone = True
                 continue
             rd = self.devices[resource]
             cap[resource] = len(rd.healthy) + len(rd.unhealthy)
             alloc[resource] = len(rd.healthy)
+        if gone:
+            self._write_checkpoint()
         return Capacity(cap, alloc, sorted(self._removed))
 
     async def capacity_changed(self) -> None:
@@ -326,6 +337,7 @@ class DeviceManager:
     def remove_pod(self, pod_uid: str) -> None:
         if self.pod_devices.delete(pod_uid):
             log.info("Devices of pod %s released", pod_uid)
+            self._write_checkpoint()
 
     async def container_options(self, pod: Pod, c: Container) -> DeviceRunOptions:
         """GetDeviceRunContainerOptions: Allocate asked of each plugin once per
@@ -342,6 +354,7 @@ class DeviceManager:
             ep = self._endpoint(resource)
             if alloc.response is None:
                 alloc.response = await self._allocate(ep, resource, alloc.ids)
+                self._write_checkpoint()
             if ep.options.pre_start_required:
                 await self._pre_start(ep, resource, alloc.ids)
         return run_options(allocations)
@@ -384,3 +397,55 @@ class DeviceManager:
             raise AllocationError(
                 f"device plugin PreStartContainer rpc failed with err: {rpc_error(err)}"
             ) from None
+
+    # --------------------------------------------------------- checkpoint
+
+    def _write_checkpoint(self) -> None:
+        """Containers' devices with their Allocate answers (an allocation not
+        answered yet is picked again after a restart, as upstream skips it)
+        and each resource's healthy devices."""
+        entries = [
+            Entry(pod_uid, name, resource, dict(a.numa), a.response.SerializeToString())
+            for pod_uid, containers in sorted(self.pod_devices.pods.items())
+            for name, resources in sorted(containers.items())
+            for resource, a in sorted(resources.items())
+            if a.response is not None
+        ]
+        registered: dict[str, list[str] | None] = {
+            r: sorted(rd.healthy) for r, rd in sorted(self.devices.items())
+        }
+        try:
+            self._store.write(
+                CHECKPOINT_NAME, marshal(DeviceCheckpoint(entries or None, registered))
+            )
+        except OSError as err:
+            log.error("Failed to write checkpoint file %s: %s", CHECKPOINT_NAME, err)
+
+    def _read_checkpoint(self) -> None:
+        """The previous run's allocations; its resources stay at 0 until their
+        plugins register again, and leave after the grace period otherwise."""
+        try:
+            blob = self._store.read(CHECKPOINT_NAME)
+            if blob is None:
+                return
+            cp = unmarshal(blob)
+        except (CheckpointError, OSError) as err:
+            log.error("Continue after failing to read checkpoint file %s: %s; device "
+                      "allocation info may NOT be up-to-date", CHECKPOINT_NAME, err)  # fmt: skip
+            return
+        for e in cp.entries or []:
+            try:
+                resp = pb.ContainerAllocateResponse.FromString(e.alloc_resp or b"")
+            except DecodeError as err:
+                log.error("Can't unmarshal allocResp of pod %s container %s: %s",
+                          e.pod_uid, e.container, err)  # fmt: skip
+                continue
+            numa = {n: list(ids or []) for n, ids in (e.device_ids or {}).items()}
+            ids = sorted({d for v in numa.values() for d in v})
+            self.pod_devices.insert(e.pod_uid, e.container, e.resource, Allocation(ids, numa, resp))
+        now = self.clock.monotonic()
+        for resource in cp.registered or {}:
+            self.devices[resource] = ResourceDevices()
+            self.endpoints[resource] = Endpoint(
+                resource, None, pb.DevicePluginOptions(), stopped_at=now
+            )
