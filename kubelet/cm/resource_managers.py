@@ -176,7 +176,8 @@ class ResourceManagers:
             log.error("Device plugin registration server failed, no device plugin "
                       "can register: %s", err)  # fmt: skip
         try:
-            await self.cpu.run(stop, runtime)
+            await self.cpu.run(stop, runtime)  # returns at once without a policy
+            await stop.wait()
         finally:
             await self.devices.stop()
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 import grpc
 import pytest
 
+from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.devicemanager import (
     CHECKPOINT_NAME,
     HEALTHY,
@@ -26,10 +27,14 @@ from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.api import api_pb2_grpc as pb_grpc
 from kubelet.cm.devicemanager.manager import Capacity, DeviceManager
 from kubelet.cm.devicemanager.pod_devices import AllocationError
+from kubelet.cm.resource_managers import ResourceManagerConfig, new_resource_managers
 from kubelet.cri.api import api_pb2 as cri
+from kubelet.features import FeatureGate
 from kubelet.testing.deviceplugin import FakeDevicePlugin
 from kubelet.types import Pod
+from kubelet.util import cpuset
 from kubelet.util.clock import FakeClock
+from tests.unit.cm.test_memory_manager import machine
 
 R = "example.com/gpu"
 
@@ -395,4 +400,32 @@ async def test_devices_of_pods_no_longer_active_are_released() -> None:
     finally:
         await plugin.stop()
         await mgr.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_the_resource_managers_serve_registration_until_stopped() -> None:
+    """With the CPU manager's none policy (no reconcile loop) too: the node e2e
+    run found kubelet.sock gone as soon as the CPU manager's run returned."""
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    try:
+        rm = new_resource_managers(
+            KubeletConfiguration(),
+            ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
+            FeatureGate(),
+            Active(),
+            lambda: True,
+        )
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(rm.run(stop, cast(Any, None)))
+        sock = os.path.join(root, "device-plugins", KUBELET_SOCKET)
+        await until(lambda: os.path.exists(sock))
+        await asyncio.sleep(0.2)
+        plugin = FakeDevicePlugin({"0": HEALTHY})
+        await plugin.register(os.path.dirname(sock), "p.sock", R)
+        await until(lambda: counts(rm.devices) == (1, 1))
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        assert not os.path.exists(sock)
+        await plugin.stop()
+    finally:
         shutil.rmtree(root, ignore_errors=True)
