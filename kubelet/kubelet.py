@@ -120,7 +120,7 @@ class Kubelet:
         self.resource_managers = resources = build_resource_managers(
             node, pods, machine_topology, container_manager
         )
-        self.volumes = volumes = build_volumes(node, pods)
+        self.volumes = volumes = build_volumes(node, pods, resources)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
             node, pods, volumes, probes, resources, (runtime_service, image_service),

@@ -28,6 +28,7 @@ from kubelet.cm.devicemanager import (
 )
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.api import api_pb2_grpc as pb_grpc
+from kubelet.pluginmanager import PluginError
 
 log = logging.getLogger(__name__)
 
@@ -172,15 +173,15 @@ class RegistrationServer(pb_grpc.RegistrationServicer):
         metrics.DEVICE_PLUGIN_REGISTRATIONS.labels(resource).inc()
         problem = validate_registration(request)
         if problem is None:
-            problem = await self._connect(resource, request.endpoint)
+            problem = await self.connect(resource, os.path.join(self.socket_dir, request.endpoint))
         if problem is not None:
             log.error("Bad registration request from device plugin %s: %s", resource, problem)
             await context.abort(grpc.StatusCode.UNKNOWN, problem)
         return pb.Empty()
 
-    async def _connect(self, resource: str, endpoint: str) -> str | None:
+    async def connect(self, resource: str, socket_path: str) -> str | None:
         """connectClient: dial, ask the options, then watch; the error text or None."""
-        client = PluginClient(resource, os.path.join(self.socket_dir, endpoint))
+        client = PluginClient(resource, socket_path)
         try:
             await client.connect(self.dial_timeout)
             await self.handler.plugin_connected(client)
@@ -199,6 +200,11 @@ class RegistrationServer(pb_grpc.RegistrationServicer):
     async def _watch(self, client: PluginClient) -> None:
         await client.run(self.handler)
         if self.clients.get(client.resource) is client:
+            await self._disconnect(client)
+
+    async def disconnect(self, resource: str) -> None:
+        client = self.clients.get(resource)
+        if client is not None:
             await self._disconnect(client)
 
     async def _disconnect(self, client: PluginClient) -> None:
@@ -222,3 +228,34 @@ def validate_registration(request: pb.RegisterRequest) -> str | None:
     if not endpoint or "/" in endpoint or endpoint in (".", "..") or "\x00" in endpoint:
         return f'the endpoint "{endpoint}" is not a socket name in the device plugin directory'
     return None
+
+
+class WatcherHandler:
+    """Device plugins registering through the plugin watcher
+    (<root-dir>/plugins_registry, type DevicePlugin), as upstream's handler.go:
+    the same checks and connection as Register on kubelet.sock."""
+
+    def __init__(self, server: RegistrationServer) -> None:
+        self.server = server
+
+    def validate_plugin(self, name: str, endpoint: str, versions: list[str]) -> None:
+        if not any(v in SUPPORTED_VERSIONS for v in versions):
+            raise PluginError(
+                f"manager version, {SUPPORTED_VERSIONS[0]}, is not among plugin supported "
+                f"versions {versions}"
+            )
+        if not is_extended_resource_name(name):
+            raise PluginError(
+                f'invalid name of device plugin socket: the ResourceName "{name}" is invalid'
+            )
+
+    async def register_plugin(
+        self, name: str, endpoint: str, versions: list[str], timeout: float | None
+    ) -> None:
+        metrics.DEVICE_PLUGIN_REGISTRATIONS.labels(name).inc()
+        problem = await self.server.connect(name, endpoint)
+        if problem is not None:
+            raise PluginError(problem)
+
+    async def deregister_plugin(self, name: str, endpoint: str) -> None:
+        await self.server.disconnect(name)
