@@ -91,41 +91,28 @@ def run_options(allocations: dict[str, Allocation]) -> DeviceRunOptions:
     a path or name two plugins both give is used once (the first, by resource)."""
     out = DeviceRunOptions()
     envs: dict[str, str] = {}
-    mount_paths: set[str] = set()
-    dev_paths: set[str] = set()
-    cdi: set[str] = set()
+    mounts: dict[str, cri.Mount] = {}
+    devices: dict[str, cri.Device] = {}
+    cdi: dict[str, cri.CDIDevice] = {}
     for resource in sorted(allocations):
         resp = allocations[resource].response
         if resp is None:
             continue
         for k, v in sorted(resp.envs.items()):
             envs.setdefault(k, v)
-        for m in resp.mounts:
-            if m.container_path not in mount_paths:
-                mount_paths.add(m.container_path)
-                out.mounts.append(
-                    cri.Mount(
-                        container_path=m.container_path,
-                        host_path=m.host_path,
-                        readonly=m.read_only,
-                        selinux_relabel=False,
-                    )
-                )
-        for d in resp.devices:
-            if d.container_path not in dev_paths:
-                dev_paths.add(d.container_path)
-                out.devices.append(
-                    cri.Device(
-                        container_path=d.container_path,
-                        host_path=d.host_path,
-                        permissions=d.permissions,
-                    )
-                )
         for k, v in sorted(resp.annotations.items()):
             out.annotations.setdefault(k, v)
+        for m in resp.mounts:
+            mounts.setdefault(m.container_path, cri.Mount(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.read_only
+            ))  # fmt: skip
+        for d in resp.devices:
+            devices.setdefault(d.container_path, cri.Device(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            ))  # fmt: skip
         for c in resp.cdi_devices:
-            if c.name not in cdi:
-                cdi.add(c.name)
-                out.cdi_devices.append(cri.CDIDevice(name=c.name))
+            cdi.setdefault(c.name, cri.CDIDevice(name=c.name))
     out.envs = [cri.KeyValue(key=k, value=v) for k, v in envs.items()]
+    out.mounts, out.devices = list(mounts.values()), list(devices.values())
+    out.cdi_devices = list(cdi.values())
     return out

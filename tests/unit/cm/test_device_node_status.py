@@ -16,6 +16,7 @@ from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodestatus.machine import MachineInfo
 from kubelet.nodestatus.setters import DeviceResources, NodeInputs, allocatable, capacity
 from kubelet.testing.deviceplugin import FakeDevicePlugin
+from tests.unit.volume.test_csi_node_status import FakeAPI
 
 MACHINE = MachineInfo(2, 1 << 30, "m", "s", "b", "k", "os", "amd64")
 R = "example.com/gpu"
@@ -38,18 +39,6 @@ def test_capacity_and_allocatable_of_device_resources() -> None:
     assert (cap["example.com/nic"], alloc["example.com/nic"]) == ("0", "0")
     assert (cap["old.io/dev"], alloc["old.io/dev"]) == ("0", "0")
     assert "example.com/gpu" not in capacity(inputs())
-
-
-class FakeAPI:
-    def __init__(self) -> None:
-        self.status_patches: list[dict[str, Any]] = []
-
-    async def create(self, path: str, obj: Any) -> Any:
-        return {**obj, "metadata": {**obj["metadata"], "uid": "node-uid"}}
-
-    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        self.status_patches.append(body["status"])
-        return {"metadata": {"name": "n"}, "status": body["status"]}
 
 
 async def test_a_plugin_change_is_written_at_once() -> None:
