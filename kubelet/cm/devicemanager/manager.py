@@ -130,7 +130,6 @@ class DeviceManager:
         self.pods = pods
         self.sources_ready = sources_ready
         self.pod_devices = PodDevices()
-        self._warned_preferred: set[str] = set()
         self._warned_unmanaged: set[str] = set()
         self._store = CheckpointStore(self.socket_dir)
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
@@ -310,12 +309,6 @@ class DeviceManager:
                 f"requested number of devices unavailable for {resource}. "
                 f"Requested: {need - len(ids)}, Available: {len(free)}"
             )
-        ep = self.endpoints.get(resource)
-        if ep is not None and ep.options.get_preferred_allocation_available:
-            if resource not in self._warned_preferred:
-                self._warned_preferred.add(resource)
-                log.warning("Device plugin %s offers GetPreferredAllocation, which this kubelet "
-                            "does not call yet: devices are picked in ID order", resource)  # fmt: skip
         return ids + sorted(free)[: need - len(ids)]
 
     def _allocation(self, resource: str, ids: list[str]) -> Allocation:
@@ -353,6 +346,8 @@ class DeviceManager:
         for resource, alloc in sorted(allocations.items()):
             ep = self._endpoint(resource)
             if alloc.response is None:
+                if ep.options.get_preferred_allocation_available:
+                    await self._prefer(ep, resource, alloc)
                 alloc.response = await self._allocate(ep, resource, alloc.ids)
                 self._write_checkpoint()
             if ep.options.pre_start_required:
@@ -386,6 +381,37 @@ class DeviceManager:
         if not resp.container_responses:
             raise AllocationError(f"no containers return in allocation response {resp}")
         return resp.container_responses[0]
+
+    async def _prefer(self, ep: Endpoint, resource: str, alloc: Allocation) -> None:
+        """GetPreferredAllocation among the picked and the free healthy devices:
+        the devices picked at admission are swapped for the plugin's choice
+        where it is still free once it answers (admission may have run meanwhile)."""
+        assert ep.client is not None
+
+        def candidates() -> set[str]:
+            rd = self.devices.get(resource) or ResourceDevices()
+            return set(alloc.ids) | (rd.healthy - self.pod_devices.in_use(resource))
+
+        need = len(alloc.ids)
+        req = pb.PreferredAllocationRequest(container_requests=[
+            pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=sorted(candidates()), allocation_size=need
+            )
+        ])  # fmt: skip
+        try:
+            resp = await ep.client.api().GetPreferredAllocation(req, timeout=ALLOCATE_TIMEOUT)
+        except grpc.aio.AioRpcError as err:
+            raise AllocationError(
+                f"device plugin GetPreferredAllocation rpc failed with err: {rpc_error(err)}"
+            ) from None
+        if not resp.container_responses:
+            return
+        still = candidates()
+        preferred = dict.fromkeys(resp.container_responses[0].deviceIDs)
+        chosen = [d for d in preferred if d in still][:need]
+        chosen += [d for d in alloc.ids if d not in chosen][: need - len(chosen)]
+        fresh = self._allocation(resource, chosen)
+        alloc.ids, alloc.numa = fresh.ids, fresh.numa
 
     async def _pre_start(self, ep: Endpoint, resource: str, ids: list[str]) -> None:
         assert ep.client is not None

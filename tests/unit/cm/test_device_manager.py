@@ -429,3 +429,36 @@ async def test_the_resource_managers_serve_registration_until_stopped() -> None:
         await plugin.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_the_plugins_preferred_devices_replace_the_picked_ones(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"a": HEALTHY, "b": HEALTHY, "c": HEALTHY},
+        options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+        preferred=["zz", "c", "b"],
+    )
+    await registered(sockdir, mgr, plugin)
+    pod = gpu_pod("p", 2)
+    assert mgr.admit(pod) is None and held(mgr, pod) == ["a", "b"]
+    await mgr.container_options(pod, pod["spec"]["containers"][0])
+    assert held(mgr, pod) == ["c", "b"] and plugin.allocations == [["c", "b"]]
+    other = gpu_pod("q", 1)
+    assert mgr.admit(other) is None and held(mgr, other) == ["a"]
+    await plugin.stop()
+
+
+async def test_a_failing_preferred_allocation_fails_the_start(env) -> None:
+    mgr, sockdir, _ = env
+    plugin = FakeDevicePlugin(
+        {"a": HEALTHY},
+        options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+        fail=lambda m: "busy" if m == "GetPreferredAllocation" else None,
+    )
+    await registered(sockdir, mgr, plugin)
+    pod = gpu_pod("p", 1)
+    assert mgr.admit(pod) is None
+    with pytest.raises(AllocationError, match=r"GetPreferredAllocation rpc failed.*busy"):
+        await mgr.container_options(pod, pod["spec"]["containers"][0])
+    assert plugin.allocations == []
+    await plugin.stop()
