@@ -134,7 +134,7 @@ class Kubelet:
             (node_inputs, self.registered_node),
         )  # fmt: skip
         self.heartbeat = SyncLoopHeartbeat()
-        self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat)
+        self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
         self.runtime_manager, self.pleg, self.evented = (

@@ -226,6 +226,7 @@ def build_host(
     runtime: Runtime,
     node_status: NodeStatus,
     heartbeat: SyncLoopHeartbeat,
+    resources: ResourceManagers,
 ) -> KubeletHost:
     """What the kubelet's servers read of this node."""
     cfg = node.config
@@ -240,5 +241,6 @@ def build_host(
         streaming_idle_timeout=float(cfg.streaming_connection_idle_timeout),
         last_loop=heartbeat.last_beat,
         pleg_healthy=runtime.pleg.healthy,
+        device_plugins=resources.devices.server.healthy,
         clock=node.clock,
     )

@@ -140,20 +140,35 @@ class RegistrationServer(pb_grpc.RegistrationServicer):
         self.clients: dict[str, PluginClient] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: grpc.aio.Server | None = None
+        self.last_error: str | None = None  # why the server could not start
 
     @property
     def socket_path(self) -> str:
         return os.path.join(self.socket_dir, KUBELET_SOCKET)
 
     async def start(self) -> None:
-        os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
-        cleanup_plugin_dir(self.socket_dir)
         server = grpc.aio.server()
         pb_grpc.add_RegistrationServicer_to_server(self, server)
-        server.add_insecure_port("unix://" + self.socket_path)
-        await server.start()
+        try:
+            os.makedirs(self.socket_dir, mode=0o750, exist_ok=True)
+            cleanup_plugin_dir(self.socket_dir)
+            server.add_insecure_port("unix://" + self.socket_path)
+            await server.start()
+        except (OSError, RuntimeError) as err:
+            self.last_error = str(err)
+            raise
         self._server = server
+        self.last_error = None
         log.info("Device plugin registration server serving %s", self.socket_path)
+
+    def healthy(self) -> str | None:
+        """The /healthz check "device-plugin": why no plugin can register, or None."""
+        if self.last_error is None:
+            return None
+        return (
+            "device registration error: device plugin registration gRPC server failed "
+            f"and no device plugins can register: {self.last_error}"
+        )
 
     async def stop(self) -> None:
         for client in list(self.clients.values()):

@@ -462,3 +462,18 @@ async def test_a_failing_preferred_allocation_fails_the_start(env) -> None:
         await mgr.container_options(pod, pod["spec"]["containers"][0])
     assert plugin.allocations == []
     await plugin.stop()
+
+
+async def test_a_server_that_cannot_start_fails_its_health_check() -> None:
+    root = "/tmp/" + "d" * 110  # the socket path would pass 107 bytes
+    mgr = DeviceManager(root)
+    assert mgr.server.healthy() is None
+    try:
+        with pytest.raises(RuntimeError):
+            await mgr.start()
+        problem = mgr.server.healthy()
+        assert problem is not None
+        assert problem.startswith("device registration error: device plugin registration gRPC")
+    finally:
+        await mgr.stop()
+        shutil.rmtree(root, ignore_errors=True)
