@@ -266,7 +266,8 @@ class DeviceManager:
             for resource, need in sorted(device_requests(c, self._is_allocatable).items()):
                 have = self.pod_devices.get(uid(pod), c["name"], resource)
                 if have is not None:
-                    self._check_kept(resource, have, need, c["name"])
+                    if not self._restarted_running(uid(pod), c["name"]):
+                        self._check_kept(resource, have, need, c["name"])
                     continue
                 pool = reusable.setdefault(resource, set())
                 ids = self._pick(resource, need, pool, taken.setdefault(resource, set()))
@@ -276,6 +277,14 @@ class DeviceManager:
                     pool.update(ids)
                 picked.append((c["name"], resource, self._allocation(resource, ids)))
         return picked
+
+    def _restarted_running(self, pod_uid: str, name: str) -> bool:
+        """Re-admitted after a kubelet restart while its container runs: its
+        devices are kept even before its plugin lists them again (upstream
+        skips the health check until every pod source is ready)."""
+        if self.pods is None or self.sources_ready():
+            return False
+        return any(rc.name == name for rc in self.pods.running_containers(pod_uid))
 
     def _is_allocatable(self, resource: str) -> bool:
         return resource in self.devices or resource in self.endpoints

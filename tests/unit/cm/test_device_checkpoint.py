@@ -19,7 +19,9 @@ from kubelet.cm.devicemanager import CHECKPOINT_NAME, HEALTHY
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.checkpoint import go_value, marshal, unmarshal
 from kubelet.cm.devicemanager.manager import DeviceManager
+from kubelet.cm.interfaces import RunningContainer
 from kubelet.testing.deviceplugin import FakeDevicePlugin
+from kubelet.types import Pod
 from kubelet.util.clock import FakeClock
 from tests.unit.cm.test_device_manager import R, counts, gpu_pod, held, until
 
@@ -87,3 +89,50 @@ async def test_allocations_survive_a_restart() -> None:
 def test_response_bytes_are_the_plugins_answer() -> None:
     resp = pb.ContainerAllocateResponse.FromString(base64.b64decode(VECTORS["respA"]))
     assert resp.envs["DEV"] == "a" and resp.cdi_devices[0].name == "vendor.com/dev=a"
+
+
+async def test_a_running_pod_keeps_its_devices_when_readmitted_after_a_restart() -> None:
+    root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
+    pod = gpu_pod("p", 1)
+    try:
+        mgr = DeviceManager(root)
+        await mgr.start()
+        plugin = FakeDevicePlugin({"a": HEALTHY})
+        await plugin.register(mgr.socket_dir, "p.sock", R)
+        await until(lambda: counts(mgr) == (1, 1))
+        assert mgr.admit(pod) is None
+        await mgr.container_options(pod, pod["spec"]["containers"][0])
+        await mgr.stop()
+        await plugin.stop()
+
+        ready = False
+        running = Running(pod, "c0")
+        again = DeviceManager(root, running, lambda: ready)
+        await again.start()
+        try:
+            # The plugin has not listed its devices yet: the running container
+            # keeps "a" while the pod sources are not all ready...
+            assert again.admit(pod) is None and held(again, pod) == ["a"]
+            ready = True  # ...but a pod admitted later needs them healthy
+            refused = again.admit(pod)
+            assert refused is not None and "no longer healthy" in refused.message
+        finally:
+            await again.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Running:
+    def __init__(self, pod: Pod, container: str) -> None:
+        self.pod, self.container = pod, container
+
+    def active_pod(self, pod_uid: str) -> Pod | None:
+        return self.pod if pod_uid == self.pod["metadata"]["uid"] else None
+
+    def active_pods(self) -> list[Pod]:
+        return [self.pod]
+
+    def running_containers(self, pod_uid: str) -> list[RunningContainer]:
+        if pod_uid != self.pod["metadata"]["uid"]:
+            return []
+        return [RunningContainer(self.container, "cid")]
