@@ -30,6 +30,7 @@ from kubelet.cm.devicemanager.pod_devices import AllocationError
 from kubelet.cm.resource_managers import ResourceManagerConfig, new_resource_managers
 from kubelet.cri.api import api_pb2 as cri
 from kubelet.features import FeatureGate
+from kubelet.metrics import REGISTRY
 from kubelet.testing.deviceplugin import FakeDevicePlugin
 from kubelet.types import Pod
 from kubelet.util import cpuset
@@ -76,6 +77,9 @@ async def test_devices_set_capacity_and_unhealthy_ones_leave_allocatable(env) ->
     plugin.update({"0": HEALTHY, "1": HEALTHY, "2": HEALTHY, "3": UNHEALTHY})
     await until(lambda: counts(mgr) == (4, 3))
     assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]
+    assert REGISTRY.get_sample_value(
+        "kubelet_device_plugin_registration_total", {"resource_name": R}
+    )
     await plugin.stop()
 
 
@@ -334,6 +338,12 @@ async def test_allocate_once_and_its_answer_goes_into_the_cri_config(env) -> Non
     pod = gpu_pod("p", 2)
     assert mgr.admit(pod) is None
     c = pod["spec"]["containers"][0]
+    allocs_before = (
+        REGISTRY.get_sample_value(
+            "kubelet_device_plugin_alloc_duration_seconds_count", {"resource_name": R}
+        )
+        or 0
+    )
     cfg = cri.ContainerConfig(
         envs=[cri.KeyValue(key="DEVICES", value="mine")],
         mounts=[cri.Mount(container_path="/data", host_path="/v")],
@@ -348,6 +358,12 @@ async def test_allocate_once_and_its_answer_goes_into_the_cri_config(env) -> Non
     ]
     assert cfg.annotations["fake.example.com/devices"] == "a,b"
     assert [d.name for d in cfg.CDI_devices] == ["fake.example.com/dev=a", "fake.example.com/dev=b"]
+    assert (
+        REGISTRY.get_sample_value(
+            "kubelet_device_plugin_alloc_duration_seconds_count", {"resource_name": R}
+        )
+        == allocs_before + 1
+    )
     await mgr.container_options(pod, c)  # a restart: the kept answer, PreStart again
     assert plugin.allocations == [["a", "b"]]
     assert plugin.prestarts == [["a", "b"], ["a", "b"]]
