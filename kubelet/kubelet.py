@@ -125,7 +125,7 @@ class Kubelet:
         self.resource_managers = resources = build_resource_managers(
             node, pods, machine_topology, container_manager
         )
-        self.volumes = volumes = build_volumes(node, pods)
+        self.volumes = volumes = build_volumes(node, pods, resources)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
             node, pods, volumes, probes, resources, (runtime_service, image_service),
@@ -135,10 +135,11 @@ class Kubelet:
             node, pods, volumes, probes, runtime, resources, self.registered_node
         )
         self.node_status = build_node_status(
-            node, pods, volumes, runtime, workers, (node_inputs, self.registered_node)
-        )
+            node, pods, volumes, runtime, workers, resources,
+            (node_inputs, self.registered_node),
+        )  # fmt: skip
         self.heartbeat = SyncLoopHeartbeat()
-        self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat)
+        self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
         self.runtime_manager, self.pleg, self.evented = (

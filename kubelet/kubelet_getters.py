@@ -57,6 +57,7 @@ class KubeletHost:
         streaming_idle_timeout: float,
         last_loop: Callable[[], float],
         pleg_healthy: HealthCheck,
+        device_plugins: HealthCheck,
         clock: Clock,
     ) -> None:
         self.pod_manager = pod_manager
@@ -70,6 +71,7 @@ class KubeletHost:
         # Monotonic time of the sync loop's last iteration (0: not started).
         self.last_loop = last_loop
         self.pleg_healthy = pleg_healthy
+        self.device_plugins = device_plugins
         self.clock = clock
 
     @property
@@ -101,7 +103,8 @@ class KubeletHost:
                 return f"sync loop last ran {ago:.0f}s ago (threshold {threshold:.0f}s)"
             return None
 
-        return {"syncloop": syncloop, "pleg": self.pleg_healthy}
+        return {"syncloop": syncloop, "pleg": self.pleg_healthy,
+                "device-plugin": self.device_plugins}  # fmt: skip
 
     async def container_logs(
         self,

@@ -7,9 +7,10 @@ each builder reads only what was built before it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from kubelet.cm.resource_managers import ResourceManagers
 from kubelet.cri.errors import CRIError
 from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
 from kubelet.eviction.signals import NodeSignals
@@ -95,6 +96,21 @@ class _EvictionTarget:
         ]  # fmt: skip
 
 
+def first_of(*waits: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """One wait that returns when the first of several returns (the others are
+    cancelled, so each is asked afresh next time)."""
+
+    async def wait() -> None:
+        tasks = [asyncio.ensure_future(w()) for w in waits]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    return wait
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     stats: StatsProvider
@@ -120,6 +136,7 @@ def build_node_status(
     volumes: Volumes,
     runtime: Runtime,
     workers: Workers,
+    resources: ResourceManagers,
     inputs: tuple[NodeInputs | None, RegisteredNode],
 ) -> NodeStatus:
     """Pod and node usage from the Cython parsers (/stats/summary,
@@ -173,7 +190,8 @@ def build_node_status(
             # CSI: volumes attached or staged, and a staging that waits to be reported.
             volumes_in_use=volumes.csi.volumes_in_use,
             volumes_reported=volumes.csi.volumes_reported,
-            urgent=volumes.csi.report_needed,
+            urgent=first_of(volumes.csi.report_needed, resources.devices.capacity_changed),
+            device_resources=resources.devices.capacity,
         )
         reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
@@ -245,6 +263,7 @@ def build_host(
     runtime: Runtime,
     node_status: NodeStatus,
     heartbeat: SyncLoopHeartbeat,
+    resources: ResourceManagers,
 ) -> KubeletHost:
     """What the kubelet's servers read of this node."""
     cfg = node.config
@@ -259,5 +278,6 @@ def build_host(
         streaming_idle_timeout=float(cfg.streaming_connection_idle_timeout),
         last_loop=heartbeat.last_beat,
         pleg_healthy=runtime.pleg.healthy,
+        device_plugins=resources.devices.server.healthy,
         clock=node.clock,
     )

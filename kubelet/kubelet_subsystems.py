@@ -22,6 +22,7 @@ from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup_mounts
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.devicemanager.server import WatcherHandler
 from kubelet.cm.resource_managers import (
     ResourceManagerConfig,
     ResourceManagers,
@@ -58,7 +59,7 @@ from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
-from kubelet.pluginmanager import CSI_PLUGIN
+from kubelet.pluginmanager import CSI_PLUGIN, DEVICE_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.pod_workers import PodWorkers, PodWorkerStates, SyncRequests
@@ -232,7 +233,7 @@ class Volumes:
     manager: VolumeManagerImpl
     # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
     stats: VolumeStatsCalculator
-    # Node plugins (CSI drivers; device plugins and DRA drivers later) register
+    # Node plugins (CSI drivers, device plugins; DRA drivers later) register
     # through sockets in <root>/plugins_registry.
     plugins: PluginManager
     csi: CSIHost
@@ -242,7 +243,7 @@ class Volumes:
         return {v.name: v.used_bytes for v in self.stats.usage(pod_uid)}
 
 
-def build_volumes(node: Node, pods: Pods) -> Volumes:
+def build_volumes(node: Node, pods: Pods, resources: ResourceManagers) -> Volumes:
     client, alloc = node.kube_client, node.allocatable
     tokens = TokenManager(client) if client is not None else None
     csi = CSIHost(
@@ -251,6 +252,7 @@ def build_volumes(node: Node, pods: Pods) -> Volumes:
     )  # fmt: skip
     plugins = PluginManager(registry_dir(node.root_dir), clock=node.clock)
     plugins.add_handler(CSI_PLUGIN, csi.handler)
+    plugins.add_handler(DEVICE_PLUGIN, WatcherHandler(resources.devices.server))
     manager = VolumeManagerImpl(
         VolumeHost(node.root_dir, node.name),
         [

@@ -357,3 +357,17 @@ PROBER_PROBE_TOTAL = Counter(
     ["probe_type", "result", "container", "pod", "namespace", "pod_uid"],
     registry=PROBER_REGISTRY,
 )
+DEVICE_PLUGIN_REGISTRATIONS = Counter(
+    "kubelet_device_plugin_registration",
+    "Cumulative number of device plugin registrations. Broken down by resource name.",
+    ["resource_name"],
+    registry=REGISTRY,
+)
+DEVICE_PLUGIN_ALLOC_DURATION = Histogram(
+    "kubelet_device_plugin_alloc_duration_seconds",
+    "Duration in seconds to serve a device plugin Allocation request. "
+    "Broken down by resource name.",
+    ["resource_name"],
+    buckets=_DEF,
+    registry=REGISTRY,
+)

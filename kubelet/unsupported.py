@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.types import Pod
+from kubelet.util.validation import is_extended_resource_name
 
 # Pod-level fields, when set to anything but their zero value.
 _POD_FIELDS = (
@@ -23,7 +24,9 @@ _POD_FIELDS = (
 _POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
 # Container resources the kubelet turns into cgroup settings; others (hugepages,
-# ephemeral-storage limits enforced by eviction, extended resources) are not yet.
+# ephemeral-storage limits enforced by eviction) are not yet. Extended resources
+# are not listed: the device manager allocates those of device plugins and
+# names any other it does not check (cm/devicemanager).
 _RESOURCES = ("cpu", "memory")
 
 
@@ -53,6 +56,6 @@ def unsupported_fields(pod: Pod) -> list[str]:
                 out += [
                     f"{where}.resources.{part}[{r}]"
                     for r in res.get(part) or {}
-                    if r not in _RESOURCES
+                    if r not in _RESOURCES and not is_extended_resource_name(r)
                 ]
     return out

@@ -31,6 +31,7 @@ install cpustate_vectors_test.go cpumanager/state
 install memstate_vectors_test.go memorymanager/state
 install topology_vectors_test.go topologymanager
 install memorymanager_vectors_test.go memorymanager
+install devcheckpoint_vectors_test.go devicemanager/checkpoint
 
 cd "$work"
 if [ "${1:-}" = read ]; then
@@ -40,7 +41,7 @@ if [ "${1:-}" = read ]; then
     READ_DIR="$2" GOFLAGS=-mod=mod go test -count=1 -run 'TestZZReadDirMemory$' k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state
     exit 0
 fi
-for pkg in cpumanager cpumanager/state memorymanager memorymanager/state topologymanager; do
+for pkg in ${RESMGR_VECTORS_PKGS:-cpumanager cpumanager/state memorymanager memorymanager/state topologymanager devicemanager/checkpoint}; do
     VECTORS_DIR="$out" GOFLAGS=-mod=mod go test -count=1 -timeout 30m -run TestZZWriteVectors "k8s.io/kubernetes/pkg/kubelet/cm/$pkg"
 done
 echo "vectors written to $out (Go $(go env GOVERSION), k8s.io/kubernetes $version)"

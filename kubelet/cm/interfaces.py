@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import Container, Pod
 
@@ -71,6 +72,10 @@ class ContainerResourceManager(Protocol):
     """What the runtime manager asks when it creates and removes containers."""
 
     def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning: ...
+
+    async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
+        """The container's devices for its CRI config; AllocationError when a
+        device plugin cannot give them."""
 
     def container_created(self, pod: Pod, container: Container, container_id: str) -> None: ...
 

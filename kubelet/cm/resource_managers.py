@@ -25,6 +25,8 @@ from kubelet.cm import node_container_manager as nac
 from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
+from kubelet.cm.devicemanager.manager import DeviceManager
+from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
 from kubelet.cm.interfaces import (
     Container,
     ContainerManagerError,
@@ -115,16 +117,22 @@ class ResourceManagers:
         topology: TopologyManager,
         cpu: CPUManager,
         memory: MemoryManager,
+        devices: DeviceManager,
         unlimited_quota_when_pinned: bool = True,
     ) -> None:
         self.topology = topology
         self.cpu = cpu
         self.memory = memory
+        self.devices = devices
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
-        """The topology manager's admit handler (upstream's TopologyAffinityError)."""
-        return self.topology.admit(pod)
+        """The topology manager's admit handler (upstream's TopologyAffinityError),
+        then the devices of device plugins (UnexpectedAdmissionError)."""
+        return self.topology.admit(pod) or self.devices.admit(pod)
+
+    async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
+        return await self.devices.container_options(pod, container)
 
     def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
         """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
@@ -155,9 +163,23 @@ class ResourceManagers:
         """The pod left every source: forget its hints. Its CPUs and memory are
         released by the managers' stale-state pass, once it is no longer active."""
         self.topology.remove_pod(pod_uid)
+        self.devices.remove_pod(pod_uid)
 
     async def run(self, stop: asyncio.Event, runtime: ContainerUpdater) -> None:
-        await self.cpu.run(stop, runtime)
+        """The device plugin registration server and the CPU manager's reconcile
+        loop, until stop."""
+        try:
+            await self.devices.start()
+        except (OSError, RuntimeError) as err:
+            # Upstream refuses to start; here every other pod keeps being served
+            # and the node has no device plugin resources. Said loudly.
+            log.error("Device plugin registration server failed, no device plugin "
+                      "can register: %s", err)  # fmt: skip
+        try:
+            await self.cpu.run(stop, runtime)  # returns at once without a policy
+            await stop.wait()
+        finally:
+            await self.devices.stop()
 
 
 @contextlib.contextmanager
@@ -227,5 +249,6 @@ def new_resource_managers(
     topology.add_hint_provider(cpu)
     topology.add_hint_provider(memory)
     return ResourceManagers(
-        topology, cpu, memory, gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs)
-    )
+        topology, cpu, memory, DeviceManager(rc.state_dir, pods, sources_ready),
+        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs),
+    )  # fmt: skip

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 
 from kubelet import metrics
+from kubelet.cm.devicemanager.pod_devices import AllocationError
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     CREATED,
@@ -254,7 +255,8 @@ class ContainerManager:
                 lr.cpuset_cpus, lr.cpuset_mems = pin.cpuset_cpus, pin.cpuset_mems
                 if pin.unlimited_quota and lr.cpu_quota:
                     lr.cpu_quota = -1
-        except (ContainerConfigError, SecurityContextError, errors.CRIError) as e:
+                (await self.resources.device_options(pod, c)).apply(cfg)
+        except (ContainerConfigError, SecurityContextError, AllocationError, errors.CRIError) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             raise _StartError(ContainerConfigError.reason, msg) from e
         target_name = _target_container(c)

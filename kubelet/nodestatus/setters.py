@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -40,6 +40,10 @@ def format_cpu(millis: int) -> str:
     return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
 
 
+# (capacity, allocatable, removed) as devicemanager.Capacity gives them.
+DeviceResources = tuple[Mapping[str, int], Mapping[str, int], Sequence[str]]
+
+
 @dataclass
 class NodeInputs:
     """What the setters read. Callables are read at every status computation."""
@@ -67,6 +71,9 @@ class NodeInputs:
     # Returns when the status should be written before the next period (a
     # volume to attach waits to be reported in use); None: only on the period.
     urgent: Callable[[], Awaitable[None]] | None = None
+    # Device plugin resources (the device manager's GetCapacity): capacity and
+    # allocatable counts, and resources whose plugin is gone (reported as 0).
+    device_resources: Callable[[], DeviceResources] = lambda: ({}, {}, [])
 
 
 def default_node_ip() -> str:
@@ -128,6 +135,9 @@ def capacity(inp: NodeInputs) -> dict[str, str]:
         cap["ephemeral-storage"] = format_bytes(rootfs)
     for name, size in inp.machine.hugepages.items():
         cap[name] = format_bytes(size)
+    devices, _, removed = inp.device_resources()
+    cap.update({r: "0" for r in removed})
+    cap.update({r: str(n) for r, n in devices.items()})
     return cap
 
 
@@ -156,6 +166,10 @@ def allocatable(inp: NodeInputs, cap: dict[str, str]) -> dict[str, str]:
         out["ephemeral-storage"] = str(max(0, int(disk)))
     for name, size in inp.machine.hugepages.items():
         out[name] = format_bytes(max(0, int(Decimal(size) - reserved(name))))
+    # Device plugin resources: the healthy devices, nothing reserved.
+    _, devices, removed = inp.device_resources()
+    out.update({r: "0" for r in removed})
+    out.update({r: str(n) for r, n in devices.items()})
     return out
 
 

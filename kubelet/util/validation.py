@@ -94,3 +94,19 @@ def is_qualified_name(value: str) -> list[str]:
             "name part " + regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
         )
     return errs
+
+
+_REQUESTS_PREFIX = "requests."
+_NATIVE_DOMAIN = "kubernetes.io/"
+
+
+def is_native_resource(name: str) -> bool:
+    return "/" not in name or _NATIVE_DOMAIN in name
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper.IsExtendedResourceName: domain-qualified, outside kubernetes.io,
+    and still a qualified name once quota's 'requests.' prefix is put on it."""
+    if is_native_resource(name) or name.startswith(_REQUESTS_PREFIX):
+        return False
+    return not is_qualified_name(_REQUESTS_PREFIX + name)

@@ -1,0 +1,118 @@
+"""The devices each container holds (devicemanager/pod_devices.go), and what
+they add to its CRI config.
+
+Devices are picked at admission (so a second pod can never be admitted onto
+the same devices) and the plugin's Allocate answer is kept with them once the
+container is first created; a restarted container reuses both, as upstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kubelet.cm.devicemanager.api import api_pb2 as pb
+from kubelet.cri.api import api_pb2 as cri
+
+
+class AllocationError(Exception):
+    """Devices cannot be given to a container (the message says why)."""
+
+
+@dataclass
+class Allocation:
+    """One container's devices of one resource."""
+
+    ids: list[str]
+    # NUMA node -> device IDs (-1: a device without topology), for the checkpoint.
+    numa: dict[int, list[str]] = field(default_factory=dict)
+    response: pb.ContainerAllocateResponse | None = None  # Allocate's answer, once asked
+
+
+# pod UID -> container name -> resource -> allocation
+PodMap = dict[str, dict[str, dict[str, Allocation]]]
+
+
+class PodDevices:
+    def __init__(self) -> None:
+        self.pods: PodMap = {}
+
+    def get(self, pod_uid: str, container: str, resource: str) -> Allocation | None:
+        return self.pods.get(pod_uid, {}).get(container, {}).get(resource)
+
+    def container(self, pod_uid: str, container: str) -> dict[str, Allocation]:
+        return self.pods.get(pod_uid, {}).get(container, {})
+
+    def insert(self, pod_uid: str, container: str, resource: str, alloc: Allocation) -> None:
+        self.pods.setdefault(pod_uid, {}).setdefault(container, {})[resource] = alloc
+
+    def delete(self, pod_uid: str) -> bool:
+        return self.pods.pop(pod_uid, None) is not None
+
+    def in_use(self, resource: str, skip: set[tuple[str, str]] | None = None) -> set[str]:
+        """Devices of resource held by any container except the (pod, container) pairs in skip."""
+        out: set[str] = set()
+        for pod_uid, containers in self.pods.items():
+            for name, resources in containers.items():
+                if skip and (pod_uid, name) in skip:
+                    continue
+                alloc = resources.get(resource)
+                if alloc is not None:
+                    out.update(alloc.ids)
+        return out
+
+
+@dataclass
+class DeviceRunOptions:
+    """What a container's devices add to its CRI config (DeviceRunContainerOptions)."""
+
+    envs: list[cri.KeyValue] = field(default_factory=list)
+    mounts: list[cri.Mount] = field(default_factory=list)
+    devices: list[cri.Device] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: list[cri.CDIDevice] = field(default_factory=list)
+
+    def apply(self, cfg: cri.ContainerConfig) -> None:
+        """Devices' envs and mounts go before the container's own (which win
+        on a clash, as upstream appends the container's after them)."""
+        envs = [*self.envs, *cfg.envs]
+        del cfg.envs[:]
+        cfg.envs.extend(envs)
+        mounts = [*self.mounts, *cfg.mounts]
+        del cfg.mounts[:]
+        cfg.mounts.extend(mounts)
+        cfg.devices.extend(self.devices)
+        for k, v in self.annotations.items():
+            cfg.annotations.setdefault(k, v)
+        cfg.CDI_devices.extend(self.cdi_devices)
+
+
+def run_options(allocations: dict[str, Allocation]) -> DeviceRunOptions:
+    """deviceRunContainerOptions: the responses of a container's resources merged;
+    a path or name two plugins both give is used once (the first, by resource)."""
+    out = DeviceRunOptions()
+    envs: dict[str, str] = {}
+    mounts: dict[str, cri.Mount] = {}
+    devices: dict[str, cri.Device] = {}
+    cdi: dict[str, cri.CDIDevice] = {}
+    for resource in sorted(allocations):
+        resp = allocations[resource].response
+        if resp is None:
+            continue
+        for k, v in sorted(resp.envs.items()):
+            envs.setdefault(k, v)
+        for k, v in sorted(resp.annotations.items()):
+            out.annotations.setdefault(k, v)
+        for m in resp.mounts:
+            mounts.setdefault(m.container_path, cri.Mount(
+                container_path=m.container_path, host_path=m.host_path, readonly=m.read_only
+            ))  # fmt: skip
+        for d in resp.devices:
+            devices.setdefault(d.container_path, cri.Device(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            ))  # fmt: skip
+        for c in resp.cdi_devices:
+            cdi.setdefault(c.name, cri.CDIDevice(name=c.name))
+    out.envs = [cri.KeyValue(key=k, value=v) for k, v in envs.items()]
+    out.mounts, out.devices = list(mounts.values()), list(devices.values())
+    out.cdi_devices = list(cdi.values())
+    return out
