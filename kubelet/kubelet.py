@@ -411,9 +411,14 @@ class Kubelet:
         if unaligned is not None:
             return unaligned
         try:
-            return self.pods.admitter.admit(uid(pod), pod)
+            refused = self.pods.admitter.admit(uid(pod), pod)
         except ValueError as err:
             return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
+        # AppArmor comes after the fit check, as upstream's handlers; the fit
+        # check counted the pod, so a refusal here gives its share back.
+        if refused is None and (refused := self.pods.apparmor.admit(pod)) is not None:
+            self.pods.admitter.release(uid(pod))
+        return refused
 
     def _reject(self, pod: Pod, r: Rejection) -> None:
         u = uid(pod)
