@@ -495,8 +495,11 @@ class Kubelet:
             keep = desired | workers | self._orphans_killing
             await loop.run_in_executor(None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)])
         for m in self.pod_manager.mirrors():
-            static = self.pod_manager.get_by_full_name(full_name(m))
-            if static is None or not is_static(static):
+            fn = full_name(m)
+            static = self.pod_manager.get_by_full_name(fn)
+            if static is not None and is_static(static):
+                continue
+            if not self.pod_workers.is_pod_for_mirror_pod_terminating_by_full_name(fn):
                 self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
