@@ -482,6 +482,7 @@ class Kubelet:
         if not self.pods.sources_ready.is_set() and self._sources:
             return  # never judge runtime pods before every source has spoken
         workers = self.pod_workers.known()
+        self._restart_reused_uids(desired - workers - self.pods.rejected)
         self._kill_runtime_orphans(desired, workers)
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
@@ -503,6 +504,20 @@ class Kubelet:
                 self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
+
+    def _restart_reused_uids(self, unknown: set[str]) -> None:
+        """Pods a source wants whose worker is gone: removed and added again with
+        the same UID (a static pod's manifest deleted and written back) while the
+        old one was stopping, so the add found it terminating. They start again
+        (HandlePodCleanups), handled as a new addition: the old pod's cleanup
+        released its admission."""
+        for u in unknown:
+            pod = self.pod_manager.get(u)
+            if pod is not None:
+                log.info(
+                    "Pod %s/%s restarts: added again with UID %s", namespace(pod), name(pod), u
+                )
+                self._handle_add(pod)
 
     def _kill_runtime_orphans(self, desired: set[str], workers: set[str]) -> None:
         """Kill runtime pods no source wants and no worker runs. The scan over
