@@ -418,9 +418,14 @@ class Kubelet:
         if unaligned is not None:
             return unaligned
         try:
-            return self.pods.admitter.admit(uid(pod), pod)
+            refused = self.pods.admitter.admit(uid(pod), pod)
         except ValueError as err:
             return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
+        # AppArmor comes after the fit check, as upstream's handlers; the fit
+        # check counted the pod, so a refusal here gives its share back.
+        if refused is None and (refused := self.pods.apparmor.admit(pod)) is not None:
+            self.pods.admitter.release(uid(pod))
+        return refused
 
     def _reject(self, pod: Pod, r: Rejection) -> None:
         u = uid(pod)
@@ -484,6 +489,7 @@ class Kubelet:
         if not self.pods.sources_ready.is_set() and self._sources:
             return  # never judge runtime pods before every source has spoken
         workers = self.pod_workers.known()
+        self._restart_reused_uids(desired - workers - self.pods.rejected)
         self._kill_runtime_orphans(desired, workers)
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
@@ -497,11 +503,28 @@ class Kubelet:
             keep = desired | workers | self._orphans_killing
             await loop.run_in_executor(None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)])
         for m in self.pod_manager.mirrors():
-            static = self.pod_manager.get_by_full_name(full_name(m))
-            if static is None or not is_static(static):
+            fn = full_name(m)
+            static = self.pod_manager.get_by_full_name(fn)
+            if static is not None and is_static(static):
+                continue
+            if not self.pod_workers.is_pod_for_mirror_pod_terminating_by_full_name(fn):
                 self._spawn(self.pod_syncer.delete_orphaned_mirror(m))
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
+
+    def _restart_reused_uids(self, unknown: set[str]) -> None:
+        """Pods a source wants whose worker is gone: removed and added again with
+        the same UID (a static pod's manifest deleted and written back) while the
+        old one was stopping, so the add found it terminating. They start again
+        (HandlePodCleanups), handled as a new addition: the old pod's cleanup
+        released its admission."""
+        for u in unknown:
+            pod = self.pod_manager.get(u)
+            if pod is not None:
+                log.info(
+                    "Pod %s/%s restarts: added again with UID %s", namespace(pod), name(pod), u
+                )
+                self._handle_add(pod)
 
     def _kill_runtime_orphans(self, desired: set[str], workers: set[str]) -> None:
         """Kill runtime pods no source wants and no worker runs. The scan over

@@ -50,6 +50,8 @@ from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.swap import SwapConfig, swap_controller
+from kubelet.lifecycle.apparmor import Validator as AppArmorValidator
+from kubelet.lifecycle.apparmor import host_error as apparmor_host_error
 from kubelet.lifecycle.predicate import Admitter
 from kubelet.mirror_client import MirrorClient
 from kubelet.network.dns import DNSConfigurer
@@ -141,6 +143,7 @@ class Pods:
     # manager and the image pulls.
     startup: PodStartupLatencyTracker
     sysctls: SysctlAllowlist
+    apparmor: AppArmorValidator  # what the host's kernel allows, read at start-up
     rejected: set[str]  # UIDs of pods admission refused
     # Set once every configured source has delivered its pods.
     sources_ready: asyncio.Event
@@ -186,6 +189,7 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
         Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter, startup,
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         SysctlAllowlist.for_node(cfg.allowed_unsafe_sysctls),
+        AppArmorValidator(apparmor_host_error()),
         set(), asyncio.Event(),
     )  # fmt: skip
 

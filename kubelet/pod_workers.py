@@ -236,6 +236,14 @@ class PodWorkers:
     def known(self) -> set[str]:
         return self.states.known()
 
+    def is_pod_for_mirror_pod_terminating_by_full_name(self, pod_full_name: str) -> bool:
+        """Is the static pod that ran under this full name still stopping? Its
+        mirror pod then stays until it has stopped, as upstream (a deleted
+        manifest's pod is Running in the API for its whole grace period)."""
+        u = self._static_started.get(pod_full_name)
+        st = self.states.get(u) if u is not None else None
+        return st is not None and st.terminating and not st.terminated
+
     def sync_known_pods(self, desired: set[str]) -> None:
         """Workers of pods that no source wants any more are told to stop for
         good (SyncKnownPods upstream)."""

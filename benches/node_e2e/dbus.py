@@ -396,14 +396,28 @@ class SystemBus:
                 ["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile"],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.socket):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise OSError(f"dbus-daemon did not start (see {self.dir}/dbus-daemon.log)")
-            time.sleep(0.05)
-        self.services = Services(Connection(self.socket), self.units)
+        try:
+            conn = self._connect(time.monotonic() + timeout)
+        except OSError:
+            self.stop()  # the caller has no bus to stop: never leave the daemon behind
+            raise
+        self.services = Services(conn, self.units)
         threading.Thread(target=self.services.serve, daemon=True).start()
         return self
+
+    def _connect(self, deadline: float) -> Connection:
+        """The socket file appears at bind(), before the daemon listens: a
+        connection refused in between is retried, not a failed start."""
+        assert self.proc is not None
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise OSError(f"dbus-daemon did not start (see {self.dir}/dbus-daemon.log)")
+            if os.path.exists(self.socket):
+                try:
+                    return Connection(self.socket)
+                except ConnectionRefusedError:
+                    pass
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

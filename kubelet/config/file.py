@@ -75,23 +75,28 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
 
 def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
     """(pods, errors) for a folder or one file. Blocking: run it off the event loop."""
+    by_file, errors = read_pods_by_file(path, node_name)
+    return [p for pods in by_file.values() for p in pods], errors
+
+
+def read_pods_by_file(path: str, node_name: str) -> tuple[dict[str, list[Pod]], list[str]]:
+    """read_pods, with each file's pods apart (in file name order)."""
     is_dir = os.path.isdir(path)
     if is_dir:
         try:
             names = sorted(n for n in os.listdir(path) if not n.startswith("."))
         except OSError as err:
-            return [], [f"{path}: {err}"]
+            return {}, [f"{path}: {err}"]
         files = [os.path.join(path, n) for n in names]
         files = [f for f in files if os.path.isfile(f)]
     elif os.path.exists(path):
         files = [path]
     else:
-        return [], []
-    pods: list[Pod] = []
+        return {}, []
+    pods: dict[str, list[Pod]] = {}
     errors: list[str] = []
     for f in files:
-        got, error = _read_file(f, node_name)
-        pods.extend(got)
+        pods[f], error = _read_file(f, node_name)
         if error:
             errors.append(error)
     # Forget the files of this source that are gone (the cache is shared by sources).
@@ -110,17 +115,33 @@ class FileSource:
         self._reported: set[str] = set()
         self._dirty = asyncio.Event()
         self.reads = 0
+        self._by_file: dict[str, list[Pod]] = {}  # what the last read published
+        self._gone: set[str] = set()  # files inotify saw deleted since the last read
 
     async def read_once(self) -> None:
         loop = asyncio.get_running_loop()
-        pods, errors = await loop.run_in_executor(None, read_pods, self.path, self.node_name)
+        by_file, errors = await loop.run_in_executor(
+            None, read_pods_by_file, self.path, self.node_name
+        )
         self.reads += 1
         for e in errors:
             # Once per distinct problem, not on every periodic re-read.
             if e not in self._reported:
                 log.error("Could not process manifest file %s", e)
         self._reported = set(errors)
-        self.config.set_pods(FILE_SOURCE, pods)
+        self._publish_removals()
+        self._by_file = by_file
+        self.config.set_pods(FILE_SOURCE, [p for pods in by_file.values() for p in pods])
+
+    def _publish_removals(self) -> None:
+        """A manifest deleted and written again before the read (`rm f; cp f`) is
+        still a removal and an addition, as upstream's per-event store tells it:
+        its pod stops and starts again, even with the same content (and UID)."""
+        gone = {f for f in self._by_file if os.path.normpath(f) in self._gone}
+        self._gone = set()
+        if any(self._by_file[f] for f in gone):
+            kept = [p for f, pods in self._by_file.items() if f not in gone for p in pods]
+            self.config.set_pods(FILE_SOURCE, kept)
 
     def _target(self) -> str:
         return self.path if os.path.isdir(self.path) else os.path.dirname(self.path) or "."
@@ -137,7 +158,11 @@ class FileSource:
             return None
 
         def readable() -> None:
-            if ino.read_events():
+            events = ino.read_events()
+            for _wd, mask, name in events:
+                if mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM):
+                    self._gone.add(os.path.normpath(os.path.join(target, name)))
+            if events:
                 self._dirty.set()
 
         loop.add_reader(ino.fileno(), readable)

@@ -31,13 +31,17 @@ class Backoff:
         return event_time - last_update > 2 * self.maximum
 
     def next(self, key: str, event_time: float) -> None:
-        """Record a failure at event_time: start at `initial` or double, up to `maximum`."""
+        """Record a failure at event_time: start at `initial` or double, up to `maximum`.
+        The entry is stamped with now, not event_time: a crashed container's finish
+        time lies a whole back-off in the past when it is restarted, and stamping that
+        would let gc() forget a capped back-off (5m) just before the next crash."""
         e = self._entries.get(key)
+        now = self.clock()
         if e is None or self._expired(event_time, e.last_update):
-            self._entries[key] = _Entry(self.initial, event_time)
+            self._entries[key] = _Entry(self.initial, now)
         else:
             e.backoff = min(e.backoff * 2, self.maximum)
-            e.last_update = event_time
+            e.last_update = now
 
     def now(self) -> float:
         return self.clock()

@@ -220,7 +220,7 @@ class RuntimeManager:
             _clear_running_waiting(status, waiting, set())
             return res
         try:
-            sandbox_cfg = self.sandboxes.config_for_sync(pod, a.attempt)
+            sandbox_cfg = self.sandboxes.config_for_sync(pod, a.attempt, a.create_sandbox)
             sid = a.sandbox_id
             if a.create_sandbox:
                 sid = await self.sandboxes.create(pod, sandbox_cfg)

@@ -13,6 +13,7 @@ from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.helpers import PodReporter, each_ignoring_gone, format_pod
 from kubelet.kuberuntime.security_context import sandbox_security_context
+from kubelet.lifecycle.handlers import go_quote
 from kubelet.network.dns import kernel_hostname
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.sysctl import sandbox_sysctls
@@ -79,14 +80,21 @@ class SandboxManager:
         return [ip for ip in (st.network.ip, *(a.ip for a in st.network.additional_ips)) if ip]
 
     # -------------------------------------------------------------- create
-    def config_for_sync(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
-        """sandbox_config, its failure told as upstream's SyncPod does."""
+    def config_for_sync(self, pod: Pod, attempt: int, creating: bool) -> pb.PodSandboxConfig:
+        """sandbox_config, its failure told as upstream's SyncPod does: when the
+        sandbox was to be created, the event carries the bare error (the message
+        the node e2e's FQDN spec waits for); for an existing one, no event."""
         try:
             return self.sandbox_config(pod, attempt)
         except ValueError as err:  # resolv.conf unreadable, an invalid hostname
-            raise self._failed(
-                pod, f"GeneratePodSandboxConfig for pod {format_pod(pod)} failed: {err}"
-            ) from err
+            if creating:
+                self._event(pod, str(err))
+                why = (
+                    f"Failed to generate sandbox config for pod {go_quote(format_pod(pod))}: {err}"
+                )
+            else:
+                why = f"GeneratePodSandboxConfig for pod {go_quote(format_pod(pod))} failed: {err}"
+            raise CreateSandboxError(why) from err
 
     async def create(self, pod: Pod, cfg: pb.PodSandboxConfig) -> str:
         """createPodSandbox: the log directory, the runtime handler of the pod's
@@ -117,9 +125,12 @@ class SandboxManager:
             raise self._failed(pod, str(err)) from err
 
     def _failed(self, pod: Pod, why: str) -> CreateSandboxError:
+        return CreateSandboxError(self._event(pod, why))
+
+    def _event(self, pod: Pod, why: str) -> str:
         msg = f"Failed to create pod sandbox: {why}"
         self.reporter.event(pod, "Warning", "FailedCreatePodSandBox", msg)
-        return CreateSandboxError(msg)
+        return msg
 
     # -------------------------------------------------------------- config
     def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:

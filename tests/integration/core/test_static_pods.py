@@ -186,3 +186,23 @@ async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, 
         "Pod pulls-node-a_default: Fields not implemented by this kubelet, ignored: "
         "spec.containers[c].resizePolicy"
     ]
+
+
+async def test_a_manifest_removed_and_written_back_restarts_its_pod(node) -> None:  # type: ignore[no-untyped-def]
+    """Node e2e 'MirrorPod ... should successfully recreate when file is removed
+    and recreated': the same manifest again (same UID) while the old pod is still
+    stopping runs the pod again once it has stopped, with restart count 1."""
+    path = node.write("again", [forever()])
+    await node.wait(lambda: node.phase("again") == "Running", what="again Running")
+    first = node.container("again", "c")["containerID"]
+    text = path.read_text()
+    path.unlink()
+    path.write_text(text)
+    await node.wait(
+        lambda: (
+            node.container("again", "c")["containerID"] != first
+            and "running" in node.container("again", "c")["state"]
+        ),
+        what="again restarted",
+    )
+    assert node.container("again", "c")["restartCount"] == 1

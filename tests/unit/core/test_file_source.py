@@ -372,7 +372,7 @@ async def test_inotify_on_a_single_file_watches_its_folder(tmp_path: Path) -> No
 async def test_run_keeps_going_after_a_failed_read(
     tmp_path: Path, cfg: PodConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = file_mod.read_pods
+    real = file_mod.read_pods_by_file
     calls = 0
 
     def flaky(path: str, node: str) -> Any:
@@ -382,7 +382,7 @@ async def test_run_keeps_going_after_a_failed_read(
             raise PermissionError("denied")
         return real(path, node)
 
-    monkeypatch.setattr(file_mod, "read_pods", flaky)
+    monkeypatch.setattr(file_mod, "read_pods_by_file", flaky)
     write(tmp_path / "a.yaml", manifest("a"))
     src = FileSource(str(tmp_path), NODE, 0.05, cfg)
     stop = asyncio.Event()
@@ -436,3 +436,24 @@ async def test_a_file_changed_within_the_racy_window_is_parsed_again(
     await src.read_once()
     await src.read_once()
     assert len(parsed) == 3
+
+
+async def test_a_file_removed_and_written_again_at_once_is_a_removal_and_an_addition(
+    tmp_path: Path, cfg: PodConfig, running: FileSource
+) -> None:
+    """Node e2e 'MirrorPod ... should successfully recreate when file is removed
+    and recreated': the same content again (same UID) within one read still
+    stops the pod and starts it again, as upstream's per-event store tells it."""
+    f = tmp_path / "a.yaml"
+    text = f.read_text()
+    f.unlink()
+    f.write_text(text)
+    assert summary([await next_update(cfg), await next_update(cfg)]) == [
+        (Op.REMOVE, ["a-n1"]),
+        (Op.ADD, ["a-n1"]),
+    ]
+    # A file that never held a pod (an editor's) going away changes nothing.
+    (tmp_path / "b.txt").write_text("not a manifest")
+    (tmp_path / "b.txt").unlink()
+    await asyncio.sleep(0.3)
+    assert drain(cfg) == []

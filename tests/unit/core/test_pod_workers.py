@@ -214,3 +214,34 @@ async def test_kills_are_not_held_back_by_the_concurrency_bound() -> None:
     await settle()
     assert r.active == 2  # syncs are still bounded
     r.gate.set()
+
+
+async def test_a_stopping_static_pod_keeps_its_mirror_until_it_has_stopped() -> None:
+    """Node e2e 'mirror pod termination should satisfy grace period when static
+    pod is deleted': housekeeping leaves the mirror pod of a deleted manifest
+    while its pod is still stopping (IsPodForMirrorPodTerminatingByFullName)."""
+
+    class SlowKill(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def sync_terminating_pod(self, p: dict[str, Any], grace: int | None) -> None:
+            await self.release.wait()
+            await super().sync_terminating_pod(p, grace)
+
+    r, cache = SlowKill(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    fn = "web-n1_default"
+    w.update_pod(PodWork(static_pod("old"), UpdateType.CREATE))
+    await settle()
+    assert not w.is_pod_for_mirror_pod_terminating_by_full_name(fn)  # running
+    w.update_pod(PodWork(static_pod("old"), UpdateType.KILL, removed=True))
+    await settle()
+    assert w.is_pod_for_mirror_pod_terminating_by_full_name(fn)
+    assert not w.is_pod_for_mirror_pod_terminating_by_full_name("other-n1_default")
+    r.release.set()
+    await settle()
+    assert r.kills == [("old", None)]
+    assert not w.is_pod_for_mirror_pod_terminating_by_full_name(fn)

@@ -295,3 +295,22 @@ async def test_host_users_set_with_the_gate_off_is_upstreams_error(tmp_path) -> 
     assert (await m.sync_pod(q, await status(m, q))).ok
     ((sb_cfg, _h),) = rt.called("run_pod_sandbox")
     assert not sb_cfg.linux.security_context.namespace_options.HasField("userns_options")
+
+
+async def test_a_sandbox_config_that_cannot_be_made_is_told_with_the_bare_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The node e2e FQDN spec waits for an event that starts 'Failed to create pod
+    sandbox: failed to construct FQDN': upstream's createPodSandbox gives the
+    event the error itself, and no sandbox is made."""
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    rec = RecordingRecorder()
+    m = manager(tmp_path, rt, img, recorder=rec)
+    p = pod([c("a")], subdomain="t", setHostnameAsFQDN=True)
+    p["metadata"]["name"] = "hostfqdnveryveryveryverylongforfqdntobemorethan64bytes-1"
+    res = await m.sync_pod(p, await status(m, p))
+    assert not res.ok and res.errors[0].startswith("Failed to generate sandbox config for pod")
+    msgs = [msg for _, _, reason, msg in rec.events if reason == "FailedCreatePodSandBox"]
+    assert msgs and msgs[0].startswith(
+        "Failed to create pod sandbox: failed to construct FQDN from pod hostname and "
+        "cluster domain, FQDN "
+    ), msgs
+    assert not rt.called("run_pod_sandbox")
