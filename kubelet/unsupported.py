@@ -21,7 +21,7 @@ _POD_FIELDS = (
     "resourceClaims",
 )
 _POD_SECURITY = ("seLinuxChangePolicy",)
-_CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
+_CONTAINER_FIELDS = ("volumeDevices",)
 # Container resources the kubelet turns into cgroup settings; others (hugepages,
 # ephemeral-storage limits enforced by eviction, extended resources) are not yet.
 _RESOURCES = ("cpu", "memory")

@@ -117,6 +117,42 @@ def cgroup_files(version: int, ctrl: str, r: dict[str, int]) -> list[tuple[str, 
     return out
 
 
+def _int_or_unlimited(text: str, key: str, out: dict[str, int]) -> None:
+    # v1 writes a page-rounded huge number for no memory limit, v2 "max".
+    v = -1 if text == "max" else int(text)
+    out[key] = -1 if v >= 1 << 62 else v
+
+
+def _cpu_max(text: str, _key: str, out: dict[str, int]) -> None:
+    quota, _, period = text.partition(" ")
+    out["cpu_quota"] = -1 if quota == "max" else int(quota)
+    out["cpu_period"] = int(period or DEFAULT_CPU_PERIOD)
+
+
+def _weight_to_shares(text: str, key: str, out: dict[str, int]) -> None:
+    out[key] = 2 + ((int(text) - 1) * 262142) // 9999
+
+
+_Parse = Callable[[str, str, dict[str, int]], None]
+_READS: dict[tuple[int, str], dict[str, tuple[str, _Parse]]] = {
+    (1, "cpu"): {
+        "cpu_shares": ("cpu.shares", _int_or_unlimited),
+        "cpu_quota": ("cpu.cfs_quota_us", _int_or_unlimited),
+        "cpu_period": ("cpu.cfs_period_us", _int_or_unlimited),
+    },
+    (1, "memory"): {
+        "memory_limit": ("memory.limit_in_bytes", _int_or_unlimited),
+        "memory_usage": ("memory.usage_in_bytes", _int_or_unlimited),
+    },
+    (2, ""): {
+        "cpu_shares": ("cpu.weight", _weight_to_shares),
+        "cpu_quota": ("cpu.max", _cpu_max),
+        "memory_limit": ("memory.max", _int_or_unlimited),
+        "memory_usage": ("memory.current", _int_or_unlimited),
+    },
+}
+
+
 def milli_cpu_to_quota(milli: int, period: int) -> int:
     if milli == 0:
         return 0
@@ -238,6 +274,17 @@ class CgroupManager:
         if errs:
             raise CgroupError(f"failed to update cgroup {name!r}: " + "; ".join(errs))
 
+    def read(self, name: str) -> dict[str, int]:
+        """The cgroup's cpu and memory settings and its memory usage, in the
+        keys `update` takes (GetCgroupConfig); an unlimited value reads as -1.
+        Raises OSError."""
+        out: dict[str, int] = {}
+        for ctrl, path in self._paths(name):
+            for key, (fname, parse) in _READS.get((self.version, ctrl), {}).items():
+                with open(os.path.join(path, fname)) as fh:
+                    parse(fh.read().strip(), key, out)
+        return out
+
     def validate(self, name: str) -> None:
         """Raise CgroupError unless the cgroup exists under every controller the
         kubelet uses (Validate upstream; other v1 hierarchies do not count)."""
@@ -320,6 +367,20 @@ class PodContainerManager:
         if self.pod_pids_limit > 0:
             resources["pids_limit"] = self.pod_pids_limit
         self.mgr.create(self.name(pod), resources)
+
+    def desired(self, pod: Pod) -> dict[str, int]:
+        """The pod cgroup's cpu and memory settings for the pod's (allocated)
+        resources (ResourceConfigForPod)."""
+        enforce = self.enforce_cpu_limits and not self.exclusive_cpus(pod)
+        return pod_resources(pod, enforce, self.cpu_period)
+
+    def read(self, pod: Pod) -> dict[str, int]:
+        """What the pod cgroup has now (GetPodCgroupConfig); raises OSError."""
+        return self.mgr.read(self.name(pod))
+
+    def update(self, pod: Pod, resources: dict[str, int]) -> None:
+        """SetPodCgroupConfig; raises CgroupError."""
+        self.mgr.update(self.name(pod), resources)
 
     def destroy(self, pod: Pod) -> bool:
         return self.mgr.destroy(self.name(pod))
