@@ -211,13 +211,8 @@ class KubeletPodSyncer:
             # API status does.
             status = dataclasses.replace(status, ips=list(self.node_ips))
         result = await self.runtime_manager.sync_pod(pod, status)
-        if self.allocation is not None and result.resized:
-            if result.resize_error:
-                self.allocation.conditions.set_in_progress(
-                    u, ERROR, result.resize_error, generation(pod)
-                )
-            # The status shows the new sizes once the runtime is asked again.
-            self.work_queue.enqueue(u, 0.0)
+        if result.resized:
+            status = await self._after_resize(pod, result.resize_error)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = self._generate(pod, status, waiting, old)
         self.status_manager.set_pod_status(u, api, pod)
@@ -247,6 +242,19 @@ class KubeletPodSyncer:
             alloc = self.allocation.allocated.get_pod(u)
             resize_status.apply(api, alloc, status, self.allocation.conditions.of(u))
         return api
+
+    async def _after_resize(self, pod: Pod, error: str) -> PodStatus:
+        """The runtime is asked again right away (no PLEG event tells of a
+        resize; upstream's pod watch condition): the status shows the new sizes
+        and the in-progress condition ends in this sync when all went well."""
+        assert self.allocation is not None
+        u = uid(pod)
+        if error:
+            self.allocation.conditions.set_in_progress(u, ERROR, error, generation(pod))
+        fresh = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        self.cache.set(u, fresh, None, fresh.timestamp)
+        self._check_resize(pod, fresh)
+        return fresh
 
     def _check_resize(self, pod: Pod, status: PodStatus) -> None:
         """PodResizeInProgress follows what the running containers were last

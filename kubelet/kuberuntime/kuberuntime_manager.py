@@ -303,6 +303,7 @@ class RuntimeManager:
         except ResizeError as err:
             log.warning("Pod %s/%s: resize failed: %s", namespace(pod), name(pod), err)
             res.resize_error = str(err)
+            res.errors.append(f"failed to resize pod in place: {err}")  # retried with back-off
 
     async def _pull_secrets(self, pod: Pod) -> list[Secret]:
         """Read once per sync that starts containers (getPullSecretsForPod)."""
