@@ -240,7 +240,10 @@ class KubeletPodSyncer:
         if self.allocation is not None and self.allocation.enabled:
             u = uid(pod)
             alloc = self.allocation.allocated.get_pod(u)
-            resize_status.apply(api, alloc, status, self.allocation.conditions.of(u))
+            resize_status.apply(
+                api, alloc, status, self.allocation.conditions.of(u),
+                self.allocation.actuated.get_pod(u),
+            )  # fmt: skip
         return api
 
     async def _after_resize(self, pod: Pod, error: str) -> PodStatus:

@@ -24,9 +24,10 @@ from kubelet.allocation.state import (
     PodResources,
     Requirements,
     normalize,
+    resources_of,
 )
 from kubelet.checkpointmanager import CheckpointStore
-from kubelet.lifecycle.predicate import Rejection, Requests, pod_requests
+from kubelet.lifecycle.predicate import Rejection, pod_requests
 from kubelet.status.generation import generation
 from kubelet.status.resize_conditions import DEFERRED, INFEASIBLE, ResizeConditions
 from kubelet.types import Container, Pod, is_static, qos_class, uid
@@ -112,7 +113,7 @@ def swap_refusal(desired: Pod, allocated: Pod, swaps: Swaps) -> str | None:
         a = old.get(c["name"])
         if a is None:
             continue
-        if _mem_request(c) == _mem_request(a) or _restarts_for(a, "memory"):
+        if _mem_request(c) == _mem_request(a) or restarts_for(a, "memory"):
             continue
         if swaps(desired, c) or swaps(allocated, a):
             return SWAP_MESSAGE
@@ -123,7 +124,8 @@ def _mem_request(c: Container) -> int:
     return to_bytes(((c.get("resources") or {}).get("requests") or {}).get("memory", 0))
 
 
-def _restarts_for(c: Container, resource: str) -> bool:
+def restarts_for(c: Container, resource: str) -> bool:
+    """resizePolicy of the resource is RestartContainer (NotRequired by default)."""
     for p in c.get("resizePolicy") or []:
         if p.get("resourceName") == resource:
             return p.get("restartPolicy") == "RestartContainer"
@@ -330,17 +332,6 @@ class AllocationManager:
         for c in resizable_containers(allocated):
             if c["name"] not in running:
                 continue
-            if _cpu_mem(normalize(c.get("resources"))) != _cpu_mem(
-                self.get_actuated(u, c["name"]) or {}
-            ):
+            if resources_of(c.get("resources")) != resources_of(self.get_actuated(u, c["name"])):
                 return True
         return False
-
-
-def _cpu_mem(r: Requirements) -> Requests:
-    """Comparable cpu and memory of a requirements dict: (requests, limits)."""
-    req, lim = r.get("requests") or {}, r.get("limits") or {}
-    return Requests(
-        cpu_millis(req.get("cpu", 0)) * 10**6 + cpu_millis(lim.get("cpu", 0)),
-        to_bytes(req.get("memory", 0)) * 2**64 + to_bytes(lim.get("memory", 0)),
-    )

@@ -11,6 +11,8 @@ Quantities are kept in their canonical text, as Go's encoder writes them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from kubelet.checkpointmanager import (
@@ -27,7 +29,14 @@ from kubelet.checkpointmanager import (
     struct_fields,
 )
 from kubelet.checkpointmanager.checksum import GoScalar, checksum
-from kubelet.util.quantity import format_quantity, parse_quantity, quantity_format
+from kubelet.core_v1 import ResourceRequirements
+from kubelet.util.quantity import (
+    cpu_millis,
+    format_quantity,
+    parse_quantity,
+    quantity_format,
+    to_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,28 @@ def normalize(r: Any) -> Requirements:
             {k: str(v) for k, v in c.items() if k in ("name", "request") and v} for c in claims
         ]
     return out
+
+
+@dataclass(frozen=True)
+class Resources:
+    """cpu in millis, memory in bytes; 0 when not set (containerResources)."""
+
+    cpu_limit: int = 0
+    cpu_request: int = 0
+    memory_limit: int = 0
+    memory_request: int = 0
+
+
+def resources_of(r: Requirements | ResourceRequirements | None) -> Resources:
+    """The cpu and memory values of a container's resources, comparable."""
+    req: Mapping[str, object] = (r or {}).get("requests") or {}  # type: ignore[assignment]
+    lim: Mapping[str, object] = (r or {}).get("limits") or {}  # type: ignore[assignment]
+    return Resources(
+        cpu_millis(str(lim.get("cpu", 0))),
+        cpu_millis(str(req.get("cpu", 0))),
+        to_bytes(str(lim.get("memory", 0))),
+        to_bytes(str(req.get("memory", 0))),
+    )
 
 
 def _encode_requirements(r: Requirements) -> str:

@@ -16,15 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kubelet.allocation.state import Requirements
+from kubelet.allocation.allocation_manager import resizable_containers, restarts_for
+from kubelet.allocation.state import Requirements, Resources, resources_of
 from kubelet.cm.cgroup_manager import CgroupError
 from kubelet.container.runtime import RUNNING, PodStatus
-from kubelet.core_v1 import ResourceList, ResourceRequirements
+from kubelet.core_v1 import ResourceList
 from kubelet.cri import errors
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_resources
 from kubelet.types import Container, Pod, is_static, uid
-from kubelet.util.quantity import cpu_millis, to_bytes
 
 MEMORY, CPU = "memory", "cpu"
 # A pod cgroup value with no limit (-1 as read) sorts above any limit.
@@ -47,27 +47,6 @@ class PodCgroups(Protocol):
     def update(self, pod: Pod, resources: dict[str, int]) -> None: ...
 
 
-@dataclass(frozen=True)
-class Resources:
-    """cpu in millis, memory in bytes; 0 when not set (containerResources)."""
-
-    cpu_limit: int = 0
-    cpu_request: int = 0
-    memory_limit: int = 0
-    memory_request: int = 0
-
-
-def resources_of(r: Requirements | ResourceRequirements | None) -> Resources:
-    req: Mapping[str, object] = (r or {}).get("requests") or {}  # type: ignore[assignment]
-    lim: Mapping[str, object] = (r or {}).get("limits") or {}  # type: ignore[assignment]
-    return Resources(
-        cpu_millis(str(lim.get(CPU, 0))),
-        cpu_millis(str(req.get(CPU, 0))),
-        to_bytes(str(lim.get(MEMORY, 0))),
-        to_bytes(str(req.get(MEMORY, 0))),
-    )
-
-
 def _changed(desired: Resources, current: Resources, resource: str) -> tuple[int, int] | None:
     """(desired, current) of the value that decides the order: the limit if it
     changed, else the request; None when neither did."""
@@ -79,17 +58,12 @@ def _changed(desired: Resources, current: Resources, resource: str) -> tuple[int
     return next(((d, c) for d, c in pairs if d != c), None)
 
 
-def _restarts(c: Container, resource: str) -> bool:
-    for p in c.get("resizePolicy") or []:
-        if p.get("resourceName") == resource:
-            return p.get("restartPolicy") == "RestartContainer"
-    return False  # NotRequired is the default
-
-
 def needs_restart(c: Container, actuated: Requirements | None) -> bool:
     """A resource whose allocation changed has resizePolicy RestartContainer."""
     desired, current = resources_of(c.get("resources")), resources_of(actuated)
-    return any(_changed(desired, current, r) is not None and _restarts(c, r) for r in (MEMORY, CPU))
+    return any(
+        _changed(desired, current, r) is not None and restarts_for(c, r) for r in (MEMORY, CPU)
+    )
 
 
 @dataclass(frozen=True)
@@ -113,12 +87,6 @@ class ResizeActions:
         return bool(self.updates) or self.restarting
 
 
-def resizable(pod: Pod) -> list[Container]:
-    spec = pod["spec"]
-    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    return [*spec.get("containers", []), *sidecars]
-
-
 def compute_resize(
     pod: Pod, status: PodStatus, actuation: Actuation, restarting: set[str]
 ) -> ResizeActions:
@@ -127,7 +95,7 @@ def compute_resize(
     out = ResizeActions(restarting=bool(restarting))
     if is_static(pod):
         return out
-    for c in resizable(pod):
+    for c in resizable_containers(pod):
         st = status.find(c["name"])
         if st is None or st.state != RUNNING or c["name"] in restarting:
             continue

@@ -90,3 +90,18 @@ def test_the_status_shows_the_allocation_and_what_the_runtime_runs() -> None:
     assert side["resources"] == {"requests": {"cpu": "50m"}}  # not running: the allocation
     assert "resources" not in init and "allocatedResources" not in init
     assert [c["type"] for c in api["conditions"]] == ["Ready", IN_PROGRESS]
+
+
+def test_tiny_cpu_values_show_as_allocated_and_the_memory_request_as_actuated() -> None:
+    alloc = {"c": {"requests": {"cpu": "1m", "memory": "64Mi"}, "limits": {"cpu": "5m"}}}
+    runtime = PodStatus("u", "p", "default", [], [], [
+        # shares 2 read back as 2m, the 1000µs quota floor as 10m
+        ContainerStatus("1", "c", RUNNING, resources=ContainerResources(10, 2, 0)),
+    ], 0)  # fmt: skip
+    api = {"containerStatuses": [{"name": "c"}]}
+    actuated = {"c": {"requests": {"cpu": "1m", "memory": "32Mi"}}}
+    resize_status.apply(api, alloc, runtime, [], actuated)  # type: ignore[arg-type]
+    assert api["containerStatuses"][0]["resources"] == {
+        "limits": {"cpu": "5m"},
+        "requests": {"cpu": "1m", "memory": "32Mi"},
+    }
