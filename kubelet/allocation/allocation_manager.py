@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 STATIC_POD_MESSAGE = "In-place resize of static-pods is not supported"
 SWAP_MESSAGE = "In-place resize of containers with swap is not supported."
+# The API server's wording for what it refuses (ValidatePodResize).
+POD_LEVEL_MESSAGE = "pods with pod-level resources cannot be resized"
+QOS_CHANGE_MESSAGE = "Pod QOS Class may not change as a result of resizing"
 CPU_STATIC_MESSAGE = (
     'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"'
 )
@@ -100,9 +103,19 @@ def update_pod_from_allocation(pod: Pod, alloc: PodResources | None) -> tuple[Po
     return (pod, False) if out is None else (out, True)
 
 
-def resize_allowed(pod: Pod) -> str | None:
-    """IsInPlacePodVerticalScalingAllowed: why the pod cannot resize at all."""
-    return STATIC_POD_MESSAGE if is_static(pod) else None
+def resize_allowed(desired: Pod, allocated: Pod) -> str | None:
+    """IsInPlacePodVerticalScalingAllowed: why the pod cannot resize at all.
+    Beyond upstream's kubelet, the API server's own refusals are checked again
+    (a pod that reached the kubelet otherwise, say from an older server):
+    pod-level resources, which this kubelet does not size, and a QoS change,
+    which would move the pod to another cgroup."""
+    if is_static(desired):
+        return STATIC_POD_MESSAGE
+    if desired["spec"].get("resources"):  # type: ignore[typeddict-item]
+        return POD_LEVEL_MESSAGE
+    if qos_class(desired) != qos_class(allocated):
+        return QOS_CHANGE_MESSAGE
+    return None
 
 
 def swap_refusal(desired: Pod, allocated: Pod, swaps: Swaps) -> str | None:
@@ -269,7 +282,7 @@ class AllocationManager:
         return True
 
     def decide(self, desired: Pod, allocated: Pod, alloc: PodResources) -> Decision:
-        msg = resize_allowed(desired) or swap_refusal(desired, allocated, self.swaps)
+        msg = resize_allowed(desired, allocated) or swap_refusal(desired, allocated, self.swaps)
         if msg is not None:
             return Decision(False, INFEASIBLE, msg)
         infeasible = feasibility(desired, alloc, self.node)

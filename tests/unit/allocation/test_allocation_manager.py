@@ -9,6 +9,8 @@ from typing import Any
 
 from kubelet.allocation.allocation_manager import (
     CPU_STATIC_MESSAGE,
+    POD_LEVEL_MESSAGE,
+    QOS_CHANGE_MESSAGE,
     STATIC_POD_MESSAGE,
     SWAP_MESSAGE,
     AllocationManager,
@@ -229,3 +231,14 @@ def test_off_nothing_is_allocated_and_a_changed_spec_is_not_looked_at() -> None:
     assert not m.handle_resize(pod("a", cpu="300m"))
     assert m.conditions.of("a") == []
     assert copy.deepcopy(pod("a")) == m.allocated_pod(pod("a"))
+
+
+def test_what_the_api_server_refuses_is_refused_here_too() -> None:
+    m, a = manager()
+    admit(m, a, pod("q"))
+    m.handle_resize(pod("q", limits=True))  # Burstable -> Guaranteed
+    assert m.conditions.of("q")[0]["message"] == QOS_CHANGE_MESSAGE
+    admit(m, a, pod("l", resources={"requests": {"cpu": "1"}}))
+    m.handle_resize(pod("l", cpu="200m", resources={"requests": {"cpu": "1"}}))
+    assert m.conditions.of("l")[0]["message"] == POD_LEVEL_MESSAGE
+    assert m.conditions.of("l")[0]["reason"] == "Infeasible"
