@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from kubelet.types import Pod, qos_class, uid
+from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
@@ -159,32 +159,60 @@ def milli_cpu_to_quota(milli: int, period: int) -> int:
     return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
+def _container_values(c: Container) -> tuple[int, int, int]:
+    """(cpu request, cpu limit, memory limit) in millis and bytes; a request
+    left out is the limit, as the API server defaults it."""
+    res = c.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    cpu = req.get("cpu", lim.get("cpu"))
+    return (
+        cpu_millis(cpu) if cpu else 0,
+        cpu_millis(lim["cpu"]) if "cpu" in lim else 0,
+        to_bytes(lim["memory"]) if "memory" in lim else 0,
+    )
+
+
+def _aggregate(pod: Pod) -> tuple[list[int], bool, bool]:
+    """PodRequests and PodLimits over the containers: the regular ones and the
+    sidecars add up; an init container counts with the sidecars started
+    before it, and the pod needs the larger of the two. Answers ([cpu request,
+    cpu limit, memory limit], every container declares a cpu limit, ... a
+    memory limit)."""
+    spec = pod["spec"]
+    total = [0, 0, 0]
+    cpu_declared = mem_declared = True
+    for c in spec.get("containers", []):
+        own = _container_values(c)
+        total = [a + b for a, b in zip(total, own, strict=True)]
+        cpu_declared, mem_declared = cpu_declared and own[1] > 0, mem_declared and own[2] > 0
+    sidecars, init_max = [0, 0, 0], [0, 0, 0]
+    for c in spec.get("initContainers") or []:
+        v = list(_container_values(c))
+        if c.get("restartPolicy") == "Always":
+            total = [a + b for a, b in zip(total, v, strict=True)]
+            sidecars = [a + b for a, b in zip(sidecars, v, strict=True)]
+            v = sidecars
+        else:
+            v = [a + b for a, b in zip(v, sidecars, strict=True)]
+        cpu_declared, mem_declared = cpu_declared and v[1] > 0, mem_declared and v[2] > 0
+        init_max = [max(a, b) for a, b in zip(init_max, v, strict=True)]
+    return [max(a, b) for a, b in zip(total, init_max, strict=True)], cpu_declared, mem_declared
+
+
 def pod_resources(
     pod: Pod, enforce_cpu_limits: bool = True, cpu_period: int = DEFAULT_CPU_PERIOD
 ) -> dict[str, int]:
     """The pod cgroup's settings (ResourceConfigForPod): CPU shares from the
-    requests; when every container sets one, the CPU quota and the memory
-    limit from the limits. spec.overhead (what the RuntimeClass says the
-    sandbox itself costs) is added to the requests and to limits that are set.
-    A BestEffort pod gets the minimum shares and nothing else."""
+    requests; when every container (init containers and sidecars included)
+    sets one, the CPU quota and the memory limit from the limits. The pod's
+    need is the larger of its running containers with their sidecars and any
+    init container with the sidecars before it. spec.overhead (what the
+    RuntimeClass says the sandbox itself costs) is added to the requests and
+    to limits that are set. A BestEffort pod gets the minimum shares only."""
     if qos_class(pod) == "BestEffort":
         return {"cpu_shares": MIN_SHARES}
-    spec = pod["spec"]
-    cpu_req = cpu_lim = mem_lim = 0
-    cpu_limited = mem_limited = True
-    for c in spec.get("containers", []):
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        cpu = req.get("cpu", lim.get("cpu"))
-        if cpu:
-            cpu_req += cpu_millis(cpu)
-        lim_cpu = cpu_millis(lim["cpu"]) if "cpu" in lim else 0
-        lim_mem = to_bytes(lim["memory"]) if "memory" in lim else 0
-        cpu_lim += lim_cpu
-        mem_lim += lim_mem
-        cpu_limited = cpu_limited and lim_cpu > 0
-        mem_limited = mem_limited and lim_mem > 0
-    overhead = spec.get("overhead") or {}
+    (cpu_req, cpu_lim, mem_lim), cpu_limited, mem_limited = _aggregate(pod)
+    overhead = pod["spec"].get("overhead") or {}
     if "cpu" in overhead:
         cpu_req += cpu_millis(overhead["cpu"])
         if cpu_lim:
