@@ -147,11 +147,7 @@ class KubeletPodSyncer:
     # ---------------------------------------------------------------- sync
     async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
         u = uid(pod)
-        if self.allocation is not None:
-            # The pod runs with what was allocated; a resize not accepted yet
-            # is only a wish in its spec.
-            pod = self.allocation.allocated_pod(pod)
-            self._check_resize(pod, status)
+        pod = self._allocated(pod, status)
         if u not in self._pod_dirs:
             # Once per pod: a couple of mkdirs, not worth a thread hop.
             make_pod_data_dirs(self.root_dir, u)
@@ -245,6 +241,15 @@ class KubeletPodSyncer:
                 self.allocation.actuated.get_pod(u),
             )  # fmt: skip
         return api
+
+    def _allocated(self, pod: Pod, status: PodStatus) -> Pod:
+        """The pod runs with what was allocated; a resize not accepted yet is
+        only a wish in its spec."""
+        if self.allocation is None:
+            return pod
+        pod = self.allocation.allocated_pod(pod)
+        self._check_resize(pod, status)
+        return pod
 
     async def _after_resize(self, pod: Pod, error: str) -> PodStatus:
         """The runtime is asked again right away (no PLEG event tells of a

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kubelet import metrics
 from kubelet import types as v1
 
 PENDING = "PodResizePending"
@@ -42,6 +43,7 @@ class ResizeConditions:
     def __init__(self, now: Callable[[], str]) -> None:
         self._now = now
         self._by_pod: dict[str, dict[str, v1.PodCondition]] = {}
+        self._in_progress = 0
 
     def of(self, pod_uid: str) -> list[v1.PodCondition]:
         """Pending first, then in progress, as upstream lists them."""
@@ -79,13 +81,23 @@ class ResizeConditions:
         conds[IN_PROGRESS] = updated_condition(
             IN_PROGRESS, old, reason, message, generation, self._now()
         )
+        if old is None:
+            self._count_in_progress(+1)
 
     def clear_pending(self, pod_uid: str) -> None:
         self._by_pod.get(pod_uid, {}).pop(PENDING, None)
 
     def clear_in_progress(self, pod_uid: str) -> bool:
         """Answers whether there was one."""
-        return self._by_pod.get(pod_uid, {}).pop(IN_PROGRESS, None) is not None
+        gone = self._by_pod.get(pod_uid, {}).pop(IN_PROGRESS, None) is not None
+        if gone:
+            self._count_in_progress(-1)
+        return gone
+
+    def _count_in_progress(self, delta: int) -> None:
+        # kubelet_pod_in_progress_resizes, kept as a count: no scan of all pods.
+        self._in_progress += delta
+        metrics.POD_IN_PROGRESS_RESIZES.set(self._in_progress)
 
     def is_reason(self, pod_uid: str, reason: str) -> bool:
         c = self.get(pod_uid, PENDING)
@@ -96,10 +108,13 @@ class ResizeConditions:
         for c in api_conditions:
             t = c.get("type")
             if t in (PENDING, IN_PROGRESS):
+                if t == IN_PROGRESS and self.get(pod_uid, t) is None:
+                    self._count_in_progress(+1)
                 self._by_pod.setdefault(pod_uid, {})[t] = updated_condition(
                     t, None, c.get("reason", ""), c.get("message", ""),
                     int(c.get("observedGeneration") or 0), self._now(),
                 )  # fmt: skip
 
     def forget(self, pod_uid: str) -> None:
+        self.clear_in_progress(pod_uid)
         self._by_pod.pop(pod_uid, None)

@@ -56,10 +56,13 @@ def node(
         wait_for("the Node to be Ready", k.ready, timeout=90)
         yield k
     finally:
-        k.kubectl("delete", "pods", "-n", "default", "-l", "resize", "--wait=false", check=False)
+        # Deleted while the kubelet runs, so it stops the containers and
+        # removes the pod cgroups before the root goes.
+        k.kubectl("delete", "pods", "-n", "default", "-l", "resize", "--timeout=60s", check=False)
         k.stop()
         print(f"kubelet log: {k.log}")
-        cgroups.destroy(CGROUP_ROOT)
+        if not cgroups.destroy(CGROUP_ROOT):
+            print(f"cgroup root {CGROUP_ROOT} still busy")
 
 
 def start(k: KubeletProcess, name: str, command: str, **container: Any) -> dict[str, Any]:

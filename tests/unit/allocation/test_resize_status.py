@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from kubelet import metrics
 from kubelet.container.runtime import (
     EXITED,
     RUNNING,
@@ -36,16 +37,23 @@ def test_pending_moves_its_transition_time_only_with_a_new_reason() -> None:
     assert c.of("u") == []
 
 
+def in_progress_gauge() -> float:
+    return metrics.REGISTRY.get_sample_value("kubelet_pod_in_progress_resizes") or 0.0
+
+
 def test_in_progress_keeps_its_generation_and_error_until_cleared() -> None:
     c = conds()
     c.set_in_progress("u", "", "", 2)
+    assert in_progress_gauge() == 1  # kubelet_pod_in_progress_resizes
     c.set_in_progress("u", "Error", "boom", 5)
     got = c.get("u", IN_PROGRESS)
     assert got is not None
     assert (got["observedGeneration"], got["reason"], got["message"]) == (2, "Error", "boom")
     c.set_in_progress("u", "", "", 7)  # the check in each sync keeps the error
     assert c.get("u", IN_PROGRESS)["reason"] == "Error"  # type: ignore[index]
+    assert in_progress_gauge() == 1
     assert c.clear_in_progress("u") and not c.clear_in_progress("u")
+    assert in_progress_gauge() == 0
 
 
 def test_conditions_are_listed_pending_first_and_backfilled_after_a_restart() -> None:
