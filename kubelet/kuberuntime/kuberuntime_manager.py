@@ -294,7 +294,10 @@ class RuntimeManager:
         kills, before the starts, as upstream's SyncPod)."""
         if self.resizer is None or self.actuation is None:
             return
-        actions = compute_resize(pod, status, self.actuation, a.resize_restarts)
+        # Containers killed in this sync (a failed probe, a changed spec, a
+        # resize restart) come back with their allocation: not updated here.
+        killed = {st.name for st, _ in a.containers_to_kill.values()}
+        actions = compute_resize(pod, status, self.actuation, killed, bool(a.resize_restarts))
         if not actions:
             return
         res.resized = True

@@ -88,16 +88,19 @@ class ResizeActions:
 
 
 def compute_resize(
-    pod: Pod, status: PodStatus, actuation: Actuation, restarting: set[str]
-) -> ResizeActions:
+    pod: Pod, status: PodStatus, actuation: Actuation, killed: set[str],
+    resize_restarts: bool = False,
+) -> ResizeActions:  # fmt: skip
     """computePodResizeAction over the running resizable containers of the
-    (allocated) pod; `restarting` names those the pod actions restart anyway."""
-    out = ResizeActions(restarting=bool(restarting))
+    (allocated) pod. `killed` names those the pod actions kill (they start
+    again sized by their allocation); when some restart for their resize
+    (`resize_restarts`) the pod cgroup still follows the allocation."""
+    out = ResizeActions(restarting=resize_restarts)
     if is_static(pod):
         return out
     for c in resizable_containers(pod):
         st = status.find(c["name"])
-        if st is None or st.state != RUNNING or c["name"] in restarting:
+        if st is None or st.state != RUNNING or c["name"] in killed:
             continue
         desired = resources_of(c.get("resources"))
         current = resources_of(actuation.get_actuated(uid(pod), c["name"]))

@@ -93,8 +93,12 @@ def test_only_running_containers_and_only_changed_resources_are_resized() -> Non
     got = compute_resize(p, running("a"), act, set())
     assert set(got.updates) == {"memory"}
     assert not compute_resize(p, running("a", "b", state=EXITED), act, set())
-    # Those the pod actions restart anyway are left to their new start.
+    # Those the pod actions kill (a failed probe, say) are left to their new
+    # start; nothing else is done for them.
     assert "memory" not in compute_resize(p, running("a", "b"), act, {"a"}).updates
+    assert not compute_resize(p, running("a"), act, {"a"})
+    # A restart for the resize still has the pod cgroup follow.
+    assert compute_resize(p, running("a"), act, {"a"}, resize_restarts=True)
 
 
 def test_static_pods_are_never_resized_on_the_runtime() -> None:
