@@ -10,7 +10,8 @@ container's and the pod's cgroup files and the pod's status:
 - more cpu than the node has: PodResizePending, Infeasible, upstream's message,
   the running container untouched;
 - a memory limit below what the container uses: PodResizeInProgress with
-  reason Error and upstream's message, the old limit kept;
+  reason Error and upstream's message, the old limit kept; reverted, the
+  condition leaves the API's copy of the status;
 - resizePolicy RestartContainer for memory: the container restarts with the
   new limit.
 """
@@ -199,6 +200,15 @@ def test_a_memory_limit_below_usage_is_refused(node: KubeletProcess) -> None:
     q = get(k, "full")
     assert read("memory", q, "memory.limit_in_bytes") == 128 * MI
     assert phase(k, "full") == "Running"
+    # Back to what it runs with: the Error condition, already in the API's
+    # copy, goes away (upstream's "decrease memory limit below usage" spec).
+    resize(k, "full", {"requests": {"memory": "16Mi"}, "limits": {"memory": "128Mi"}})
+    wait_for(
+        "the resize conditions to go",
+        lambda: not resize_conditions(get(k, "full")),
+        timeout=60,
+        detail=lambda: json.dumps(get(k, "full")["status"].get("conditions")),
+    )
 
 
 def test_restart_container_policy_restarts_it_with_the_new_limit(node: KubeletProcess) -> None:

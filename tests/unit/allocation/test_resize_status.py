@@ -14,6 +14,7 @@ from kubelet.container.runtime import (
 )
 from kubelet.status import resize_status
 from kubelet.status.resize_conditions import IN_PROGRESS, PENDING, ResizeConditions
+from kubelet.status.status_manager import status_patch
 
 
 def conds() -> ResizeConditions:
@@ -113,3 +114,15 @@ def test_tiny_cpu_values_show_as_allocated_and_the_memory_request_as_actuated() 
         "limits": {"cpu": "5m"},
         "requests": {"cpu": "1m", "memory": "32Mi"},
     }
+
+
+def test_a_resize_condition_that_ended_is_deleted_from_the_api_status() -> None:
+    """A merge by type keeps a condition the patch leaves out: one that ended
+    must be deleted by name, others owned by others are left alone."""
+    api = {"conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": IN_PROGRESS, "status": "True", "reason": "Error", "observedGeneration": 3},
+        {"type": "example.com/gate", "status": "True"},
+    ]}  # fmt: skip
+    ours = {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert status_patch(api, ours) == {"conditions": [{"$patch": "delete", "type": IN_PROGRESS}]}
