@@ -29,9 +29,9 @@ import pytest
 from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
-from kubelet.testing.kubelets import KubeletProcess
+from kubelet.testing.kubelets import KubeletProcess, cluster_kubelet
 from kubelet.testing.wait import wait_for
-from tests.integration.cluster.helpers import pod_manifest, start_node
+from tests.integration.cluster.helpers import pod_manifest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -49,8 +49,9 @@ def node(
     # this node's pods apart from any other kubelet's on the machine.
     cgroups = CgroupManager()
     cgroups.create(CGROUP_ROOT)
-    k = start_node(
-        control_plane, tmp, containerd.endpoint, node_name=NODE,
+    # No static pod: everything under the cgroup root goes with the API's pods.
+    k = cluster_kubelet(
+        control_plane, tmp, containerd.endpoint, NODE,
         config={"cgroupsPerQOS": True, "cgroupRoot": CGROUP_ROOT},
     )  # fmt: skip
     try:
