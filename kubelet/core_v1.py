@@ -238,6 +238,11 @@ class SecurityContext(TypedDict, total=False):
     appArmorProfile: AppArmorProfile
 
 
+class ContainerResizePolicy(TypedDict, total=False):
+    resourceName: Required[str]  # cpu or memory
+    restartPolicy: Required[str]  # NotRequired or RestartContainer
+
+
 class Container(TypedDict, total=False):
     name: Required[str]
     image: str
@@ -248,6 +253,7 @@ class Container(TypedDict, total=False):
     envFrom: list[EnvFromSource]
     env: list[EnvVar]
     resources: ResourceRequirements
+    resizePolicy: list[ContainerResizePolicy]
     restartPolicy: str  # init containers only: Always makes a sidecar
     volumeMounts: list[VolumeMount]
     volumeDevices: list[VolumeDevice]
@@ -507,6 +513,7 @@ class ContainerStatus(TypedDict, total=False):
     containerID: str
     started: bool
     resources: ResourceRequirements
+    allocatedResources: ResourceList
     stopSignal: str
 
 

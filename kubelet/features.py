@@ -31,6 +31,7 @@ class Feature(enum.StrEnum):
     EventedPLEG = "EventedPLEG"
     GracefulNodeShutdown = "GracefulNodeShutdown"
     GracefulNodeShutdownBasedOnPodPriority = "GracefulNodeShutdownBasedOnPodPriority"
+    InPlacePodVerticalScaling = "InPlacePodVerticalScaling"
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
     KubeletPSI = "KubeletPSI"

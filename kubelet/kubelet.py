@@ -366,10 +366,19 @@ class Kubelet:
             return
         self.pod_syncer.pod_seen(pu)
         self.pod_manager.add_or_update(pod)
-        rejection = self._admit(pod)
+        # After a restart the checkpointed allocation, not the spec, is what
+        # was admitted (a resize may be pending): admission counts that.
+        allocated = self.pods.allocation.allocated_pod(pod)
+        rejection = self._admit(allocated)
         if rejection is not None:
             self._reject(pod, rejection)
             return
+        alloc = self.pods.allocation
+        alloc.set_allocated(allocated)
+        # A restarted kubelet takes up the resize conditions the API shows.
+        alloc.conditions.backfill(pu, (pod.get("status") or {}).get("conditions") or [])
+        if allocated is not pod:
+            self._resize(pod)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.CREATE))
 
     def _handle_change(self, op: Op, pod: Pod) -> None:
@@ -378,6 +387,7 @@ class Kubelet:
         self.pod_manager.add_or_update(pod)
         if op is Op.UPDATE:
             if not rejected:
+                self._resize(pod)
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
         elif op is Op.RECONCILE:
             # Only the API status changed (mostly our own writes coming back):
@@ -399,6 +409,19 @@ class Kubelet:
         self.resource_managers.remove_pod(pu)
         self.pods.rejected.discard(pu)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
+        self.pods.allocation.remove_pod(pu)
+        # What it held is free: deferred resizes may fit now.
+        self._sync_pods(self.pods.allocation.retry_pending(self.pod_manager.get))
+
+    def _resize(self, pod: Pod) -> None:
+        """A changed spec of an admitted pod: accept, defer or refuse its resize
+        (handlePodResourcesResize); the pod's status shows which."""
+        if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            return
+        self.pods.allocation.handle_resize(pod)
 
     def _admit(self, pod: Pod) -> Rejection | None:
         """canAdmitPod: pods that already finished are not counted nor re-admitted."""
@@ -491,6 +514,10 @@ class Kubelet:
         workers = self.pod_workers.known()
         self._restart_reused_uids(desired - workers - self.pods.rejected)
         self._kill_runtime_orphans(desired, workers)
+        self.pods.allocation.remove_orphans(desired | workers)
+        # Pods that finished free what they held: deferred resizes may fit now
+        # (upstream's periodic retry; only the deferred pods are looked at).
+        self._sync_pods(self.pods.allocation.retry_pending(self.pod_manager.get))
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
         loop = asyncio.get_running_loop()

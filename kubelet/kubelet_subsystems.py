@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubelet.active_pods import ActivePods
+from kubelet.allocation.allocation_manager import AllocationManager, NodeLimits
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.checkpointmanager import CheckpointStore
 from kubelet.client.rest import APIClient
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup_mounts
 from kubelet.cm.container_manager import ContainerManager
@@ -49,7 +51,7 @@ from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGett
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
-from kubelet.kuberuntime.swap import SwapConfig, swap_controller
+from kubelet.kuberuntime.swap import NO_SWAP, SwapConfig, container_swap_behavior, swap_controller
 from kubelet.lifecycle.apparmor import Validator as AppArmorValidator
 from kubelet.lifecycle.apparmor import host_error as apparmor_host_error
 from kubelet.lifecycle.predicate import Admitter
@@ -71,7 +73,8 @@ from kubelet.prober.prober_manager import ProbeManager
 from kubelet.runtime_state import RuntimeState
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassManager
 from kubelet.stats.volumes import VolumeStatsCalculator
-from kubelet.status import generation
+from kubelet.status import generate, generation
+from kubelet.status.resize_conditions import ResizeConditions
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
@@ -139,6 +142,8 @@ class Pods:
     status: StatusManager
     sync_requests: SyncRequests
     admitter: Admitter
+    # Allocated resources and in-place resizes (InPlacePodVerticalScaling).
+    allocation: AllocationManager
     # kubelet_pod_start_sli_duration_seconds: told by the watch, the status
     # manager and the image pulls.
     startup: PodStartupLatencyTracker
@@ -186,11 +191,30 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
         pod_config, api_source, configmaps, secrets, manager,
         ServiceInformer(client) if client is not None else None,
         RuntimeClassManager(client) if client is not None else None,
-        Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter, startup,
+        Cache(), WorkQueue(), worker_states, status, SyncRequests(), admitter,
+        _allocation(node, admitter), startup,
         # Safe sysctls of this kernel plus allowedUnsafeSysctls (validated at startup).
         SysctlAllowlist.for_node(cfg.allowed_unsafe_sysctls),
         AppArmorValidator(apparmor_host_error()),
         set(), asyncio.Event(),
+    )  # fmt: skip
+
+
+def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
+    """Checkpointed under the root dir while InPlacePodVerticalScaling is on
+    (as upstream: off, nothing is kept and no resize is accepted)."""
+    cfg = node.config
+    limits = NodeLimits(
+        admitter.cpu_m, admitter.memory,
+        cpu_manager_static=cfg.cpu_manager_policy == "static",
+        memory_manager_static=cfg.memory_manager_policy == "Static",
+    )  # fmt: skip
+    on = node.features.enabled(Feature.InPlacePodVerticalScaling)
+    swap = _swap_config(cfg)
+    return AllocationManager(
+        limits, admitter.refit, ResizeConditions(generate.now),
+        CheckpointStore(node.root_dir) if on else None,
+        swaps=lambda pod, c: container_swap_behavior(swap, pod, c) != NO_SWAP, enabled=on,
     )  # fmt: skip
 
 
@@ -313,6 +337,7 @@ def build_probes(node: Node, pods: Pods, runtime_service: RuntimeService) -> Pro
 # --------------------------------------------------------------- runtime
 @dataclass(frozen=True)
 class Runtime:
+    pod_cgroups: PodContainerManager | None  # kubepods/<qos>/pod<uid>, cgroupfs driver
     state: RuntimeState
     helper: PodRuntimeHelper
     manager: RuntimeManager
@@ -361,6 +386,17 @@ def build_runtime(
         services=pods.services,
     )
     helper = PodRuntimeHelper(node.root_dir, dns, cfg.cluster_domain, env, volumes.manager)
+    pod_cgroups = (
+        PodContainerManager(
+            CgroupManager(cfg.cgroup_root),
+            cfg.cpu_cfs_quota,
+            int(cfg.cpu_cfs_quota_period * 1_000_000),
+            pod_pids_limit=cfg.pod_pids_limit,
+            exclusive_cpus=resources.pod_has_exclusive_cpus,
+        )
+        if cfg.cgroups_per_qos
+        else None
+    )
     manager = RuntimeManager(
         runtime_service,
         image_service,
@@ -390,6 +426,8 @@ def build_runtime(
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
         swap=_swap_config(cfg),
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
+        actuation=pods.allocation if pods.allocation.enabled else None,
+        pod_cgroups=pod_cgroups,
     )
     pleg = GenericPLEG(
         runtime_service, RelistDiffer(), pods.cache, manager.get_pod_status,
@@ -401,7 +439,7 @@ def build_runtime(
         else None
     )
     state = RuntimeState(runtime_service, image_service, node.clock)
-    return Runtime(state, helper, manager, pleg, evented)
+    return Runtime(pod_cgroups, state, helper, manager, pleg, evented)
 
 
 # --------------------------------------------------------------- workers
@@ -422,24 +460,14 @@ def build_workers(
     registered: RegisteredNode,
 ) -> Workers:
     cfg, client = node.config, node.kube_client
-    pod_cgroups = (
-        PodContainerManager(
-            CgroupManager(cfg.cgroup_root),
-            cfg.cpu_cfs_quota,
-            int(cfg.cpu_cfs_quota_period * 1_000_000),
-            pod_pids_limit=cfg.pod_pids_limit,
-            exclusive_cpus=resources.pod_has_exclusive_cpus,
-        )
-        if cfg.cgroups_per_qos
-        else None
-    )
+    pod_cgroups = runtime.pod_cgroups
     # Static pods get mirror pods in cluster mode, owned by the Node once registered.
     mirror_client = MirrorClient(client, node.name, registered.uid) if client else None
     syncer = KubeletPodSyncer(
         node.root_dir, node.ips, runtime.manager, pods.status, probes, pods.manager,
         pods.cache, pods.work_queue, pods.admitter, volumes.manager,
         pod_cgroups=pod_cgroups, mirror_client=mirror_client,
-        recorder=node.recorder, clock=node.clock,
+        recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

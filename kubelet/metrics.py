@@ -201,6 +201,11 @@ PLEG_LAST_SEEN = Gauge(
     "Timestamp in seconds when PLEG was last seen active.",
     registry=REGISTRY,
 )
+POD_IN_PROGRESS_RESIZES = Gauge(
+    "kubelet_pod_in_progress_resizes",
+    "Number of in-progress resizes for pods.",
+    registry=REGISTRY,
+)
 RUNNING_PODS = Gauge(
     "kubelet_running_pods", "Number of pods that have a running pod sandbox", registry=REGISTRY
 )

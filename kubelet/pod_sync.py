@@ -18,10 +18,11 @@ from typing import Any
 
 from kubelet import metrics
 from kubelet import types as v1
+from kubelet.allocation.allocation_manager import AllocationManager
 from kubelet.client.rest import API_ERRORS
 from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
-from kubelet.container.runtime import PodStatus
+from kubelet.container.runtime import RUNNING, PodStatus
 from kubelet.events import Recorder
 from kubelet.kubelet_pods import make_pod_data_dirs, pod_dir
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
@@ -30,8 +31,10 @@ from kubelet.mirror_client import MirrorClient, NodeNotRegistered, mirror_matche
 from kubelet.pod_workers import PodSyncResult, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
-from kubelet.status import disruption, generate
+from kubelet.status import disruption, generate, resize_status
 from kubelet.status.disruption import KubeletTermination
+from kubelet.status.generation import generation
+from kubelet.status.resize_conditions import ERROR
 from kubelet.status.status_manager import StatusManager
 from kubelet.types import (
     Pod,
@@ -81,6 +84,7 @@ class KubeletPodSyncer:
         mirror_client: MirrorClient | None = None,
         recorder: Recorder | None = None,
         clock: Clock = REAL_CLOCK,
+        allocation: AllocationManager | None = None,
     ) -> None:
         self.root_dir = root_dir
         self.node_ips = node_ips
@@ -96,6 +100,7 @@ class KubeletPodSyncer:
         self.mirror_client = mirror_client
         self.recorder = recorder
         self.clock = clock
+        self.allocation = allocation
         self._pod_dirs: set[str] = set()
         self._cgroups_made: set[str] = set()
         self._warned: set[str] = set()  # pods told which of their fields are not implemented
@@ -142,6 +147,7 @@ class KubeletPodSyncer:
     # ---------------------------------------------------------------- sync
     async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
         u = uid(pod)
+        pod = self._allocated(pod, status)
         if u not in self._pod_dirs:
             # Once per pod: a couple of mkdirs, not worth a thread hop.
             make_pod_data_dirs(self.root_dir, u)
@@ -201,6 +207,8 @@ class KubeletPodSyncer:
             # API status does.
             status = dataclasses.replace(status, ips=list(self.node_ips))
         result = await self.runtime_manager.sync_pod(pod, status)
+        if result.resized:
+            status = await self._after_resize(pod, result.resize_error)
         waiting = self.runtime_manager.waiting.get(u, {})
         api = self._generate(pod, status, waiting, old)
         self.status_manager.set_pod_status(u, api, pod)
@@ -221,10 +229,49 @@ class KubeletPodSyncer:
         self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]],
         old: v1.PodStatus | None,
     ) -> v1.PodStatus:  # fmt: skip
-        return generate.generate(
+        api = generate.generate(
             pod, status, waiting, self.node_ips, old, self.probes,
             tracking=self.status_manager.tracking,
         )  # fmt: skip
+        if self.allocation is not None and self.allocation.enabled:
+            u = uid(pod)
+            alloc = self.allocation.allocated.get_pod(u)
+            resize_status.apply(
+                api, alloc, status, self.allocation.conditions.of(u),
+                self.allocation.actuated.get_pod(u),
+            )  # fmt: skip
+        return api
+
+    def _allocated(self, pod: Pod, status: PodStatus) -> Pod:
+        """The pod runs with what was allocated; a resize not accepted yet is
+        only a wish in its spec."""
+        if self.allocation is None:
+            return pod
+        pod = self.allocation.allocated_pod(pod)
+        self._check_resize(pod, status)
+        return pod
+
+    async def _after_resize(self, pod: Pod, error: str) -> PodStatus:
+        """The runtime is asked again right away (no PLEG event tells of a
+        resize; upstream's pod watch condition): the status shows the new sizes
+        and the in-progress condition ends in this sync when all went well."""
+        assert self.allocation is not None
+        u = uid(pod)
+        if error:
+            self.allocation.conditions.set_in_progress(u, ERROR, error, generation(pod))
+        fresh = await self.runtime_manager.get_pod_status(u, name(pod), namespace(pod))
+        self.cache.set(u, fresh, None, fresh.timestamp)
+        self._check_resize(pod, fresh)
+        return fresh
+
+    def _check_resize(self, pod: Pod, status: PodStatus) -> None:
+        """PodResizeInProgress follows what the running containers were last
+        set to; its end is told by a ResizeCompleted event."""
+        assert self.allocation is not None
+        running = {c.name for c in status.containers if c.state == RUNNING}
+        done = self.allocation.check_in_progress(pod, running)
+        if done is not None and self.recorder is not None:
+            self.recorder.event(object_ref(pod), "Normal", "ResizeCompleted", done)
 
     def _warn_unsupported(self, pod: Pod) -> None:
         """Nothing silently ignored: name every field this kubelet does not

@@ -22,7 +22,7 @@ _POD_FIELDS = (
     "resourceClaims",
 )
 _POD_SECURITY = ("seLinuxChangePolicy",)
-_CONTAINER_FIELDS = ("volumeDevices", "resizePolicy")
+_CONTAINER_FIELDS = ("volumeDevices",)
 # Container resources the kubelet turns into cgroup settings; others (hugepages,
 # ephemeral-storage limits enforced by eviction) are not yet. Extended resources
 # are not listed: the device manager allocates those of device plugins and

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from kubelet.types import Pod, qos_class, uid
+from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
@@ -117,38 +117,102 @@ def cgroup_files(version: int, ctrl: str, r: dict[str, int]) -> list[tuple[str, 
     return out
 
 
+def _int_or_unlimited(text: str, key: str, out: dict[str, int]) -> None:
+    # v1 writes a page-rounded huge number for no memory limit, v2 "max".
+    v = -1 if text == "max" else int(text)
+    out[key] = -1 if v >= 1 << 62 else v
+
+
+def _cpu_max(text: str, _key: str, out: dict[str, int]) -> None:
+    quota, _, period = text.partition(" ")
+    out["cpu_quota"] = -1 if quota == "max" else int(quota)
+    out["cpu_period"] = int(period or DEFAULT_CPU_PERIOD)
+
+
+def _weight_to_shares(text: str, key: str, out: dict[str, int]) -> None:
+    out[key] = 2 + ((int(text) - 1) * 262142) // 9999
+
+
+_Parse = Callable[[str, str, dict[str, int]], None]
+_READS: dict[tuple[int, str], dict[str, tuple[str, _Parse]]] = {
+    (1, "cpu"): {
+        "cpu_shares": ("cpu.shares", _int_or_unlimited),
+        "cpu_quota": ("cpu.cfs_quota_us", _int_or_unlimited),
+        "cpu_period": ("cpu.cfs_period_us", _int_or_unlimited),
+    },
+    (1, "memory"): {
+        "memory_limit": ("memory.limit_in_bytes", _int_or_unlimited),
+        "memory_usage": ("memory.usage_in_bytes", _int_or_unlimited),
+    },
+    (2, ""): {
+        "cpu_shares": ("cpu.weight", _weight_to_shares),
+        "cpu_quota": ("cpu.max", _cpu_max),
+        "memory_limit": ("memory.max", _int_or_unlimited),
+        "memory_usage": ("memory.current", _int_or_unlimited),
+    },
+}
+
+
 def milli_cpu_to_quota(milli: int, period: int) -> int:
     if milli == 0:
         return 0
     return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
+def _container_values(c: Container) -> tuple[int, int, int]:
+    """(cpu request, cpu limit, memory limit) in millis and bytes; a request
+    left out is the limit, as the API server defaults it."""
+    res = c.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    cpu = req.get("cpu", lim.get("cpu"))
+    return (
+        cpu_millis(cpu) if cpu else 0,
+        cpu_millis(lim["cpu"]) if "cpu" in lim else 0,
+        to_bytes(lim["memory"]) if "memory" in lim else 0,
+    )
+
+
+def _aggregate(pod: Pod) -> tuple[list[int], bool, bool]:
+    """PodRequests and PodLimits over the containers: the regular ones and the
+    sidecars add up; an init container counts with the sidecars started
+    before it, and the pod needs the larger of the two. Answers ([cpu request,
+    cpu limit, memory limit], every container declares a cpu limit, ... a
+    memory limit)."""
+    spec = pod["spec"]
+    total = [0, 0, 0]
+    cpu_declared = mem_declared = True
+    for c in spec.get("containers", []):
+        own = _container_values(c)
+        total = [a + b for a, b in zip(total, own, strict=True)]
+        cpu_declared, mem_declared = cpu_declared and own[1] > 0, mem_declared and own[2] > 0
+    sidecars, init_max = [0, 0, 0], [0, 0, 0]
+    for c in spec.get("initContainers") or []:
+        v = list(_container_values(c))
+        if c.get("restartPolicy") == "Always":
+            total = [a + b for a, b in zip(total, v, strict=True)]
+            sidecars = [a + b for a, b in zip(sidecars, v, strict=True)]
+            v = sidecars
+        else:
+            v = [a + b for a, b in zip(v, sidecars, strict=True)]
+        cpu_declared, mem_declared = cpu_declared and v[1] > 0, mem_declared and v[2] > 0
+        init_max = [max(a, b) for a, b in zip(init_max, v, strict=True)]
+    return [max(a, b) for a, b in zip(total, init_max, strict=True)], cpu_declared, mem_declared
+
+
 def pod_resources(
     pod: Pod, enforce_cpu_limits: bool = True, cpu_period: int = DEFAULT_CPU_PERIOD
 ) -> dict[str, int]:
     """The pod cgroup's settings (ResourceConfigForPod): CPU shares from the
-    requests; when every container sets one, the CPU quota and the memory
-    limit from the limits. spec.overhead (what the RuntimeClass says the
-    sandbox itself costs) is added to the requests and to limits that are set.
-    A BestEffort pod gets the minimum shares and nothing else."""
+    requests; when every container (init containers and sidecars included)
+    sets one, the CPU quota and the memory limit from the limits. The pod's
+    need is the larger of its running containers with their sidecars and any
+    init container with the sidecars before it. spec.overhead (what the
+    RuntimeClass says the sandbox itself costs) is added to the requests and
+    to limits that are set. A BestEffort pod gets the minimum shares only."""
     if qos_class(pod) == "BestEffort":
         return {"cpu_shares": MIN_SHARES}
-    spec = pod["spec"]
-    cpu_req = cpu_lim = mem_lim = 0
-    cpu_limited = mem_limited = True
-    for c in spec.get("containers", []):
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        cpu = req.get("cpu", lim.get("cpu"))
-        if cpu:
-            cpu_req += cpu_millis(cpu)
-        lim_cpu = cpu_millis(lim["cpu"]) if "cpu" in lim else 0
-        lim_mem = to_bytes(lim["memory"]) if "memory" in lim else 0
-        cpu_lim += lim_cpu
-        mem_lim += lim_mem
-        cpu_limited = cpu_limited and lim_cpu > 0
-        mem_limited = mem_limited and lim_mem > 0
-    overhead = spec.get("overhead") or {}
+    (cpu_req, cpu_lim, mem_lim), cpu_limited, mem_limited = _aggregate(pod)
+    overhead = pod["spec"].get("overhead") or {}
     if "cpu" in overhead:
         cpu_req += cpu_millis(overhead["cpu"])
         if cpu_lim:
@@ -238,6 +302,17 @@ class CgroupManager:
         if errs:
             raise CgroupError(f"failed to update cgroup {name!r}: " + "; ".join(errs))
 
+    def read(self, name: str) -> dict[str, int]:
+        """The cgroup's cpu and memory settings and its memory usage, in the
+        keys `update` takes (GetCgroupConfig); an unlimited value reads as -1.
+        Raises OSError."""
+        out: dict[str, int] = {}
+        for ctrl, path in self._paths(name):
+            for key, (fname, parse) in _READS.get((self.version, ctrl), {}).items():
+                with open(os.path.join(path, fname)) as fh:
+                    parse(fh.read().strip(), key, out)
+        return out
+
     def validate(self, name: str) -> None:
         """Raise CgroupError unless the cgroup exists under every controller the
         kubelet uses (Validate upstream; other v1 hierarchies do not count)."""
@@ -320,6 +395,20 @@ class PodContainerManager:
         if self.pod_pids_limit > 0:
             resources["pids_limit"] = self.pod_pids_limit
         self.mgr.create(self.name(pod), resources)
+
+    def desired(self, pod: Pod) -> dict[str, int]:
+        """The pod cgroup's cpu and memory settings for the pod's (allocated)
+        resources (ResourceConfigForPod)."""
+        enforce = self.enforce_cpu_limits and not self.exclusive_cpus(pod)
+        return pod_resources(pod, enforce, self.cpu_period)
+
+    def read(self, pod: Pod) -> dict[str, int]:
+        """What the pod cgroup has now (GetPodCgroupConfig); raises OSError."""
+        return self.mgr.read(self.name(pod))
+
+    def update(self, pod: Pod, resources: dict[str, int]) -> None:
+        """SetPodCgroupConfig; raises CgroupError."""
+        self.mgr.update(self.name(pod), resources)
 
     def destroy(self, pod: Pod) -> bool:
         return self.mgr.destroy(self.name(pod))

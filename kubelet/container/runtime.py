@@ -5,9 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import Container, Pod
 
 CREATED, RUNNING, EXITED, UNKNOWN = "created", "running", "exited", "unknown"
+
+
+@dataclass(frozen=True)
+class ContainerResources:
+    """What the runtime reports a container runs with (0: not set)."""
+
+    cpu_limit_m: int = 0
+    cpu_request_m: int = 0
+    memory_limit: int = 0
+
+    @classmethod
+    def from_cri(cls, r: pb.LinuxContainerResources) -> ContainerResources | None:
+        """toKubeContainerResources: quota and shares back to milli-CPU."""
+        limit = r.cpu_quota * 1000 // r.cpu_period if r.cpu_period > 0 and r.cpu_quota > 0 else 0
+        # sharesToMilliCPU: below the minimum (2) reads as no request.
+        request = -(-r.cpu_shares * 1000 // 1024) if r.cpu_shares >= 2 else 0
+        mem = max(r.memory_limit_in_bytes, 0)
+        return cls(limit, request, mem) if limit or request or mem else None
 
 
 @dataclass
@@ -27,6 +46,7 @@ class ContainerStatus:
     reason: str = ""
     message: str = ""
     runtime: str = "cri"
+    resources: ContainerResources | None = None
 
     @property
     def container_id(self) -> str:

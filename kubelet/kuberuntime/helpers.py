@@ -81,6 +81,10 @@ class SyncResult:
     sandbox_created: bool = False
     # Seconds until a back-off that blocked this sync runs out (None: no back-off).
     retry_after: float | None = None
+    # An in-place resize was carried out (the pod's status is due again), and
+    # why it failed if it did (the PodResizeInProgress condition's Error).
+    resized: bool = False
+    resize_error: str = ""
 
     def backoff_until(self, seconds: float) -> None:
         self.retry_after = seconds if self.retry_after is None else min(self.retry_after, seconds)

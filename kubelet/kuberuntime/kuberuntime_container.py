@@ -18,6 +18,7 @@ from kubelet.container.runtime import (
     RUNNING,
     UNKNOWN,
     ContainerConfigError,
+    ContainerResources,
     ContainerStatus,
     PodStatus,
     RuntimeHelper,
@@ -132,6 +133,11 @@ class ContainerManager:
             reason=st.reason,
             message=message,
             runtime=self.runtime_name,
+            resources=(
+                ContainerResources.from_cri(st.resources.linux)
+                if st.HasField("resources") and st.resources.HasField("linux")
+                else None
+            ),
         )
 
     async def _termination_message(

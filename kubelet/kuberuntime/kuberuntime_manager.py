@@ -11,6 +11,7 @@ kept per pod for the status manager.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -50,13 +51,23 @@ from kubelet.kuberuntime.pod_actions import (
     Probes,
     compute_pod_actions,
 )
+from kubelet.kuberuntime.pod_resize import (
+    Actuation,
+    PodCgroups,
+    PodResizer,
+    ResizeError,
+    compute_resize,
+    needs_restart,
+)
 from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
-from kubelet.types import Container, Pod, host_network, name, namespace, uid
+from kubelet.types import Container, Pod, host_network, is_static, name, namespace, uid
 from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 __all__ = ["PodActions", "RuntimeManager", "SyncResult"]
+
+log = logging.getLogger(__name__)
 
 # Starts one container of the pod being synced; answers why it did not start.
 _Start = Callable[[Container], Awaitable[str | None]]
@@ -91,6 +102,8 @@ class RuntimeManager:
         image_puller: ImagePuller | None = None,
         startup: PodStartupLatencyTracker | None = None,
         container_resources: ContainerResourceManager | None = None,
+        actuation: Actuation | None = None,
+        pod_cgroups: PodCgroups | None = None,
     ) -> None:
         self.runtime = runtime
         self.helper = helper
@@ -101,8 +114,12 @@ class RuntimeManager:
         self.pull_secrets = pull_secrets
         # What the prober says: which containers must restart, which have started.
         self.probes = Probes(
-            must_restart or (lambda _cid: None), is_started or (lambda _c, _cid: True)
+            must_restart or (lambda _cid: None),
+            is_started or (lambda _c, _cid: True),
+            self._resize_restart,
         )
+        # In-place resize (InPlacePodVerticalScaling): None when the gate is off.
+        self.actuation = actuation
         # postStart and preStop hooks; httpGet hooks go to the pod's IP by default.
         self.hooks = hooks or HandlerRunner(runtime, self._pod_ips, recorder)
         self.node = NodeSettings(
@@ -128,6 +145,11 @@ class RuntimeManager:
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
             self.crash_backoff, self.node, runtime_name, container_resources,
         )  # fmt: skip
+        self.resizer = (
+            PodResizer(runtime, self.node, pod_cgroups, actuation)
+            if actuation is not None
+            else None
+        )
 
     # What the status manager shows of containers that do not run.
     @property
@@ -214,6 +236,8 @@ class RuntimeManager:
         await self._kill_step(pod, status, a)
         if a.kill_pod and not a.create_sandbox:
             return res
+        if not a.kill_pod:
+            await self._resize_step(pod, status, a, res)
         if not a.starts_anything():
             # Nothing to create: the sandbox config (its DNS, and the warnings that
             # come with it) is not needed. Most syncs of a running pod end here.
@@ -254,6 +278,36 @@ class RuntimeManager:
             )
         )
 
+    def _resize_restart(self, pod: Pod, c: Container) -> bool:
+        """Does the running container restart to take its allocation? Never
+        without a record of what it runs with (a pod from before the record
+        was kept is not restarted on a guess)."""
+        if self.actuation is None or is_static(pod):
+            return False
+        actuated = self.actuation.get_actuated(uid(pod), c["name"])
+        return actuated is not None and needs_restart(c, actuated)
+
+    async def _resize_step(
+        self, pod: Pod, status: PodStatus, a: PodActions, res: SyncResult
+    ) -> None:
+        """The running containers take their allocated resources (after the
+        kills, before the starts, as upstream's SyncPod)."""
+        if self.resizer is None or self.actuation is None:
+            return
+        # Containers killed in this sync (a failed probe, a changed spec, a
+        # resize restart) come back with their allocation: not updated here.
+        killed = {st.name for st, _ in a.containers_to_kill.values()}
+        actions = compute_resize(pod, status, self.actuation, killed, bool(a.resize_restarts))
+        if not actions:
+            return
+        res.resized = True
+        try:
+            await self.resizer.resize(pod, actions)
+        except ResizeError as err:
+            log.warning("Pod %s/%s: resize failed: %s", namespace(pod), name(pod), err)
+            res.resize_error = str(err)
+            res.errors.append(f"failed to resize pod in place: {err}")  # retried with back-off
+
     async def _pull_secrets(self, pod: Pod) -> list[Secret]:
         """Read once per sync that starts containers (getPullSecretsForPod)."""
         if pod["spec"].get("imagePullSecrets") and self.pull_secrets is not None:
@@ -280,6 +334,8 @@ class RuntimeManager:
                 res.errors.append(problem)
                 if not is_restartable_init(init[i]):
                     return None
+            elif self.actuation is not None and is_restartable_init(init[i]):
+                self.actuation.set_actuated(pod, init[i])
         # One after the other in the pod's order, as upstream: a postStart hook
         # holds back the containers after its own (pods rely on it to order
         # their start), and one that fails does not keep the others from starting.
@@ -287,6 +343,8 @@ class RuntimeManager:
             problem = await start(spec["containers"][i])
             if problem:
                 res.errors.append(problem)
+            elif self.actuation is not None:
+                self.actuation.set_actuated(pod, spec["containers"][i])
         started = {spec["containers"][i]["name"] for i in a.containers_to_start}
         started.update(init[i]["name"] for i in a.init_containers_to_start)
         return started

@@ -19,6 +19,9 @@ from kubelet.types import Container, EphemeralContainer, Pod, host_network, rest
 MustRestart = Callable[[str], str | None]
 # (container spec, container ID) -> has its startup probe succeeded (True without one).
 IsStarted = Callable[[Container, str], bool]
+# (pod, container spec) -> must the container restart to take its allocated
+# resources (a changed resource whose resizePolicy is RestartContainer)?
+ResizeRestart = Callable[[Pod, Container], bool]
 
 
 @dataclass
@@ -38,6 +41,8 @@ class PodActions:
     # container ID -> grace period of a kill the probe that failed sets
     # (its terminationGracePeriodSeconds), instead of the pod's.
     kill_grace: dict[str, int] = field(default_factory=dict)
+    # Containers restarted to take new resources (resizePolicy RestartContainer).
+    resize_restarts: set[str] = field(default_factory=set)
 
     def starts_anything(self) -> bool:
         return bool(
@@ -63,6 +68,7 @@ class Probes:
 
     must_restart: MustRestart
     is_started: IsStarted
+    resize_restart: ResizeRestart = lambda _pod, _c: False
 
 
 def compute_pod_actions(pod: Pod, status: PodStatus, probes: Probes) -> PodActions:
@@ -162,6 +168,12 @@ def _container_actions(pod: Pod, status: PodStatus, probes: Probes, a: PodAction
         elif why:
             msg = f"Container {c['name']} {why}"
             _probe_grace(pod, c, why, prev.id, a)
+        elif probes.resize_restart(pod, c):
+            # Whatever the restart policy: the container comes back resized.
+            a.resize_restarts.add(c["name"])
+            a.containers_to_start.append(i)
+            a.kill(prev, f"Container {c['name']} resize requires restart")
+            continue
         else:
             keep += 1
             continue
@@ -266,6 +278,10 @@ class _InitWalk:
         elif why == "failed liveness probe":
             _probe_grace(self.pod, c, why, st.id, a)
             a.kill(st, f"Init container {c['name']} failed liveness probe")
+            self.start.append(i)
+        elif self.probes.resize_restart(self.pod, c):
+            a.kill(st, f"Container {c['name']} resize requires restart")
+            a.resize_restarts.add(c["name"])
             self.start.append(i)
         return initialized
 

@@ -91,6 +91,22 @@ class Admitter:
             self.used_ports.add(ports)
         return None
 
+    def refit(self, uid: str, pod: Pod) -> Rejection | None:
+        """An in-place resize of an admitted pod: do its new requests fit beside
+        the other pods'? When they do, they count from now on."""
+        old = self._admitted.get(uid)
+        if old is None:
+            return None
+        r = pod_requests(pod)
+        cpu, mem = self.used.cpu_m - old.cpu_m, self.used.memory - old.memory
+        if r.cpu_m and cpu + r.cpu_m > self.cpu_m:
+            return _insufficient("cpu", r.cpu_m, cpu, self.cpu_m)
+        if r.memory and mem + r.memory > self.memory:
+            return _insufficient("memory", r.memory, mem, self.memory)
+        self._admitted[uid] = r
+        self.used = Requests(cpu + r.cpu_m, mem + r.memory)
+        return None
+
     def release(self, uid: str) -> None:
         """The pod finished or went away: its requests and host ports stop counting."""
         r = self._admitted.pop(uid, None)

@@ -79,6 +79,7 @@ def _with_generation(
 # Top-level status fields only the kubelet writes: when it stops setting one,
 # the patch clears it (strategic merge patch: null deletes).
 _KUBELET_OWNED = ("reason", "message", "podIP", "podIPs", "initContainerStatuses")
+_DROPPED_WHEN_OVER = ("PodResizePending", "PodResizeInProgress")
 # PodStatus lists whose patch strategy is merge with "ip" as the key.
 _MERGE_BY_IP = ("podIPs", "hostIPs")
 
@@ -104,6 +105,14 @@ def status_patch(api: Mapping[str, Any], ours: Mapping[str, Any]) -> JSONObject:
                         if k not in c:
                             out[k] = None
                     changed.append(out)
+            ours_types = {c["type"] for c in value}
+            # Conditions the kubelet sets only while they hold (a resize's):
+            # gone from ours, deleted by type, or the merge would keep them.
+            changed += [
+                {"$patch": "delete", "type": t}
+                for t in have
+                if t in _DROPPED_WHEN_OVER and t not in ours_types
+            ]
             if changed:
                 patch["conditions"] = changed
         elif key in _MERGE_BY_IP and isinstance(value, list):

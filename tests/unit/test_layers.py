@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("pod pieces", ["volumemanager/", "container/", "network/", "lifecycle/", "prober/",
                     "podmanager.py", "mirror_client.py", "config/"]),
     ("runtime and status", ["kuberuntime/", "pleg/", "stats/", "eviction/", "nodeshutdown/", "status/",
+                            "allocation/",
                             "server/"]),
     ("kubelet", ["pod_workers.py", "pod_sync.py", "kubelet_pods.py", "kubelet_getters.py",
                  "kubelet_node_status.py", "runtime_state.py", "active_pods.py"]),

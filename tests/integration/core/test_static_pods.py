@@ -174,7 +174,7 @@ def _unused(path: Path) -> None:
 
 
 async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, caplog) -> None:  # type: ignore[no-untyped-def]
-    c = {**forever(), "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]}
+    c = {**forever(), "lifecycle": {"stopSignal": "SIGUSR1"}}
     node.write("pulls", [c])
     await node.wait(lambda: node.phase("pulls") == "Running", what="pulls Running")
     # More syncs of the same pod: still one warning.
@@ -184,7 +184,7 @@ async def test_unimplemented_fields_are_named_once_and_the_pod_still_runs(node, 
     lines = [r.getMessage() for r in caplog.records if "not implemented" in r.getMessage()]
     assert lines == [
         "Pod pulls-node-a_default: Fields not implemented by this kubelet, ignored: "
-        "spec.containers[c].resizePolicy"
+        "spec.containers[c].lifecycle.stopSignal"
     ]
 
 

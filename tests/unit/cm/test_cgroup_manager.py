@@ -102,3 +102,34 @@ def test_limits_give_a_cpu_quota_and_overhead_is_added(tmp_path: Path) -> None:
         else:
             assert (d / "kubepods/podg/cpu.max").read_text() == "75000 100000"
             assert (d / "kubepods/podg/memory.max").read_text() == str(96 << 20)
+
+
+def test_sidecars_and_init_containers_count_in_the_pod_cgroup() -> None:
+    """PodRequests/PodLimits: sidecars add to the containers; an init container
+    counts with the sidecars before it, and the pod gets the larger need (a
+    sidecar over the pod's quota would be refused by the kernel on v1)."""
+    p = limited("s", "200m", "64Mi")
+    side = {"name": "side", "restartPolicy": "Always",
+            "resources": {"limits": {"cpu": "300m", "memory": "32Mi"}}}  # fmt: skip
+    big_init = {"name": "init", "resources": {"limits": {"cpu": "1", "memory": "16Mi"}}}
+    p["spec"]["initContainers"] = [side, big_init]
+    assert pod_resources(p) == {
+        # cpu: max(200m + 300m, 300m + 1) ; memory: max(64Mi + 32Mi, 32Mi + 16Mi)
+        "cpu_shares": 1331, "cpu_quota": 130000, "cpu_period": 100000, "memory_limit": 96 << 20,
+    }  # fmt: skip
+    # An init container without a cpu limit: no pod quota (not every one declares it).
+    p["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"memory": "16Mi"}}}]
+    assert "cpu_quota" not in pod_resources(p)
+
+
+def test_read_gives_back_what_update_wrote(tmp_path: Path) -> None:
+    mgr = CgroupManager("", mountinfo(tmp_path, v1=True))
+    mgr.create("kubepods/podr", {"cpu_shares": 307, "cpu_quota": 30000, "cpu_period": 100000,
+                                 "memory_limit": 96 << 20})  # fmt: skip
+    (tmp_path / "memory/kubepods/podr/memory.usage_in_bytes").write_text("4096\n")
+    assert mgr.read("kubepods/podr") == {
+        "cpu_shares": 307, "cpu_quota": 30000, "cpu_period": 100000,
+        "memory_limit": 96 << 20, "memory_usage": 4096,
+    }  # fmt: skip
+    (tmp_path / "memory/kubepods/podr/memory.limit_in_bytes").write_text("9223372036854771712")
+    assert mgr.read("kubepods/podr")["memory_limit"] == -1  # v1's "no limit"

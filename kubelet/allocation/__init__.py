@@ -1,0 +1,1 @@
+"""Resources the kubelet allocated to its pods (pkg/kubelet/allocation)."""
