@@ -6,6 +6,7 @@ termination message is capped at 4 KiB."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,23 @@ class InMemoryConfigMaps:
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         return self.objects[(namespace, name)]
+
+
+async def remove(node: InProcessKubelet, name: str, *gone_too: Path) -> None:
+    """The pod's manifest removed; until its sandboxes (and `gone_too`) are gone:
+    the runtime is shared by the tests that follow."""
+    uid = node.pod(name)["metadata"]["uid"]
+    (node.manifests / f"{name}.yaml").unlink()
+    sel = pb.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": uid})
+
+    async def gone() -> bool:
+        return not await node.rt.list_pod_sandbox(sel) and not any(p.exists() for p in gone_too)
+
+    for _ in range(600):
+        if await gone():
+            break
+        await asyncio.sleep(0.1)
+    assert await gone()
 
 
 def volume_dir(node: InProcessKubelet, pod: str, plugin: str, name: str) -> Path:
@@ -91,6 +109,7 @@ async def test_writes_into_api_volumes_fail_with_erofs(containerd_node: InProces
         assert is_ts_name(os.readlink(d / DATA_DIR))
         assert not (d / "planted").exists()
         assert (d / key).read_text() == text
+    await remove(node, "erofs")
 
 
 async def test_subpath_planted_link_fails_the_container_good_one_is_bound(
@@ -138,19 +157,7 @@ async def test_subpath_planted_link_fails_the_container_good_one_is_bound(
     st = (await node.rt.container_status(cid)).status
     assert {m.container_path: m.host_path for m in st.mounts}["/d"] == str(target)
     assert (target / "f").read_text() == "fine\n"
-    (node.manifests / "subpath.yaml").unlink()
-    sel = pb.PodSandboxFilter(label_selector={"io.kubernetes.pod.uid": uid})
-
-    async def gone() -> bool:
-        return not await node.rt.list_pod_sandbox(sel) and not target.exists()
-
-    import asyncio
-
-    for _ in range(600):
-        if await gone():
-            break
-        await asyncio.sleep(0.1)
-    assert await gone()
+    await remove(node, "subpath", target)
     assert mountutil.mount_fstype(str(target)) is None
 
 
