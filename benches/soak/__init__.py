@@ -266,9 +266,16 @@ class SoakRun(Run):
             print(json.dumps(asdict(s)), flush=True)
 
     async def _settle(self, seconds: float) -> dict[str, Any]:
-        """Let housekeeping run, then probe."""
+        """Let housekeeping run, then probe: the probe with the fewest asyncio
+        tasks of five a second apart, so a periodic loop's pass in flight (node
+        status, GC, housekeeping) is not read as a task that stayed."""
         await asyncio.sleep(seconds)
-        probe = {**self._probe(), "fd_kinds": fd_kinds(self._pid())}
+        probes = []
+        for _ in range(5):
+            probes.append(self._probe())
+            await asyncio.sleep(1.0)
+        fewest = min(probes, key=lambda p: p["tasks"] if p["tasks"] is not None else 0)
+        probe = {**fewest, "fd_kinds": fd_kinds(self._pid())}
         if os.environ.get("KUBELET_MEMDEBUG"):
             # The kubelet inherited it: have it write a memory report (kubelet/util/memdebug.py).
             os.kill(self._pid(), signal.SIGUSR2)

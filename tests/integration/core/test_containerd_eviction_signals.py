@@ -28,7 +28,18 @@ def _kv(path: str) -> dict[str, int]:
 
 
 async def test_signals_and_layout_from_containerd(containerd: Containerd, tmp_path: Path) -> None:
+    # Closed before the test's loop goes: a gRPC channel left open on a closed
+    # loop breaks the channels of the tests after it.
     images = RemoteImageService(containerd.endpoint, 30)
+    try:
+        await _check_signals(containerd, images, tmp_path)
+    finally:
+        await images.close()
+
+
+async def _check_signals(
+    containerd: Containerd, images: RemoteImageService, tmp_path: Path
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     sp = StatsProvider(list, str(root), "n")
