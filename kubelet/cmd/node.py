@@ -9,7 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
+from kubelet.cm.container_manager import ContainerManager, NodeConfig
+from kubelet.cm.interfaces import ContainerManagerError
 from kubelet.cmd.options import KubeletServer
 from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, load_plugins
 from kubelet.cri import errors

@@ -49,8 +49,8 @@ from kubelet.stats.types import (
     CgroupStats,
     working_set,
 )
-from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
+from kubelet.volume.metrics import VolumeUsage
 
 log = logging.getLogger(__name__)
 
