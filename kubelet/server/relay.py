@@ -96,7 +96,7 @@ class Endpoint:
         while got < CHUNK:
             try:
                 # With a buffer, read() returns a count (the stubs say bytes).
-                n = cast(int, t.obj.read(CHUNK - got, self.view[got:]))  # type: ignore[arg-type]
+                n = cast(int, t.obj.read(CHUNK - got, self.view[got:]))
                 if n == 0:
                     return got  # the peer's close_notify (0 once the data is out)
                 got += n
