@@ -37,9 +37,8 @@ def capability(
             mount_flags=list(vol.mount_options),
             volume_mount_group=mount_group,
         ),
-        access_mode=pb.VolumeCapability.AccessMode(
-            mode=pb.VolumeCapability.AccessMode.Mode.Value(mode)
-        ),
+        # An enum field takes its value's name (an unknown one raises ValueError).
+        access_mode=pb.VolumeCapability.AccessMode(mode=mode),
     )
 
 
