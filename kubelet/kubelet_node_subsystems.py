@@ -29,7 +29,7 @@ from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
-from kubelet.status import generate
+from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.types import Pod, PodCondition, object_ref, uid
 
@@ -68,7 +68,7 @@ class _EvictionTarget:
         self.workers.syncer.mark_evicted(u, reason, message)
         self.pods.admitter.release(u)
         old = status.get(u) or {}
-        new = generate.failed_status(old, pod, reason, message, condition, status.tracking)
+        new = terminal.failed_status(old, pod, reason, message, condition, status.tracking)
         status.set_pod_status(u, new, pod)
         self.workers.workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 

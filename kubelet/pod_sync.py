@@ -31,7 +31,7 @@ from kubelet.mirror_client import MirrorClient, NodeNotRegistered, mirror_matche
 from kubelet.pod_workers import PodSyncResult, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
-from kubelet.status import disruption, generate, resize_status
+from kubelet.status import disruption, generate, resize_status, terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.status.generation import generation
 from kubelet.status.resize_conditions import ERROR
@@ -343,7 +343,7 @@ class KubeletPodSyncer:
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
-        self.status_manager.set_pod_status(u, generate.terminate_pod(pod, api), pod)
+        self.status_manager.set_pod_status(u, terminal.terminate_pod(pod, api), pod)
 
     # ----------------------------------------------------------- terminated
     async def sync_terminated_pod(self, pod: Pod) -> None:
