@@ -100,6 +100,48 @@ def _blob(blobs: dict[str, bytes], data: bytes) -> dict[str, object]:
     return {"digest": digest, "size": len(data)}
 
 
+def _image_config(
+    layer_descs: list[dict[str, object]],
+    entrypoint: list[str],
+    cmd: list[str],
+    env: list[str] | None,
+    user: str,
+) -> dict[str, object]:
+    """The OCI image config: how the image runs and its layers' diff IDs (the
+    layers are not compressed, so the diff ID is the layer's digest)."""
+    image_config: dict[str, object] = {
+        "Entrypoint": entrypoint or None,
+        "Cmd": cmd or None,
+        "Env": env or ["PATH=/bin:/usr/bin"],
+    }
+    if user:
+        image_config["User"] = user
+    return {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": image_config,
+        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in layer_descs]},
+    }
+
+
+def _index(manifest_blob: dict[str, object], refs: list[str]) -> dict[str, object]:
+    """The layout's index.json: the one manifest under each reference."""
+    return {
+        "schemaVersion": 2,
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                **manifest_blob,
+                "annotations": {
+                    "io.containerd.image.name": r,
+                    "org.opencontainers.image.ref.name": r.rsplit(":", 1)[1],
+                },
+            }
+            for r in refs
+        ],
+    }
+
+
 def write_oci_tar(
     path: str,
     ref: str | list[str],
@@ -121,19 +163,7 @@ def write_oci_tar(
         {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(blobs, data)}
         for data in layers
     ]
-    image_config: dict[str, object] = {
-        "Entrypoint": entrypoint or None,
-        "Cmd": cmd or None,
-        "Env": env or ["PATH=/bin:/usr/bin"],
-    }
-    if user:
-        image_config["User"] = user
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": image_config,
-        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in layer_descs]},
-    }
+    config = _image_config(layer_descs, entrypoint, cmd, env, user)
     config_desc = {
         "mediaType": "application/vnd.oci.image.config.v1+json",
         **_blob(blobs, json.dumps(config, sort_keys=True).encode()),
@@ -145,23 +175,9 @@ def write_oci_tar(
         "layers": layer_descs,
     }
     manifest_blob = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
-    index = {
-        "schemaVersion": 2,
-        "manifests": [
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                **manifest_blob,
-                "annotations": {
-                    "io.containerd.image.name": r,
-                    "org.opencontainers.image.ref.name": r.rsplit(":", 1)[1],
-                },
-            }
-            for r in refs
-        ],
-    }
     with tarfile.open(path, "w") as tar:
         _add(tar, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode(), mode=0o644)
-        _add(tar, "index.json", json.dumps(index).encode(), mode=0o644)
+        _add(tar, "index.json", json.dumps(_index(manifest_blob, refs)).encode(), mode=0o644)
         _add(tar, "blobs", directory=True)
         _add(tar, "blobs/sha256", directory=True)
         for digest, data in blobs.items():
