@@ -280,7 +280,7 @@ class Relay:
     def _post(self, fut: asyncio.Future[Answer] | asyncio.Future[None], value: object) -> None:
         def set_it() -> None:
             if not fut.done():
-                fut.set_result(value)  # type: ignore[arg-type]
+                fut.set_result(value)  # type: ignore[arg-type]  # callers pair each future with its own kind of value
 
         try:
             self._loop.call_soon_threadsafe(set_it)
