@@ -103,10 +103,9 @@ def resources_of(r: Requirements | ResourceRequirements | None) -> Resources:
 def _encode_requirements(r: Requirements) -> str:
     r = normalize(r)
     parts = []
-    for part in ("limits", "requests"):  # the struct's field order
-        items = r.get(part)
-        if items:
-            parts.append((part, go_map({k: go_string(v) for k, v in items.items()})))  # type: ignore[attr-defined]
+    for part, items in (("limits", r.get("limits")), ("requests", r.get("requests"))):
+        if items:  # in the struct's field order
+            parts.append((part, go_map({k: go_string(v) for k, v in items.items()})))
     claims = r.get("claims")
     if claims:
         parts.append(
