@@ -279,19 +279,7 @@ class StatsProvider:
         out = {
             "podRef": {"name": name(p), "namespace": namespace(p), "uid": key},
             "startTime": (p.get("status") or {}).get("startTime"),
-            "cpu": {
-                "time": ts,
-                "usageNanoCores": self._rate(key, now, st.cpu_usage_ns),
-                "usageCoreNanoSeconds": st.cpu_usage_ns,
-            },
-            "memory": {
-                "time": ts,
-                "usageBytes": st.memory_usage,
-                "workingSetBytes": st.memory_working_set,
-                "rssBytes": st.memory_rss,
-                "pageFaults": st.pgfault,
-                "majorPageFaults": st.pgmajfault,
-            },
+            **self._cpu_and_memory(key, now, ts, st),
             "process_stats": {"process_count": st.pids_current},
             "containers": [self._container_summary(r, now, ts) for r in containers],
         }
@@ -424,14 +412,13 @@ class StatsProvider:
         cgroup_swap(out, ts, st)
         return cgroup_pressure(out, ts, st) if self.psi else out
 
-    def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
-        st = r.stats
-        out: dict[str, Any] = {
-            "name": r.container,
-            "startTime": _rfc3339(int(r.start_time * 1e9)),
+    def _cpu_and_memory(self, key: str, now: float, ts: str, st: CgroupStats) -> dict[str, Any]:
+        """The CPUStats and MemoryStats of one pod's or container's cgroup
+        (key: what its usage rate is kept under)."""
+        return {
             "cpu": {
                 "time": ts,
-                "usageNanoCores": self._rate(r.name, now, st.cpu_usage_ns),
+                "usageNanoCores": self._rate(key, now, st.cpu_usage_ns),
                 "usageCoreNanoSeconds": st.cpu_usage_ns,
             },
             "memory": {
@@ -442,6 +429,14 @@ class StatsProvider:
                 "pageFaults": st.pgfault,
                 "majorPageFaults": st.pgmajfault,
             },
+        }
+
+    def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
+        st = r.stats
+        out: dict[str, Any] = {
+            "name": r.container,
+            "startTime": _rfc3339(int(r.start_time * 1e9)),
+            **self._cpu_and_memory(r.name, now, ts, st),
         }
         return self._extras(out, ts, st)
 
