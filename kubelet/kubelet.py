@@ -51,6 +51,7 @@ from kubelet.mirror_client import is_mirror
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.runtime_orphans import RuntimeOrphans
 from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.status import generate
 from kubelet.types import (
@@ -161,10 +162,8 @@ class Kubelet:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
-        self._orphans_killing: set[str] = set()
-        # What the last scan for runtime orphans saw (see _kill_runtime_orphans).
-        self._orphan_scan_key: tuple[int, int, int, int] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.orphans = RuntimeOrphans(runtime.pleg.differ, runtime.manager, pods.cache, self._spawn)
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
@@ -513,7 +512,9 @@ class Kubelet:
             return  # never judge runtime pods before every source has spoken
         workers = self.pod_workers.known()
         self._restart_reused_uids(desired - workers - self.pods.rejected)
-        self._kill_runtime_orphans(desired, workers)
+        self.orphans.kill(
+            desired, workers, self.pod_manager.generation, self.pod_workers.generation
+        )
         self.pods.allocation.remove_orphans(desired | workers)
         # Pods that finished free what they held: deferred resizes may fit now
         # (upstream's periodic retry; only the deferred pods are looked at).
@@ -527,7 +528,7 @@ class Kubelet:
         if self.pod_cgroups is not None:
             # Cgroups of pods that are gone, including what runtimes leave behind.
             pc = self.pod_cgroups
-            keep = desired | workers | self._orphans_killing
+            keep = desired | workers | self.orphans.killing
             await loop.run_in_executor(None, lambda: [pc.destroy_name(n) for n in pc.orphans(keep)])
         for m in self.pod_manager.mirrors():
             fn = full_name(m)
@@ -553,38 +554,11 @@ class Kubelet:
                 )
                 self._handle_add(pod)
 
-    def _kill_runtime_orphans(self, desired: set[str], workers: set[str]) -> None:
-        """Kill runtime pods no source wants and no worker runs. The scan over
-        every runtime pod is skipped while nothing it depends on changed: the
-        runtime's pods (the differ's change count), the desired pods, the
-        workers and the kills under way."""
-        key = (self.pleg.differ.changes, self.pod_manager.generation,
-               self.pod_workers.generation, len(self._orphans_killing))  # fmt: skip
-        if key == self._orphan_scan_key:
-            return
-        for u in self.pleg.differ.pod_ids():
-            if u and u not in desired and u not in workers and u not in self._orphans_killing:
-                metrics.ORPHANED_RUNTIME_PODS.inc()
-                self._orphans_killing.add(u)
-                self._spawn(self._kill_orphan(u))
-        self._orphan_scan_key = (key[0], key[1], key[2], len(self._orphans_killing))
-
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """A one-off task the loop does not wait for."""
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    async def _kill_orphan(self, u: str) -> None:
-        try:
-            status = await self.runtime_manager.get_pod_status(u)
-            log.info("Killing runtime pod %s (%s) that no source wants", u, status.name)
-            await self.runtime_manager.kill_pod(None, status, None, remove=True)
-            self.pods.cache.delete(u)
-        except Exception as err:  # the next housekeeping finds the pod and tries again
-            log.warning("Failed to kill orphaned pod %s, will retry: %s", u, err)
-        finally:
-            self._orphans_killing.discard(u)
 
     def _remove_pod_dirs(self, uids: list[str]) -> None:
         for u in uids:

@@ -39,7 +39,8 @@ class RegisteredNode:
 
     def uid(self) -> str | None:
         """The Node's UID once it is registered."""
-        return (self.node or {}).get("metadata", {}).get("uid")
+        uid = (self.node or {}).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
 
 
 class NodeStatusManager:

@@ -29,7 +29,7 @@ from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
-from kubelet.status import generate
+from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.types import Pod, PodCondition, object_ref, uid
 
@@ -68,7 +68,7 @@ class _EvictionTarget:
         self.workers.syncer.mark_evicted(u, reason, message)
         self.pods.admitter.release(u)
         old = status.get(u) or {}
-        new = generate.failed_status(old, pod, reason, message, condition, status.tracking)
+        new = terminal.failed_status(old, pod, reason, message, condition, status.tracking)
         status.set_pod_status(u, new, pod)
         self.workers.workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
 
@@ -130,6 +130,72 @@ class NodeStatus:
         return runtime.readiness() or shutdown
 
 
+def _build_eviction(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    runtime: Runtime,
+    stats: StatsProvider,
+    target: _EvictionTarget,
+) -> EvictionManager:
+    """Node-pressure eviction: its signals, what it measures of each pod, and
+    how it evicts."""
+    cfg = node.config
+    # Local storage limits measured for the pods that have them.
+    ephemeral = EphemeralStorageStats(
+        runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
+        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
+    )  # fmt: skip
+    # allocatableMemory.available: the kubepods cgroup, when node allocatable holds the pods.
+    kubepods = None
+    if "pods" in cfg.enforce_node_allocatable and cfg.cgroups_per_qos:
+        kubepods = f"{stats.cgroup_root}/kubepods" if stats.cgroup_root else "kubepods"
+    signals = NodeSignals(
+        node.root_dir, stats.version, stats.hierarchy, kubepods,
+        runtime.state.images.image_fs_info,
+        separate_disk_gc=node.features.enabled(Feature.KubeletSeparateDiskGC),
+    )  # fmt: skip
+    return EvictionManager(
+        cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
+        signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
+        local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
+        node_event=node.event, processes=stats.pod_process_counts,
+    )  # fmt: skip
+
+
+def _node_reporter(
+    node: Node,
+    volumes: Volumes,
+    runtime: Runtime,
+    resources: ResourceManagers,
+    conditions: tuple[EvictionManager, NodeShutdownManager | None, asyncio.Event],
+    inputs: tuple[NodeInputs | None, RegisteredNode],
+) -> NodeStatusManager | None:
+    """What writes the Node's status (cluster mode only), reading the runtime,
+    the volumes, the devices, eviction's pressures and a shutdown under way;
+    conditions: (eviction, shutdown, what wakes the reporter)."""
+    eviction, shutdown, due = conditions
+    static, registered = inputs
+    if node.kube_client is None or static is None:
+        return None
+    readers = replace(
+        static,
+        runtime_version=lambda: runtime.state.runtime_version,
+        readiness_checks=[runtime.readiness, volumes.csi.readiness]
+        + ([shutdown.shutdown_status] if shutdown is not None else []),
+        images=lambda: runtime.state.node_images,
+        memory_pressure=lambda: eviction.under("MemoryPressure"),
+        disk_pressure=lambda: eviction.under("DiskPressure"),
+        pid_pressure=lambda: eviction.under("PIDPressure"),
+        # CSI: volumes attached or staged, and a staging that waits to be reported.
+        volumes_in_use=volumes.csi.volumes_in_use,
+        volumes_reported=volumes.csi.volumes_reported,
+        urgent=first_of(volumes.csi.report_needed, resources.devices.capacity_changed),
+        device_resources=resources.devices.capacity,
+    )
+    return NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+
+
 def build_node_status(
     node: Node,
     pods: Pods,
@@ -149,51 +215,14 @@ def build_node_status(
         container_resources=runtime.manager.resources,
         psi=node.features.enabled(Feature.KubeletPSI),
     )  # fmt: skip
-    # Local storage limits measured for the pods that have them.
-    ephemeral = EphemeralStorageStats(
-        runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
-        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
-    )  # fmt: skip
     target = _EvictionTarget(node, pods, workers)
-    # allocatableMemory.available: the kubepods cgroup, when node allocatable holds the pods.
-    kubepods = None
-    if "pods" in cfg.enforce_node_allocatable and cfg.cgroups_per_qos:
-        kubepods = f"{stats.cgroup_root}/kubepods" if stats.cgroup_root else "kubepods"
-    signals = NodeSignals(
-        node.root_dir, stats.version, stats.hierarchy, kubepods,
-        runtime.state.images.image_fs_info,
-        separate_disk_gc=node.features.enabled(Feature.KubeletSeparateDiskGC),
-    )  # fmt: skip
-    eviction = EvictionManager(
-        cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
-        signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
-        local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
-        node_event=node.event, processes=stats.pod_process_counts,
-    )  # fmt: skip
+    eviction = _build_eviction(node, pods, volumes, runtime, stats, target)
     due = asyncio.Event()
     shutdown = NodeShutdownManager.from_config(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    static, registered = inputs
-    reporter = None
-    if node.kube_client is not None and static is not None:
-        readers = replace(
-            static,
-            runtime_version=lambda: runtime.state.runtime_version,
-            readiness_checks=[runtime.readiness, volumes.csi.readiness]
-            + ([shutdown.shutdown_status] if shutdown is not None else []),
-            images=lambda: runtime.state.node_images,
-            memory_pressure=lambda: eviction.under("MemoryPressure"),
-            disk_pressure=lambda: eviction.under("DiskPressure"),
-            pid_pressure=lambda: eviction.under("PIDPressure"),
-            # CSI: volumes attached or staged, and a staging that waits to be reported.
-            volumes_in_use=volumes.csi.volumes_in_use,
-            volumes_reported=volumes.csi.volumes_reported,
-            urgent=first_of(volumes.csi.report_needed, resources.devices.capacity_changed),
-            device_resources=resources.devices.capacity,
-        )
-        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+    reporter = _node_reporter(node, volumes, runtime, resources, (eviction, shutdown, due), inputs)
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
 
 

@@ -361,18 +361,9 @@ def _swap_config(cfg: KubeletConfiguration) -> SwapConfig:
     )
 
 
-def build_runtime(
-    node: Node,
-    pods: Pods,
-    volumes: Volumes,
-    probes: ProbeManager,
-    resources: ResourceManagers,
-    services: tuple[RuntimeService, ImageService],
-    backoffs: tuple[Backoff | None, Backoff | None],
-    credential_plugins: LoadedPlugins | None = None,
-) -> Runtime:
+def _runtime_helper(node: Node, pods: Pods, volumes: Volumes) -> PodRuntimeHelper:
+    """What kuberuntime asks of the pod's world: DNS, environment, mounts."""
     cfg, client = node.config, node.kube_client
-    runtime_service, image_service = services
     dns = DNSConfigurer(
         cfg.cluster_dns, cfg.cluster_domain, cfg.resolv_conf,
         node_ips=node.ips, recorder=node.recorder, node_ref=node.ref,
@@ -385,18 +376,38 @@ def build_runtime(
         secrets=pods.secrets if client is not None else None,
         services=pods.services,
     )
-    helper = PodRuntimeHelper(node.root_dir, dns, cfg.cluster_domain, env, volumes.manager)
-    pod_cgroups = (
-        PodContainerManager(
-            CgroupManager(cfg.cgroup_root),
-            cfg.cpu_cfs_quota,
-            int(cfg.cpu_cfs_quota_period * 1_000_000),
-            pod_pids_limit=cfg.pod_pids_limit,
-            exclusive_cpus=resources.pod_has_exclusive_cpus,
-        )
-        if cfg.cgroups_per_qos
-        else None
+    return PodRuntimeHelper(node.root_dir, dns, cfg.cluster_domain, env, volumes.manager)
+
+
+def _pod_cgroups(
+    cfg: KubeletConfiguration, resources: ResourceManagers
+) -> PodContainerManager | None:
+    """The pods' cgroups (kubepods/<qos>/pod<uid>), with cgroupsPerQOS."""
+    if not cfg.cgroups_per_qos:
+        return None
+    return PodContainerManager(
+        CgroupManager(cfg.cgroup_root),
+        cfg.cpu_cfs_quota,
+        int(cfg.cpu_cfs_quota_period * 1_000_000),
+        pod_pids_limit=cfg.pod_pids_limit,
+        exclusive_cpus=resources.pod_has_exclusive_cpus,
     )
+
+
+def build_runtime(
+    node: Node,
+    pods: Pods,
+    volumes: Volumes,
+    probes: ProbeManager,
+    resources: ResourceManagers,
+    services: tuple[RuntimeService, ImageService],
+    backoffs: tuple[Backoff | None, Backoff | None],
+    credential_plugins: LoadedPlugins | None = None,
+) -> Runtime:
+    cfg, client = node.config, node.kube_client
+    runtime_service, image_service = services
+    helper = _runtime_helper(node, pods, volumes)
+    pod_cgroups = _pod_cgroups(cfg, resources)
     manager = RuntimeManager(
         runtime_service,
         image_service,

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,6 +25,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from kubelet.core_v1 import PodSpec
+from kubelet.types import ContainerKind, containers_of
 
 disable_created_metrics()
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -334,12 +336,15 @@ ORPHANED_RUNTIME_PODS = Counter(
 )
 
 
-def container_type(spec: Mapping[str, Any], container: object) -> str:
+def container_type(spec: PodSpec, container: object) -> str:
     """The container_type label of the started_containers metrics: which list of
     the pod spec holds `container` (the very object)."""
-    for key, label in (("initContainers", "init_container"),
-                       ("ephemeralContainers", "ephemeral_container")):  # fmt: skip
-        if any(c is container for c in spec.get(key) or []):
+    labels: tuple[tuple[ContainerKind, str], ...] = (
+        ("initContainers", "init_container"),
+        ("ephemeralContainers", "ephemeral_container"),
+    )
+    for kind, label in labels:
+        if any(c is container for c in containers_of(spec, kind)):
             return label
     return "container"
 

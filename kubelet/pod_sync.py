@@ -31,7 +31,7 @@ from kubelet.mirror_client import MirrorClient, NodeNotRegistered, mirror_matche
 from kubelet.pod_workers import PodSyncResult, UpdateType
 from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
-from kubelet.status import disruption, generate, resize_status
+from kubelet.status import disruption, generate, resize_status, terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.status.generation import generation
 from kubelet.status.resize_conditions import ERROR
@@ -145,11 +145,11 @@ class KubeletPodSyncer:
         return old
 
     # ---------------------------------------------------------------- sync
-    async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
+    def _first_sync(self, pod: Pod) -> None:
+        """Once per pod: its data dirs (a couple of mkdirs, not worth a thread
+        hop), the worker start metrics and the warnings of what is unsupported."""
         u = uid(pod)
-        pod = self._allocated(pod, status)
         if u not in self._pod_dirs:
-            # Once per pod: a couple of mkdirs, not worth a thread hop.
             make_pod_data_dirs(self.root_dir, u)
             self._pod_dirs.add(u)
             seen = self._first_seen.get(u)
@@ -159,32 +159,58 @@ class KubeletPodSyncer:
         if u not in self._warned:
             self._warned.add(u)
             self._warn_unsupported(pod)
+
+    async def _ensure_pod_cgroup(self, pod: Pod) -> PodSyncResult | None:
+        """The pod's cgroup, made before the sandbox (the runtime puts the pod
+        under it); the failed sync's result if it cannot be made."""
+        u = uid(pod)
+        if self.pod_cgroups is None or u in self._cgroups_made:
+            return None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
+        except (OSError, CgroupError) as err:
+            if self.recorder is not None:
+                msg = f"unable to ensure pod container exists: {err}"
+                self.recorder.event(object_ref(pod), "Warning", "FailedCreatePodContainer", msg)
+            return PodSyncResult(
+                error=f"failed to ensure that the pod: {u} cgroups exist and are correctly "
+                f"applied: {err}"
+            )
+        self._cgroups_made.add(u)
+        return None
+
+    def _fail_for_deadline(self, pod: Pod, status: PodStatus, old: v1.PodStatus) -> PodSyncResult:
+        """Failed before anything more is started; the worker then kills it."""
+        u = uid(pod)
+        api = generate.generate(
+            pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old,
+            tracking=self.status_manager.tracking,
+        )  # fmt: skip
+        self._fail_past_deadline(pod, api)
+        self.status_manager.set_pod_status(u, api, pod)
+        self.admitter.release(u)
+        return PodSyncResult(terminal=True)
+
+    def _observe_running(self, u: str, api: v1.PodStatus) -> None:
+        """kubelet_pod_start_duration_seconds, once, when the pod first runs."""
+        if api["phase"] == "Running" and u not in self._started_running:
+            self._started_running.add(u)
+            seen = self._first_seen.get(u)
+            if seen is not None:
+                metrics.POD_START_DURATION.observe(self.clock.monotonic() - seen)
+
+    async def sync_pod(self, update: UpdateType, pod: Pod, status: PodStatus) -> PodSyncResult:
+        u = uid(pod)
+        pod = self._allocated(pod, status)
+        self._first_sync(pod)
         old = self._previous_status(pod)
         if old is not None and old.get("phase") in TERMINAL:
             return PodSyncResult(terminal=True)
         if old is not None and self._past_deadline(pod, old):
-            # Failed before anything more is started; the worker then kills it.
-            api = generate.generate(
-                pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old,
-                tracking=self.status_manager.tracking,
-            )  # fmt: skip
-            self._fail_past_deadline(pod, api)
-            self.status_manager.set_pod_status(u, api, pod)
-            self.admitter.release(u)
-            return PodSyncResult(terminal=True)
-        if self.pod_cgroups is not None and u not in self._cgroups_made:
-            # Before the sandbox: the runtime puts the pod under this cgroup.
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, self.pod_cgroups.ensure, pod)
-            except (OSError, CgroupError) as err:
-                if self.recorder is not None:
-                    msg = f"unable to ensure pod container exists: {err}"
-                    self.recorder.event(object_ref(pod), "Warning", "FailedCreatePodContainer", msg)
-                return PodSyncResult(
-                    error=f"failed to ensure that the pod: {u} cgroups exist and are correctly "
-                    f"applied: {err}"
-                )
-            self._cgroups_made.add(u)
+            return self._fail_for_deadline(pod, status, old)
+        failed = await self._ensure_pod_cgroup(pod)
+        if failed is not None:
+            return failed
         if self.mirror_client is not None and is_static(pod):
             await self._ensure_mirror(pod)
         self.probes.add_pod(pod)
@@ -213,11 +239,7 @@ class KubeletPodSyncer:
         api = self._generate(pod, status, waiting, old)
         self.status_manager.set_pod_status(u, api, pod)
         self._arm_deadline(pod, api)
-        if api["phase"] == "Running" and u not in self._started_running:
-            self._started_running.add(u)
-            seen = self._first_seen.get(u)
-            if seen is not None:
-                metrics.POD_START_DURATION.observe(self.clock.monotonic() - seen)
+        self._observe_running(u, api)
         if api["phase"] in TERMINAL:
             self.admitter.release(u)
             return PodSyncResult(terminal=True)
@@ -343,7 +365,7 @@ class KubeletPodSyncer:
             api["reason"], api["message"] = old["reason"], old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
-        self.status_manager.set_pod_status(u, generate.terminate_pod(pod, api), pod)
+        self.status_manager.set_pod_status(u, terminal.terminate_pod(pod, api), pod)
 
     # ----------------------------------------------------------- terminated
     async def sync_terminated_pod(self, pod: Pod) -> None:

@@ -98,7 +98,7 @@ def update_pod_from_allocation(pod: Pod, alloc: PodResources | None) -> tuple[Po
                 continue
             if out is None:
                 out = copy.deepcopy(pod)
-            target: list[Container] = out["spec"][key]  # type: ignore[literal-required]
+            target: list[Container] = out["spec"][key]
             target[i]["resources"] = copy.deepcopy(a)  # type: ignore[typeddict-item]
     return (pod, False) if out is None else (out, True)
 
@@ -111,7 +111,7 @@ def resize_allowed(desired: Pod, allocated: Pod) -> str | None:
     which would move the pod to another cgroup."""
     if is_static(desired):
         return STATIC_POD_MESSAGE
-    if desired["spec"].get("resources"):  # type: ignore[typeddict-item]
+    if desired["spec"].get("resources"):
         return POD_LEVEL_MESSAGE
     if qos_class(desired) != qos_class(allocated):
         return QOS_CHANGE_MESSAGE

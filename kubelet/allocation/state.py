@@ -69,7 +69,7 @@ def normalize(r: Any) -> Requirements:
     for part in ("limits", "requests"):
         items = r.get(part) or {}
         if items:
-            out[part] = {str(k): canonical(v) for k, v in items.items()}  # type: ignore[literal-required]
+            out[part] = {str(k): canonical(v) for k, v in items.items()}
     claims = r.get("claims")
     if claims:
         out["claims"] = [
@@ -90,8 +90,8 @@ class Resources:
 
 def resources_of(r: Requirements | ResourceRequirements | None) -> Resources:
     """The cpu and memory values of a container's resources, comparable."""
-    req: Mapping[str, object] = (r or {}).get("requests") or {}  # type: ignore[assignment]
-    lim: Mapping[str, object] = (r or {}).get("limits") or {}  # type: ignore[assignment]
+    req: Mapping[str, object] = (r or {}).get("requests") or {}
+    lim: Mapping[str, object] = (r or {}).get("limits") or {}
     return Resources(
         cpu_millis(str(lim.get("cpu", 0))),
         cpu_millis(str(req.get("cpu", 0))),
@@ -103,10 +103,9 @@ def resources_of(r: Requirements | ResourceRequirements | None) -> Resources:
 def _encode_requirements(r: Requirements) -> str:
     r = normalize(r)
     parts = []
-    for part in ("limits", "requests"):  # the struct's field order
-        items = r.get(part)
-        if items:
-            parts.append((part, go_map({k: go_string(v) for k, v in items.items()})))  # type: ignore[attr-defined]
+    for part, items in (("limits", r.get("limits")), ("requests", r.get("requests"))):
+        if items:  # in the struct's field order
+            parts.append((part, go_map({k: go_string(v) for k, v in items.items()})))
     claims = r.get("claims")
     if claims:
         parts.append(
@@ -165,7 +164,7 @@ def _decode_requirements(v: Any, where: str) -> Requirements:
     for part in ("limits", "requests"):
         items = _decode_list(f.get(part), f"{where}.{part}")
         if items:
-            out[part] = items  # type: ignore[literal-required]
+            out[part] = items
     if f.get("claims"):
         if not isinstance(f["claims"], list):
             raise CheckpointError(f"{where}.claims: want a list")

@@ -28,7 +28,6 @@ from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
 from kubelet.cm.interfaces import (
-    Container,
     ContainerManagerError,
     ContainerUpdater,
     CPUPinning,
@@ -44,7 +43,7 @@ from kubelet.cm.topologymanager.topology_manager import (
 )
 from kubelet.features import Feature, FeatureGate
 from kubelet.lifecycle.predicate import Rejection
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, uid
 from kubelet.util import cpuset
 from kubelet.util.cpuset import format_cpus
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubelet.cm.container_manager import ContainerManager, ContainerManagerError, NodeConfig
+from kubelet.cm.container_manager import ContainerManager, NodeConfig
+from kubelet.cm.interfaces import ContainerManagerError
 from kubelet.cmd.options import KubeletServer
 from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, load_plugins
 from kubelet.cri import errors
@@ -136,13 +137,10 @@ def node_inputs(s: KubeletServer, name: str) -> NodeInputs:
     )
 
 
-async def start_node(
-    s: KubeletServer,
-    deps: Dependencies,
-    name: str,
-    stop: asyncio.Event,
-    cleanups: list[Callable[[], Any]],
-) -> Kubelet:
+async def _new_kubelet(
+    s: KubeletServer, deps: Dependencies, name: str
+) -> tuple[Kubelet, ContainerManager]:
+    """The Kubelet and its started container manager, from the flags and config."""
     from kubelet.cm.cpumanager.topology import discover as discover_cpus
     from kubelet.cm.resource_managers import apply_reserved_cpus
     from kubelet.cm.sysinfo import discover as discover_machine
@@ -175,8 +173,19 @@ async def start_node(
         container_manager=cm,
         credential_plugins=plugins,
     )
-    if s.config.run_once:
-        return k
+    return k, cm
+
+
+def _start_loops(
+    s: KubeletServer,
+    deps: Dependencies,
+    name: str,
+    k: Kubelet,
+    cm: ContainerManager,
+    stop: asyncio.Event,
+) -> Callable[[], Awaitable[None]]:
+    """Start the kubelet's loops, the container manager's and (cluster mode)
+    the node's; returns what stops them and closes the API clients."""
     stop_cm = asyncio.Event()
     cm_task = asyncio.create_task(cm.run(stop_cm), name="container-manager")
 
@@ -208,7 +217,20 @@ async def start_node(
             if c is not None:
                 await c.close()
 
-    cleanups.append(shutdown)
+    return shutdown
+
+
+async def start_node(
+    s: KubeletServer,
+    deps: Dependencies,
+    name: str,
+    stop: asyncio.Event,
+    cleanups: list[Callable[[], Any]],
+) -> Kubelet:
+    k, cm = await _new_kubelet(s, deps, name)
+    if s.config.run_once:
+        return k
+    cleanups.append(_start_loops(s, deps, name, k, cm, stop))
     return k
 
 

@@ -20,7 +20,7 @@ from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.store import KeyPair
 from kubelet.client.certificate import CertificateSource
-from kubelet.cm.container_manager import ContainerManagerError
+from kubelet.cm.interfaces import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.credentialprovider.plugin.plugins import PluginRegistrationError

@@ -18,7 +18,7 @@ import asyncio
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import kubelet
 from kubelet.container.runtime import PodStatus, empty_status
@@ -44,7 +44,7 @@ class PodCache(Protocol):
 
 @dataclass
 class Entry:
-    status: Any
+    status: PodStatus
     error: BaseException | None
     modified: float
 
@@ -59,7 +59,7 @@ class ReferenceCache:
         self._global_heap: list[tuple[float, int, str]] = []
         self._ids = itertools.count()
 
-    def get(self, uid: str) -> tuple[Any, BaseException | None]:
+    def get(self, uid: str) -> tuple[PodStatus, BaseException | None]:
         e = self._get(uid)
         return e.status, e.error
 
@@ -77,7 +77,9 @@ class ReferenceCache:
             return e if e is not None else Entry(empty_status(uid), None, self._timestamp)
         return None
 
-    async def get_newer_than(self, uid: str, min_time: float) -> tuple[Any, BaseException | None]:
+    async def get_newer_than(
+        self, uid: str, min_time: float
+    ) -> tuple[PodStatus, BaseException | None]:
         e = self._fresh(uid, min_time)
         if e is not None:
             return e.status, e.error
@@ -98,7 +100,9 @@ class ReferenceCache:
             if not lst:
                 del self._waiters[uid]
 
-    def set(self, uid: str, status: Any, error: BaseException | None, timestamp: float) -> None:
+    def set(
+        self, uid: str, status: PodStatus, error: BaseException | None, timestamp: float
+    ) -> None:
         e = Entry(status, error, timestamp)
         self._entries[uid] = e
         for min_time, _wid, fut in list(self._waiters.get(uid, ())):
@@ -131,27 +135,29 @@ class NativeCache:
         import kubelet_native
 
         self._core = kubelet_native.PodCacheCore()
-        self._futs: dict[int, asyncio.Future[tuple[Any, BaseException | None]]] = {}
+        self._futs: dict[int, asyncio.Future[tuple[PodStatus, BaseException | None]]] = {}
 
-    def get(self, uid: str) -> tuple[Any, BaseException | None]:
+    def get(self, uid: str) -> tuple[PodStatus, BaseException | None]:
         e = self._core.get(uid)
         if e is None:
             return empty_status(uid), None
-        return e[0], e[1]  # type: ignore[return-value]
+        return e[0], e[1]  # type: ignore[return-value]  # the core keeps what set() gave it
 
-    def _fresh(self, uid: str, min_time: float) -> tuple[Any, BaseException | None] | None:
+    def _fresh(self, uid: str, min_time: float) -> tuple[PodStatus, BaseException | None] | None:
         r = self._core.fresh(uid, min_time)
         if r is None:
             return None
         if not r[0]:
             return empty_status(uid), None
-        return r[1], r[2]  # type: ignore[return-value]
+        return r[1], r[2]  # type: ignore[return-value]  # the core keeps what set() gave it
 
-    async def get_newer_than(self, uid: str, min_time: float) -> tuple[Any, BaseException | None]:
+    async def get_newer_than(
+        self, uid: str, min_time: float
+    ) -> tuple[PodStatus, BaseException | None]:
         got = self._fresh(uid, min_time)
         if got is not None:
             return got
-        fut: asyncio.Future[tuple[Any, BaseException | None]]
+        fut: asyncio.Future[tuple[PodStatus, BaseException | None]]
         fut = asyncio.get_running_loop().create_future()
         wid = self._core.add_waiter(uid, min_time)
         self._futs[wid] = fut
@@ -161,7 +167,9 @@ class NativeCache:
             del self._futs[wid]
             self._core.remove_waiter(wid)  # a no-op when it was woken
 
-    def set(self, uid: str, status: Any, error: BaseException | None, timestamp: float) -> None:
+    def set(
+        self, uid: str, status: PodStatus, error: BaseException | None, timestamp: float
+    ) -> None:
         for wid in self._core.set(uid, status, error, timestamp):
             fut = self._futs.get(wid)
             if fut is not None and not fut.done():

@@ -9,7 +9,8 @@ else, are left as written.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+
+from kubelet.types import Container
 
 MappingFunc = Callable[[str], str]
 
@@ -56,7 +57,7 @@ def expand(text: str, mapping: MappingFunc) -> str:
 
 
 def expand_command_and_args(
-    container: Mapping[str, Any], envs: Sequence[tuple[str, str]]
+    container: Container, envs: Sequence[tuple[str, str]]
 ) -> tuple[list[str], list[str]]:
     """The container's command and args with references to its final
     environment expanded (ExpandContainerCommandAndArgs)."""

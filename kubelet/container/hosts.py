@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubelet.container.runtime import Mount
-from kubelet.types import Pod
+from kubelet.types import Container, Pod
 from kubelet.util.atomicfile import write_atomic
 
 ETC_HOSTS_PATH = "/etc/hosts"
@@ -90,7 +90,7 @@ def should_mount_hosts_file(pod: Pod, pod_ips: Sequence[str]) -> bool:
 
 def make_hosts_mount(
     pod: Pod,
-    container: Mapping[str, Any],
+    container: Container,
     pod_dir: str,
     pod_ips: Sequence[str],
     hostname: str,

@@ -134,7 +134,7 @@ class RemoteRuntimeService(_Base):
         metrics.STARTED_PODS.inc()
         start = time.perf_counter()
         try:
-            resp = await self._call(
+            resp: pb.RunPodSandboxResponse = await self._call(
                 "run_podsandbox",
                 self.stub.RunPodSandbox,
                 pb.RunPodSandboxRequest(config=config, runtime_handler=runtime_handler),
@@ -180,7 +180,7 @@ class RemoteRuntimeService(_Base):
     async def list_pod_sandbox(
         self, filter: pb.PodSandboxFilter | None = None
     ) -> list[pb.PodSandbox]:
-        resp = await self._call(
+        resp: pb.ListPodSandboxResponse = await self._call(
             "list_podsandbox",
             self.stub.ListPodSandbox,
             pb.ListPodSandboxRequest(filter=filter),
@@ -199,7 +199,7 @@ class RemoteRuntimeService(_Base):
     async def create_container(
         self, pod_sandbox_id: str, config: pb.ContainerConfig, sandbox_config: pb.PodSandboxConfig
     ) -> str:
-        resp = await self._call(
+        resp: pb.CreateContainerResponse = await self._call(
             "create_container",
             self.stub.CreateContainer,
             pb.CreateContainerRequest(
@@ -237,7 +237,7 @@ class RemoteRuntimeService(_Base):
         )
 
     async def list_containers(self, filter: pb.ContainerFilter | None = None) -> list[pb.Container]:
-        resp = await self._call(
+        resp: pb.ListContainersResponse = await self._call(
             "list_containers",
             self.stub.ListContainers,
             pb.ListContainersRequest(filter=filter),
@@ -300,7 +300,7 @@ class RemoteRuntimeService(_Base):
         req = pb.ExecRequest(
             container_id=container_id, cmd=cmd, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
         )
-        resp = await self._call("exec", self.stub.Exec, req, self.timeout)
+        resp: pb.ExecResponse = await self._call("exec", self.stub.Exec, req, self.timeout)
         return _stream_url("Exec", resp.url)
 
     async def attach(
@@ -309,12 +309,14 @@ class RemoteRuntimeService(_Base):
         req = pb.AttachRequest(
             container_id=container_id, tty=tty, stdin=stdin, stdout=stdout, stderr=stderr
         )
-        resp = await self._call("attach", self.stub.Attach, req, self.timeout)
+        resp: pb.AttachResponse = await self._call("attach", self.stub.Attach, req, self.timeout)
         return _stream_url("Attach", resp.url)
 
     async def port_forward(self, pod_sandbox_id: str, ports: list[int]) -> str:
         req = pb.PortForwardRequest(pod_sandbox_id=pod_sandbox_id, port=ports)
-        resp = await self._call("port_forward", self.stub.PortForward, req, self.timeout)
+        resp: pb.PortForwardResponse = await self._call(
+            "port_forward", self.stub.PortForward, req, self.timeout
+        )
         return _stream_url("PortForward", resp.url)
 
     async def checkpoint_container(self, container_id: str, location: str, timeout: float) -> None:
@@ -329,7 +331,7 @@ class RemoteRuntimeService(_Base):
         await self._call("checkpoint_container", self.stub.CheckpointContainer, req, seconds)
 
     async def container_stats(self, container_id: str) -> pb.ContainerStats:
-        resp = await self._call(
+        resp: pb.ContainerStatsResponse = await self._call(
             "container_stats",
             self.stub.ContainerStats,
             pb.ContainerStatsRequest(container_id=container_id),
@@ -340,7 +342,7 @@ class RemoteRuntimeService(_Base):
     async def list_container_stats(
         self, filter: pb.ContainerStatsFilter | None = None
     ) -> list[pb.ContainerStats]:
-        resp = await self._call(
+        resp: pb.ListContainerStatsResponse = await self._call(
             "list_container_stats",
             self.stub.ListContainerStats,
             pb.ListContainerStatsRequest(filter=filter),
@@ -351,7 +353,7 @@ class RemoteRuntimeService(_Base):
     async def list_pod_sandbox_stats(
         self, filter: pb.PodSandboxStatsFilter | None = None
     ) -> list[pb.PodSandboxStats]:
-        resp = await self._call(
+        resp: pb.ListPodSandboxStatsResponse = await self._call(
             "list_podsandbox_stats",
             self.stub.ListPodSandboxStats,
             pb.ListPodSandboxStatsRequest(filter=filter),
@@ -383,13 +385,13 @@ class RemoteImageService(_Base):
         self.stub = pb_grpc.ImageServiceStub(self.channel)
 
     async def list_images(self, filter: pb.ImageFilter | None = None) -> list[pb.Image]:
-        resp = await self._call(
+        resp: pb.ListImagesResponse = await self._call(
             "list_images", self.stub.ListImages, pb.ListImagesRequest(filter=filter), self.timeout
         )
         return list(resp.images)
 
     async def image_status(self, image: pb.ImageSpec, verbose: bool = False) -> pb.Image | None:
-        resp = await self._call(
+        resp: pb.ImageStatusResponse = await self._call(
             "image_status",
             self.stub.ImageStatus,
             pb.ImageStatusRequest(image=image, verbose=verbose),
@@ -404,7 +406,7 @@ class RemoteImageService(_Base):
         sandbox_config: pb.PodSandboxConfig | None = None,
     ) -> str:
         # Pulls are long-running: no deadline, as upstream.
-        resp = await self._call(
+        resp: pb.PullImageResponse = await self._call(
             "pull_image",
             self.stub.PullImage,
             pb.PullImageRequest(image=image, auth=auth, sandbox_config=sandbox_config),

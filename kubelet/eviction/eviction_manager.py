@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubelet import metrics
+from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction import local_storage
 from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
 from kubelet.eviction.thresholds import (
@@ -95,7 +96,7 @@ def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
 class EvictionManager:
     def __init__(
         self,
-        config: Any,
+        config: KubeletConfiguration,
         pods: Callable[[], list[Pod]],
         evict: EvictFn,
         usage: Callable[[], Mapping[str, int]],

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
+from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction import signals as sig
 from kubelet.eviction.signals import DiskLayout
 from kubelet.util.duration import parse_duration
@@ -72,7 +72,7 @@ def _amount(value: str, capacity: int) -> float:
     return float(parse_quantity(value))
 
 
-def thresholds(config: Any) -> list[Threshold]:
+def thresholds(config: KubeletConfiguration) -> list[Threshold]:
     """evictionHard then evictionSoft; with enforceNodeAllocatable `pods`, the
     hard memory.available threshold also holds allocatableMemory.available."""
     reclaim = config.eviction_minimum_reclaim or {}

@@ -41,7 +41,7 @@ from kubelet.kuberuntime.helpers import (
     pod_grace_period,
 )
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
-from kubelet.kuberuntime.kuberuntime_image import ImageManager, Secret
+from kubelet.kuberuntime.kuberuntime_image import ImageManager
 from kubelet.kuberuntime.kuberuntime_termination_order import TerminationOrdering
 from kubelet.kuberuntime.security_context import (
     SecurityContextError,
@@ -57,7 +57,7 @@ from kubelet.kuberuntime.termination import (
     termination_message_host_path,
 )
 from kubelet.lifecycle.handlers import HandlerRunner
-from kubelet.types import Container, LifecycleHandler, Pod, name, namespace, uid
+from kubelet.types import Container, LifecycleHandler, Pod, Secret, name, namespace, uid
 from kubelet.util.duration import format_duration
 
 log = logging.getLogger(__name__)

@@ -277,8 +277,8 @@ class ContainerGC:
                     keys[n] = seen[ids[n]] = (c.labels.get(POD_UID, ""), c.metadata.name)
         if len(seen) > 2 * len(ids) + 1024:
             # Containers removed by others (the pod workers) leave entries behind.
-            self._keys = dict(zip(ids, keys, strict=True))  # type: ignore[arg-type]
-        return keys  # type: ignore[return-value]
+            self._keys = dict(zip(ids, keys, strict=True))  # type: ignore[arg-type]  # no None left
+        return keys  # type: ignore[return-value]  # every None was filled in above
 
     async def _enforce_per_unit(
         self, units: dict[tuple[str, str], list[pb.Container]], keep: int, result: GCResult

@@ -37,7 +37,6 @@ from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, contai
 from kubelet.kuberuntime.kuberuntime_image import (
     ImageManager,
     PullSecretsGetter,
-    Secret,
 )
 from kubelet.kuberuntime.kuberuntime_sandbox import (
     CreateSandboxError,
@@ -62,7 +61,7 @@ from kubelet.kuberuntime.pod_resize import (
 from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
-from kubelet.types import Container, Pod, host_network, is_static, name, namespace, uid
+from kubelet.types import Container, Pod, Secret, host_network, is_static, name, namespace, uid
 from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 __all__ = ["PodActions", "RuntimeManager", "SyncResult"]

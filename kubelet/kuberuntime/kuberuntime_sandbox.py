@@ -198,7 +198,7 @@ class SandboxManager:
 def _port_mappings(pod: Pod) -> list[pb.PortMapping]:
     return [
         pb.PortMapping(
-            protocol=pb.Protocol.Value(p.get("protocol", "TCP")),
+            protocol=p.get("protocol", "TCP"),  # the enum value by name
             container_port=int(p["containerPort"]),
             host_port=int(p["hostPort"]),
             host_ip=p.get("hostIP", ""),

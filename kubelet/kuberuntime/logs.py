@@ -272,12 +272,12 @@ def log_container_id(status: Mapping[str, object] | None, pod: str, container: s
     request means, from the pod's API status (validateContainerLogStatus upstream)."""
     entries: list[dict[str, object]] = []
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        entries.extend((status or {}).get(key) or [])  # type: ignore[arg-type]
+        entries.extend((status or {}).get(key) or [])  # type: ignore[arg-type]  # API JSON: lists of objects
     cs = next((e for e in entries if e.get("name") == container), None)
     if cs is None:
         raise LogTargetError(f'container "{container}" in pod "{pod}" is not available')
-    state: dict[str, dict[str, str]] = cs.get("state") or {}  # type: ignore[assignment]
-    last: dict[str, dict[str, str]] = cs.get("lastState") or {}  # type: ignore[assignment]
+    state: dict[str, dict[str, str]] = cs.get("state") or {}  # type: ignore[assignment]  # API JSON
+    last: dict[str, dict[str, str]] = cs.get("lastState") or {}  # type: ignore[assignment]  # API JSON
     last_id = (last.get("terminated") or {}).get("containerID", "")
     if previous:
         if not last_id:

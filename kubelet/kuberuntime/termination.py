@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from kubelet.kuberuntime.logs import LogOptions, read_logs
+from kubelet.types import CONTAINER_KINDS, Pod, containers_of
 from kubelet.util import filesystem
 
 log = logging.getLogger(__name__)
@@ -198,11 +199,11 @@ def cri_log_tail_reader(log_path: str) -> LogTailReader:
     return read
 
 
-def pod_message_budget(pod: Mapping[str, Any]) -> int:
+def pod_message_budget(pod: Pod) -> int:
     """Bytes of termination message each container status may keep: 12 KiB shared
     by all containers, init and ephemeral ones included."""
     spec = pod.get("spec") or {}
-    n = sum(len(spec.get(k) or []) for k in ("containers", "initContainers", "ephemeralContainers"))
+    n = sum(len(containers_of(spec, kind)) for kind in CONTAINER_KINDS)
     return MAX_POD_TERMINATION_MESSAGE_LENGTH // n if n else MAX_POD_TERMINATION_MESSAGE_LENGTH
 
 

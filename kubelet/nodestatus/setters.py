@@ -192,19 +192,19 @@ _CONDITIONS = (
 )  # fmt: skip
 
 
-def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any]:
-    """Node.status from the inputs; transition times carry over from `old` when unchanged."""
-    now = now_rfc3339()
+def _conditions(inp: NodeInputs, old: dict[str, Any] | None, now: str) -> list[dict[str, str]]:
+    """The pressure conditions and Ready; a condition keeps its transition time
+    from `old` while its status is the same."""
     prev = {c["type"]: c for c in (old or {}).get("conditions", [])}
 
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, str]:
         before = prev.get(ctype)
-        changed = before is None or before.get("status") != status
+        same = before is not None and before.get("status") == status
         return {
             "type": ctype,
             "status": status,
             "lastHeartbeatTime": now,
-            "lastTransitionTime": now if changed else before["lastTransitionTime"],  # type: ignore[index]
+            "lastTransitionTime": before["lastTransitionTime"] if same and before else now,
             "reason": reason,
             "message": message,
         }
@@ -223,10 +223,10 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
         conditions.append(cond("Ready", "False", "KubeletNotReady", ", ".join(problems)))
     else:
         conditions.append(cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
+    return conditions
 
-    cap = capacity(inp)
-    addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
-    addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
+
+def _node_info(inp: NodeInputs) -> dict[str, Any]:
     m = inp.machine
     node_info: dict[str, Any] = {
         "machineID": m.machine_id,
@@ -242,13 +242,22 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     }
     if m.swap_capacity:  # NodeSwap (GA): the node's swap, when it has any
         node_info["swap"] = {"capacity": m.swap_capacity}
+    return node_info
+
+
+def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any]:
+    """Node.status from the inputs; transition times carry over from `old` when unchanged."""
+    conditions = _conditions(inp, old, now_rfc3339())
+    cap = capacity(inp)
+    addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
+    addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
     return {
         "capacity": cap,
         "allocatable": allocatable(inp, cap),
         "conditions": conditions,
         "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": inp.config.port}},
-        "nodeInfo": node_info,
+        "nodeInfo": _node_info(inp),
         "images": inp.images()[: max(0, inp.config.node_status_max_images)]
         if inp.config.node_status_max_images >= 0
         else inp.images(),

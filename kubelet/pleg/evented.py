@@ -13,10 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Protocol
 
+from kubelet.container.cache import PodCache
+from kubelet.container.runtime import PodStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.types import RuntimeService
+from kubelet.pleg.generic import GenericPLEG
 from kubelet.pleg.pleg import (
     CONTAINER_DIED,
     CONTAINER_REMOVED,
@@ -38,8 +42,20 @@ _TYPES = {
 }
 
 
+class EventStatuses(Protocol):
+    """The pod status a container event carries (the runtime manager)."""
+
+    async def status_from_event(self, ev: pb.ContainerEventResponse) -> PodStatus: ...
+
+
 class EventedPLEG:
-    def __init__(self, runtime: Any, runtime_manager: Any, generic: Any, cache: Any) -> None:
+    def __init__(
+        self,
+        runtime: RuntimeService,
+        runtime_manager: EventStatuses,
+        generic: GenericPLEG,
+        cache: PodCache,
+    ) -> None:
         self.runtime = runtime
         self.runtime_manager = runtime_manager
         self.generic = generic

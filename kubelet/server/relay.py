@@ -96,7 +96,7 @@ class Endpoint:
         while got < CHUNK:
             try:
                 # With a buffer, read() returns a count (the stubs say bytes).
-                n = cast(int, t.obj.read(CHUNK - got, self.view[got:]))  # type: ignore[arg-type]
+                n = cast(int, t.obj.read(CHUNK - got, self.view[got:]))
                 if n == 0:
                     return got  # the peer's close_notify (0 once the data is out)
                 got += n
@@ -280,7 +280,7 @@ class Relay:
     def _post(self, fut: asyncio.Future[Answer] | asyncio.Future[None], value: object) -> None:
         def set_it() -> None:
             if not fut.done():
-                fut.set_result(value)  # type: ignore[arg-type]
+                fut.set_result(value)  # type: ignore[arg-type]  # callers pair each future with its own kind of value
 
         try:
             self._loop.call_soon_threadsafe(set_it)

@@ -76,7 +76,9 @@ class SimRuntime:
             runtime_handlers=[pb.RuntimeHandler(name="", features=pb.RuntimeHandlerFeatures())],
         )
 
-    async def RuntimeConfig(self, req: Any, ctx: aio.ServicerContext) -> pb.RuntimeConfigResponse:
+    async def RuntimeConfig(
+        self, req: pb.RuntimeConfigRequest, ctx: aio.ServicerContext
+    ) -> pb.RuntimeConfigResponse:
         driver = self.rt.opts.cgroup_driver
         if not driver:
             await ctx.abort(grpc.StatusCode.UNIMPLEMENTED, "method RuntimeConfig not implemented")
@@ -86,16 +88,22 @@ class SimRuntime:
             )
         )
 
-    async def UpdateRuntimeConfig(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def UpdateRuntimeConfig(
+        self, req: pb.UpdateRuntimeConfigRequest, ctx: aio.ServicerContext
+    ) -> pb.UpdateRuntimeConfigResponse:
         return pb.UpdateRuntimeConfigResponse()
 
-    async def RunPodSandbox(self, req: pb.RunPodSandboxRequest, ctx: aio.ServicerContext) -> Any:
+    async def RunPodSandbox(
+        self, req: pb.RunPodSandboxRequest, ctx: aio.ServicerContext
+    ) -> pb.RunPodSandboxResponse:
         sid = await self._guard(
             lambda: self.rt.run_pod_sandbox(req.config, req.runtime_handler), ctx
         )
         return pb.RunPodSandboxResponse(pod_sandbox_id=sid)
 
-    async def StopPodSandbox(self, req: pb.StopPodSandboxRequest, ctx: aio.ServicerContext) -> Any:
+    async def StopPodSandbox(
+        self, req: pb.StopPodSandboxRequest, ctx: aio.ServicerContext
+    ) -> pb.StopPodSandboxResponse:
         if not req.pod_sandbox_id:
             await ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "PodSandboxId should not be empty")
         await self._guard(lambda: self.rt.stop_pod_sandbox(req.pod_sandbox_id), ctx)
@@ -103,7 +111,7 @@ class SimRuntime:
 
     async def RemovePodSandbox(
         self, req: pb.RemovePodSandboxRequest, ctx: aio.ServicerContext
-    ) -> Any:
+    ) -> pb.RemovePodSandboxResponse:
         if not req.pod_sandbox_id:
             await ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "PodSandboxId should not be empty")
         await self._guard(lambda: self.rt.remove_pod_sandbox(req.pod_sandbox_id), ctx)
@@ -111,7 +119,7 @@ class SimRuntime:
 
     async def PodSandboxStatus(
         self, req: pb.PodSandboxStatusRequest, ctx: aio.ServicerContext
-    ) -> Any:
+    ) -> pb.PodSandboxStatusResponse:
         sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
         statuses = [
             self.rt.containers[c].status() for c in sb.containers if c in self.rt.containers
@@ -120,7 +128,9 @@ class SimRuntime:
             status=sb.status(), containers_statuses=statuses, timestamp=now_ns()
         )
 
-    async def ListPodSandbox(self, req: pb.ListPodSandboxRequest, ctx: aio.ServicerContext) -> Any:
+    async def ListPodSandbox(
+        self, req: pb.ListPodSandboxRequest, ctx: aio.ServicerContext
+    ) -> pb.ListPodSandboxResponse | bytes:
         t = time.perf_counter()
         f = req.filter
         if not req.HasField("filter"):
@@ -151,29 +161,35 @@ class SimRuntime:
 
     async def CreateContainer(
         self, req: pb.CreateContainerRequest, ctx: aio.ServicerContext
-    ) -> Any:
+    ) -> pb.CreateContainerResponse:
         cid = await self._guard(
             lambda: self.rt.create_container(req.pod_sandbox_id, req.config), ctx
         )
         return pb.CreateContainerResponse(container_id=cid)
 
-    async def StartContainer(self, req: pb.StartContainerRequest, ctx: aio.ServicerContext) -> Any:
+    async def StartContainer(
+        self, req: pb.StartContainerRequest, ctx: aio.ServicerContext
+    ) -> pb.StartContainerResponse:
         await self._guard(lambda: self.rt.start_container(req.container_id), ctx)
         return pb.StartContainerResponse()
 
-    async def StopContainer(self, req: pb.StopContainerRequest, ctx: aio.ServicerContext) -> Any:
+    async def StopContainer(
+        self, req: pb.StopContainerRequest, ctx: aio.ServicerContext
+    ) -> pb.StopContainerResponse:
         await self._guard(lambda: self.rt.stop_container(req.container_id, int(req.timeout)), ctx)
         return pb.StopContainerResponse()
 
     async def RemoveContainer(
         self, req: pb.RemoveContainerRequest, ctx: aio.ServicerContext
-    ) -> Any:
+    ) -> pb.RemoveContainerResponse:
         if not req.container_id:
             await ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "ContainerId should not be empty")
         await self._guard(lambda: self.rt.remove_container(req.container_id), ctx)
         return pb.RemoveContainerResponse()
 
-    async def ListContainers(self, req: pb.ListContainersRequest, ctx: aio.ServicerContext) -> Any:
+    async def ListContainers(
+        self, req: pb.ListContainersRequest, ctx: aio.ServicerContext
+    ) -> pb.ListContainersResponse | bytes:
         t = time.perf_counter()
         rt = self.rt
         if not req.HasField("filter"):
@@ -205,18 +221,22 @@ class SimRuntime:
 
     async def ContainerStatus(
         self, req: pb.ContainerStatusRequest, ctx: aio.ServicerContext
-    ) -> Any:
+    ) -> pb.ContainerStatusResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         return pb.ContainerStatusResponse(status=c.status())
 
-    async def UpdateContainerResources(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def UpdateContainerResources(
+        self, req: pb.UpdateContainerResourcesRequest, ctx: aio.ServicerContext
+    ) -> pb.UpdateContainerResourcesResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         if req.HasField("linux"):
             c.config.linux.resources.CopyFrom(req.linux)
             self.rt._changed()
         return pb.UpdateContainerResourcesResponse()
 
-    async def ReopenContainerLog(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def ReopenContainerLog(
+        self, req: pb.ReopenContainerLogRequest, ctx: aio.ServicerContext
+    ) -> pb.ReopenContainerLogResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         if c.state != RUNNING:
             await ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, "container is not running")
@@ -224,23 +244,25 @@ class SimRuntime:
             open(c.log_path, "ab").close()  # noqa: ASYNC230 (creates an empty file: no wait)
         return pb.ReopenContainerLogResponse()
 
-    async def ExecSync(self, req: pb.ExecSyncRequest, ctx: aio.ServicerContext) -> Any:
+    async def ExecSync(
+        self, req: pb.ExecSyncRequest, ctx: aio.ServicerContext
+    ) -> pb.ExecSyncResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         if c.state != RUNNING:
             await ctx.abort(grpc.StatusCode.UNKNOWN, f"container {c.id} is not running")
         return _exec(list(req.cmd), c, self.rt)
 
-    async def Exec(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def Exec(self, req: pb.ExecRequest, ctx: aio.ServicerContext) -> Any:
         await ctx.abort(
             grpc.StatusCode.UNIMPLEMENTED, "exec is not supported by the simulated runtime"
         )
 
-    async def Attach(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def Attach(self, req: pb.AttachRequest, ctx: aio.ServicerContext) -> Any:
         await ctx.abort(
             grpc.StatusCode.UNIMPLEMENTED, "attach is not supported by the simulated runtime"
         )
 
-    async def PortForward(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def PortForward(self, req: pb.PortForwardRequest, ctx: aio.ServicerContext) -> Any:
         await ctx.abort(
             grpc.StatusCode.UNIMPLEMENTED, "port-forward is not supported by the simulated runtime"
         )
@@ -280,7 +302,9 @@ class SimRuntime:
             ),
         )
 
-    async def CheckpointContainer(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def CheckpointContainer(
+        self, req: pb.CheckpointContainerRequest, ctx: aio.ServicerContext
+    ) -> pb.CheckpointContainerResponse:
         if not self.rt.opts.checkpoint:
             # What grpc-go answers for a method the server does not have.
             await ctx.abort(
@@ -290,11 +314,15 @@ class SimRuntime:
         await self._guard(lambda: self.rt.checkpoint_container(req.container_id, req.location), ctx)
         return pb.CheckpointContainerResponse()
 
-    async def ContainerStats(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def ContainerStats(
+        self, req: pb.ContainerStatsRequest, ctx: aio.ServicerContext
+    ) -> pb.ContainerStatsResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         return pb.ContainerStatsResponse(stats=self._stats(c))
 
-    async def ListContainerStats(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def ListContainerStats(
+        self, req: pb.ListContainerStatsRequest, ctx: aio.ServicerContext
+    ) -> pb.ListContainerStatsResponse:
         f = req.filter
         out = [
             self._stats(c)
@@ -305,7 +333,9 @@ class SimRuntime:
         ]
         return pb.ListContainerStatsResponse(stats=out)
 
-    async def PodSandboxStats(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def PodSandboxStats(
+        self, req: pb.PodSandboxStatsRequest, ctx: aio.ServicerContext
+    ) -> pb.PodSandboxStatsResponse:
         sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
         return pb.PodSandboxStatsResponse(stats=self._sandbox_stats(sb))
 
@@ -336,7 +366,9 @@ class SimRuntime:
             ),
         )
 
-    async def ListPodSandboxStats(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def ListPodSandboxStats(
+        self, req: pb.ListPodSandboxStatsRequest, ctx: aio.ServicerContext
+    ) -> pb.ListPodSandboxStatsResponse:
         f = req.filter
         out = [
             self._sandbox_stats(sb)
@@ -364,7 +396,9 @@ class SimRuntime:
             self.rt.listeners.remove(push)
 
     # ------------------------------------------------------------- images
-    async def ListImages(self, req: pb.ListImagesRequest, ctx: aio.ServicerContext) -> Any:
+    async def ListImages(
+        self, req: pb.ListImagesRequest, ctx: aio.ServicerContext
+    ) -> pb.ListImagesResponse:
         want = req.filter.image.image if req.HasField("filter") else ""
         imgs = [
             i
@@ -373,14 +407,18 @@ class SimRuntime:
         ]
         return pb.ListImagesResponse(images=imgs)
 
-    async def ImageStatus(self, req: pb.ImageStatusRequest, ctx: aio.ServicerContext) -> Any:
+    async def ImageStatus(
+        self, req: pb.ImageStatusRequest, ctx: aio.ServicerContext
+    ) -> pb.ImageStatusResponse:
         ref = req.image.image
         if not ref:
             await ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "image reference should not be empty")
         img = self.rt.images.get(normalize_image(ref)) or self.rt._image_by_id(ref)
         return pb.ImageStatusResponse(image=img) if img else pb.ImageStatusResponse()
 
-    async def PullImage(self, req: pb.PullImageRequest, ctx: aio.ServicerContext) -> Any:
+    async def PullImage(
+        self, req: pb.PullImageRequest, ctx: aio.ServicerContext
+    ) -> pb.PullImageResponse:
         ref = req.image.image
         if not ref:
             await ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "image reference should not be empty")
@@ -397,7 +435,9 @@ class SimRuntime:
         self.rt._changed()
         return pb.PullImageResponse(image_ref=img.id)
 
-    async def RemoveImage(self, req: pb.RemoveImageRequest, ctx: aio.ServicerContext) -> Any:
+    async def RemoveImage(
+        self, req: pb.RemoveImageRequest, ctx: aio.ServicerContext
+    ) -> pb.RemoveImageResponse:
         ref = req.image.image
         img = self.rt.images.get(normalize_image(ref)) or self.rt._image_by_id(ref)
         if img is not None:
@@ -405,7 +445,9 @@ class SimRuntime:
                 del self.rt.images[k]
         return pb.RemoveImageResponse()
 
-    async def ImageFsInfo(self, req: Any, ctx: aio.ServicerContext) -> Any:
+    async def ImageFsInfo(
+        self, req: pb.ImageFsInfoRequest, ctx: aio.ServicerContext
+    ) -> pb.ImageFsInfoResponse:
         used = sum(i.size for i in self.rt.images.values())
         return pb.ImageFsInfoResponse(
             image_filesystems=[

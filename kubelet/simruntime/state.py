@@ -61,7 +61,7 @@ class Sandbox:
     created_at: int
     ip: str
     runtime_handler: str
-    state: int = pb.SANDBOX_READY
+    state: pb.PodSandboxState = pb.SANDBOX_READY
     containers: set[str] = field(default_factory=set)
     _framed: bytes | None = None  # this sandbox inside a List response, until it changes
 
@@ -75,7 +75,7 @@ class Sandbox:
         return pb.PodSandbox(
             id=self.id,
             metadata=c.metadata,
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             created_at=self.created_at,
             labels=c.labels,
             annotations=c.annotations,
@@ -92,7 +92,7 @@ class Sandbox:
         return pb.PodSandboxStatus(
             id=self.id,
             metadata=c.metadata,
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             created_at=self.created_at,
             network=pb.PodSandboxNetworkStatus(ip="" if host_net else self.ip),
             linux=pb.LinuxPodSandboxStatus(
@@ -118,7 +118,7 @@ class Container:
     log_path: str
     behavior: Behavior
     created_at: int
-    state: int = CREATED
+    state: pb.ContainerState = CREATED
     started_at: int = 0
     finished_at: int = 0
     exit_code: int = 0
@@ -144,7 +144,7 @@ class Container:
             metadata=c.metadata,
             image=c.image,
             image_ref=self.image_ref,
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             created_at=self.created_at,
             labels=c.labels,
             annotations=c.annotations,
@@ -156,7 +156,7 @@ class Container:
         return pb.ContainerStatus(
             id=self.id,
             metadata=c.metadata,
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             created_at=self.created_at,
             started_at=self.started_at,
             finished_at=self.finished_at,
@@ -234,13 +234,13 @@ class Runtime:
     def _changed(self) -> None:
         self.generation += 1
 
-    def _emit(self, c: Container, etype: int) -> None:
+    def _emit(self, c: Container, etype: pb.ContainerEventType) -> None:
         if not self.listeners:
             return
         sb = self.sandboxes.get(c.sandbox_id)
         ev = pb.ContainerEventResponse(
             container_id=c.id,
-            container_event_type=etype,  # type: ignore[arg-type]
+            container_event_type=etype,
             created_at=now_ns(),
             pod_sandbox_status=sb.status() if sb else None,
             containers_statuses=[

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import resource
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import kubelet
 from kubelet.stats import reference
 from kubelet.stats.types import CgroupStats
 
 native: ModuleType | None
-if kubelet.__impl__ == "native":
+if TYPE_CHECKING:
+    # Both implementations have the interface cgstats.pyi declares (the
+    # equivalence tests hold the reference to it): type the names below by it.
+    from kubelet.stats import cgstats as impl
+elif kubelet.__impl__ == "native":
     try:
         from kubelet.stats import cgstats
     except ImportError as err:  # never fall back to the slow path silently

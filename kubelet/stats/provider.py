@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kubelet import stats
 from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts, pod_resources
-from kubelet.container.runtime import PodStatus
+from kubelet.container.runtime import PodStatus, SandboxStatus
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
 from kubelet.stats.summary import add_pressure, cgroup_pressure, cgroup_swap, node_swap
@@ -49,8 +49,8 @@ from kubelet.stats.types import (
     CgroupStats,
     working_set,
 )
-from kubelet.stats.volumes import VolumeUsage
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
+from kubelet.volume.metrics import VolumeUsage
 
 log = logging.getLogger(__name__)
 
@@ -255,17 +255,13 @@ class StatsProvider:
             cached = self._cached = (now, fields, out, rows)
         return cached[2], cached[3], time.time() - (now - cached[0])
 
-    def _collect(
-        self, now: float, fields: frozenset[str] | None = None
-    ) -> tuple[dict[str, Any], list[CgroupRow]]:
-        self.collections += 1
-        ts = _now()
-        pods = self.pods()
-        # One batch: the root cgroup, then per pod its cgroup followed by the
-        # cgroups of its running containers and ready sandboxes.
+    def _plan(self) -> tuple[list[str], list[tuple[Pod, str, PodStatus | None, int]]]:
+        """One batch of cgroups to read: the root cgroup, then per pod its
+        cgroup followed by the cgroups of its ready sandboxes and running
+        containers; and per pod (pod, its cgroup, its status, its index)."""
         rels = [""]
         plan: list[tuple[Pod, str, PodStatus | None, int]] = []
-        for p in pods:
+        for p in self.pods():
             rel = self._pod_cgroup(p)
             status = self.pod_status(uid(p)) if self.pod_status is not None else None
             plan.append((p, rel, status, len(rels)))
@@ -273,6 +269,32 @@ class StatsProvider:
             if status is not None:
                 rels.extend(f"{rel}/{sb.id}" for sb in status.sandboxes if sb.ready)
                 rels.extend(f"{rel}/{c.id}" for c in status.running())
+        return rels, plan
+
+    def _pod_summary(
+        self, p: Pod, st: CgroupStats, containers: list[CgroupRow], now: float, ts: str
+    ) -> dict[str, Any]:
+        """One pod's entry of the summary (PodStats)."""
+        key = uid(p)
+        out = {
+            "podRef": {"name": name(p), "namespace": namespace(p), "uid": key},
+            "startTime": (p.get("status") or {}).get("startTime"),
+            **self._cpu_and_memory(key, now, ts, st),
+            "process_stats": {"process_count": st.pids_current},
+            "containers": [self._container_summary(r, now, ts) for r in containers],
+        }
+        self._extras(out, ts, st)
+        volumes = self.volume_usage(key)
+        if volumes:
+            out["volume"] = [v.to_api(ts) for v in volumes]
+        return out
+
+    def _collect(
+        self, now: float, fields: frozenset[str] | None = None
+    ) -> tuple[dict[str, Any], list[CgroupRow]]:
+        self.collections += 1
+        ts = _now()
+        rels, plan = self._plan()
         with self._lock:
             parsed = self._parse(rels, fields)
             self._reader.retain(rels)
@@ -298,31 +320,7 @@ class StatsProvider:
                 p, rel, status, parsed, i + 1, rows, network_io=fields is None
             )
             seen.update(r.name for r in containers)
-            pod_out.append(
-                {
-                    "podRef": {"name": name(p), "namespace": namespace(p), "uid": key},
-                    "startTime": (p.get("status") or {}).get("startTime"),
-                    "cpu": {
-                        "time": ts,
-                        "usageNanoCores": self._rate(key, now, st.cpu_usage_ns),
-                        "usageCoreNanoSeconds": st.cpu_usage_ns,
-                    },
-                    "memory": {
-                        "time": ts,
-                        "usageBytes": st.memory_usage,
-                        "workingSetBytes": st.memory_working_set,
-                        "rssBytes": st.memory_rss,
-                        "pageFaults": st.pgfault,
-                        "majorPageFaults": st.pgmajfault,
-                    },
-                    "process_stats": {"process_count": st.pids_current},
-                    "containers": [self._container_summary(r, now, ts) for r in containers],
-                }
-            )
-            self._extras(pod_out[-1], ts, st)
-            volumes = self.volume_usage(key)
-            if volumes:
-                pod_out[-1]["volume"] = [v.to_api(ts) for v in volumes]
+            pod_out.append(self._pod_summary(p, st, containers, now, ts))
         for key in list(self._prev):
             if key not in seen and key != "node":
                 del self._prev[key]
@@ -344,19 +342,12 @@ class StatsProvider:
         ns, pod_name = namespace(p), name(p)
         # Resources and interfaces: only /metrics/cadvisor (network_io) shows them.
         res = pod_resources(p) if network_io else {}
-        network: tuple[Interface, ...] = ()
         start = 0.0
         sandboxes = [sb for sb in status.sandboxes if sb.ready] if status else []
         running = status.running() if status else []
         if sandboxes:
             start = sandboxes[0].created_at / 1e9
-        if network_io and not host_network(p):
-            # The pod's network namespace, through any process of the pod.
-            pid = first_pid(self._procs_file(f"{rel}/{sandboxes[0].id}")) if sandboxes else None
-            if pid is None:
-                pid = first_pid(self._procs_file(rel))
-            if pid is not None:
-                network = tuple(read_net_dev(f"/proc/{pid}/net/dev") or ())
+        network = self._pod_network(p, rel, sandboxes) if network_io else ()
         pod_stats = parsed[j - 1]
         rows.append(
             CgroupRow(f"/{rel}", ns, pod_name, "", "", "", start, pod_stats,
@@ -382,12 +373,8 @@ class StatsProvider:
                 continue
             spec = specs.get(c.name)
             shares = quota = period = limit = None
-            if spec is not None and self.container_resources is not None and network_io:
-                r = self.container_resources(p, spec)
-                shares = r.cpu_shares or None
-                quota = r.cpu_quota or None
-                period = r.cpu_period or 100000  # the kernel's default when unset
-                limit = r.memory_limit_in_bytes or None
+            if spec is not None and network_io:
+                shares, quota, period, limit = self._container_limits(p, spec)
             out.append(
                 CgroupRow(f"/{rel}/{c.id}", ns, pod_name, c.name, c.id, c.image,
                           c.started_at / 1e9, st, shares, quota, period, limit)
@@ -395,19 +382,43 @@ class StatsProvider:
         rows.extend(out)
         return out
 
+    def _pod_network(
+        self, p: Pod, rel: str, sandboxes: list[SandboxStatus]
+    ) -> tuple[Interface, ...]:
+        """The interfaces of the pod's network namespace, read through any
+        process of the pod (none for a host-network pod)."""
+        if host_network(p):
+            return ()
+        pid = first_pid(self._procs_file(f"{rel}/{sandboxes[0].id}")) if sandboxes else None
+        if pid is None:
+            pid = first_pid(self._procs_file(rel))
+        if pid is None:
+            return ()
+        return tuple(read_net_dev(f"/proc/{pid}/net/dev") or ())
+
+    def _container_limits(
+        self, p: Pod, spec: Container
+    ) -> tuple[int | None, int | None, int | None, int | None]:
+        """cpu shares, quota and period and the memory limit the container's
+        cgroup was given (None: unset)."""
+        if self.container_resources is None:
+            return None, None, None, None
+        r = self.container_resources(p, spec)
+        period = r.cpu_period or 100000  # the kernel's default when unset
+        return r.cpu_shares or None, r.cpu_quota or None, period, r.memory_limit_in_bytes or None
+
     def _extras(self, out: dict[str, Any], ts: str, st: CgroupStats) -> dict[str, Any]:
         """Swap, and with KubeletPSI the pressure, of one cgroup's summary."""
         cgroup_swap(out, ts, st)
         return cgroup_pressure(out, ts, st) if self.psi else out
 
-    def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
-        st = r.stats
-        out: dict[str, Any] = {
-            "name": r.container,
-            "startTime": _rfc3339(int(r.start_time * 1e9)),
+    def _cpu_and_memory(self, key: str, now: float, ts: str, st: CgroupStats) -> dict[str, Any]:
+        """The CPUStats and MemoryStats of one pod's or container's cgroup
+        (key: what its usage rate is kept under)."""
+        return {
             "cpu": {
                 "time": ts,
-                "usageNanoCores": self._rate(r.name, now, st.cpu_usage_ns),
+                "usageNanoCores": self._rate(key, now, st.cpu_usage_ns),
                 "usageCoreNanoSeconds": st.cpu_usage_ns,
             },
             "memory": {
@@ -418,6 +429,14 @@ class StatsProvider:
                 "pageFaults": st.pgfault,
                 "majorPageFaults": st.pgmajfault,
             },
+        }
+
+    def _container_summary(self, r: CgroupRow, now: float, ts: str) -> dict[str, Any]:
+        st = r.stats
+        out: dict[str, Any] = {
+            "name": r.container,
+            "startTime": _rfc3339(int(r.start_time * 1e9)),
+            **self._cpu_and_memory(r.name, now, ts, st),
         }
         return self._extras(out, ts, st)
 

@@ -25,6 +25,7 @@ are exact and written down here:
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from typing import Any
@@ -262,8 +263,11 @@ def _v1(root: str, path: str, files: int) -> CgroupStats:
 
 
 def _only(st: CgroupStats, fmask: int) -> CgroupStats:
-    vals = st.as_tuple()
-    return CgroupStats(*(v if fmask >> k & 1 else None for k, v in enumerate(vals)))
+    out = copy.copy(st)
+    for k, field in enumerate(FIELDS):
+        if not fmask >> k & 1:
+            setattr(out, field, None)
+    return out
 
 
 def parse_cgroups(

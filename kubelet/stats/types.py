@@ -3,8 +3,6 @@ return equal objects for equal input."""
 
 from __future__ import annotations
 
-from typing import Any
-
 # (avg10, avg60, avg300, total) for one PSI line; None when that line is absent.
 PSILine = tuple[float, float, float, int] | None
 # (some, full) for one resource's pressure file; None when the file is absent.
@@ -54,32 +52,32 @@ class CgroupStats:
     # and the loop cost ~1.6 us each, a tenth of the native parse of a whole cgroup.
     def __init__(
         self,
-        cpu_usage_ns: Any,
-        cpu_user_ns: Any,
-        cpu_system_ns: Any,
-        cpu_nr_periods: Any,
-        cpu_nr_throttled: Any,
-        cpu_throttled_ns: Any,
-        memory_usage: Any,
-        memory_working_set: Any,
-        memory_rss: Any,
-        memory_cache: Any,
-        memory_inactive_file: Any,
-        memory_limit: Any,
-        memory_oom_kill: Any,
-        pgfault: Any,
-        pgmajfault: Any,
-        io_read_bytes: Any,
-        io_write_bytes: Any,
-        io_read_ops: Any,
-        io_write_ops: Any,
-        pids_current: Any,
-        pids_max: Any,
-        swap_usage: Any,
-        swap_limit: Any,
-        cpu_pressure: Any,
-        memory_pressure: Any,
-        io_pressure: Any,
+        cpu_usage_ns: int | None,
+        cpu_user_ns: int | None,
+        cpu_system_ns: int | None,
+        cpu_nr_periods: int | None,
+        cpu_nr_throttled: int | None,
+        cpu_throttled_ns: int | None,
+        memory_usage: int | None,
+        memory_working_set: int | None,
+        memory_rss: int | None,
+        memory_cache: int | None,
+        memory_inactive_file: int | None,
+        memory_limit: int | None,
+        memory_oom_kill: int | None,
+        pgfault: int | None,
+        pgmajfault: int | None,
+        io_read_bytes: int | None,
+        io_write_bytes: int | None,
+        io_read_ops: int | None,
+        io_write_ops: int | None,
+        pids_current: int | None,
+        pids_max: int | None,
+        swap_usage: int | None,
+        swap_limit: int | None,
+        cpu_pressure: PSI,
+        memory_pressure: PSI,
+        io_pressure: PSI,
     ) -> None:
         self.cpu_usage_ns = cpu_usage_ns
         self.cpu_user_ns = cpu_user_ns
@@ -108,10 +106,10 @@ class CgroupStats:
         self.memory_pressure = memory_pressure
         self.io_pressure = io_pressure
 
-    def as_tuple(self) -> tuple[Any, ...]:
+    def as_tuple(self) -> tuple[int | PSI, ...]:
         return tuple(getattr(self, f) for f in FIELDS)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, int | PSI]:
         return {f: getattr(self, f) for f in FIELDS}
 
     def __eq__(self, other: object) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet import types as v1
@@ -15,7 +16,7 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Container, Pod, host_network, is_static, qos_class, restart_policy
+from kubelet.types import Container, Pod, host_network, qos_class, restart_policy
 
 
 class ProbeResults(Protocol):
@@ -125,6 +126,75 @@ def is_sidecar(c: Container) -> bool:
     return c.get("restartPolicy") == "Always"
 
 
+def _runtime_entry(
+    c: Container,
+    instances: list[ContainerStatus],
+    before: v1.ContainerStatus | None,
+    default_reason: str,
+    budget: int,
+) -> v1.ContainerStatus:
+    """A container's status from its two newest runtime instances, or from its
+    previous status when the runtime has none (yet, or any more)."""
+    cur = instances[0] if instances else None
+    prev = instances[1] if len(instances) > 1 else None
+    entry: v1.ContainerStatus = {
+        "name": c["name"],
+        "image": c["image"],
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"waiting": {"reason": default_reason}},
+        "lastState": {},
+    }
+    if cur is None and before is not None:
+        if "terminated" in (before.get("state") or {}):
+            return before.copy()  # gone from the runtime: its end stays known
+        entry["restartCount"] = before.get("restartCount", 0)
+        entry["lastState"] = before.get("lastState") or {}
+    if cur is not None:
+        entry["containerID"] = cur.container_id
+        entry["imageID"] = cur.image_id
+        entry["restartCount"] = cur.restart_count
+        entry["state"] = _state(cur, budget)
+        if prev is not None and prev.state == EXITED:
+            entry["lastState"] = _state(prev, budget)
+    return entry
+
+
+def _started_ready(
+    c: Container,
+    cur: ContainerStatus | None,
+    entry: v1.ContainerStatus,
+    probes: ProbeResults | None,
+    regular_init: bool,
+) -> tuple[bool, bool]:
+    """Started: running, and its startup probe (if any) succeeded. Ready:
+    started and its readiness probe (if any) succeeded; a regular init
+    container is ready once it exited 0."""
+    started = ready = False
+    if cur is not None and cur.state == RUNNING:
+        started = probes is None or probes.is_started(c, cur.id)
+        ready = started and (probes is None or probes.is_ready(c, cur.id))
+    if regular_init:
+        term = entry["state"].get("terminated")
+        ready = term is not None and term.get("exitCode") == 0
+    return started, ready
+
+
+def _show_waiting(
+    entry: v1.ContainerStatus, cur: ContainerStatus | None, reason: tuple[str, str], budget: int
+) -> None:
+    """A container waiting to (re)start shows why, and the run before it."""
+    if cur is not None and cur.state == EXITED:
+        entry["lastState"] = _state(cur, budget)
+    w: v1.ContainerStateWaiting = {"reason": reason[0]}
+    if reason[1]:
+        w["message"] = reason[1]
+    entry["state"] = {"waiting": w}
+    entry["ready"] = entry["started"] = False
+
+
 def container_statuses(
     specs: Sequence[Container],
     status: PodStatus,
@@ -144,60 +214,16 @@ def container_statuses(
     out = []
     for c in specs:
         cname = c["name"]
-        sidecar = init and is_sidecar(c)
+        regular_init = init and not is_sidecar(c)
         instances = status.all_named(cname)
         cur = instances[0] if instances else None
-        prev = instances[1] if len(instances) > 1 else None
-        entry: v1.ContainerStatus = {
-            "name": cname,
-            "image": c["image"],
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"waiting": {"reason": default_reason}},
-            "lastState": {},
-        }
-        before = old.get(cname)
-        if cur is None and before is not None:
-            if "terminated" in (before.get("state") or {}):
-                entry = before.copy()  # gone from the runtime: its end stays known
-            else:
-                entry["restartCount"] = before.get("restartCount", 0)
-                entry["lastState"] = before.get("lastState") or {}
-        if cur is not None:
-            entry["containerID"] = cur.container_id
-            entry["imageID"] = cur.image_id
-            entry["restartCount"] = cur.restart_count
-            entry["state"] = _state(cur, budget)
-            if prev is not None and prev.state == EXITED:
-                entry["lastState"] = _state(prev, budget)
-        running = cur is not None and cur.state == RUNNING
-        # Started: running, and its startup probe (if any) succeeded. Ready:
-        # started and its readiness probe (if any) succeeded; a regular init
-        # container is ready once it exited 0.
-        started = ready = False
-        if cur is not None and running:
-            started = probes is None or probes.is_started(c, cur.id)
-            ready = started and (probes is None or probes.is_ready(c, cur.id))
-        if init and not sidecar:
-            term = entry["state"].get("terminated")
-            ready = term is not None and term.get("exitCode") == 0
-        entry["ready"] = ready
-        entry["started"] = started
+        entry = _runtime_entry(c, instances, old.get(cname), default_reason, budget)
+        entry["started"], entry["ready"] = _started_ready(c, cur, entry, probes, regular_init)
         reason = waiting.get(cname)
-        done_init = (
-            init and not sidecar and cur is not None and cur.state == EXITED and cur.exit_code == 0
-        )
+        running = cur is not None and cur.state == RUNNING
+        done_init = regular_init and cur is not None and cur.state == EXITED and cur.exit_code == 0
         if reason and not running and not done_init:
-            # A container waiting to (re)start shows why, and the run before it.
-            if cur is not None and cur.state == EXITED:
-                entry["lastState"] = _state(cur, budget)
-            w: v1.ContainerStateWaiting = {"reason": reason[0]}
-            if reason[1]:
-                w["message"] = reason[1]
-            entry["state"] = {"waiting": w}
-            entry["ready"] = entry["started"] = False
+            _show_waiting(entry, cur, reason, budget)
         if ephemeral:
             # Not probed, not part of readiness: upstream leaves `started` unset.
             entry.pop("started", None)
@@ -206,20 +232,12 @@ def container_statuses(
     return out
 
 
-def get_phase(
-    pod: Pod,
-    init_st: list[v1.ContainerStatus],
-    st: list[v1.ContainerStatus],
-    initialized: bool = False,
-    terminal: bool = False,
-) -> str:
-    """getPhase: regular init containers gate the pod; sidecars only while the
-    pod has not initialized and never count towards its completion.
-    initialized: a regular container has run in the current sandbox."""
-    policy = restart_policy(pod)
-    sidecars = {c["name"] for c in pod["spec"].get("initContainers") or [] if is_sidecar(c)}
-    pending_init = pending_sidecars = failed_init = 0
-    running = waiting = stopped = succeeded = 0
+def _count_init(
+    init_st: list[v1.ContainerStatus], sidecars: set[str]
+) -> tuple[int, int, int, int, int]:
+    """getPhase's init container counts: (pending regular, pending sidecars,
+    failed regular, running sidecars, waiting sidecars)."""
+    pending_init = pending_sidecars = failed_init = running = waiting = 0
     for s in init_st:
         state = s["state"]
         last = s.get("lastState") or {}
@@ -240,6 +258,23 @@ def get_phase(
             failed_init += last["terminated"]["exitCode"] != 0
         else:
             pending_init += 1
+    return pending_init, pending_sidecars, failed_init, running, waiting
+
+
+def get_phase(
+    pod: Pod,
+    init_st: list[v1.ContainerStatus],
+    st: list[v1.ContainerStatus],
+    initialized: bool = False,
+    terminal: bool = False,
+) -> str:
+    """getPhase: regular init containers gate the pod; sidecars only while the
+    pod has not initialized and never count towards its completion.
+    initialized: a regular container has run in the current sandbox."""
+    policy = restart_policy(pod)
+    sidecars = {c["name"] for c in pod["spec"].get("initContainers") or [] if is_sidecar(c)}
+    pending_init, pending_sidecars, failed_init, running, waiting = _count_init(init_st, sidecars)
+    stopped = succeeded = 0
     for s in st:
         state = s["state"]
         if "running" in state:
@@ -285,104 +320,6 @@ def _foreign_conditions(
     return out
 
 
-UNKNOWN_TERMINATION: v1.ContainerStateTerminated = {
-    "exitCode": 137,
-    "reason": "ContainerStatusUnknown",
-    "message": "The container could not be located when the pod was terminated",
-}
-
-
-def _has_initialized(pod: Pod, status: v1.PodStatus) -> bool:
-    """hasPodInitialized: a regular container ever left Waiting, or the last init
-    container completed (a sidecar: started)."""
-    init_specs = pod["spec"].get("initContainers") or []
-    if not init_specs:
-        return True
-    for c in status.get("containerStatuses") or []:
-        if "terminated" in (c.get("lastState") or {}) or "waiting" not in c.get("state", {}):
-            return True
-    inits = status.get("initContainerStatuses") or []
-    if not inits or len(inits) > len(init_specs):
-        return False
-    last, spec = inits[-1], init_specs[len(inits) - 1]
-    if is_sidecar(spec):
-        return "running" in last.get("state", {}) and bool(last.get("started"))
-    ends = [
-        (last.get("lastState") or {}).get("terminated"),
-        last.get("state", {}).get("terminated"),
-    ]
-    return any(t is not None and t.get("exitCode") == 0 for t in ends)
-
-
-def _tried(c: v1.ContainerStatus) -> bool:
-    return "waiting" not in c.get("state", {}) or "terminated" in (c.get("lastState") or {})
-
-
-def terminate_pod(pod: Pod, status: v1.PodStatus) -> v1.PodStatus:
-    """TerminatePod: the status a pod ends with once its containers are stopped.
-    Once it has initialized, a regular container with no final state ended
-    unknown (137); so did every init container up to the last one that tried
-    to start (at least the first); regular containers of a pod that never
-    initialized keep waiting. A pod that is not static and not yet Succeeded
-    or Failed is Failed."""
-    out = status.copy()
-
-    def unknown(c: v1.ContainerStatus) -> v1.ContainerStatus:
-        if "terminated" in c.get("state", {}):
-            return c
-        ended = c.copy()
-        ended["state"] = {"terminated": UNKNOWN_TERMINATION.copy()}
-        return ended
-
-    if _has_initialized(pod, status):
-        out["containerStatuses"] = [unknown(c) for c in status.get("containerStatuses") or []]
-    inits = list(status.get("initContainerStatuses") or [])
-    if inits:
-        tried = max((i for i, c in enumerate(inits) if _tried(c)), default=0)
-        out["initContainerStatuses"] = [
-            unknown(c) if i <= tried else c for i, c in enumerate(inits)
-        ]
-    if not is_static(pod) and out.get("phase") not in ("Succeeded", "Failed"):
-        out["phase"] = "Failed"
-    return out
-
-
-def failed_status(
-    old: v1.PodStatus,
-    pod: Pod,
-    reason: str,
-    message: str,
-    condition: v1.PodCondition | None = None,
-    tracking: bool = True,
-) -> v1.PodStatus:
-    """The status a kill by the kubelet leaves (killPodFunc's status function):
-    Failed with reason and message, plus a condition such as DisruptionTarget,
-    which takes the place of one of its type (keeping its transition time when
-    its status is the same)."""
-    out = old.copy()
-    out["phase"], out["reason"], out["message"] = "Failed", reason, message
-    if condition is None:
-        return out
-    conditions = list(old.get("conditions") or [])
-    at = next((i for i, c in enumerate(conditions) if c.get("type") == condition["type"]), None)
-    before = conditions[at] if at is not None else None
-    c: v1.PodCondition = {"lastProbeTime": None, **condition}
-    c["lastTransitionTime"] = (
-        before["lastTransitionTime"]
-        if before and before.get("status") == c["status"] and before.get("lastTransitionTime")
-        else now()
-    )
-    gen = condition_observed_generation(conditions, generation(pod), c["type"], tracking)
-    if gen:
-        c["observedGeneration"] = gen
-    if at is None:
-        conditions.append(c)
-    else:
-        conditions[at] = c
-    out["conditions"] = conditions
-    return out
-
-
 def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
     return any(
@@ -392,18 +329,14 @@ def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     )
 
 
-def generate(
+def _all_statuses(
     pod: Pod,
     status: PodStatus,
     waiting: dict[str, tuple[str, str]],
-    node_ips: list[str],
-    old: v1.PodStatus | None,
-    probes: ProbeResults | None = None,
-    tracking: bool = True,
-) -> v1.PodStatus:
-    """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
-    kubelet condition then reports the pod generation the status was made from)."""
-    old = old or {}
+    old: v1.PodStatus,
+    probes: ProbeResults | None,
+) -> tuple[list[v1.ContainerStatus], list[v1.ContainerStatus], list[v1.ContainerStatus]]:
+    """The init, regular and ephemeral container statuses of the pod."""
     spec = pod["spec"]
     init_specs = spec.get("initContainers") or []
     has_init = bool(init_specs)
@@ -419,18 +352,26 @@ def generate(
     eph_st = container_statuses(
         eph_specs, status, waiting, False, old_e, None, budget, has_init, ephemeral=True
     )
-    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
-    # Terminal is terminal: a pod never leaves Succeeded or Failed.
-    if old.get("phase") in ("Succeeded", "Failed"):
-        phase = old["phase"]
-    sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
-    old_conditions = old.get("conditions") or []
-    prev_conds = {c["type"]: c for c in old_conditions}
-    gen = generation(pod)
+    return init_st, st, eph_st
 
-    def cond(ctype: str, ok: bool, reason: str = "", message: str = "") -> v1.PodCondition:
+
+@dataclass(frozen=True)
+class _Conditions:
+    """Makes the kubelet's pod conditions from its previous status: a condition
+    keeps its transition time while its status stays the same."""
+
+    old: list[v1.PodCondition]
+    by_type: dict[str, v1.PodCondition]  # the old conditions by type
+    generation: int
+    tracking: bool
+
+    @classmethod
+    def of(cls, old: list[v1.PodCondition], gen: int, tracking: bool) -> _Conditions:
+        return cls(old, {c["type"]: c for c in old}, gen, tracking)
+
+    def make(self, ctype: str, ok: bool, reason: str = "", message: str = "") -> v1.PodCondition:
         status_s = "True" if ok else "False"
-        before = prev_conds.get(ctype)
+        before = self.by_type.get(ctype)
         c: v1.PodCondition = {
             "type": ctype,
             "status": status_s,
@@ -439,7 +380,7 @@ def generate(
             if before and before["status"] == status_s
             else now(),
         }
-        observed = condition_observed_generation(old_conditions, gen, ctype, tracking)
+        observed = condition_observed_generation(self.old, self.generation, ctype, self.tracking)
         if observed:
             c["observedGeneration"] = observed
         if reason:
@@ -448,8 +389,16 @@ def generate(
             c["message"] = message
         return c
 
-    # Initialized (GeneratePodInitializedCondition): regular init containers
-    # ready, sidecars started; true for good once a regular container ran.
+
+def _initialized(
+    cond: _Conditions,
+    phase: str,
+    init_specs: list[Container],
+    init_st: list[v1.ContainerStatus],
+    st: list[v1.ContainerStatus],
+) -> v1.PodCondition:
+    """Initialized (GeneratePodInitializedCondition): regular init containers
+    ready, sidecars started; true for good once a regular container ran."""
     incomplete = [
         s["name"]
         for s, c in zip(init_st, init_specs, strict=True)
@@ -457,49 +406,91 @@ def generate(
     ]
     regular_started = any("running" in s["state"] or "terminated" in s["state"] for s in st)
     if phase == "Succeeded":
-        initialized = cond("Initialized", True, "PodCompleted")
-    elif regular_started or not incomplete:
-        initialized = cond("Initialized", True)
-    else:
-        initialized = cond(
-            "Initialized",
-            False,
-            "ContainersNotInitialized",
-            f"containers with incomplete status: [{' '.join(incomplete)}]",
-        )
-    # ContainersReady and Ready: sidecars and regular containers, never
-    # ephemeral ones; a finished pod is not ready.
+        return cond.make("Initialized", True, "PodCompleted")
+    if regular_started or not incomplete:
+        return cond.make("Initialized", True)
+    return cond.make(
+        "Initialized",
+        False,
+        "ContainersNotInitialized",
+        f"containers with incomplete status: [{' '.join(incomplete)}]",
+    )
+
+
+def _readiness(
+    phase: str,
+    init_specs: list[Container],
+    init_st: list[v1.ContainerStatus],
+    st: list[v1.ContainerStatus],
+) -> tuple[bool, str, str]:
+    """ContainersReady's (ok, reason, message), Ready's before the readiness
+    gates: sidecars and regular containers count, never ephemeral ones; a
+    finished pod is not ready."""
     unready = [
         s["name"]
         for s, c in zip(init_st, init_specs, strict=True)
         if is_sidecar(c) and not s["ready"]
     ] + [s["name"] for s in st if not s["ready"]]
     if phase in ("Succeeded", "Failed"):
-        why = "PodCompleted" if phase == "Succeeded" else "PodFailed"
-        ready_args: tuple[bool, str, str] = (False, why, "")
-    elif unready:
-        ready_args = (
+        return (False, "PodCompleted" if phase == "Succeeded" else "PodFailed", "")
+    if unready:
+        return (
             False,
             "ContainersNotReady",
             f"containers with unready status: [{' '.join(unready)}]",
         )
-    else:
-        ready_args = (True, "", "")
+    return (True, "", "")
+
+
+def _set_pod_ips(
+    out: v1.PodStatus, pod: Pod, status: PodStatus, node_ips: list[str], old: v1.PodStatus
+) -> None:
+    """podIP(s): the node's for a host-network pod, else the sandbox's, else
+    what the previous status had (a sandbox being recreated has none)."""
+    ips = node_ips if host_network(pod) else status.ips
+    if ips:
+        out["podIP"] = ips[0]
+        out["podIPs"] = [{"ip": ip} for ip in ips]
+    elif old_ip := old.get("podIP"):
+        out["podIP"], out["podIPs"] = old_ip, old.get("podIPs", [])
+
+
+def generate(
+    pod: Pod,
+    status: PodStatus,
+    waiting: dict[str, tuple[str, str]],
+    node_ips: list[str],
+    old: v1.PodStatus | None,
+    probes: ProbeResults | None = None,
+    tracking: bool = True,
+) -> v1.PodStatus:
+    """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
+    kubelet condition then reports the pod generation the status was made from)."""
+    old = old or {}
+    init_specs = pod["spec"].get("initContainers") or []
+    init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
+    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
+    # Terminal is terminal: a pod never leaves Succeeded or Failed.
+    if old.get("phase") in ("Succeeded", "Failed"):
+        phase = old["phase"]
+    sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
+    cond = _Conditions.of(old.get("conditions") or [], generation(pod), tracking)
+    ready_args = _readiness(phase, init_specs, init_st, st)
     # The API's copy of the pod carries the conditions others own.
     api_conditions = (pod.get("status") or {}).get("conditions") or []
-    foreign = _foreign_conditions(api_conditions, prev_conds.get(DISRUPTION_TARGET))
-    ready_cond = cond("Ready", *ready_args)
+    foreign = _foreign_conditions(api_conditions, cond.by_type.get(DISRUPTION_TARGET))
+    ready_cond = cond.make("Ready", *ready_args)
     if ready_args[0]:
         gates = readiness_gates_unready(pod, api_conditions)
         if gates:
-            ready_cond = cond("Ready", False, READINESS_GATES_NOT_READY, ", ".join(gates))
+            ready_cond = cond.make("Ready", False, READINESS_GATES_NOT_READY, ", ".join(gates))
     conditions = [
         *foreign,
-        cond("PodReadyToStartContainers", sandbox_ready),
-        initialized,
+        cond.make("PodReadyToStartContainers", sandbox_ready),
+        _initialized(cond, phase, init_specs, init_st, st),
         ready_cond,
-        cond("ContainersReady", *ready_args),
-        cond("PodScheduled", True),
+        cond.make("ContainersReady", *ready_args),
+        cond.make("PodScheduled", True),
     ]
     out: v1.PodStatus = {
         "phase": phase,
@@ -514,10 +505,5 @@ def generate(
         out["initContainerStatuses"] = init_st
     if eph_st:
         out["ephemeralContainerStatuses"] = eph_st
-    ips = node_ips if host_network(pod) else status.ips
-    if ips:
-        out["podIP"] = ips[0]
-        out["podIPs"] = [{"ip": ip} for ip in ips]
-    elif old_ip := old.get("podIP"):
-        out["podIP"], out["podIPs"] = old_ip, old.get("podIPs", [])
+    _set_pod_ips(out, pod, status, node_ips, old)
     return out

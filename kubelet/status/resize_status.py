@@ -68,14 +68,14 @@ def apply(
 ) -> None:
     """Fill the resize fields of a generated status in place."""
     if alloc:
-        for key in ("containerStatuses", "initContainerStatuses"):
-            for cs in api.get(key) or []:  # type: ignore[attr-defined]
+        for statuses in (api.get("containerStatuses"), api.get("initContainerStatuses")):
+            for cs in statuses or []:
                 a = alloc.get(cs["name"])
                 if a is None:  # not resizable: init containers, ephemeral ones
                     continue
                 act = (actuated or {}).get(cs["name"])
                 cs["resources"] = status_resources(a, runtime, cs["name"], act)
                 if a.get("requests"):
-                    cs["allocatedResources"] = copy.deepcopy(a["requests"])
+                    cs["allocatedResources"] = dict(a["requests"])  # strings: a copy is deep
     if conditions:
         api["conditions"] = [*(api.get("conditions") or []), *copy.deepcopy(conditions)]

@@ -23,13 +23,16 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubelet import metrics
 from kubelet import types as v1
 from kubelet.status.generation import status_observed_generation
 from kubelet.types import JSONObject, Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue
+
+if TYPE_CHECKING:
+    from kubelet.client.rest import APIClient
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +142,7 @@ def status_patch(api: Mapping[str, Any], ours: Mapping[str, Any]) -> JSONObject:
 class StatusManager:
     def __init__(
         self,
-        client: Any = None,
+        client: APIClient | None = None,
         api_pod: Callable[[str], Pod | None] | None = None,
         desired_pod: Callable[[str], Pod | None] | None = None,
         mirror_of: Callable[[Pod], Pod | None] | None = None,
@@ -292,6 +295,7 @@ class StatusManager:
     async def _sync_pod(self, u: str) -> None:
         from kubelet.client.rest import APIError
 
+        assert self.client is not None  # run() syncs only with an API client
         target = self._target(u)
         if target is None:
             return  # not in the API (yet), or a static pod without a mirror pod
@@ -334,6 +338,7 @@ class StatusManager:
     async def _delete(self, u: str, path: str, target_uid: str) -> None:
         from kubelet.client.rest import APIError
 
+        assert self.client is not None  # run() syncs only with an API client
         options = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",

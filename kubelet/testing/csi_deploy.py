@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet.testing import images
+from kubelet.testing import images, oci
 from kubelet.testing.csi import DRIVER_NAME, binary
 
 IMAGE = "localhost/kubeletpy/csi-parts:test"
@@ -32,8 +32,8 @@ SIDECARS = ("csi-hostpath", "csi-registrar", "csi-provisioner", "csi-attacher")
 def build_image(path: str) -> str:
     """The parts' image as an OCI tarball (for `ctr images import`)."""
     files = {f"bin/{name}": images._read(binary(name)) for name in SIDECARS}
-    layer = images._layer(files, {}, [], {name: 0o755 for name in files})
-    return images.write_oci_tar(path, IMAGE, [images.busybox_layer(), layer], [], ["sh"])
+    layer = oci.layer_tar(files, {}, [], {name: 0o755 for name in files})
+    return oci.write_oci_tar(path, IMAGE, [images.busybox_layer(), layer], [], ["sh"])
 
 
 @dataclass

@@ -14,8 +14,6 @@ host's curl with its libraries, which the lifecycle hook tests call), nonroot
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import json
 import os
 import re
@@ -25,6 +23,8 @@ import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
+
+from kubelet.testing.oci import layer_tar, write_oci_tar
 
 BUSYBOX_REF = "docker.io/library/busybox:1.36"
 PAUSE_REF = "registry.k8s.io/pause:3.10"
@@ -58,117 +58,6 @@ int main(void) {
 """
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes | None = None, *, mode: int = 0o755,
-         link: str = "", directory: bool = False) -> None:  # fmt: skip
-    info = tarfile.TarInfo(name)
-    info.mtime = 0
-    info.uid = info.gid = 0
-    if directory:
-        info.type, info.mode = tarfile.DIRTYPE, mode
-        tar.addfile(info)
-    elif link:
-        info.type, info.linkname = tarfile.SYMTYPE, link
-        tar.addfile(info)
-    else:
-        assert data is not None
-        info.size, info.mode = len(data), mode
-        tar.addfile(info, io.BytesIO(data))
-
-
-def _layer(
-    files: dict[str, bytes],
-    links: dict[str, str],
-    dirs: list[str],
-    modes: dict[str, int] | None = None,
-) -> bytes:
-    modes = modes or {}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in dirs:
-            _add(tar, d, mode=modes.get(d, 0o755), directory=True)
-        for name, data in files.items():
-            default = 0o755 if name.startswith(("bin/", "pause")) else 0o644
-            _add(tar, name, data, mode=modes.get(name, default))
-        for name, target in links.items():
-            _add(tar, name, link=target)
-    return buf.getvalue()
-
-
-def _blob(blobs: dict[str, bytes], data: bytes) -> dict[str, object]:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    blobs[digest] = data
-    return {"digest": digest, "size": len(data)}
-
-
-def write_oci_tar(
-    path: str,
-    ref: str | list[str],
-    layer: bytes | list[bytes],
-    entrypoint: list[str],
-    cmd: list[str],
-    *,
-    env: list[str] | None = None,
-    user: str = "",
-) -> str:
-    """An OCI image layout in a tar that `ctr images import` takes; returns path.
-
-    Several references name the same image; layers go bottom first.
-    """
-    refs = [ref] if isinstance(ref, str) else ref
-    layers = [layer] if isinstance(layer, bytes) else layer
-    blobs: dict[str, bytes] = {}
-    layer_descs = [
-        {"mediaType": "application/vnd.oci.image.layer.v1.tar", **_blob(blobs, data)}
-        for data in layers
-    ]
-    image_config: dict[str, object] = {
-        "Entrypoint": entrypoint or None,
-        "Cmd": cmd or None,
-        "Env": env or ["PATH=/bin:/usr/bin"],
-    }
-    if user:
-        image_config["User"] = user
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "config": image_config,
-        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in layer_descs]},
-    }
-    config_desc = {
-        "mediaType": "application/vnd.oci.image.config.v1+json",
-        **_blob(blobs, json.dumps(config, sort_keys=True).encode()),
-    }
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config_desc,
-        "layers": layer_descs,
-    }
-    manifest_blob = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
-    index = {
-        "schemaVersion": 2,
-        "manifests": [
-            {
-                "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                **manifest_blob,
-                "annotations": {
-                    "io.containerd.image.name": r,
-                    "org.opencontainers.image.ref.name": r.rsplit(":", 1)[1],
-                },
-            }
-            for r in refs
-        ],
-    }
-    with tarfile.open(path, "w") as tar:
-        _add(tar, "oci-layout", json.dumps({"imageLayoutVersion": "1.0.0"}).encode(), mode=0o644)
-        _add(tar, "index.json", json.dumps(index).encode(), mode=0o644)
-        _add(tar, "blobs", directory=True)
-        _add(tar, "blobs/sha256", directory=True)
-        for digest, data in blobs.items():
-            _add(tar, f"blobs/sha256/{digest.split(':')[1]}", data, mode=0o644)
-    return path
-
-
 def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
     with open(busybox, "rb") as fh:
         binary = fh.read()
@@ -184,7 +73,7 @@ def busybox_layer(busybox: str = "/bin/busybox") -> bytes:
     dirs = ["bin", "etc", "tmp", "root", "proc", "sys", "dev", "home", "usr", "usr/bin", "var"]
     # /tmp as in every distribution's image: a pod running as a non-root user
     # (the restricted pod security profile) writes there.
-    return _layer(files, links, dirs, {"tmp": 0o1777})
+    return layer_tar(files, links, dirs, {"tmp": 0o1777})
 
 
 def compile_static(source: str, name: str) -> bytes:
@@ -204,7 +93,7 @@ def compile_static(source: str, name: str) -> bytes:
 
 
 def pause_layer() -> bytes:
-    return _layer({"pause": compile_static(PAUSE_C, "pause")}, {}, ["dev", "proc", "sys"])
+    return layer_tar({"pause": compile_static(PAUSE_C, "pause")}, {}, ["dev", "proc", "sys"])
 
 
 def _read(path: str) -> bytes:
@@ -230,7 +119,9 @@ def agnhost_layer(agnhost: str, porter_dir: str) -> bytes:
         ),
     }
     modes = {"agnhost": 0o755}
-    return _layer(files, {"agnhost-2": "agnhost"}, ["uploads", "home/user-defined-in-image"], modes)
+    return layer_tar(
+        files, {"agnhost-2": "agnhost"}, ["uploads", "home/user-defined-in-image"], modes
+    )
 
 
 def host_binaries_layer(binaries: list[str]) -> bytes:
@@ -249,13 +140,13 @@ def host_binaries_layer(binaries: list[str]) -> bytes:
         parts = d.split("/")
         parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
     modes = {name: 0o755 for name in files}
-    return _layer(files, {}, sorted(parents), modes)
+    return layer_tar(files, {}, sorted(parents), modes)
 
 
 def nonewprivs_layer(nnp: str) -> bytes:
     # setuid root: the test checks that allowPrivilegeEscalation=false defeats it.
     files = {"usr/local/bin/nnp": _read(nnp)}
-    return _layer(files, {}, ["usr/local", "usr/local/bin"], {"usr/local/bin/nnp": 0o4755})
+    return layer_tar(files, {}, ["usr/local", "usr/local/bin"], {"usr/local/bin/nnp": 0o4755})
 
 
 def build_e2e(directory: str, bindir: str, k8s_src: str) -> dict[str, str]:
@@ -488,7 +379,7 @@ def binaries_layer(binaries: dict[str, str]) -> bytes:
     for name in files:
         parts = name.split("/")[:-1]
         parents.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return _layer(files, {}, sorted(parents), {name: 0o755 for name in files})
+    return layer_tar(files, {}, sorted(parents), {name: 0o755 for name in files})
 
 
 def nginx_layer() -> bytes:
@@ -507,7 +398,7 @@ def nginx_layer() -> bytes:
     dirs = ["etc", "etc/nginx", "usr", "usr/share", "usr/share/nginx", "usr/share/nginx/html",
             "var", "var/log", "var/log/nginx", "var/lib", "var/lib/nginx", "var/cache",
             "var/cache/nginx", "run"]  # fmt: skip
-    return _layer(files, {}, dirs)
+    return layer_tar(files, {}, dirs)
 
 
 def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> ImageSet:
@@ -517,7 +408,7 @@ def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> Imag
     util-linux IPC tools); kitten and nautilus (agnhost serving their
     pictures); the sample device plugin (bindir/sample-device-plugin, static)."""
     out = build_e2e(directory, bindir, k8s_src)
-    base = [busybox_layer(), _layer({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])]
+    base = [busybox_layer(), layer_tar({"bin/nmeter": compile_static(NMETER_C, "nmeter")}, {}, [])]
 
     def image(name: str, ref: str | list[str], layers: list[bytes], entry: list[str],
               cmd: list[str]) -> str:  # fmt: skip
@@ -546,9 +437,9 @@ def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> Imag
     out[AGNHOST_REF] = image("agnhost", AGNHOST_REF, agnhost, ["/agnhost"], ["pause"])
     for ref, name in ((KITTEN_REF, "kitten"), (NAUTILUS_REF, "nautilus")):
         html = os.path.join(k8s_src, "test", "images", name, "html")
-        page = _layer({f: _read(os.path.join(html, f)) for f in os.listdir(html)}, {}, [])
+        page = layer_tar({f: _read(os.path.join(html, f)) for f in os.listdir(html)}, {}, [])
         out[ref] = image(name, ref, [*agnhost, page], ["/agnhost"], ["test-webserver"])
-    plugin = _layer({"sampledeviceplugin": _read(os.path.join(bindir, "sample-device-plugin"))},
+    plugin = layer_tar({"sampledeviceplugin": _read(os.path.join(bindir, "sample-device-plugin"))},
                     {}, [], {"sampledeviceplugin": 0o755})  # fmt: skip
     out[SAMPLE_DEVICE_PLUGIN_REF] = image(
         "sample-device-plugin", SAMPLE_DEVICE_PLUGIN_REF, [plugin],

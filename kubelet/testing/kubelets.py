@@ -76,6 +76,22 @@ TEST_EVICTION_HARD = {
 }
 
 
+def _write_config(
+    workdir: Path, config: Mapping[str, Any] | None, ports: Mapping[str, int]
+) -> Path:
+    """The kubelet's config file in workdir: the test defaults, the ports (when
+    they are not flags) and `config` over them."""
+    path = workdir / "kubelet-config.yaml"
+    doc = {**CONFIG_HEADER, "evictionHard": TEST_EVICTION_HARD, **ports, **(config or {})}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _optional_flags(*pairs: tuple[str, str | Path | None]) -> list[str]:
+    """`flag value` for each pair whose value is given."""
+    return [arg for flag, value in pairs if value is not None for arg in (flag, str(value))]
+
+
 class KubeletProcess:
     """A kubelet command in `workdir`: its config file (`config` written there,
     or `config_file` as it is), root dir (unless given), cert dir and its own
@@ -123,31 +139,24 @@ class KubeletProcess:
         ports = {"port": self.port, "readOnlyPort": self.read_only_port,
                  "healthzPort": self.healthz_port}  # fmt: skip
         if config_file is None:
-            config_file = workdir / "kubelet-config.yaml"
-            doc = {**CONFIG_HEADER, "evictionHard": TEST_EVICTION_HARD,
-                   **({} if port_flags else ports), **(config or {})}  # fmt: skip
-            config_file.write_text(yaml.safe_dump(doc))
+            config_file = _write_config(workdir, config, {} if port_flags else ports)
         else:
             assert config is None and port_flags, "a given config file is used as it is"
         self.config_path = config_file
         self.argv = [*command, "--config", str(self.config_path)]
-        for flag, value in (
+        self.argv += _optional_flags(
             ("--bootstrap-kubeconfig", bootstrap_kubeconfig),
             ("--kubeconfig", kubeconfig),
             ("--hostname-override", node_name),
             ("--node-ip", node_ip),
-        ):
-            if value is not None:
-                self.argv += [flag, value]
+        )
         if port_flags:
             self.argv += ["--port", str(self.port), "--read-only-port", str(self.read_only_port),
                           "--healthz-port", str(self.healthz_port)]  # fmt: skip
         self.argv += ["--container-runtime-endpoint", endpoint]
-        if manifests is not None:
-            self.argv += ["--pod-manifest-path", str(manifests)]
+        self.argv += _optional_flags(("--pod-manifest-path", manifests))
         self.argv += ["--root-dir", str(self.root), "--cert-dir", str(self.pki)]
-        if pod_logs_dir is not None:
-            self.argv += ["--pod-logs-dir", str(pod_logs_dir)]
+        self.argv += _optional_flags(("--pod-logs-dir", pod_logs_dir))
         self.argv += flags
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_files: list[Path] = []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
@@ -65,12 +66,14 @@ class PKI:
         _write(self.ca.cert, ca.public_bytes(serialization.Encoding.PEM))
         _write(self.ca.key, _key_pem(self.ca_key), private=True)
 
-    def _builder(self, subject: x509.Name, public_key: object) -> x509.CertificateBuilder:
+    def _builder(
+        self, subject: x509.Name, public_key: CertificatePublicKeyTypes
+    ) -> x509.CertificateBuilder:
         return (
             x509.CertificateBuilder()
             .subject_name(subject)
             .issuer_name(self.ca_name if hasattr(self, "ca_name") else subject)
-            .public_key(public_key)  # type: ignore[arg-type]
+            .public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(self.now - datetime.timedelta(hours=1))
             .not_valid_after(self.now + datetime.timedelta(days=self.days))

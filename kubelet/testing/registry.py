@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from kubelet.testing import images
+from kubelet.testing import images, oci
 from kubelet.testing.net import free_port
 from kubelet.testing.process import stop_process
 
@@ -103,7 +103,7 @@ class Registry:
 
     def push_test_images(self) -> str:
         """The busybox image under <host>/kubelet-py/busybox:1.36; returns that reference."""
-        tar = images.write_oci_tar(
+        tar = oci.write_oci_tar(
             os.path.join(self.directory, "busybox.tar"),
             images.BUSYBOX_REF,
             images.busybox_layer(),

@@ -36,7 +36,7 @@ class Inotify:
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
-        self.fd = fd
+        self.fd = int(fd)
 
     def add_watch(self, path: str, mask: int) -> int:
         wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), ctypes.c_uint32(mask))

@@ -32,8 +32,8 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from kubelet.types import ContainerKind, Pod, containers_of
 from kubelet.util import filesystem, mountutil
 from kubelet.volume import ownership
 from kubelet.volume import util as volume_util
@@ -387,7 +387,7 @@ def _tree_equals(old: int, files: Mapping[str, FileProjection]) -> bool:
     return seen == len(expected)
 
 
-def make_nested_mountpoints(pod: Mapping[str, Any], volume_name: str, dir: str) -> None:
+def make_nested_mountpoints(pod: Pod, volume_name: str, dir: str) -> None:
     """Create the directories inside this volume on which other volumes of the
     same container are mounted (MakeNestedMountpoints upstream): a bind mount
     needs its target to exist, and the volume itself is read-only inside the
@@ -410,11 +410,12 @@ def make_nested_mountpoints(pod: Mapping[str, Any], volume_name: str, dir: str) 
         os.close(root)
 
 
-def _nested_mountpoints(pod: Mapping[str, Any], volume_name: str) -> list[str]:
+def _nested_mountpoints(pod: Pod, volume_name: str) -> list[str]:
     spec = pod.get("spec") or {}
     out: list[str] = []
-    for key in ("initContainers", "containers", "ephemeralContainers"):
-        for c in spec.get(key) or []:
+    kinds: tuple[ContainerKind, ...] = ("initContainers", "containers", "ephemeralContainers")
+    for kind in kinds:
+        for c in containers_of(spec, kind):
             mounts = c.get("volumeMounts") or []
             for m in mounts:
                 if m.get("name") != volume_name:
@@ -471,7 +472,7 @@ class VolumeWriter:
 
     async def write(
         self,
-        pod: Mapping[str, Any],
+        pod: Pod,
         volume_name: str,
         dir: str,
         payload: Mapping[str, FileProjection],
@@ -518,7 +519,7 @@ def _published(dir: str) -> bool:
 
 
 def _set_up_dir(
-    pod: Mapping[str, Any],
+    pod: Pod,
     volume_name: str,
     dir: str,
     payload: Mapping[str, FileProjection],

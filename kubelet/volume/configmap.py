@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
-from kubelet.types import KeyToPath
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.types import KeyToPath, Pod
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, PayloadError, VolumeWriter
 
 PLUGIN_NAME = "kubernetes.io/configmap"

@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Mapping
 
 from kubelet import fieldpath
-from kubelet.types import DownwardAPIVolumeFile
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.types import DownwardAPIVolumeFile, Pod
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, VolumeWriter
 from kubelet.volume.configmap import default_mode, remove_volume, write_volume
 

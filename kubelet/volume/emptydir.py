@@ -15,9 +15,10 @@ import os
 from collections.abc import Callable
 
 from kubelet.cm.cgroup_manager import pod_resources
+from kubelet.types import Pod
 from kubelet.util import filesystem, mountutil
 from kubelet.util.quantity import to_bytes
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume import util as volume_util
 
 PLUGIN_NAME = "kubernetes.io/empty-dir"

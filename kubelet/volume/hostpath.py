@@ -11,8 +11,9 @@ import os
 import stat
 from collections.abc import Mapping
 
+from kubelet.types import Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeSpec
+from kubelet.volume import MountedVolume, VolumeError, VolumeSpec
 
 PLUGIN_NAME = "kubernetes.io/host-path"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from kubelet.objectcache import ObjectGetter
 from kubelet.token import BoundObjectRef, TokenManager, TokenRequestSpec
-from kubelet.types import Container, ServiceAccountTokenProjection
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.types import Container, Pod, ServiceAccountTokenProjection
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume import configmap as configmap_volume
 from kubelet.volume import secret as secret_volume
 from kubelet.volume.atomic_writer import FileProjection, VolumeWriter

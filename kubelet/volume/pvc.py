@@ -23,8 +23,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import API_ERRORS, APIError
+from kubelet.types import Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Pod, Resolution, VolumeError, VolumeSpec, ownership
+from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
 
 CSI_PLUGIN_NAME = "kubernetes.io/csi"

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubelet.objectcache import ObjectGetter
-from kubelet.types import KeyToPath
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.types import KeyToPath, Pod
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, VolumeWriter
 from kubelet.volume.configmap import (
     decode_base64,

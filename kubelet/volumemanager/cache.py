@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kubelet.volume import Pod, VolumePlugin, VolumeSpec
+from kubelet.types import Pod
+from kubelet.volume import VolumePlugin, VolumeSpec
 from kubelet.volumemanager import MountedVolume
 
 VolumeKey = tuple[str, str]  # (plugin name, volume name)

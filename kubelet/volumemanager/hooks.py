@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from kubelet.volume import Pod, Resolution, VolumeSpec
+from kubelet.types import Pod
+from kubelet.volume import Resolution, VolumeSpec
 from kubelet.volumemanager import MountedVolume
 
 

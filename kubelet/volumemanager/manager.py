@@ -24,10 +24,10 @@ import random
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kubelet.types import ObjectReference, object_ref
+from kubelet.types import ObjectReference, Pod, object_ref
 from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin
+from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeHost, VolumePlugin
 from kubelet.volumemanager.cache import (
     ActualStateOfWorld,
     DesiredStateOfWorld,
@@ -37,7 +37,7 @@ from kubelet.volumemanager.cache import (
     State,
     VolumeToMount,
 )
-from kubelet.volumemanager.hooks import ExternalPathPlugin, Resolution, ResolvingPlugin
+from kubelet.volumemanager.hooks import ExternalPathPlugin, ResolvingPlugin
 from kubelet.volumemanager.operation_generator import (
     adopt,
     apply_resolution,

@@ -10,15 +10,22 @@ import asyncio
 import os
 from collections.abc import Mapping, Sequence
 
+from kubelet.types import Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumePlugin, VolumeSpec
+from kubelet.volume import (
+    MountedVolume,
+    Resolution,
+    VolumeError,
+    VolumeHost,
+    VolumePlugin,
+    VolumeSpec,
+)
 from kubelet.volume import util as volume_util
 from kubelet.volumemanager.cache import MountedEntry, State, VolumeToMount
 from kubelet.volumemanager.hooks import (
     AdoptingPlugin,
     DirMountPlugin,
     ExternalPathPlugin,
-    Resolution,
     ResolvingPlugin,
 )
 from kubelet.volumemanager.subpath import clean_subpaths

@@ -134,7 +134,7 @@ def _normal(value: Any, typ: str) -> Any:
 
 def is_default(path: str, value: Any) -> bool:
     fld = upstream.fields()[path]
-    return _normal(value, fld.type) == _normal(fld.default, fld.type)
+    return bool(_normal(value, fld.type) == _normal(fld.default, fld.type))
 
 
 def field_report(doc: Mapping[str, Any]) -> tuple[list[str], list[str]]:

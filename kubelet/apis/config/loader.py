@@ -75,9 +75,11 @@ def resolve_relative_paths(doc: Doc, base_dir: str) -> None:
             continue
         parent, _, key = path.rpartition(".")
         holder = _holder(doc, parent)
-        value = holder.get(key) if holder is not None else None
+        if holder is None:
+            continue
+        value = holder.get(key)
         if isinstance(value, str) and value and not os.path.isabs(value):
-            holder[key] = os.path.join(base_dir, value)  # type: ignore[index]
+            holder[key] = os.path.join(base_dir, value)
 
 
 def _holder(doc: Doc, parent: str) -> Doc | None:

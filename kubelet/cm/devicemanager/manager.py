@@ -378,7 +378,9 @@ class DeviceManager:
         req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)])
         started = time.monotonic()
         try:
-            resp = await ep.client.api().Allocate(req, timeout=ALLOCATE_TIMEOUT)
+            resp: pb.AllocateResponse = await ep.client.api().Allocate(
+                req, timeout=ALLOCATE_TIMEOUT
+            )
         except grpc.aio.AioRpcError as err:
             raise AllocationError(
                 f"device plugin Allocate of {resource} failed: {rpc_error(err)}"

@@ -382,7 +382,7 @@ class MemoryManagerState:
         cp = Checkpoint(
             self.policy_name,
             copy.deepcopy(self._machine),
-            {pod: dict(c) for pod, c in self._assignments.items()},  # type: ignore[misc]
+            {pod: dict(c) for pod, c in self._assignments.items()},
         )
         try:
             self.store.write(STATE_FILE, encode(cp))

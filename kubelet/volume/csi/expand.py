@@ -16,9 +16,9 @@ from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.events import Recorder
-from kubelet.types import object_ref
+from kubelet.types import Pod, object_ref
 from kubelet.util.quantity import parse_quantity
-from kubelet.volume import Pod, VolumeError
+from kubelet.volume import VolumeError
 from kubelet.volume.csi import paths, requests
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.client import EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER, STAGE_UNSTAGE

@@ -21,8 +21,9 @@ from typing import Any
 
 from kubelet.client.rest import APIClient
 from kubelet.token.manager import TokenManager
+from kubelet.types import Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Pod, VolumeError, VolumeHost, VolumeSpec, ownership
+from kubelet.volume import MountedVolume, VolumeError, VolumeHost, VolumeSpec, ownership
 from kubelet.volume.csi import PLUGIN_NAME, attach, csidriver, paths, requests, source
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.client import (

@@ -13,7 +13,8 @@ from typing import Any
 
 from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.token.manager import BoundObjectRef, TokenManager, TokenRequestSpec
-from kubelet.volume import Pod, VolumeError
+from kubelet.types import Pod
+from kubelet.volume import VolumeError
 from kubelet.volume.csi import csidriver
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.source import CSIVolume, SecretRef
@@ -36,9 +37,8 @@ def capability(
             mount_flags=list(vol.mount_options),
             volume_mount_group=mount_group,
         ),
-        access_mode=pb.VolumeCapability.AccessMode(
-            mode=pb.VolumeCapability.AccessMode.Mode.Value(mode)
-        ),
+        # An enum field takes its value's name (an unknown one raises ValueError).
+        access_mode=pb.VolumeCapability.AccessMode(mode=mode),
     )
 
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubelet.volume import Pod, VolumeError, VolumeSpec
+from kubelet.types import Pod
+from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.csi import paths, validate_driver_name
 
 PV_KEY = "persistentVolume"

@@ -23,7 +23,8 @@ from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy, statv
 from kubelet.kuberuntime.labels import CONTAINER_NAME, POD_UID
 from kubelet.logs.container_log_manager import ContainerLogManager, LogRotatePolicy
 from kubelet.testing.containerd import Containerd
-from kubelet.testing.images import BUSYBOX_REF, PAUSE_REF, write_oci_tar
+from kubelet.testing.images import BUSYBOX_REF, PAUSE_REF
+from kubelet.testing.oci import write_oci_tar
 from kubelet.testing.parts import part_unavailable, start_containerd
 
 pytestmark = pytest.mark.containerd

@@ -14,8 +14,9 @@ from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteImageService
 from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy
-from kubelet.testing.images import BUSYBOX_REF, write_oci_tar
+from kubelet.testing.images import BUSYBOX_REF
 from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
+from kubelet.testing.oci import write_oci_tar
 
 pytestmark = pytest.mark.containerd
 

@@ -33,7 +33,7 @@ async def test_unknown_runtime_pod_is_killed_and_quiet_rounds_skip_the_scan(node
         raise AssertionError("the orphaned sandbox was not stopped")
     # Quiet now: rounds in which neither the runtime's pods (the relist), the
     # desired pods nor the workers change do not walk the runtime's pods again.
-    await node.wait(lambda: not k._orphans_killing, what="kill done")
+    await node.wait(lambda: not k.orphans.killing, what="kill done")
     calls: list[int] = []
     differ = k.pleg.differ
     real = differ.pod_ids

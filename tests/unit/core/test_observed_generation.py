@@ -137,7 +137,7 @@ def test_the_status_patch_sends_the_new_generation() -> None:
 
 
 def test_a_kill_by_the_kubelet_fails_the_pod_with_its_disruption_condition() -> None:
-    from kubelet.status.generate import failed_status
+    from kubelet.status.terminal import failed_status
 
     old = generate(pod(2), PodStatus("u"), {}, [], None)
     cond = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",

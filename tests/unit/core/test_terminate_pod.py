@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubelet.status.generate import UNKNOWN_TERMINATION, terminate_pod
+from kubelet.status.terminal import UNKNOWN_TERMINATION, terminate_pod
 
 WAIT_INIT = {"waiting": {"reason": "PodInitializing"}}
 WAIT = {"waiting": {"reason": "ContainerCreating"}}
