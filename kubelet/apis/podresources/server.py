@@ -142,11 +142,14 @@ class PodResourcesServer:
             await self.stop()
 
     async def stop(self) -> None:
-        if self._server is None:
+        """The socket goes first (no await before it: the kubelet's shutdown
+        cancels this task, possibly while it is already stopping); the server's
+        stop is shielded so a cancel cannot leave it half done."""
+        server, self._server = self._server, None
+        if server is None:
             return
-        await self._server.stop(None)
-        self._server = None
         _unlink(self.path)
+        await asyncio.shield(server.stop(None))
 
 
 def _unlink(path: str) -> None:
