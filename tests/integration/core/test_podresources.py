@@ -19,6 +19,8 @@ import pytest
 
 from kubelet.apis.podresources.v1 import api_pb2 as pb
 from kubelet.apis.podresources.v1 import api_pb2_grpc as pb_grpc
+from kubelet.testing.kubelets import standalone_kubelet, write_manifest
+from kubelet.testing.wait import wait_for
 from kubelet.util import cpuset
 from tests.integration.core.conftest import _node
 from tests.unit.cm.topologies import two_numa_nodes
@@ -130,3 +132,46 @@ async def _rate_limited(kubelet, api: pb_grpc.PodResourcesListerStub) -> None:  
         limiter.clock = real
     # 100 tokens a second: after 0.2 s the bucket is full again (10) for what follows.
     await asyncio.sleep(0.2)
+
+
+def test_kubelet_command_serves_the_socket_with_its_gates(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The kubelet command on this machine (static policy, CPU 0 reserved by
+    --reserved-cpus): a Guaranteed pod of one CPU runs on an unreserved CPU
+    and List says which; --feature-gates KubeletPodResourcesGet=false turns Get
+    into upstream's error; the per-method counters are on /metrics."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gu"},
+           "spec": {"containers": [ctr("c", GU)]}}  # fmt: skip
+    write_manifest(manifests, pod)
+    k = standalone_kubelet(
+        tmp_path, simruntime.endpoint, manifests,
+        "--cpu-manager-policy", "static", "--reserved-cpus", "0",
+        "--feature-gates", "KubeletPodResourcesGet=false",
+    )  # fmt: skip
+    sock = k.root / "pod-resources" / "kubelet.sock"
+    try:
+        wait_for("gu running", lambda: k.pods()["gu-node-b"]["status"]["phase"] == "Running",
+                 timeout=90, detail=k.log_tail)  # fmt: skip
+        wait_for("the socket", lambda: stat.S_ISSOCK(os.lstat(sock).st_mode), timeout=30)
+        online = cpuset.parse(Path("/sys/devices/system/cpu/online").read_text().strip())
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            api = pb_grpc.PodResourcesListerStub(ch)
+            listed = api.List(pb.ListPodResourcesRequest())
+            [gu] = [p for p in listed.pod_resources if p.name == "gu-node-b"]
+            [c] = gu.containers
+            assert len(c.cpu_ids) == 1 and set(c.cpu_ids) <= online - {0}
+            alloc = api.GetAllocatableResources(pb.AllocatableResourcesRequest())
+            assert set(alloc.cpu_ids) == online - {0}
+            assert list(alloc.memory) == []  # memory manager policy None
+            with pytest.raises(grpc.RpcError) as err:
+                api.Get(pb.GetPodResourcesRequest(pod_name="gu-node-b", pod_namespace="default"))
+            assert (err.value.code(), err.value.details()) == (  # type: ignore[attr-defined]
+                grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled",
+            )  # fmt: skip
+        text = k.metrics()
+        assert 'kubelet_pod_resources_endpoint_requests_list{server_api_version="v1"} 1.0' in text
+        assert 'kubelet_pod_resources_endpoint_errors_get{server_api_version="v1"} 1.0' in text
+    finally:
+        k.stop()
+    assert not sock.exists()
