@@ -35,6 +35,9 @@ class Feature(enum.StrEnum):
     KubeletFineGrainedAuthz = "KubeletFineGrainedAuthz"
     KubeletInUserNamespace = "KubeletInUserNamespace"
     KubeletPSI = "KubeletPSI"
+    KubeletPodResourcesDynamicResources = "KubeletPodResourcesDynamicResources"
+    KubeletPodResourcesGet = "KubeletPodResourcesGet"
+    KubeletPodResourcesListUseActivePods = "KubeletPodResourcesListUseActivePods"
     KubeletSeparateDiskGC = "KubeletSeparateDiskGC"
     KubeletServiceAccountTokenForCredentialProviders = (
         "KubeletServiceAccountTokenForCredentialProviders"

@@ -33,6 +33,7 @@ from kubelet.kubelet_node_subsystems import (
     build_gc,
     build_host,
     build_node_status,
+    build_pod_resources,
 )
 from kubelet.kubelet_pods import setup_data_dirs
 from kubelet.kubelet_subsystems import (
@@ -141,6 +142,7 @@ class Kubelet:
         )  # fmt: skip
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
+        self.pod_resources = build_pod_resources(node, pods, resources)
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
         self.runtime_manager, self.pleg, self.evented = (
@@ -271,6 +273,7 @@ class Kubelet:
             self.resource_managers.run(self._stop, self.runtime.manager.runtime), "cpu-manager"
         )
         self._spawn_task(self.volumes.stats.run(self._stop), "volume-stats")
+        self._spawn_task(self.pod_resources.run(self._stop), "pod-resources")
         if self.evented is not None:
             self._spawn_task(self.evented.run(self._stop), "evented-pleg")
         try:

@@ -10,6 +10,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from kubelet.active_pods import ActivePods
+from kubelet.apis.podresources.server import PodResourcesServer
+from kubelet.apis.podresources.server_v1 import Gates as PodResourcesGates
+from kubelet.apis.podresources.types import Providers
 from kubelet.cm.resource_managers import ResourceManagers
 from kubelet.cri.errors import CRIError
 from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
@@ -31,7 +35,7 @@ from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
-from kubelet.types import Pod, PodCondition, object_ref, uid
+from kubelet.types import Pod, PodCondition, name, namespace, object_ref, uid
 
 
 # ----------------------------------------------------------- node status
@@ -310,3 +314,38 @@ def build_host(
         device_plugins=resources.devices.server.healthy,
         clock=node.clock,
     )
+
+
+# ---------------------------------------------------------- pod-resources
+class _PodsView:
+    """kubeletPodsProvider: the pod manager's pods, and the active ones."""
+
+    def __init__(self, pods: Pods) -> None:
+        self.manager = pods.manager
+        self.active = ActivePods(
+            pods.manager, pods.rejected, pods.worker_states, pods.status.get, pods.cache
+        )
+
+    def active_pods(self) -> list[Pod]:
+        return self.active.active_pods()
+
+    def all_pods(self) -> list[Pod]:
+        return self.manager.pods()
+
+    def pod_by_name(self, pod_namespace: str, pod_name: str) -> Pod | None:
+        pod = self.manager.get_by_full_name(f"{pod_name}_{pod_namespace}")
+        # The full name joins with "_": check both parts, not the joined string.
+        if pod is None or name(pod) != pod_name or namespace(pod) != pod_namespace:
+            return None
+        return pod
+
+
+def build_pod_resources(node: Node, pods: Pods, resources: ResourceManagers) -> PodResourcesServer:
+    """ListenAndServePodResources: the pod-resources API on the root dir's socket."""
+    gates = PodResourcesGates(
+        get=node.features.enabled(Feature.KubeletPodResourcesGet),
+        dynamic_resources=node.features.enabled(Feature.KubeletPodResourcesDynamicResources),
+        list_active_pods=node.features.enabled(Feature.KubeletPodResourcesListUseActivePods),
+    )
+    providers = Providers(_PodsView(pods), resources.devices, resources.cpu, resources.memory)
+    return PodResourcesServer(node.root_dir, providers, gates)

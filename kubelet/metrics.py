@@ -23,7 +23,7 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kubelet.core_v1 import PodSpec
@@ -381,3 +381,66 @@ DEVICE_PLUGIN_ALLOC_DURATION = Histogram(
     buckets=_DEF,
     registry=REGISTRY,
 )
+
+
+class PodResourcesCounters(Collector):
+    """kubelet_pod_resources_endpoint_*: the total is a plain counter; upstream
+    names the per-method counters without a _total suffix, which this client
+    library adds to every counter (samples and TYPE line), so they are written
+    here with upstream's sample names, typed untyped."""
+
+    METHOD_REQUESTS = {
+        "list": "kubelet_pod_resources_endpoint_requests_list",
+        "get_allocatable": "kubelet_pod_resources_endpoint_requests_get_allocatable",
+        "get": "kubelet_pod_resources_endpoint_requests_get",
+    }
+    METHOD_ERRORS = {
+        "list": "kubelet_pod_resources_endpoint_errors_list",
+        "get_allocatable": "kubelet_pod_resources_endpoint_errors_get_allocatable",
+        "get": "kubelet_pod_resources_endpoint_errors_get",
+    }
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}  # (metric name, api version) -> count
+
+    def inc(self, metric: str, version: str) -> None:
+        key = (metric, version)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def request(self, version: str, method: str) -> None:
+        self.inc(self.METHOD_REQUESTS[method], version)
+
+    def error(self, version: str, method: str) -> None:
+        self.inc(self.METHOD_ERRORS[method], version)
+
+    def collect(self) -> Iterator[Metric]:
+        """Families with a series only, as a Go CounterVec shows nothing before its first use."""
+        what = "Number of requests to the PodResource {} endpoint{}. Broken down by server api version."
+        for method, metric in self.METHOD_REQUESTS.items():
+            yield from self._family(metric, what.format(_ENDPOINTS[method], ""))
+        for method, metric in self.METHOD_ERRORS.items():
+            yield from self._family(
+                metric, what.format(_ENDPOINTS[method], " which returned error")
+            )
+
+    def _family(self, metric: str, text: str) -> Iterator[Metric]:
+        m = Metric(metric, text, "unknown")
+        for (name, version), n in sorted(self.counts.items()):
+            if name == metric:
+                m.add_sample(metric, {"server_api_version": version}, n)
+        if m.samples:
+            yield m
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+_ENDPOINTS = {"list": "List", "get_allocatable": "GetAllocatableResources", "get": "Get"}
+POD_RESOURCES_REQUESTS = Counter(
+    "kubelet_pod_resources_endpoint_requests",
+    "Cumulative number of requests to the PodResource endpoint. Broken down by server api version.",
+    ["server_api_version"],
+    registry=REGISTRY,
+)
+POD_RESOURCES = PodResourcesCounters()
+REGISTRY.register(POD_RESOURCES)

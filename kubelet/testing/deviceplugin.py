@@ -25,8 +25,10 @@ class FakeDevicePlugin(pb_grpc.DevicePluginServicer):
         fail: ErrorInjector = lambda method: None,
         options: pb.DevicePluginOptions | None = None,
         preferred: list[str] | None = None,
+        numa: dict[str, list[int]] | None = None,
     ) -> None:
         self.devices = dict(devices)  # ID -> health
+        self.numa = numa or {}  # ID -> NUMA nodes (listed with a topology)
         self.fail = fail
         self.options = options or pb.DevicePluginOptions()
         self.preferred = preferred or []
@@ -38,8 +40,13 @@ class FakeDevicePlugin(pb_grpc.DevicePluginServicer):
 
     def _list(self) -> pb.ListAndWatchResponse:
         return pb.ListAndWatchResponse(
-            devices=[pb.Device(ID=i, health=h) for i, h in self.devices.items()]
-        )
+            devices=[pb.Device(ID=i, health=h, topology=self._topology(i))
+                     for i, h in self.devices.items()]
+        )  # fmt: skip
+
+    def _topology(self, device_id: str) -> pb.TopologyInfo | None:
+        nodes = self.numa.get(device_id)
+        return pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in nodes]) if nodes else None
 
     async def _check(self, method: str, context: grpc.aio.ServicerContext) -> None:
         self.calls.append(method)

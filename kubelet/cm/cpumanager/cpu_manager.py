@@ -97,6 +97,10 @@ class CPUManager:
     def exclusive_cpus(self, pod_uid: str, name: str) -> CPUSet:
         return self.state.get_cpuset(pod_uid, name) or EMPTY
 
+    def allocatable_cpus(self) -> CPUSet:
+        """GetAllocatableCPUs: all CPUs but the reserved ones (static), none otherwise."""
+        return self.allocatable
+
     def add_container(self, pod: Pod, c: Container, container_id: str) -> None:
         """The container was created with cpu_affinity(): remember what it has."""
         if self.policy is None:

@@ -336,6 +336,31 @@ class DeviceManager:
             if pod_uid != keep and self.pods.active_pod(pod_uid) is None:
                 self.remove_pod(pod_uid)
 
+    # --------------------------------------------------------- pod-resources
+
+    def update_allocated_devices(self) -> None:
+        self._release_inactive(keep="")
+
+    def container_devices(self, pod_uid: str, name: str) -> dict[str, dict[str, list[int]]]:
+        """The container's devices per resource, each with the NUMA nodes it was
+        allocated on (empty: no topology), from the allocation's record."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for resource, alloc in self.pod_devices.container(pod_uid, name).items():
+            devices = out.setdefault(resource, {})
+            for node, ids in alloc.numa.items():
+                for d in ids:
+                    nodes = devices.setdefault(d, [])
+                    if node != NO_TOPOLOGY:
+                        nodes.append(node)
+        return out
+
+    def allocatable_devices(self) -> dict[str, dict[str, list[int]]]:
+        """GetAllocatableDevices: the healthy devices of each resource with their NUMA nodes."""
+        return {
+            resource: {d: list(rd.numa.get(d) or []) for d in rd.healthy}
+            for resource, rd in self.devices.items()
+        }
+
     def remove_pod(self, pod_uid: str) -> None:
         if self.pod_devices.delete(pod_uid):
             log.info("Devices of pod %s released", pod_uid)

@@ -81,6 +81,8 @@ class MemoryManager:
         self.pods = pods
         self.sources_ready = sources_ready
         self.containers = ContainerMap()
+        # GetAllocatableMemory: per NUMA node and type, fixed at start as upstream.
+        self._allocatable = policy.allocatable_memory(state) if policy is not None else []
 
     def allocate(self, pod: Pod, c: Container) -> None:
         if self.policy is None:
@@ -109,6 +111,9 @@ class MemoryManager:
 
     def memory_blocks(self, pod_uid: str, name: str) -> list[Block]:
         return self.state.get_memory_blocks(pod_uid, name) or []
+
+    def allocatable_memory(self) -> list[Block]:
+        return list(self._allocatable)
 
     def add_container(self, pod: Pod, c: Container, container_id: str) -> None:
         """An app container runs: the regular init containers before it are done

@@ -1,0 +1,1 @@
+"""The pod-resources API, v1 (generated from api.proto by hack/gen_proto.py)."""
