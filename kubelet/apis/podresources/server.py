@@ -63,7 +63,8 @@ async def _rejected(request: bytes, context: grpc.aio.ServicerContext) -> None:
 _REJECT = grpc.unary_unary_rpc_method_handler(_rejected)
 
 
-class RateLimitInterceptor(grpc.aio.ServerInterceptor):
+# grpc ships no type stubs: its base class is Any to mypy.
+class RateLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Every known method costs a token; an unknown one is left to gRPC
     (Unimplemented), as grpc-go runs no interceptor for it."""
 
