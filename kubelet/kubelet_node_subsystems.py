@@ -22,16 +22,18 @@ from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
 from kubelet.logs.container_log_manager import ContainerLogManager
+from kubelet.node_lister import NodeLister
 from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
-from kubelet.nodestatus.setters import NodeInputs
+from kubelet.nodestatus.setters import NodeInputs, node_identity
 from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import generate
 from kubelet.status.disruption import KubeletTermination
-from kubelet.types import Pod, PodCondition, object_ref, uid
+from kubelet.types import Node as NodeObject
+from kubelet.types import Pod, PodCondition, as_node, object_ref, uid
 
 
 # ----------------------------------------------------------- node status
@@ -123,6 +125,8 @@ class NodeStatus:
     reporter: NodeStatusManager | None
     # Admitted pods that are not finished or being killed (admission's count).
     active_pods: Callable[[], list[Pod]]
+    # The Node admission matches pods against (labels, taints, allocatable).
+    lister: NodeLister
 
     def readiness(self, runtime: Runtime) -> str | None:
         """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
@@ -194,7 +198,29 @@ def build_node_status(
             device_resources=resources.devices.capacity,
         )
         reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
-    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
+    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
+    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+
+
+def _initial_node(
+    node: Node, inputs: NodeInputs | None, resources: ResourceManagers
+) -> Callable[[], NodeObject]:
+    """initialNode as admission reads it: the labels and taints it registers
+    with, and the allocatable computed at start plus the device plugins' now."""
+    if inputs is not None:
+        identity = node_identity(inputs)
+    else:  # built without flags (tests): the labels every node has
+        labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"}
+        identity = {"metadata": {"name": node.name, "labels": labels}, "spec": {}}
+
+    def initial() -> NodeObject:
+        devices = resources.devices.capacity()
+        alloc = dict(node.allocatable)
+        alloc.update({r: "0" for r in devices.removed})
+        alloc.update({r: str(n) for r, n in devices.allocatable.items()})
+        return as_node({**identity, "status": {"allocatable": alloc}})
+
+    return initial
 
 
 # -------------------------------------------------------------------- GC

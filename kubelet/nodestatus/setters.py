@@ -88,6 +88,14 @@ def default_node_ip() -> str:
 
 def initial_node(inp: NodeInputs) -> dict[str, Any]:
     """The Node object registered at start (initialNode)."""
+    node = node_identity(inp)
+    node["status"] = compute_status(inp, None)
+    return node
+
+
+def node_identity(inp: NodeInputs) -> dict[str, Any]:
+    """initialNode's metadata and spec: the well-known labels and --node-labels,
+    registerWithTaints, providerID."""
     labels = {
         "kubernetes.io/hostname": inp.hostname or inp.name,
         "kubernetes.io/os": "linux",
@@ -110,7 +118,6 @@ def initial_node(inp: NodeInputs) -> dict[str, Any]:
         node["spec"]["taints"] = [dict(t) for t in inp.config.register_with_taints]
     if inp.config.provider_id:
         node["spec"]["providerID"] = inp.config.provider_id
-    node["status"] = compute_status(inp, None)
     return node
 
 
