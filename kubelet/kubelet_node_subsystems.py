@@ -210,7 +210,10 @@ def _initial_node(
     if inputs is not None:
         identity = node_identity(inputs)
     else:  # built without flags (tests): the labels every node has
-        labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux"}
+        arch = machine_info().architecture
+        labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux",
+                  "beta.kubernetes.io/arch": arch}  # fmt: skip
         identity = {"metadata": {"name": node.name, "labels": labels}, "spec": {}}
 
     def initial() -> NodeObject:
