@@ -180,6 +180,7 @@ def build_node_status(
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
     static, registered = inputs
+    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
     reporter = None
     if node.kube_client is not None and static is not None:
         readers = replace(
@@ -197,8 +198,9 @@ def build_node_status(
             urgent=first_of(volumes.csi.report_needed, resources.devices.capacity_changed),
             device_resources=resources.devices.capacity,
         )
-        reporter = NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
-    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
+        reporter = NodeStatusManager(
+            node.kube_client, readers, node.recorder, registered, wake=due, current=lister.watched
+        )
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
 
 

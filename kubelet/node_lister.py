@@ -45,6 +45,10 @@ class NodeLister:
         """The API server's copy when there is one, else the initial node."""
         return self._node if self._node is not None else self.initial()
 
+    def watched(self) -> Node | None:
+        """The API server's copy, None before the Node exists or standalone."""
+        return self._node
+
     async def _on_list(self, items: list[dict[str, Any]]) -> None:
         self._node = next((as_node(n) for n in items if self._ours(n)), None)
 

@@ -17,6 +17,7 @@ from typing import Any
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.nodestatus.machine import MachineInfo
 from kubelet.util.quantity import parse_quantity
+from kubelet.util.validation import is_extended_resource_name
 
 MiB = 1024 * 1024
 
@@ -232,6 +233,11 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
         conditions.append(cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"))
 
     cap = capacity(inp)
+    # Extended resources someone else put in the Node's capacity (an admin's
+    # PATCH advertising a dongle) stay, and become allocatable, as upstream.
+    for name, quantity in ((old or {}).get("capacity") or {}).items():
+        if name not in cap and is_extended_resource_name(name):
+            cap[name] = str(quantity)
     addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
     addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
     m = inp.machine

@@ -104,12 +104,18 @@ def test_no_execute_taint_refuses_pods_that_do_not_tolerate_it(node: KubeletProc
 
 
 def test_extended_resources_fit_the_allocatable_the_api_server_has(node: KubeletProcess) -> None:
-    # An admin advertises one dongle; nobody serves example.com/gone (as a
-    # device plugin that went away leaves it: 0).
-    patch = {"status": {k: {"example.com/dongle": "1", "example.com/gone": "0"}
-                        for k in ("capacity", "allocatable")}}  # fmt: skip
+    # An admin advertises one dongle the way the docs say (capacity only); the
+    # kubelet makes it allocatable. Nobody serves example.com/gone (as a device
+    # plugin that went away leaves it: 0).
+    patch = {"status": {"capacity": {"example.com/dongle": "1", "example.com/gone": "0"}}}
     node.kubectl("patch", "node", NODE, "--subresource=status", "--type=merge",
                  "-p", json.dumps(patch))  # fmt: skip
+
+    def allocatable() -> bool:
+        alloc = node.kubectl_json("get", "node", NODE)["status"]["allocatable"]
+        return alloc.get("example.com/dongle") == "1" and alloc.get("example.com/gone") == "0"
+
+    wait_for("the kubelet to make the advertised resources allocatable", allocatable, timeout=30)
     node.create(manifest("one-dongle", requests={"example.com/dongle": "1"}))
     phase_of(node, "one-dongle", "Running")
     # (Created after a pod ran, so the node watch has long delivered the patch.)
