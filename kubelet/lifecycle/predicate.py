@@ -13,6 +13,7 @@ NodePorts, TaintToleration. A refused pod is never started.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,11 +24,13 @@ from kubelet.lifecycle.node_predicates import (
     untolerated_no_execute,
 )
 from kubelet.lifecycle.rejection import Rejection
-from kubelet.types import Container, Node, Pod, ResourceList
+from kubelet.types import Container, Node, Pod, ResourceList, all_containers, full_name
 from kubelet.util.quantity import cpu_millis, to_bytes
 from kubelet.util.validation import is_extended_resource_name
 
 __all__ = ["Admitter", "Rejection", "Requests", "pod_requests"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -119,6 +122,7 @@ class Admitter:
         self._named: dict[str, dict[str, int]] = {}
         self.used = Requests()
         self.used_named: Counter[str] = Counter()
+        self._unlisted: set[str] = set()  # extended resources already logged as unlisted
         self.used_ports = HostPortIndex()
 
     def admit(self, uid: str, pod: Pod, node: Node) -> Rejection | None:
@@ -133,6 +137,7 @@ class Admitter:
         r = pod_requests(pod)
         allocatable = node_allocatable(node)
         named = named_requests(pod, allocatable)
+        self._note_unlisted(pod, allocatable)
         ports = host_ports(pod)
         rejection = (
             self._shortfall(r, named, allocatable)
@@ -153,6 +158,18 @@ class Admitter:
             self._ports[uid] = ports
             self.used_ports.add(ports)
         return None
+
+    def _note_unlisted(self, pod: Pod, allocatable: Mapping[str, int]) -> None:
+        """Say once per resource that an extended resource the node does not
+        list is not checked here (upstream skips it without a word)."""
+        for c in all_containers(pod):
+            for r in (c.get("resources") or {}).get("requests") or {}:
+                if r in allocatable or r in self._unlisted or not is_extended_resource_name(r):
+                    continue
+                self._unlisted.add(r)
+                log.info("Extended resource %s (pod %s) is not in the node's allocatable: not "
+                         "checked at admission (a cluster-level or DRA resource, as upstream)",
+                         r, full_name(pod))  # fmt: skip
 
     def _shortfall(
         self, r: Requests, named: dict[str, int], allocatable: Mapping[str, int]

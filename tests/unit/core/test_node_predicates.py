@@ -232,3 +232,12 @@ def test_node_lister_follows_the_watch_and_falls_back_to_the_initial_node() -> N
     assert raised["status"]["allocatable"] == {"example.com/d": "3", "x.io/y": "1"}
     kept = with_allocatable(node(allocatable={"example.com/d": "5"}), {}, {"example.com/d": 3})
     assert kept["status"]["allocatable"] == {"example.com/d": "5"}
+
+
+def test_an_unlisted_extended_resource_is_named_once_in_the_log(caplog: Any) -> None:
+    a = Admitter(10, 4000, 2**30)
+    with caplog.at_level("INFO", logger="kubelet.lifecycle.predicate"):
+        assert a.admit("1", pod(requests={"example.com/unlisted": "1"}), node()) is None
+        assert a.admit("2", pod(requests={"example.com/unlisted": "1"}), node()) is None
+    lines = [r.getMessage() for r in caplog.records if "example.com/unlisted" in r.getMessage()]
+    assert len(lines) == 1 and "not checked at admission" in lines[0]
