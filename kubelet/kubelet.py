@@ -446,7 +446,7 @@ class Kubelet:
         # Devices just allocated count as allocatable even before their plugin
         # lists them again (UpdatePluginResources).
         floor = self.resource_managers.devices.allocated_counts(uid(pod))
-        node = with_allocatable(self.node_status.lister.get(), {}, floor)
+        node = with_allocatable(self.node_status.lister.get(), floor)
         try:
             refused = self.pods.admitter.admit(uid(pod), pod, node)
         except ValueError as err:

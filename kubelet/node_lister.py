@@ -65,15 +65,14 @@ class NodeLister:
             await self.reflector.run(stop)
 
 
-def with_allocatable(node: Node, extra: Mapping[str, int], floor: Mapping[str, int]) -> Node:
-    """The node with `extra` put into its allocatable and each resource of
-    `floor` raised to at least that count (sanitizeNodeAllocatable: devices
-    already allocated count as allocatable). The node given is not changed."""
-    if not extra and not floor:
+def with_allocatable(node: Node, floor: Mapping[str, int]) -> Node:
+    """The node with each resource of `floor` raised to at least that count in
+    its allocatable (sanitizeNodeAllocatable: devices already allocated count as
+    allocatable). The node given is not changed."""
+    if not floor:
         return node
     status = node.get("status") or {}
     alloc: ResourceList = dict(status.get("allocatable") or {})
-    alloc.update({k: str(v) for k, v in extra.items()})
     for k, n in floor.items():
         if k not in alloc or to_bytes(alloc[k]) < n:
             alloc[k] = str(n)

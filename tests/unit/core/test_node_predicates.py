@@ -228,9 +228,9 @@ def test_node_lister_follows_the_watch_and_falls_back_to_the_initial_node() -> N
         assert lister.get() is initial
 
     asyncio.run(events())
-    raised = with_allocatable(node(allocatable={"example.com/d": "1"}), {}, {"example.com/d": 3, "x.io/y": 1})  # fmt: skip
+    raised = with_allocatable(node(allocatable={"example.com/d": "1"}), {"example.com/d": 3, "x.io/y": 1})  # fmt: skip
     assert raised["status"]["allocatable"] == {"example.com/d": "3", "x.io/y": "1"}
-    kept = with_allocatable(node(allocatable={"example.com/d": "5"}), {}, {"example.com/d": 3})
+    kept = with_allocatable(node(allocatable={"example.com/d": "5"}), {"example.com/d": 3})
     assert kept["status"]["allocatable"] == {"example.com/d": "5"}
 
 
