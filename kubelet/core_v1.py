@@ -429,6 +429,30 @@ class PodOS(TypedDict):
     name: str
 
 
+class NodeSelectorRequirement(TypedDict, total=False):
+    key: Required[str]
+    operator: Required[str]  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: list[str]
+
+
+class NodeSelectorTerm(TypedDict, total=False):
+    matchExpressions: list[NodeSelectorRequirement]
+    matchFields: list[NodeSelectorRequirement]
+
+
+class NodeSelector(TypedDict):
+    nodeSelectorTerms: list[NodeSelectorTerm]
+
+
+class NodeAffinity(TypedDict, total=False):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector
+
+
+class Affinity(TypedDict, total=False):
+    # podAffinity and podAntiAffinity are the scheduler's alone: the kubelet never reads them.
+    nodeAffinity: NodeAffinity
+
+
 class PodSpec(TypedDict, total=False):
     volumes: list[Volume]
     initContainers: list[Container]
@@ -439,6 +463,7 @@ class PodSpec(TypedDict, total=False):
     activeDeadlineSeconds: int
     dnsPolicy: str
     nodeSelector: dict[str, str]
+    affinity: Affinity
     serviceAccountName: str
     serviceAccount: str
     automountServiceAccountToken: bool
@@ -544,6 +569,36 @@ class Pod(TypedDict, total=False):
     metadata: Required[ObjectMeta]
     spec: Required[PodSpec]
     status: PodStatus
+
+
+class Taint(TypedDict, total=False):
+    key: Required[str]
+    value: str
+    effect: Required[str]  # NoSchedule, PreferNoSchedule, NoExecute
+    timeAdded: str
+
+
+class NodeSpec(TypedDict, total=False):
+    podCIDR: str
+    podCIDRs: list[str]
+    providerID: str
+    unschedulable: bool
+    taints: list[Taint]
+
+
+class NodeStatus(TypedDict, total=False):
+    capacity: ResourceList
+    allocatable: ResourceList
+
+
+class Node(TypedDict, total=False):
+    """What admission reads of a Node: its name, labels, taints and allocatable."""
+
+    apiVersion: str
+    kind: str
+    metadata: Required[ObjectMeta]
+    spec: NodeSpec
+    status: NodeStatus
 
 
 class Secret(TypedDict, total=False):

@@ -49,6 +49,7 @@ from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
+from kubelet.node_lister import with_allocatable
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType
@@ -192,7 +193,9 @@ class Kubelet:
             self._spawn_task(http.run(self._stop), "http-source")
         if pods.api_source is not None:
             self._sources.append(API_SOURCE)
-            self._spawn_task(pods.api_source.run(self._stop), "api-source")
+            lister = self.node_status.lister
+            self._spawn_task(lister.run(self._stop), "node-informer")
+            self._spawn_task(pods.api_source.run(self._stop, lister.synced), "api-source")
             self._spawn_task(pods.status.run(self._stop), "status-manager")
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None], task_name: str) -> None:
@@ -442,8 +445,12 @@ class Kubelet:
         unaligned = self.resource_managers.admit(pod)
         if unaligned is not None:
             return unaligned
+        # Devices just allocated count as allocatable even before their plugin
+        # lists them again (UpdatePluginResources).
+        floor = self.resource_managers.devices.allocated_counts(uid(pod))
+        node = with_allocatable(self.node_status.lister.get(), floor)
         try:
-            refused = self.pods.admitter.admit(uid(pod), pod)
+            refused = self.pods.admitter.admit(uid(pod), pod, node)
         except ValueError as err:
             return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
         # AppArmor comes after the fit check, as upstream's handlers; the fit

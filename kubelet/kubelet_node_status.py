@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
@@ -51,7 +52,11 @@ class NodeStatusManager:
         recorder: Any = None,
         registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
+        current: Callable[[], Mapping[str, Any] | None] = lambda: None,
     ) -> None:
+        """current: the Node as the API server has it now (the node watch), so
+        what others set there (extended resources in capacity) is seen within
+        a period, not only when this kubelet's own patch returns it."""
         self.client = client
         self.inp = inputs
         self.recorder = recorder
@@ -63,6 +68,7 @@ class NodeStatusManager:
         self.patches = 0
         self._last_ready: str | None = None
         self.last_sent: dict[str, Any] | None = None
+        self.current = current
 
     @property
     def path(self) -> str:
@@ -159,7 +165,8 @@ class NodeStatusManager:
     async def sync_once(self) -> bool:
         """tryUpdateNodeStatus: returns True when a patch was sent."""
         assert self.node is not None
-        new = compute_status(self.inp, self.node.get("status"))
+        watched = self.current()
+        new = compute_status(self.inp, (watched or self.node).get("status"))
         due = time.monotonic() - self.last_report >= self.inp.config.node_status_report_frequency
         before = self.last_sent if self.last_sent is not None else self.node.get("status", {})
         if not due and not status_changed(before, new):

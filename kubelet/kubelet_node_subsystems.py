@@ -26,16 +26,18 @@ from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
 from kubelet.logs.container_log_manager import ContainerLogManager
+from kubelet.node_lister import NodeLister
 from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
-from kubelet.nodestatus.setters import NodeInputs
+from kubelet.nodestatus.setters import NodeInputs, node_identity
 from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
-from kubelet.types import Pod, PodCondition, name, namespace, object_ref, uid
+from kubelet.types import Node as NodeObject
+from kubelet.types import Pod, PodCondition, as_node, name, namespace, object_ref, uid
 
 
 # ----------------------------------------------------------- node status
@@ -127,6 +129,8 @@ class NodeStatus:
     reporter: NodeStatusManager | None
     # Admitted pods that are not finished or being killed (admission's count).
     active_pods: Callable[[], list[Pod]]
+    # The Node admission matches pods against (labels, taints, allocatable).
+    lister: NodeLister
 
     def readiness(self, runtime: Runtime) -> str | None:
         """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
@@ -174,6 +178,7 @@ def _node_reporter(
     resources: ResourceManagers,
     conditions: tuple[EvictionManager, NodeShutdownManager | None, asyncio.Event],
     inputs: tuple[NodeInputs | None, RegisteredNode],
+    lister: NodeLister,
 ) -> NodeStatusManager | None:
     """What writes the Node's status (cluster mode only), reading the runtime,
     the volumes, the devices, eviction's pressures and a shutdown under way;
@@ -197,7 +202,9 @@ def _node_reporter(
         urgent=first_of(volumes.csi.report_needed, resources.devices.capacity_changed),
         device_resources=resources.devices.capacity,
     )
-    return NodeStatusManager(node.kube_client, readers, node.recorder, registered, wake=due)
+    return NodeStatusManager(
+        node.kube_client, readers, node.recorder, registered, wake=due, current=lister.watched
+    )
 
 
 def build_node_status(
@@ -226,8 +233,36 @@ def build_node_status(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    reporter = _node_reporter(node, volumes, runtime, resources, (eviction, shutdown, due), inputs)
-    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods)
+    static, _ = inputs
+    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
+    reporter = _node_reporter(
+        node, volumes, runtime, resources, (eviction, shutdown, due), inputs, lister
+    )
+    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+
+
+def _initial_node(
+    node: Node, inputs: NodeInputs | None, resources: ResourceManagers
+) -> Callable[[], NodeObject]:
+    """initialNode as admission reads it: the labels and taints it registers
+    with, and the allocatable computed at start plus the device plugins' now."""
+    if inputs is not None:
+        identity = node_identity(inputs)
+    else:  # built without flags (tests): the labels every node has
+        arch = machine_info().architecture
+        labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": arch, "beta.kubernetes.io/os": "linux",
+                  "beta.kubernetes.io/arch": arch}  # fmt: skip
+        identity = {"metadata": {"name": node.name, "labels": labels}, "spec": {}}
+
+    def initial() -> NodeObject:
+        devices = resources.devices.capacity()
+        alloc = dict(node.allocatable)
+        alloc.update({r: "0" for r in devices.removed})
+        alloc.update({r: str(n) for r, n in devices.allocatable.items()})
+        return as_node({**identity, "status": {"allocatable": alloc}})
+
+    return initial
 
 
 # -------------------------------------------------------------------- GC

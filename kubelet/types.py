@@ -13,6 +13,7 @@ from kubelet.core_v1 import *  # noqa: F403  (the API types, re-exported)
 from kubelet.core_v1 import (
     ConfigMap,
     Container,
+    Node,
     ObjectReference,
     Pod,
     PodSpec,
@@ -29,6 +30,11 @@ def as_pod(doc: Mapping[str, Any]) -> Pod:
     """A decoded pod document as a Pod: the one place where JSON becomes typed.
     The sources check what they rely on (metadata, spec, containers) first."""
     return cast(Pod, doc)
+
+
+def as_node(doc: Mapping[str, Any]) -> Node:
+    """A decoded Node document (the node watch's JSON) as a Node."""
+    return cast(Node, doc)
 
 
 def as_secret(doc: Mapping[str, Any]) -> Secret:

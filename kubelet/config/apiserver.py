@@ -79,5 +79,17 @@ class APIServerSource:
     def get(self, uid: str) -> Pod | None:
         return self.pods.get(uid)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, node_synced: asyncio.Event | None = None) -> None:
+        """node_synced: the node informer's first list. Pods are listed only
+        after it, as upstream, so none is admitted against a node not yet read."""
+        if node_synced is not None and not node_synced.is_set():
+            log.info("Waiting for node sync before watching apiserver pods")
+            waits = [asyncio.ensure_future(node_synced.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            if stop.is_set():
+                return
         await self.reflector.run(stop)

@@ -1,20 +1,36 @@
 """Pod admission at the door (pkg/kubelet/lifecycle/predicate.go: the OS checks,
-the resource fit and the host ports).
+then the scheduler's filters as generalFilter runs them).
 
 A pod is admitted when the node's pod count stays within maxPods, the
-requests of the admitted, non-terminal pods plus its own fit in allocatable,
-and none of its host ports is taken by an admitted pod. A refused pod is
-failed with the upstream reason (OutOfpods, OutOfcpu, OutOfmemory, NodePorts)
-and message, and never started.
+requests of the admitted, non-terminal pods plus its own fit in allocatable
+(cpu, memory, ephemeral-storage, hugepages and extended resources), the node
+matches its node selector and required node affinity and is the node it
+names, none of its host ports is taken by an admitted pod, and it tolerates
+the node's NoExecute taints. As upstream, every failure is found and the
+first in that order is the reason: OutOf<resource>, NodeAffinity, NodeName,
+NodePorts, TaintToleration. A refused pod is never started.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kubelet.types import Container, Pod
+from kubelet.lifecycle.node_predicates import (
+    node_affinity_mismatch,
+    node_name_mismatch,
+    untolerated_no_execute,
+)
+from kubelet.lifecycle.rejection import Rejection
+from kubelet.types import Container, Node, Pod, ResourceList, all_containers, full_name
 from kubelet.util.quantity import cpu_millis, to_bytes
+from kubelet.util.validation import is_extended_resource_name
+
+__all__ = ["Admitter", "Rejection", "Requests", "pod_requests"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,10 +62,51 @@ def pod_requests(pod: Pod) -> Requests:
     return total
 
 
-@dataclass
-class Rejection:
-    reason: str
-    message: str
+# What the fit check reads as cpu, memory and pods; every other resource in
+# the node's allocatable is counted by name (NodeInfo's scalar resources).
+_FIXED = ("cpu", "memory", "pods")
+EPHEMERAL_STORAGE = "ephemeral-storage"
+
+
+def node_allocatable(node: Node) -> dict[str, int]:
+    """The node's allocatable beyond cpu, memory and pods, as integers
+    (Quantity.Value: bytes for hugepages and storage, counts for the rest)."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    return {k: to_bytes(v) for k, v in alloc.items() if k not in _FIXED}
+
+
+def named_requests(pod: Pod, allocatable: Mapping[str, int]) -> dict[str, int]:
+    """The pod's requests beyond cpu and memory (resourcehelper.PodRequests:
+    sidecars add up and stay through the init containers after them; the
+    largest init step or the sum, plus overhead). An extended resource the node
+    does not list is left to others (removeMissingExtendedResources: cluster
+    level or DRA-backed resources), as upstream."""
+
+    def counted(name: str) -> bool:
+        if name in _FIXED:
+            return False
+        return name in allocatable or not is_extended_resource_name(name)
+
+    def reqs(requests: ResourceList | None) -> Counter[str]:
+        return Counter({k: to_bytes(v) for k, v in (requests or {}).items() if counted(k)})
+
+    spec = pod["spec"]
+    total: Counter[str] = Counter()
+    for c in spec.get("containers") or []:
+        total.update(reqs((c.get("resources") or {}).get("requests")))
+    sidecars: Counter[str] = Counter()
+    for c in spec.get("initContainers") or []:
+        r = reqs((c.get("resources") or {}).get("requests"))
+        if c.get("restartPolicy") == "Always":
+            total.update(r)
+            sidecars.update(r)
+            r = Counter(sidecars)
+        else:
+            r.update(sidecars)
+        for k, v in r.items():
+            total[k] = max(total[k], v)
+    total.update(reqs(spec.get("overhead")))
+    return {k: v for k, v in total.items() if v > 0}
 
 
 class Admitter:
@@ -62,10 +119,15 @@ class Admitter:
         self.memory = allocatable_memory
         self._admitted: dict[str, Requests] = {}
         self._ports: dict[str, list[HostPort]] = {}
+        self._named: dict[str, dict[str, int]] = {}
         self.used = Requests()
+        self.used_named: Counter[str] = Counter()
+        self._unlisted: set[str] = set()  # extended resources already logged as unlisted
         self.used_ports = HostPortIndex()
 
-    def admit(self, uid: str, pod: Pod) -> Rejection | None:
+    def admit(self, uid: str, pod: Pod, node: Node) -> Rejection | None:
+        """node: the Node as admission sees it (its labels, taints and
+        allocatable; getNodeAnyWay)."""
         if uid in self._admitted:
             return None
         # Checks that preemption cannot help come first, as upstream.
@@ -73,6 +135,47 @@ class Admitter:
         if rejection is not None:
             return rejection
         r = pod_requests(pod)
+        allocatable = node_allocatable(node)
+        named = named_requests(pod, allocatable)
+        self._note_unlisted(pod, allocatable)
+        ports = host_ports(pod)
+        rejection = (
+            self._shortfall(r, named, allocatable)
+            or node_affinity_mismatch(pod, node)
+            or node_name_mismatch(pod, node)
+            or (NODE_PORTS_REJECTION if any(map(self.used_ports.conflicts, ports)) else None)
+            or untolerated_no_execute(pod, node)
+        )
+        if rejection is not None:
+            return rejection
+        self._admitted[uid] = r
+        self.used.cpu_m += r.cpu_m
+        self.used.memory += r.memory
+        if named:
+            self._named[uid] = named
+            self.used_named.update(named)
+        if ports:
+            self._ports[uid] = ports
+            self.used_ports.add(ports)
+        return None
+
+    def _note_unlisted(self, pod: Pod, allocatable: Mapping[str, int]) -> None:
+        """Say once per resource that an extended resource the node does not
+        list is not checked here (upstream skips it without a word)."""
+        for c in all_containers(pod):
+            for r in (c.get("resources") or {}).get("requests") or {}:
+                if r in allocatable or r in self._unlisted or not is_extended_resource_name(r):
+                    continue
+                self._unlisted.add(r)
+                log.info("Extended resource %s (pod %s) is not in the node's allocatable: not "
+                         "checked at admission (a cluster-level or DRA resource, as upstream)",
+                         r, full_name(pod))  # fmt: skip
+
+    def _shortfall(
+        self, r: Requests, named: dict[str, int], allocatable: Mapping[str, int]
+    ) -> Rejection | None:
+        """The first resource that does not fit (fitsRequest's order: pods, cpu,
+        memory, ephemeral-storage, then the rest, here by name)."""
         n = len(self._admitted)
         if n + 1 > self.max_pods:
             return _insufficient("pods", 1, n, self.max_pods)
@@ -80,15 +183,14 @@ class Admitter:
             return _insufficient("cpu", r.cpu_m, self.used.cpu_m, self.cpu_m)
         if r.memory and self.used.memory + r.memory > self.memory:
             return _insufficient("memory", r.memory, self.used.memory, self.memory)
-        ports = host_ports(pod)
-        if any(self.used_ports.conflicts(p) for p in ports):
-            return NODE_PORTS_REJECTION
-        self._admitted[uid] = r
-        self.used.cpu_m += r.cpu_m
-        self.used.memory += r.memory
-        if ports:
-            self._ports[uid] = ports
-            self.used_ports.add(ports)
+        # Without local storage isolation the node lists no ephemeral-storage:
+        # requests of it are then not counted.
+        if EPHEMERAL_STORAGE not in allocatable:
+            named = {k: v for k, v in named.items() if k != EPHEMERAL_STORAGE}
+        for name in sorted(named, key=lambda k: (k != EPHEMERAL_STORAGE, k)):
+            used, cap = self.used_named[name], allocatable.get(name, 0)
+            if used + named[name] > cap:
+                return _insufficient(name, named[name], used, cap)
         return None
 
     def refit(self, uid: str, pod: Pod) -> Rejection | None:
@@ -113,6 +215,7 @@ class Admitter:
         if r is not None:
             self.used.cpu_m -= r.cpu_m
             self.used.memory -= r.memory
+        self.used_named.subtract(self._named.pop(uid, {}))
         self.used_ports.remove(self._ports.pop(uid, []))
 
     def __len__(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.nodestatus.machine import MachineInfo
 from kubelet.util.quantity import parse_quantity
+from kubelet.util.validation import is_extended_resource_name
 
 MiB = 1024 * 1024
 
@@ -88,6 +89,14 @@ def default_node_ip() -> str:
 
 def initial_node(inp: NodeInputs) -> dict[str, Any]:
     """The Node object registered at start (initialNode)."""
+    node = node_identity(inp)
+    node["status"] = compute_status(inp, None)
+    return node
+
+
+def node_identity(inp: NodeInputs) -> dict[str, Any]:
+    """initialNode's metadata and spec: the well-known labels and --node-labels,
+    registerWithTaints, providerID."""
     labels = {
         "kubernetes.io/hostname": inp.hostname or inp.name,
         "kubernetes.io/os": "linux",
@@ -110,7 +119,6 @@ def initial_node(inp: NodeInputs) -> dict[str, Any]:
         node["spec"]["taints"] = [dict(t) for t in inp.config.register_with_taints]
     if inp.config.provider_id:
         node["spec"]["providerID"] = inp.config.provider_id
-    node["status"] = compute_status(inp, None)
     return node
 
 
@@ -249,6 +257,11 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     """Node.status from the inputs; transition times carry over from `old` when unchanged."""
     conditions = _conditions(inp, old, now_rfc3339())
     cap = capacity(inp)
+    # Extended resources someone else put in the Node's capacity (an admin's
+    # PATCH advertising a dongle) stay, and become allocatable, as upstream.
+    for name, quantity in ((old or {}).get("capacity") or {}).items():
+        if name not in cap and is_extended_resource_name(name):
+            cap[name] = str(quantity)
     addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
     addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
     return {

@@ -29,7 +29,6 @@ from kubelet.cm.devicemanager import (
     DEVICE_PLUGINS_DIR,
     HEALTHY,
     STOP_GRACE_PERIOD,
-    is_extended_resource_name,
 )
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.checkpoint import DeviceCheckpoint, Entry, marshal, unmarshal
@@ -48,7 +47,6 @@ from kubelet.cm.devicemanager.server import (
     rpc_error,
 )
 from kubelet.cm.interfaces import PodLookup
-from kubelet.cm.topologymanager.topology_manager import all_containers
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.types import Container, Pod, uid
 from kubelet.util.clock import REAL_CLOCK, Clock
@@ -130,7 +128,6 @@ class DeviceManager:
         self.pods = pods
         self.sources_ready = sources_ready
         self.pod_devices = PodDevices()
-        self._warned_unmanaged: set[str] = set()
         self._store = CheckpointStore(self.socket_dir)
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
 
@@ -225,12 +222,20 @@ class DeviceManager:
     def is_device_plugin_resource(self, resource: str) -> bool:
         return resource in self.devices
 
+    def allocated_counts(self, pod_uid: str) -> dict[str, int]:
+        """sanitizeNodeAllocatable: for a pod that holds devices, how many devices
+        of each resource are allocated in all; admission counts at least these
+        as allocatable (a plugin not yet back after a restart lists none)."""
+        if pod_uid not in self.pod_devices.pods:
+            return {}
+        held = {r for c in self.pod_devices.pods.values() for rs in c.values() for r in rs}
+        return {r: len(self.pod_devices.in_use(r)) for r in sorted(held)}
+
     def admit(self, pod: Pod) -> Rejection | None:
         """Pick devices for every container's device plugin resources, or refuse
         the pod as upstream's admission does (UnexpectedAdmissionError)."""
         pod_uid = uid(pod)
         self._release_inactive(pod_uid)
-        self._note_unmanaged(pod)
         try:
             picked = self._pick_pod(pod)
         except AllocationError as err:
@@ -240,19 +245,6 @@ class DeviceManager:
         for name, resource, alloc in picked:
             self.pod_devices.insert(pod_uid, name, resource, alloc)
         return None
-
-    def _note_unmanaged(self, pod: Pod) -> None:
-        """An extended resource no plugin here serves is the scheduler's business;
-        the kubelet's own fit check of it (OutOf<resource>) is not implemented."""
-        for c in all_containers(pod):
-            res = c.get("resources") or {}
-            names = {*(res.get("limits") or {}), *(res.get("requests") or {})}
-            for r in sorted(names - self._warned_unmanaged):
-                if is_extended_resource_name(r) and not self._is_allocatable(r):
-                    self._warned_unmanaged.add(r)
-                    log.warning("Extended resource %s (pod %s) is not served by a device plugin "
-                                "here: its fit in the node's allocatable is not checked "
-                                "(OutOf%s is not implemented)", r, f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}", r)  # fmt: skip
 
     def _pick_pod(self, pod: Pod) -> list[tuple[str, str, Allocation]]:
         """Devices for each container: a non-restartable init container's

@@ -21,9 +21,12 @@ from kubelet.allocation.allocation_manager import (
 from kubelet.checkpointmanager import CheckpointStore
 from kubelet.lifecycle.predicate import Admitter
 from kubelet.status.resize_conditions import IN_PROGRESS, PENDING, ResizeConditions
-from kubelet.types import Pod
+from kubelet.types import Node, Pod
 
 GI = 1024**3
+
+# A node with no labels, taints or extended resources: only the fit counts.
+NODE: Node = {"metadata": {"name": "n"}}
 
 
 def pod(
@@ -53,7 +56,7 @@ def manager(
 
 
 def admit(m: AllocationManager, a: Admitter, p: Pod) -> None:
-    assert a.admit(p["metadata"]["uid"], p) is None
+    assert a.admit(p["metadata"]["uid"], p, NODE) is None
     m.set_allocated(p)
 
 

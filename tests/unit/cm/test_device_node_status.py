@@ -76,3 +76,17 @@ async def test_a_plugin_change_is_written_at_once() -> None:
         await task
         await devices.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_extended_resources_an_admin_advertised_become_allocatable() -> None:
+    from kubelet.nodestatus.setters import compute_status
+
+    inp = inputs(({R: 2}, {R: 2}, []))
+    old = {"capacity": {"example.com/dongle": "4", R: "9", "kubernetes.io/x": "1", "cpu": "64"}}
+    status = compute_status(inp, old)
+    # Someone else's extended resource stays and is allocatable (nothing reserved
+    # off it); the device manager's own count and the machine's cpu win.
+    assert status["capacity"]["example.com/dongle"] == status["allocatable"]["example.com/dongle"] == "4"  # fmt: skip
+    assert status["capacity"][R] == "2" and status["capacity"]["cpu"] == "2"
+    assert "kubernetes.io/x" not in status["capacity"]
+    assert "example.com/dongle" not in compute_status(inp, None)["capacity"]

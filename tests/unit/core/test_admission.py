@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from kubelet.lifecycle.predicate import Admitter, pod_requests
 from kubelet.status.status_manager import status_patch
+from kubelet.types import Node
+
+# A node with no labels, taints or extended resources: only the fit counts.
+NODE: Node = {"metadata": {"name": "n"}}
 
 
 def pod(cpu: str | None = None, mem: str | None = None, init_cpu: str | None = None) -> dict:
@@ -23,21 +27,21 @@ def test_requests_take_the_bigger_of_containers_and_init_containers() -> None:
 
 def test_out_of_pods_cpu_and_memory_with_upstream_reasons_and_release() -> None:
     a = Admitter(max_pods=2, allocatable_cpu_m=1000, allocatable_memory=1000)
-    assert a.admit("1", pod("600m")) is None
-    r = a.admit("2", pod("500m"))
+    assert a.admit("1", pod("600m"), NODE) is None
+    r = a.admit("2", pod("500m"), NODE)
     assert r is not None and r.reason == "OutOfcpu"
     assert r.message == (
         "Node didn't have enough resource: cpu, requested: 500, used: 600, capacity: 1000"
     )
-    r = a.admit("2", pod(mem="2k"))
+    r = a.admit("2", pod(mem="2k"), NODE)
     assert r is not None and r.reason == "OutOfmemory"
-    assert a.admit("2", pod()) is None  # BestEffort fits anywhere...
-    r = a.admit("3", pod())  # ...but not past maxPods
+    assert a.admit("2", pod(), NODE) is None  # BestEffort fits anywhere...
+    r = a.admit("3", pod(), NODE)  # ...but not past maxPods
     assert r is not None and r.reason == "OutOfpods"
     assert r.message.endswith("pods, requested: 1, used: 2, capacity: 2")
-    assert a.admit("1", pod("600m")) is None  # already admitted: not counted twice
+    assert a.admit("1", pod("600m"), NODE) is None  # already admitted: not counted twice
     a.release("1")
-    assert a.admit("3", pod("900m")) is None
+    assert a.admit("3", pod("900m"), NODE) is None
     assert a.used.cpu_m == 900 and len(a) == 2
 
 
@@ -45,17 +49,17 @@ def test_a_pod_for_another_os_is_refused_with_upstream_reasons() -> None:
     a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
     windows = pod()
     windows["spec"]["os"] = {"name": "windows"}
-    r = a.admit("w", windows)
+    r = a.admit("w", windows, NODE)
     assert r is not None and r.reason == "PodOSNotSupported"
     assert r.message == "Failed to admit pod as the OS field doesn't match node OS"
     labelled = pod()
     labelled["metadata"]["labels"] = {"kubernetes.io/os": "windows"}
-    r = a.admit("l", labelled)
+    r = a.admit("l", labelled, NODE)
     assert r is not None and r.reason == "PodOSSelectorNodeLabelDoesNotMatch"
     linux = pod()
     linux["spec"]["os"] = {"name": "linux"}
     linux["metadata"]["labels"] = {"kubernetes.io/os": "linux"}
-    assert a.admit("x", linux) is None and len(a) == 1
+    assert a.admit("x", linux, NODE) is None and len(a) == 1
 
 
 def test_status_patch_sends_only_changes_and_conditions_by_type() -> None:
@@ -118,8 +122,8 @@ def port_pod(*ports: dict, sidecar: dict | None = None, init: dict | None = None
 
 def test_a_host_port_taken_by_an_admitted_pod_is_refused_with_the_nodeports_reason() -> None:
     a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
-    assert a.admit("web", port_pod({"containerPort": 80, "hostPort": 8080})) is None
-    r = a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080}))
+    assert a.admit("web", port_pod({"containerPort": 80, "hostPort": 8080}), NODE) is None
+    r = a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080}), NODE)
     assert r is not None and r.reason == "NodePorts"
     assert r.message == (
         "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
@@ -127,32 +131,33 @@ def test_a_host_port_taken_by_an_admitted_pod_is_refused_with_the_nodeports_reas
     assert len(a) == 1  # the refused pod holds nothing
     # Another protocol, or a container port without a host port, is free.
     assert (
-        a.admit("udp", port_pod({"containerPort": 1, "hostPort": 8080, "protocol": "UDP"})) is None
+        a.admit("udp", port_pod({"containerPort": 1, "hostPort": 8080, "protocol": "UDP"}), NODE)
+        is None
     )
-    assert a.admit("plain", port_pod({"containerPort": 8080})) is None
+    assert a.admit("plain", port_pod({"containerPort": 8080}), NODE) is None
     # Once the holder is gone the port is free again.
     a.release("web")
-    assert a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080})) is None
+    assert a.admit("web2", port_pod({"containerPort": 8080, "hostPort": 8080}), NODE) is None
 
 
 def test_host_ip_conflicts_as_the_scheduler_sees_them() -> None:
     a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
-    assert a.admit("ip1", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"})) is None
+    assert a.admit("ip1", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"}), NODE) is None
     # Another address is free; the same address or every address is not.
-    assert a.admit("ip2", port_pod({"hostPort": 9000, "hostIP": "10.0.0.2"})) is None
-    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"})) is not None
-    assert a.admit("x", port_pod({"hostPort": 9000})) is not None
+    assert a.admit("ip2", port_pod({"hostPort": 9000, "hostIP": "10.0.0.2"}), NODE) is None
+    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.1"}), NODE) is not None
+    assert a.admit("x", port_pod({"hostPort": 9000}), NODE) is not None
     a.release("ip1")
     a.release("ip2")
-    assert a.admit("all", port_pod({"hostPort": 9000, "hostIP": "0.0.0.0"})) is None
-    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.3"})) is not None
+    assert a.admit("all", port_pod({"hostPort": 9000, "hostIP": "0.0.0.0"}), NODE) is None
+    assert a.admit("x", port_pod({"hostPort": 9000, "hostIP": "10.0.0.3"}), NODE) is not None
 
 
 def test_sidecar_host_ports_count_and_run_to_completion_init_containers_do_not() -> None:
     a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000)
-    assert a.admit("p", port_pod(sidecar={"hostPort": 7000}, init={"hostPort": 7001})) is None
-    assert a.admit("q", port_pod({"hostPort": 7000})) is not None
-    assert a.admit("r", port_pod({"hostPort": 7001})) is None
+    assert a.admit("p", port_pod(sidecar={"hostPort": 7000}, init={"hostPort": 7001}), NODE) is None
+    assert a.admit("q", port_pod({"hostPort": 7000}), NODE) is not None
+    assert a.admit("r", port_pod({"hostPort": 7001}), NODE) is None
 
 
 def test_the_port_index_counts_holders() -> None:
