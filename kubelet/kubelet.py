@@ -514,6 +514,8 @@ class Kubelet:
         workers = self.pod_workers.known()
         self._restart_reused_uids(desired - workers - self.pods.rejected)
         self._kill_runtime_orphans(desired, workers)
+        # User namespace ranges of pods nothing knows any more (their dirs gone).
+        self.runtime.userns.cleanup_orphans(desired | workers, self.pleg.differ.pod_ids)
         self.pods.allocation.remove_orphans(desired | workers)
         # Pods that finished free what they held: deferred resizes may fit now
         # (upstream's periodic retry; only the deferred pods are looked at).

@@ -33,6 +33,9 @@ class RuntimeState:
         self.runtime_version = ""
         self.error: str | None = "container runtime status check may not have completed yet"
         self._synced: float | None = None  # clock.monotonic() of the last passed check
+        # Handler name -> its user namespace support, from the last Status
+        # (empty: the runtime named no handlers, or has not answered yet).
+        self.userns_handlers: dict[str, bool] = {}
 
     async def wait_for_version(self, stop: asyncio.Event) -> pb.VersionResponse | None:
         """Ask the runtime its version until it answers (10 minutes at most) or
@@ -107,6 +110,19 @@ class RuntimeState:
         ]
         self.error = "container runtime is not ready: " + ", ".join(bad) if bad else None
         self._synced = self.clock.monotonic()
+        self.userns_handlers = {
+            h.name: h.HasField("features") and h.features.user_namespaces
+            for h in st.runtime_handlers
+        }
+
+    def handler_supports_user_namespaces(self, handler: str) -> bool:
+        """HandlerSupportsUserNamespaces: a runtime that names no handlers (an
+        old one) supports none; a handler it does not name is an error."""
+        if not self.userns_handlers:
+            return False
+        if handler not in self.userns_handlers:
+            raise LookupError(handler)
+        return self.userns_handlers[handler]
 
     async def _refresh_images(self) -> None:
         """The node's image list for the Node status, biggest first (as upstream)."""
