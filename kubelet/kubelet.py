@@ -264,6 +264,9 @@ class Kubelet:
         await self._start_core()
         sandbox_image = self.sandbox_image or await self.runtime.state.sandbox_image()
         gc = self._start_garbage_collection(sandbox_image)
+        # One status round before any pod is synced: what the runtime's handlers
+        # support (user namespaces) is known to the first hostUsers: false pod.
+        await self.runtime.state.check()
         self._spawn_task(self.runtime.state.run(self._stop), "runtime-up")
         self._spawn_task(self.eviction.run(self._stop, gc.reclaimers()), "eviction")
         if self.shutdown is not None:

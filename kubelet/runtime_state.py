@@ -80,7 +80,7 @@ class RuntimeState:
             try:
                 if rounds % IMAGES_EVERY == 0:
                     await self._refresh_images()
-                await self._check()
+                await self.check()
             except Exception:  # the node's readiness depends on this loop: it goes on
                 log.exception(
                     "Container runtime status round failed; next round in %ss", STATUS_PERIOD
@@ -91,7 +91,7 @@ class RuntimeState:
             except TimeoutError:
                 pass
 
-    async def _check(self) -> None:
+    async def check(self) -> None:
         try:
             st = await self.runtime.status()
         except errors.CRIError as err:

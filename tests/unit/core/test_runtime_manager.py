@@ -291,7 +291,7 @@ async def test_host_users_false_runs_with_the_pods_own_mappings(tmp_path) -> Non
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
     rt.runtime_handlers = [_handler("", True)]
     state, userns = _userns_manager(tmp_path, rt)
-    await state._check()
+    await state.check()
     m = manager(tmp_path, rt, img, userns=userns)
     p = pod([c("a"), c("b")], hostUsers=False)
     res = await m.sync_pod(p, await status(m, p))
@@ -332,7 +332,7 @@ async def test_host_users_false_on_a_runtime_without_user_namespaces_is_refused(
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
     rt.runtime_handlers = [_handler(n, u) for n, u in handlers]
     state, userns = _userns_manager(tmp_path, rt)
-    await state._check()
+    await state.check()
     m = manager(tmp_path, rt, img, recorder=rec, userns=userns)
     p = pod([c("a")], hostUsers=False)
     res = await m.sync_pod(p, await status(m, p))

@@ -314,3 +314,44 @@ def test_bitmap_allocates_every_slot_once_in_a_random_order() -> None:
     b.release(10)
     b.release(10)
     assert b.free == 1 and b.allocate_next() == 10
+
+
+# ---------------------------------------------------------- static pods
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"hostNetwork": True}, "spec.hostNetwork: Forbidden: when `hostUsers` is false"),
+        ({"hostPID": True}, "spec.HostPID: Forbidden: when `hostUsers` is false"),
+        ({"hostIPC": True}, "spec.HostIPC: Forbidden: when `hostUsers` is false"),
+        (
+            {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "volumeDevices": [{"name": "d", "devicePath": "/dev/x"}],
+                    }
+                ]
+            },
+            "spec.containers[0].volumeDevices: Forbidden: when `hostUsers` is false",
+        ),
+    ],
+)
+def test_static_pods_with_host_namespaces_and_host_users_false_are_refused(
+    spec: dict[str, Any], message: str
+) -> None:
+    """As the API server's validateHostUsers: a static pod is validated here."""
+    from kubelet.config.common import ManifestError, apply_defaults
+
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], "hostUsers": False, **spec},
+    }
+    with pytest.raises(ManifestError) as e:
+        apply_defaults(doc, "/m/web.yaml", "file", "n1")
+    assert str(e.value) == message
+    # the same with host users is fine
+    doc["spec"]["hostUsers"] = True
+    apply_defaults(doc, "/m/web.yaml", "file", "n1")
