@@ -56,7 +56,9 @@ def _log_lines(tmp_path: Path, pod_name: str) -> list[str]:
     out: list[str] = []
     for f in glob.glob(str(tmp_path / "logs" / f"default_{pod_name}_*" / "c" / "*.log")):
         with open(f) as fh:
-            out += [line.split(" ", 3)[3] for line in fh.read().splitlines() if line.count(" ") >= 3]
+            out += [
+                line.split(" ", 3)[3] for line in fh.read().splitlines() if line.count(" ") >= 3
+            ]
     return out
 
 
@@ -109,7 +111,9 @@ async def test_host_users_false_runs_in_the_allocated_range(containerd, tmp_path
         # the host-users pod: the identity map, no range, no file
         assert _maps(host_lines) == [IDENTITY] * 2, host_lines
         hp = node.pod("hostns")
-        assert hp is not None and node.kubelet.runtime.userns.allocated(hp["metadata"]["uid"]) is None
+        assert (
+            hp is not None and node.kubelet.runtime.userns.allocated(hp["metadata"]["uid"]) is None
+        )
         assert not (root / "pods" / hp["metadata"]["uid"] / "userns").exists()
         # the sandbox runs with mode POD and the range, as the runtime reports it
         sandboxes = await node.rt.list_pod_sandbox()
