@@ -181,6 +181,7 @@ def build_node_status(
         readers = replace(
             static,
             runtime_version=lambda: runtime.state.runtime_version,
+            runtime_handlers=lambda: runtime.state.node_runtime_handlers,
             readiness_checks=[runtime.readiness, volumes.csi.readiness]
             + ([shutdown.shutdown_status] if shutdown is not None else []),
             images=lambda: runtime.state.node_images,

@@ -36,6 +36,7 @@ class RuntimeState:
         # Handler name -> its user namespace support, from the last Status
         # (empty: the runtime named no handlers, or has not answered yet).
         self.userns_handlers: dict[str, bool] = {}
+        self.node_runtime_handlers: list[dict[str, Any]] = []
 
     async def wait_for_version(self, stop: asyncio.Event) -> pb.VersionResponse | None:
         """Ask the runtime its version until it answers (10 minutes at most) or
@@ -114,6 +115,17 @@ class RuntimeState:
             h.name: h.HasField("features") and h.features.user_namespaces
             for h in st.runtime_handlers
         }
+        # Node.status.runtimeHandlers (upstream's RuntimeHandlers setter).
+        self.node_runtime_handlers = [
+            {
+                "name": h.name,
+                "features": {
+                    "recursiveReadOnlyMounts": h.features.recursive_read_only_mounts,
+                    "userNamespaces": h.features.user_namespaces,
+                },
+            }
+            for h in st.runtime_handlers
+        ]
 
     def handler_supports_user_namespaces(self, handler: str) -> bool:
         """HandlerSupportsUserNamespaces: a runtime that names no handlers (an
