@@ -117,7 +117,7 @@ class SandboxManager:
         says NODE itself."""
         if self.userns is None or pod["spec"].get("hostUsers") is not False:
             return None
-        return self.userns.get_or_create(pod, await self._runtime_handler(pod))
+        return await self.userns.get_or_create(pod, await self._runtime_handler(pod))
 
     async def _runtime_handler(self, pod: Pod) -> str:
         rc_name = pod["spec"].get("runtimeClassName") or ""

@@ -15,6 +15,7 @@ two pods claim is refused (the kubelet does not start), as upstream does.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import logging
@@ -51,7 +52,7 @@ class HandlerFeatures(Protocol):
 class UserNamespaces(Protocol):
     """What kuberuntime asks of the manager."""
 
-    def get_or_create(self, pod: Pod, runtime_handler: str) -> pb.UserNamespace | None: ...
+    async def get_or_create(self, pod: Pod, runtime_handler: str) -> pb.UserNamespace | None: ...
 
 
 class Bitmap:
@@ -97,6 +98,11 @@ class Bitmap:
 def _mapping_json(host_id: int, length: int) -> bytes:
     one = [{"hostId": host_id, "containerId": 0, "length": length}]
     return json.dumps({"uidMappings": one, "gidMappings": one}, separators=(",", ":")).encode()
+
+
+def _write_mappings(pod_dir: str, host_id: int, length: int) -> None:
+    filesystem.mkdir_all(pod_dir, 0o750)
+    write_atomic(os.path.join(pod_dir, MAPPINGS_FILE), _mapping_json(host_id, length))
 
 
 def _id_mapping(raw: object) -> tuple[int, int, int]:
@@ -249,9 +255,11 @@ class UsernsManager:
         )
 
     # ------------------------------------------------------------- pod use
-    def get_or_create(self, pod: Pod, runtime_handler: str) -> pb.UserNamespace | None:
+    async def get_or_create(self, pod: Pod, runtime_handler: str) -> pb.UserNamespace | None:
         """GetOrCreateUserNamespaceMappings: what the sandbox and its containers
-        are told of user namespaces (None: nothing, with the gate off)."""
+        are told of user namespaces (None: nothing, with the gate off). The
+        file I/O (an fsync) runs off the event loop; the slot is taken before
+        it, so no other pod can get it meanwhile."""
         host_users = pod["spec"].get("hostUsers")
         if host_users is None:
             return pb.UserNamespace(mode=pb.NODE) if self.enabled else None
@@ -264,16 +272,20 @@ class UsernsManager:
         problem = _handler_problem(self.handlers, runtime_handler)
         if problem:
             raise UsernsError(problem)
-        host_id = self._pod_range(uid(pod))
+        host_id = await self._pod_range(uid(pod))
         m = pb.IDMapping(host_id=host_id, container_id=0, length=self.ids_per_pod)
         return pb.UserNamespace(mode=pb.POD, uids=[m], gids=[m])
 
-    def _pod_range(self, pod_uid: str) -> int:
+    async def _pod_range(self, pod_uid: str) -> int:
         host_id = self._by_pod.get(pod_uid)
         if host_id is not None:
             return host_id
         d = self.pod_dir(pod_uid)
-        content = read_mappings_file(d)
+        loop = asyncio.get_running_loop()
+        content = await loop.run_in_executor(None, read_mappings_file, d)
+        host_id = self._by_pod.get(pod_uid)  # taken meanwhile by another sync of the pod
+        if host_id is not None:
+            return host_id
         if content:
             try:
                 self._record(pod_uid, *parse_mappings(content))
@@ -288,8 +300,7 @@ class UsernsManager:
         host_id = (index + self._off) * self.ids_per_pod
         self._by_pod[pod_uid] = host_id
         try:
-            filesystem.mkdir_all(d, 0o750)
-            write_atomic(os.path.join(d, MAPPINGS_FILE), _mapping_json(host_id, self.ids_per_pod))
+            await loop.run_in_executor(None, _write_mappings, d, host_id, self.ids_per_pod)
         except OSError as err:
             self.release(pod_uid)
             raise UsernsError(f"create user namespace: {err}") from err

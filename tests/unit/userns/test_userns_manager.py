@@ -64,9 +64,9 @@ def good(host_id: int, length: int = UNIT) -> str:
 
 
 # ------------------------------------------------------------- allocation
-def test_a_pod_gets_one_aligned_range_and_its_file(tmp_path: Path) -> None:
+async def test_a_pod_gets_one_aligned_range_and_its_file(tmp_path: Path) -> None:
     m = mgr(tmp_path)
-    ns = m.get_or_create(pod("u1"), "")
+    ns = await m.get_or_create(pod("u1"), "")
     assert ns is not None and ns.mode == pb.POD
     (u,), (g,) = ns.uids, ns.gids
     assert u == g and u.container_id == 0 and u.length == UNIT
@@ -79,15 +79,21 @@ def test_a_pod_gets_one_aligned_range_and_its_file(tmp_path: Path) -> None:
     }
     assert list(doc) == ["uidMappings", "gidMappings"]
     # the same pod asks again (each container does): the same range
-    assert m.get_or_create(pod("u1"), "") == ns
+    assert await m.get_or_create(pod("u1"), "") == ns
 
 
-def test_pods_get_distinct_ranges_until_exhaustion_with_upstreams_error(tmp_path: Path) -> None:
+async def test_pods_get_distinct_ranges_until_exhaustion_with_upstreams_error(
+    tmp_path: Path,
+) -> None:
     m = mgr(tmp_path, slots=4)
-    got = {m.get_or_create(pod(f"u{i}"), "").uids[0].host_id for i in range(4)}  # type: ignore[union-attr]
+    got = set()
+    for i in range(4):
+        ns = await m.get_or_create(pod(f"u{i}"), "")
+        assert ns is not None
+        got.add(ns.uids[0].host_id)
     assert got == {UNIT * k for k in range(1, 5)}
     with pytest.raises(UsernsError) as e:
-        m.get_or_create(pod("u5"), "")
+        await m.get_or_create(pod("u5"), "")
     assert str(e.value) == (
         "create user namespace: could not find an empty slot to allocate a user namespace"
     )
@@ -95,20 +101,20 @@ def test_pods_get_distinct_ranges_until_exhaustion_with_upstreams_error(tmp_path
     # a released range is free again
     m.release("u2")
     assert not file_of(tmp_path, "u2").exists()
-    ns = m.get_or_create(pod("u5"), "")
+    ns = await m.get_or_create(pod("u5"), "")
     assert ns is not None and ns.uids[0].host_id not in {m.allocated(u) for u in ("u0", "u1", "u3")}
 
 
-def test_host_user_pods_get_node_mode_and_no_range(tmp_path: Path) -> None:
+async def test_host_user_pods_get_node_mode_and_no_range(tmp_path: Path) -> None:
     m = mgr(tmp_path)
     for hu in (None, True):
-        ns = m.get_or_create(pod("h", hu), "")
+        ns = await m.get_or_create(pod("h", hu), "")
         assert ns == pb.UserNamespace(mode=pb.NODE)
     assert m.allocated("h") is None and m.free_slots == 8
     off = mgr(tmp_path, enabled=False)
-    assert off.get_or_create(pod("h", None), "") is None
+    assert await off.get_or_create(pod("h", None), "") is None
     with pytest.raises(UsernsError, match='feature gate "UserNamespacesSupport" is disabled'):
-        off.get_or_create(pod("h", True), "")
+        await off.get_or_create(pod("h", True), "")
 
 
 @pytest.mark.parametrize(
@@ -133,44 +139,59 @@ def test_host_user_pods_get_node_mode_and_no_range(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_a_handler_without_user_namespaces_refuses_the_pod(
+async def test_a_handler_without_user_namespaces_refuses_the_pod(
     tmp_path: Path, handlers: Handlers, handler: str, message: str
 ) -> None:
     m = mgr(tmp_path, handlers=handlers)
     with pytest.raises(UsernsError) as e:
-        m.get_or_create(pod(), handler)
+        await m.get_or_create(pod(), handler)
     assert str(e.value) == message
     assert m.free_slots == 8 and not file_of(tmp_path, "u1").exists()
 
 
-def test_a_runtime_that_names_no_handlers_supports_none(tmp_path: Path) -> None:
+async def test_a_runtime_that_names_no_handlers_supports_none(tmp_path: Path) -> None:
     h = Handlers()
     h.named = {}
     with pytest.raises(UsernsError, match="runtime does not support user namespaces"):
-        mgr(tmp_path, handlers=h).get_or_create(pod(), "")
+        await mgr(tmp_path, handlers=h).get_or_create(pod(), "")
 
 
-def test_a_pod_uid_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
+async def test_a_pod_uid_that_is_not_a_path_component_is_refused(tmp_path: Path) -> None:
     m = mgr(tmp_path)
     with pytest.raises(ValueError, match="cannot be used in a path"):
-        m.get_or_create(pod("../etc"), "")
+        await m.get_or_create(pod("../etc"), "")
     assert not (tmp_path / "etc").exists()
 
 
-# --------------------------------------------------------------- restart
-def test_a_restarted_kubelet_recovers_every_range(tmp_path: Path) -> None:
+async def test_pods_created_at_once_never_share_a_range(tmp_path: Path) -> None:
+    """The slot is taken before the file write awaits: eight pods at once get
+    the eight slots, the ninth upstream's exhaustion error."""
+    import asyncio
+
     m = mgr(tmp_path)
-    before = {u: m.get_or_create(pod(u), "") for u in ("a", "b", "c")}
+    got = await asyncio.gather(
+        *(m.get_or_create(pod(f"p{i}"), "") for i in range(9)), return_exceptions=True
+    )
+    ids = [g.uids[0].host_id for g in got if isinstance(g, pb.UserNamespace)]
+    assert sorted(ids) == [UNIT * k for k in range(1, 9)]
+    (err,) = [g for g in got if isinstance(g, BaseException)]
+    assert "could not find an empty slot" in str(err)
+
+
+# --------------------------------------------------------------- restart
+async def test_a_restarted_kubelet_recovers_every_range(tmp_path: Path) -> None:
+    m = mgr(tmp_path)
+    before = {u: await m.get_or_create(pod(u), "") for u in ("a", "b", "c")}
     (tmp_path / "pods" / "hostpod").mkdir()  # a pod dir without a file: no range
     again = mgr(tmp_path)
     again.recover()
     assert again.free_slots == 5
     for u, ns in before.items():
         assert again.allocated(u) == ns.uids[0].host_id  # type: ignore[union-attr]
-        assert again.get_or_create(pod(u), "") == ns
+        assert await again.get_or_create(pod(u), "") == ns
     # new pods never get a recovered range
     for i in range(5):
-        ns = again.get_or_create(pod(f"n{i}"), "")
+        ns = await again.get_or_create(pod(f"n{i}"), "")
         assert ns is not None and ns.uids[0].host_id not in {
             b.uids[0].host_id  # type: ignore[union-attr]
             for b in before.values()
@@ -265,26 +286,28 @@ def test_a_fifo_in_place_of_the_file_is_refused(tmp_path: Path) -> None:
         mgr(tmp_path).recover()
 
 
-def test_a_file_written_after_start_is_checked_too(tmp_path: Path) -> None:
+async def test_a_file_written_after_start_is_checked_too(tmp_path: Path) -> None:
     """A pod's file that was not recovered (written meanwhile) is read and
     recorded on first use; one that collides with a live range is refused."""
     m = mgr(tmp_path)
-    ns = m.get_or_create(pod("a"), "")
+    ns = await m.get_or_create(pod("a"), "")
     assert ns is not None
     write_file(tmp_path, "b", good(ns.uids[0].host_id))
     with pytest.raises(UsernsError) as e:
-        m.get_or_create(pod("b"), "")
+        await m.get_or_create(pod("b"), "")
     assert str(e.value) == 'user namespace: range picked for pod "b" already taken'
-    write_file(tmp_path, "c", good(8 * UNIT))
-    if m.allocated("a") != 8 * UNIT:
-        assert m.get_or_create(pod("c"), "").uids[0].host_id == 8 * UNIT  # type: ignore[union-attr]
+    # a file naming a free slot is taken as it says
+    free = 8 * UNIT if m.allocated("a") != 8 * UNIT else 7 * UNIT
+    write_file(tmp_path, "c", good(free))
+    ns_c = await m.get_or_create(pod("c"), "")
+    assert ns_c is not None and ns_c.uids[0].host_id == free == m.allocated("c")
 
 
 # --------------------------------------------------------------- release
-def test_orphaned_ranges_are_freed_once_nothing_knows_the_pod(tmp_path: Path) -> None:
+async def test_orphaned_ranges_are_freed_once_nothing_knows_the_pod(tmp_path: Path) -> None:
     m = mgr(tmp_path)
     for u in ("a", "b", "c"):
-        m.get_or_create(pod(u), "")
+        await m.get_or_create(pod(u), "")
     asked: list[int] = []
 
     def running() -> list[str]:
