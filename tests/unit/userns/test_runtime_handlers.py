@@ -24,6 +24,16 @@ def handler(name: str, userns: bool, rro: bool = True) -> pb.RuntimeHandler:
     )
 
 
+def inputs(st: RuntimeState) -> NodeInputs:
+    return NodeInputs(
+        name="n",
+        config=KubeletConfiguration(),
+        machine=MACHINE,
+        kubelet_version="v1.34.4",
+        runtime_handlers=lambda: st.node_runtime_handlers,
+    )
+
+
 async def state_with(*handlers: pb.RuntimeHandler) -> RuntimeState:
     rt = FakeRuntimeService()
     rt.runtime_handlers = list(handlers)
@@ -38,13 +48,7 @@ async def test_handlers_as_the_runtime_names_them() -> None:
     assert st.handler_supports_user_namespaces("kata") is False
     with pytest.raises(LookupError):
         st.handler_supports_user_namespaces("gvisor")
-    inp = NodeInputs(
-        name="n",
-        config=KubeletConfiguration(),
-        machine=MACHINE,
-        kubelet_version="v1.34.4",
-        runtime_handlers=lambda: st.node_runtime_handlers,
-    )
+    inp = inputs(st)
     assert compute_status(inp, None)["runtimeHandlers"] == [
         {"name": "", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}},
         {"name": "runc", "features": {"recursiveReadOnlyMounts": True, "userNamespaces": True}},
@@ -56,13 +60,7 @@ async def test_a_runtime_naming_no_handlers_supports_none_and_reports_none() -> 
     st = await state_with()
     assert st.handler_supports_user_namespaces("") is False
     assert st.handler_supports_user_namespaces("anything") is False
-    inp = NodeInputs(
-        name="n",
-        config=KubeletConfiguration(),
-        machine=MACHINE,
-        kubelet_version="v1.34.4",
-        runtime_handlers=lambda: st.node_runtime_handlers,
-    )
+    inp = inputs(st)
     assert "runtimeHandlers" not in compute_status(inp, None)
 
 
