@@ -268,6 +268,9 @@ class Kubelet:
         await self._start_core()
         sandbox_image = self.sandbox_image or await self.runtime.state.sandbox_image()
         gc = self._start_garbage_collection(sandbox_image)
+        # One status round before any pod is synced: what the runtime's handlers
+        # support (user namespaces) is known to the first hostUsers: false pod.
+        await self.runtime.state.check()
         self._spawn_task(self.runtime.state.run(self._stop), "runtime-up")
         self._spawn_task(self.eviction.run(self._stop, gc.reclaimers()), "eviction")
         if self.shutdown is not None:
@@ -525,6 +528,8 @@ class Kubelet:
         self.orphans.kill(
             desired, workers, self.pod_manager.generation, self.pod_workers.generation
         )
+        # User namespace ranges of pods nothing knows any more (their dirs gone).
+        self.runtime.userns.cleanup_orphans(desired | workers, self.pleg.differ.pod_ids)
         self.pods.allocation.remove_orphans(desired | workers)
         # Pods that finished free what they held: deferred resizes may fit now
         # (upstream's periodic retry; only the deferred pods are looked at).

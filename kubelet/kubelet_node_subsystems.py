@@ -190,6 +190,7 @@ def _node_reporter(
     readers = replace(
         static,
         runtime_version=lambda: runtime.state.runtime_version,
+        runtime_handlers=lambda: runtime.state.node_runtime_handlers,
         readiness_checks=[runtime.readiness, volumes.csi.readiness]
         + ([shutdown.shutdown_status] if shutdown is not None else []),
         images=lambda: runtime.state.node_images,

@@ -79,6 +79,8 @@ from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
 from kubelet.types import ObjectReference, Pod, name, namespace
+from kubelet.userns import idrange
+from kubelet.userns.userns_manager import UsernsManager
 from kubelet.util import filesystem
 from kubelet.util.clock import Clock
 from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
@@ -343,6 +345,7 @@ class Runtime:
     manager: RuntimeManager
     pleg: GenericPLEG
     evented: EventedPLEG | None  # the EventedPLEG gate
+    userns: UsernsManager  # pods' user namespace ranges (hostUsers: false)
 
     def readiness(self) -> str | None:
         """Why the node is not Ready, or None (runtime and PLEG health)."""
@@ -359,6 +362,22 @@ def _swap_config(cfg: KubeletConfiguration) -> SwapConfig:
     return SwapConfig(
         cfg.memory_swap.swap_behavior, v2, swap_controller(v2), m.memory_capacity, m.swap_capacity
     )
+
+
+def _userns_manager(node: Node, state: RuntimeState) -> UsernsManager:
+    """The manager of pods' user namespace ranges, with the ranges of the pods
+    already on disk (IDRangeError, UsernsError: the kubelet must not start)."""
+    cfg = node.config
+    enabled = node.features.enabled(Feature.UserNamespacesSupport)
+    ids = cfg.user_namespaces.ids_per_pod or idrange.UNIT
+    rng = (
+        idrange.node_range(ids, cfg.max_pods)
+        if enabled
+        else idrange.IDRange(idrange.DEFAULT_FIRST_ID, idrange.DEFAULT_LENGTH, ids)
+    )
+    manager = UsernsManager(node.root_dir, rng, state, enabled=enabled)
+    manager.recover()
+    return manager
 
 
 def _runtime_helper(node: Node, pods: Pods, volumes: Volumes) -> PodRuntimeHelper:
@@ -408,6 +427,8 @@ def build_runtime(
     runtime_service, image_service = services
     helper = _runtime_helper(node, pods, volumes)
     pod_cgroups = _pod_cgroups(cfg, resources)
+    state = RuntimeState(runtime_service, image_service, node.clock)
+    userns = _userns_manager(node, state)
     manager = RuntimeManager(
         runtime_service,
         image_service,
@@ -439,6 +460,7 @@ def build_runtime(
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         actuation=pods.allocation if pods.allocation.enabled else None,
         pod_cgroups=pod_cgroups,
+        userns=userns,
     )
     pleg = GenericPLEG(
         runtime_service, RelistDiffer(), pods.cache, manager.get_pod_status,
@@ -449,8 +471,7 @@ def build_runtime(
         if node.features.enabled(Feature.EventedPLEG)
         else None
     )
-    state = RuntimeState(runtime_service, image_service, node.clock)
-    return Runtime(pod_cgroups, state, helper, manager, pleg, evented)
+    return Runtime(pod_cgroups, state, helper, manager, pleg, evented, userns)
 
 
 # --------------------------------------------------------------- workers
@@ -479,6 +500,7 @@ def build_workers(
         pods.cache, pods.work_queue, pods.admitter, volumes.manager,
         pod_cgroups=pod_cgroups, mirror_client=mirror_client,
         recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
+        userns=runtime.userns,
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

@@ -287,6 +287,16 @@ STARTED_PODS = Counter(
 STARTED_PODS_ERRORS = Counter(
     "kubelet_started_pods_errors", "Pod sandboxes the runtime failed to run", registry=REGISTRY
 )
+STARTED_USERNS_PODS = Counter(
+    "kubelet_started_user_namespaced_pods",
+    "Pods with a user namespace of their own (hostUsers: false) whose sandbox was created",
+    registry=REGISTRY,
+)
+STARTED_USERNS_PODS_ERRORS = Counter(
+    "kubelet_started_user_namespaced_pods_errors",
+    "Syncs creating a user-namespaced pod's sandbox that ended with an error",
+    registry=REGISTRY,
+)
 RUN_PODSANDBOX_DURATION = Histogram(
     "kubelet_run_podsandbox_duration_seconds",
     "Seconds of RunPodSandbox calls, by runtime handler",

@@ -47,6 +47,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.unsupported import unsupported_fields
+from kubelet.userns.userns_manager import UsernsManager
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.mountutil import remove_all_one_filesystem
 from kubelet.util.workqueue import PodWorkQueue
@@ -85,8 +86,11 @@ class KubeletPodSyncer:
         recorder: Recorder | None = None,
         clock: Clock = REAL_CLOCK,
         allocation: AllocationManager | None = None,
+        userns: UsernsManager | None = None,
     ) -> None:
         self.root_dir = root_dir
+        # Pods' user namespace ranges: freed when the pod has terminated.
+        self.userns = userns
         self.node_ips = node_ips
         self.runtime_manager = runtime_manager
         self.status_manager = status_manager
@@ -381,6 +385,8 @@ class KubeletPodSyncer:
         loop = asyncio.get_running_loop()
         if self.pod_cgroups is not None:
             await loop.run_in_executor(None, self.pod_cgroups.destroy, pod)
+        if self.userns is not None:
+            self.userns.release(u)
         # The pod's directory goes only once its volumes are torn down (a tmpfs
         # still mounted there must never be deleted through); housekeeping
         # removes it later otherwise.

@@ -33,6 +33,10 @@ class RuntimeState:
         self.runtime_version = ""
         self.error: str | None = "container runtime status check may not have completed yet"
         self._synced: float | None = None  # clock.monotonic() of the last passed check
+        # Handler name -> its user namespace support, from the last Status
+        # (empty: the runtime named no handlers, or has not answered yet).
+        self.userns_handlers: dict[str, bool] = {}
+        self.node_runtime_handlers: list[dict[str, Any]] = []
 
     async def wait_for_version(self, stop: asyncio.Event) -> pb.VersionResponse | None:
         """Ask the runtime its version until it answers (10 minutes at most) or
@@ -77,7 +81,7 @@ class RuntimeState:
             try:
                 if rounds % IMAGES_EVERY == 0:
                     await self._refresh_images()
-                await self._check()
+                await self.check()
             except Exception:  # the node's readiness depends on this loop: it goes on
                 log.exception(
                     "Container runtime status round failed; next round in %ss", STATUS_PERIOD
@@ -88,7 +92,7 @@ class RuntimeState:
             except TimeoutError:
                 pass
 
-    async def _check(self) -> None:
+    async def check(self) -> None:
         try:
             st = await self.runtime.status()
         except errors.CRIError as err:
@@ -107,6 +111,30 @@ class RuntimeState:
         ]
         self.error = "container runtime is not ready: " + ", ".join(bad) if bad else None
         self._synced = self.clock.monotonic()
+        self.userns_handlers = {
+            h.name: h.HasField("features") and h.features.user_namespaces
+            for h in st.runtime_handlers
+        }
+        # Node.status.runtimeHandlers (upstream's RuntimeHandlers setter).
+        self.node_runtime_handlers = [
+            {
+                "name": h.name,
+                "features": {
+                    "recursiveReadOnlyMounts": h.features.recursive_read_only_mounts,
+                    "userNamespaces": h.features.user_namespaces,
+                },
+            }
+            for h in st.runtime_handlers
+        ]
+
+    def handler_supports_user_namespaces(self, handler: str) -> bool:
+        """HandlerSupportsUserNamespaces: a runtime that names no handlers (an
+        old one) supports none; a handler it does not name is an error."""
+        if not self.userns_handlers:
+            return False
+        if handler not in self.userns_handlers:
+            raise LookupError(handler)
+        return self.userns_handlers[handler]
 
     async def _refresh_images(self) -> None:
         """The node's image list for the Node status, biggest first (as upstream)."""

@@ -39,8 +39,6 @@ def unsupported_fields(pod: Pod) -> list[str]:
             out.append(f"spec.{f}")
     # Overhead is added to the pod cgroup; only the resources it has settings for.
     out += [f"spec.overhead[{r}]" for r in spec.get("overhead") or {} if r not in _RESOURCES]
-    if spec.get("hostUsers") is False:
-        out.append("spec.hostUsers")
     psc = spec.get("securityContext") or {}
     out += [f"spec.securityContext.{f}" for f in _POD_SECURITY if psc.get(f)]
     for kind in ("initContainers", "containers"):

@@ -35,6 +35,8 @@ from kubelet.server.tls import (
     ensure_self_signed,
     server_context,
 )
+from kubelet.userns.idrange import IDRangeError
+from kubelet.userns.userns_manager import UsernsError
 from kubelet.util import flock, memdebug, sdnotify
 from kubelet.util.oom import OOMAdjuster, adjust_self
 from kubelet.util.tlsconfig import TLSPolicy
@@ -98,6 +100,8 @@ async def run(
             raise StartupError(f"failed to run Kubelet: {err}") from err
         except PluginRegistrationError as err:
             raise StartupError(f"Failed to register CRI auth plugins: {err}") from err
+        except (IDRangeError, UsernsError) as err:
+            raise StartupError(f"failed to create kubelet: {err}") from err
         memdebug.install(loop, node)  # KUBELET_MEMDEBUG only
 
         if cfg.run_once:

@@ -242,6 +242,22 @@ def _validate_volumes(spec: dict[str, Any], mounted: dict[str, str]) -> None:
         raise ManifestError(f"{mounted[missing[0]]}: Not found: {missing[0]!r}")
 
 
+def _validate_host_users(spec: dict[str, Any]) -> None:
+    """hostUsers: false rules out the host's namespaces and raw block devices,
+    as the API server's validateHostUsers (its field spellings included)."""
+    if spec.get("hostUsers") is not False:
+        return
+    for field in ("hostNetwork", "HostPID", "HostIPC"):
+        if spec.get(field[0].lower() + field[1:]):
+            raise ManifestError(f"spec.{field}: Forbidden: when `hostUsers` is false")
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or []):
+            if c.get("volumeDevices"):
+                raise ManifestError(
+                    f"spec.{kind}[{i}].volumeDevices: Forbidden: when `hostUsers` is false"
+                )
+
+
 def validate(pod: JSONObject) -> None:
     _validate_meta(pod.get("metadata"))
     spec = pod.get("spec")
@@ -251,6 +267,7 @@ def validate(pod: JSONObject) -> None:
     _list_or_null(spec, "tolerations", "spec.tolerations")
     _list_or_null(spec, "initContainers", "spec.initContainers")
     _validate_volumes(spec, _validate_containers(spec))
+    _validate_host_users(spec)
     policy = spec.get("restartPolicy", "Always")
     if not isinstance(policy, str) or policy not in ("Always", "OnFailure", "Never"):
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")

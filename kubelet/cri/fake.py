@@ -55,6 +55,8 @@ class FakeRuntimeService(_Recorder):
         self._ip = 1
         # Where exec/attach/port-forward URLs point: tests run a streaming server there.
         self.streaming_base = "http://127.0.0.1:1"
+        # The handlers Status names (none: an old runtime), as containerd 2 does.
+        self.runtime_handlers: list[pb.RuntimeHandler] = []
 
     def _id(self, prefix: str) -> str:
         self._next += 1
@@ -72,7 +74,9 @@ class FakeRuntimeService(_Recorder):
     async def status(self, verbose: bool = False) -> pb.StatusResponse:
         self._call("status", verbose)
         conds = [pb.RuntimeCondition(type=t, status=True) for t in ("RuntimeReady", "NetworkReady")]
-        return pb.StatusResponse(status=pb.RuntimeStatus(conditions=conds))
+        return pb.StatusResponse(
+            status=pb.RuntimeStatus(conditions=conds), runtime_handlers=self.runtime_handlers
+        )
 
     async def runtime_config(self) -> pb.RuntimeConfigResponse:
         self._call("runtime_config")

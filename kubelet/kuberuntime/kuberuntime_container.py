@@ -40,7 +40,11 @@ from kubelet.kuberuntime.helpers import (
     has_restartable_init,
     pod_grace_period,
 )
-from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
+from kubelet.kuberuntime.kuberuntime_container_linux import (
+    NodeSettings,
+    container_config,
+    sandbox_userns,
+)
 from kubelet.kuberuntime.kuberuntime_image import ImageManager
 from kubelet.kuberuntime.kuberuntime_termination_order import TerminationOrdering
 from kubelet.kuberuntime.security_context import (
@@ -195,8 +199,9 @@ class ContainerManager:
         restart = _restart_count(prev, sandbox_cfg, cname)
         try:
             cfg = await self._generate_config(
-                pod, c, status, restart, chash, image_ref, image, pod_ips
-            )
+                pod, c, status, restart, chash, image_ref, image, pod_ips,
+                sandbox_userns(sandbox_cfg),
+            )  # fmt: skip
             cid = await self._create_and_start(pod, c, sid, cfg, sandbox_cfg)
         except _StartError as e:
             return self.reporter.container_failed(pod, cname, e.reason, e.message)
@@ -241,6 +246,7 @@ class ContainerManager:
         image_ref: str,
         image: pb.Image | None,
         pod_ips: list[str],
+        userns: pb.UserNamespace | None = None,
     ) -> pb.ContainerConfig:
         """The container's CRI config; _StartError when it cannot be made."""
         try:
@@ -253,7 +259,7 @@ class ContainerManager:
             opts = await self.helper.generate_run_container_options(pod, c, pod_ips)
             cfg = container_config(
                 self.node, pod, c, restart, image_ref or c["image"], chash, opts,
-                image_uid, image_username,
+                image_uid, image_username, userns,
             )  # fmt: skip
             if self.resources is not None:  # PreCreateContainer
                 pin = self.resources.container_cpuset(pod, c)
@@ -277,6 +283,7 @@ class ContainerManager:
                     pod,
                     user_namespaces_support=self.node.user_namespaces_support,
                     pid_target=target.id,
+                    userns=userns,
                 )
             )
         return cfg

@@ -52,8 +52,11 @@ def container_config(
     opts: RunContainerOptions,
     image_uid: int | None = None,
     image_username: str = "",
+    userns: pb.UserNamespace | None = None,
 ) -> pb.ContainerConfig:
-    """SecurityContextError when the security context cannot be expressed."""
+    """SecurityContextError when the security context cannot be expressed.
+    `userns`: the pod's user namespace as its sandbox was given it; every
+    mount carries its mappings so the runtime makes it an idmapped mount."""
     envs = [pb.KeyValue(key=k, value=v) for k, v in opts.envs]
     command, args = expand_command_and_args(c, opts.envs)
     mounts = [
@@ -63,6 +66,8 @@ def container_config(
             readonly=m.read_only,
             selinux_relabel=m.selinux_relabel,
             propagation=_PROPAGATION[m.propagation],
+            uidMappings=userns.uids if userns is not None else (),
+            gidMappings=userns.gids if userns is not None else (),
         )
         for m in opts.mounts
     ]
@@ -74,6 +79,7 @@ def container_config(
         image_username=image_username,
         seccomp_default=node.seccomp_default,
         user_namespaces_support=node.user_namespaces_support,
+        userns=userns,
     )
     return pb.ContainerConfig(
         metadata=pb.ContainerMetadata(name=c["name"], attempt=restart),
@@ -93,6 +99,12 @@ def container_config(
             resources=container_resources(pod, c, node), security_context=lsc
         ),
     )
+
+
+def sandbox_userns(sandbox_cfg: pb.PodSandboxConfig) -> pb.UserNamespace | None:
+    """The user namespace the pod's sandbox was configured with (None: none)."""
+    ns = sandbox_cfg.linux.security_context.namespace_options
+    return ns.userns_options if ns.HasField("userns_options") else None
 
 
 def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxContainerResources:

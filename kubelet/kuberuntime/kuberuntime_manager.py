@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from kubelet import metrics
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     RUNNING,
@@ -62,6 +63,7 @@ from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.types import Container, Pod, Secret, host_network, is_static, name, namespace, uid
+from kubelet.userns.userns_manager import UserNamespaces
 from kubelet.util.pod_startup_latency import PodStartupLatencyTracker
 
 __all__ = ["PodActions", "RuntimeManager", "SyncResult"]
@@ -103,6 +105,7 @@ class RuntimeManager:
         container_resources: ContainerResourceManager | None = None,
         actuation: Actuation | None = None,
         pod_cgroups: PodCgroups | None = None,
+        userns: UserNamespaces | None = None,
     ) -> None:
         self.runtime = runtime
         self.helper = helper
@@ -129,7 +132,7 @@ class RuntimeManager:
             runtime, helper, self.reporter, pod_logs_dir,
             runtime_classes=runtime_classes, seccomp_root=seccomp_root,
             cgroups_per_qos=cgroups_per_qos, cgroup_root=cgroup_root,
-            user_namespaces_support=user_namespaces_support,
+            user_namespaces_support=user_namespaces_support, userns=userns,
         )  # fmt: skip
         self.image_manager = ImageManager(
             images,
@@ -231,26 +234,39 @@ class RuntimeManager:
         into its own result: up to 256 pods sync concurrently through here."""
         res = SyncResult()
         a = self.compute_pod_actions(pod, status)
+        userns_pod = (
+            a.create_sandbox
+            and self.node.user_namespaces_support
+            and pod["spec"].get("hostUsers") is False
+        )
+        if userns_pod:
+            metrics.STARTED_USERNS_PODS.inc()
+        await self._sync(pod, status, a, res)
+        if userns_pod and res.errors:
+            metrics.STARTED_USERNS_PODS_ERRORS.inc()
+        return res
+
+    async def _sync(self, pod: Pod, status: PodStatus, a: PodActions, res: SyncResult) -> None:
         waiting = self.reporter.waiting_of(pod)
         await self._kill_step(pod, status, a)
         if a.kill_pod and not a.create_sandbox:
-            return res
+            return
         if not a.kill_pod:
             await self._resize_step(pod, status, a, res)
         if not a.starts_anything():
             # Nothing to create: the sandbox config (its DNS, and the warnings that
             # come with it) is not needed. Most syncs of a running pod end here.
             _clear_running_waiting(status, waiting, set())
-            return res
+            return
         try:
-            sandbox_cfg = self.sandboxes.config_for_sync(pod, a.attempt, a.create_sandbox)
+            sandbox_cfg = await self.sandboxes.config_for_sync(pod, a.attempt, a.create_sandbox)
             sid = a.sandbox_id
             if a.create_sandbox:
                 sid = await self.sandboxes.create(pod, sandbox_cfg)
                 res.sandbox_created = True
         except CreateSandboxError as err:
             res.errors.append(str(err))
-            return res
+            return
         pod_ips = list(status.ips)
         if res.sandbox_created and not host_network(pod):
             pod_ips = await self.sandboxes.pod_ips(pod, sid, pod_ips)
@@ -264,7 +280,6 @@ class RuntimeManager:
         started = await self._start_containers(pod, a, start, res)
         if started is not None:
             _clear_running_waiting(status, waiting, started)
-        return res
 
     async def _kill_step(self, pod: Pod, status: PodStatus, a: PodActions) -> None:
         if a.kill_pod:

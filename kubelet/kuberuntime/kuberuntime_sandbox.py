@@ -18,6 +18,7 @@ from kubelet.network.dns import kernel_hostname
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.sysctl import sandbox_sysctls
 from kubelet.types import Pod, ResourceList, host_network, name, namespace, qos_class, uid
+from kubelet.userns.userns_manager import UserNamespaces
 from kubelet.util import filesystem
 from kubelet.util.quantity import cpu_millis, to_bytes
 
@@ -52,8 +53,11 @@ class SandboxManager:
         cgroups_per_qos: bool,
         cgroup_root: str,
         user_namespaces_support: bool = True,
+        userns: UserNamespaces | None = None,
     ) -> None:
         self.user_namespaces_support = user_namespaces_support
+        # Pods' user namespace mappings (None: hostUsers: false pods are refused).
+        self.userns = userns
         self.runtime = runtime
         self.helper = helper
         self.reporter = reporter
@@ -80,13 +84,13 @@ class SandboxManager:
         return [ip for ip in (st.network.ip, *(a.ip for a in st.network.additional_ips)) if ip]
 
     # -------------------------------------------------------------- create
-    def config_for_sync(self, pod: Pod, attempt: int, creating: bool) -> pb.PodSandboxConfig:
+    async def config_for_sync(self, pod: Pod, attempt: int, creating: bool) -> pb.PodSandboxConfig:
         """sandbox_config, its failure told as upstream's SyncPod does: when the
         sandbox was to be created, the event carries the bare error (the message
         the node e2e's FQDN spec waits for); for an existing one, no event."""
         try:
-            return self.sandbox_config(pod, attempt)
-        except ValueError as err:  # resolv.conf unreadable, an invalid hostname
+            return self.sandbox_config(pod, attempt, await self._pod_userns(pod))
+        except ValueError as err:  # resolv.conf, the hostname, user namespace mappings
             if creating:
                 self._event(pod, str(err))
                 why = (
@@ -105,6 +109,15 @@ class SandboxManager:
             return await self.runtime.run_pod_sandbox(cfg, handler)
         except errors.CRIError as err:
             raise self._failed(pod, err.message) from err
+
+    async def _pod_userns(self, pod: Pod) -> pb.UserNamespace | None:
+        """The pod's own user namespace (hostUsers: false) from the manager,
+        which checks that the pod's runtime handler supports one. Raises
+        UsernsError (a ValueError). Host-user pods: None, namespace_options
+        says NODE itself."""
+        if self.userns is None or pod["spec"].get("hostUsers") is not False:
+            return None
+        return await self.userns.get_or_create(pod, await self._runtime_handler(pod))
 
     async def _runtime_handler(self, pod: Pod) -> str:
         rc_name = pod["spec"].get("runtimeClassName") or ""
@@ -133,8 +146,11 @@ class SandboxManager:
         return msg
 
     # -------------------------------------------------------------- config
-    def sandbox_config(self, pod: Pod, attempt: int) -> pb.PodSandboxConfig:
-        """generatePodSandboxConfig. ValueError: a bad hostname, resolv.conf unreadable."""
+    def sandbox_config(
+        self, pod: Pod, attempt: int, userns: pb.UserNamespace | None = None
+    ) -> pb.PodSandboxConfig:
+        """generatePodSandboxConfig. ValueError: a bad hostname, resolv.conf
+        unreadable, a hostUsers: false pod without `userns`."""
         hostname = self._hostname(pod)
         linux = pb.LinuxPodSandboxConfig(
             cgroup_parent=self.pod_cgroup_parent(pod),
@@ -142,6 +158,7 @@ class SandboxManager:
                 pod,
                 seccomp_root=self.seccomp_root,
                 user_namespaces_support=self.user_namespaces_support,
+                userns=userns,
             ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )

@@ -32,10 +32,11 @@ What the caller supplies:
 Errors upstream returns while building the config (a Localhost seccomp profile
 without `localhostProfile`, an unknown supplementalGroupsPolicy, a Localhost
 AppArmor profile without a name, hostUsers with the gate off) raise
-`SecurityContextError` with upstream's text. `hostUsers: false` (user namespace
-mappings) is not implemented and raises too: the pod is not started rather than
-run in the host's user namespace. `hostUsers: true` or unset with the gate on
-asks for the NODE user namespace, as upstream.
+`SecurityContextError` with upstream's text. `hostUsers: false` takes the pod's
+mappings (`userns`, from kubelet/userns) into `userns_options` (mode POD);
+without them it raises: the pod is never run in the host's user namespace
+instead. `hostUsers: true` or unset with the gate on asks for the NODE user
+namespace, as upstream.
 """
 
 from __future__ import annotations
@@ -175,8 +176,14 @@ def _normalize_image_user(uid: int | None, username: str) -> tuple[int | None, s
 
 # -------------------------------------------------------------- namespaces
 def namespace_options(
-    pod: Pod, *, user_namespaces_support: bool = True, pid_target: str | None = None
+    pod: Pod,
+    *,
+    user_namespaces_support: bool = True,
+    pid_target: str | None = None,
+    userns: pb.UserNamespace | None = None,
 ) -> pb.NamespaceOption:
+    """`userns`: the pod's mappings from the user namespace manager, which a
+    `hostUsers: false` pod must have (kubelet/userns)."""
     spec = pod.get("spec") or {}
     if spec.get("hostPID"):
         pid = pb.NODE
@@ -198,11 +205,12 @@ def namespace_options(
         )
     if host_users is False:
         # Never run such a pod in the host's user namespace instead.
-        raise SecurityContextError(
-            "hostUsers: false (a user namespace of the pod's own) is not implemented by this "
-            "kubelet yet; the pod is not started"
-        )
-    if user_namespaces_support:
+        if userns is None or userns.mode != pb.POD or not userns.uids:
+            raise SecurityContextError(
+                "hostUsers: false: the pod has no user namespace mappings; it is not started"
+            )
+        ns.userns_options.CopyFrom(userns)
+    elif user_namespaces_support:
         # With the gate on, host-user pods say NODE explicitly.
         ns.userns_options.mode = pb.NODE
     return ns
@@ -319,6 +327,7 @@ def container_security_context(
     extra_groups: Iterable[int] = (),
     user_namespaces_support: bool = True,
     pid_target: str | None = None,
+    userns: pb.UserNamespace | None = None,
 ) -> pb.LinuxContainerSecurityContext:
     eff = effective_security_context(pod, container)
     out = pb.LinuxContainerSecurityContext(
@@ -356,7 +365,10 @@ def container_security_context(
 
     out.namespace_options.CopyFrom(
         namespace_options(
-            pod, user_namespaces_support=user_namespaces_support, pid_target=pid_target
+            pod,
+            user_namespaces_support=user_namespaces_support,
+            pid_target=pid_target,
+            userns=userns,
         )
     )
     psc = _pod_sc(pod)
@@ -385,6 +397,7 @@ def sandbox_security_context(
     seccomp_root: str,
     extra_groups: Iterable[int] = (),
     user_namespaces_support: bool = True,
+    userns: pb.UserNamespace | None = None,
 ) -> pb.LinuxSandboxSecurityContext:
     """The pause container's context. `seccomp_root` is unused: upstream always
     runs the sandbox under RuntimeDefault so a pod profile cannot break it."""
@@ -401,7 +414,7 @@ def sandbox_security_context(
     if _set(psc, "runAsGroup"):
         out.run_as_group.value = int(psc["runAsGroup"])
     out.namespace_options.CopyFrom(
-        namespace_options(pod, user_namespaces_support=user_namespaces_support)
+        namespace_options(pod, user_namespaces_support=user_namespaces_support, userns=userns)
     )
     # Order as upstream's sandbox: fsGroup, the volumes' extra gids, the pod's groups.
     if _set(psc, "fsGroup"):

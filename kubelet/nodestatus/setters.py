@@ -57,6 +57,8 @@ class NodeInputs:
     node_labels: dict[str, str] = field(default_factory=dict)
     hostname: str = ""
     runtime_version: Callable[[], str] = lambda: ""  # e.g. "containerd://1.6.20"
+    # The runtime's handlers and their features (name, features.userNamespaces, ...).
+    runtime_handlers: Callable[[], list[dict[str, Any]]] = lambda: []
     # Each returns None when healthy, else the reason the node is not ready.
     readiness_checks: list[Callable[[], str | None]] = field(default_factory=list)
     images: Callable[[], list[dict[str, Any]]] = lambda: []
@@ -264,7 +266,7 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
             cap[name] = str(quantity)
     addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
     addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
-    return {
+    out = {
         "capacity": cap,
         "allocatable": allocatable(inp, cap),
         "conditions": conditions,
@@ -277,6 +279,12 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
         # Always sent (an empty list too): a merge patch leaves out fields alone.
         "volumesInUse": sorted(inp.volumes_in_use()),
     }
+    # RecursiveReadOnlyMounts is GA, so upstream always sets them; none (an old
+    # runtime, or no status answer yet) is left out as its omitempty does.
+    handlers = inp.runtime_handlers()
+    if handlers:
+        out["runtimeHandlers"] = handlers
+    return out
 
 
 def status_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:

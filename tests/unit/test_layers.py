@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("node services", ["objectcache.py", "token/", "runtimeclass/", "credentialprovider/",
                        "envvars.py", "probe/", "nodelease.py", "watchdog.py", "nodestatus/", "node_lister.py",
                        "cm/", "checkpointmanager/", "images/", "logs/", "certificate/",
-                       "simruntime/", "pluginmanager/"]),
+                       "simruntime/", "pluginmanager/", "userns/"]),
     ("volume plugins", ["volume/"]),
     ("pod pieces", ["volumemanager/", "container/", "network/", "lifecycle/", "prober/",
                     "podmanager.py", "mirror_client.py", "config/"]),

@@ -76,6 +76,12 @@ class MemorySwapConfiguration:
     swap_behavior: str = f("swapBehavior", "")
 
 
+@dataclass
+class UserNamespaces:
+    # Host IDs each hostUsers: false pod gets (None or 0: 65536; kubelet/userns).
+    ids_per_pod: int | None = f("idsPerPod", None)
+
+
 def _default_eviction_hard() -> dict[str, str]:
     return {
         "memory.available": "100Mi",
@@ -167,6 +173,7 @@ class KubeletConfiguration:
     kube_api_burst: int = f("kubeAPIBurst", 100)
     serialize_image_pulls: bool = f("serializeImagePulls", True)
     max_parallel_image_pulls: int | None = f("maxParallelImagePulls", None)
+    user_namespaces: UserNamespaces = f("userNamespaces", factory=UserNamespaces)
     eviction_hard: dict[str, str] = f("evictionHard", factory=_default_eviction_hard)
     eviction_soft: dict[str, str] = f("evictionSoft", factory=dict)
     eviction_soft_grace_period: dict[str, str] = f("evictionSoftGracePeriod", factory=dict)

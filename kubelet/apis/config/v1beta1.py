@@ -155,7 +155,9 @@ def encode(cfg: Any) -> dict[str, Any]:
     for fl in dataclasses.fields(cfg):
         value = getattr(cfg, fl.name)
         if dataclasses.is_dataclass(value):
-            out[json_name(fl)] = encode(value)
+            inner = encode(value)
+            if inner or not all(f.default is None for f in dataclasses.fields(value)):
+                out[json_name(fl)] = inner  # a struct of unset pointers is left out, as Go's
         elif fl.metadata.get("kind") in ("duration", "duration_or_ns"):
             out[json_name(fl)] = format_duration(value)
         elif value is not None:

@@ -66,7 +66,26 @@ def validate_kubelet_configuration(c: KubeletConfiguration) -> list[str]:
     if not c.container_runtime_endpoint:
         p.bad("containerRuntimeEndpoint", c.container_runtime_endpoint, "must not be empty")
     p += validate_resource_managers(c)
+    p += _validate_user_namespaces(c)
     return list(p)
+
+
+_USERNS_UNIT = 65536
+
+
+def _validate_user_namespaces(c: KubeletConfiguration) -> list[str]:
+    """validation_linux.go's idsPerPod checks, with its messages."""
+    ids = c.user_namespaces.ids_per_pod
+    bad = "invalid configuration: userNamespaces.idsPerPod must "
+    if ids is None:
+        return []
+    if ids < _USERNS_UNIT:
+        return [f"{bad}not be less than {_USERNS_UNIT}"]
+    if ids % _USERNS_UNIT:
+        return [f"{bad}be a multiple of {_USERNS_UNIT}"]
+    if ids > 2**32 - 1:
+        return [f"{bad}not be more than {2**32 - 1}"]
+    return []
 
 
 def _logs_tls_sysctls(c: KubeletConfiguration, p: Problems) -> None:

@@ -262,25 +262,96 @@ async def test_host_user_pods_run_in_the_host_user_namespace(tmp_path, host_user
     assert cfg.linux.security_context.namespace_options.userns_options.mode == pb.NODE
 
 
-async def test_host_users_false_is_refused_not_run_in_the_host_namespace(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """hostUsers: false asks for a user namespace of the pod's own, which this
-    kubelet does not set up yet: no sandbox is made (running it as root of the
-    host's namespace would defeat the point) and the event says why."""
-    events: list[tuple[str, str, str]] = []
+def _userns_manager(tmp_path, rt: FakeRuntimeService):  # type: ignore[no-untyped-def]
+    """A real user namespace manager over 4 slots from 65536, whose handler
+    support comes from the fake runtime's Status through RuntimeState."""
+    from kubelet.runtime_state import RuntimeState
+    from kubelet.userns.idrange import IDRange
+    from kubelet.userns.userns_manager import UsernsManager
 
-    class Rec:
-        def event(self, _ref: Any, etype: str, reason: str, msg: str) -> None:
-            events.append((etype, reason, msg))
+    state = RuntimeState(rt, FakeImageService([]), FakeClock())
+    return state, UsernsManager(str(tmp_path), IDRange(65536, 4 * 65536, 65536), state)
+
+
+def _handler(name: str, userns: bool):  # type: ignore[no-untyped-def]
+    from kubelet.cri.api import api_pb2 as pb
+
+    return pb.RuntimeHandler(name=name, features=pb.RuntimeHandlerFeatures(user_namespaces=userns))
+
+
+async def test_host_users_false_runs_with_the_pods_own_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """hostUsers: false: the sandbox and every container ask for mode POD with
+    the pod's range (uid and gid, container 0 -> the host range, 65536 long),
+    every mount carries the same mappings (idmapped by the runtime), and the
+    range is written to the pod's `userns` file."""
+    import json
+
+    from kubelet.cri.api import api_pb2 as pb
 
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
-    m = manager(tmp_path, rt, img, recorder=Rec())
+    rt.runtime_handlers = [_handler("", True)]
+    state, userns = _userns_manager(tmp_path, rt)
+    await state.check()
+    m = manager(tmp_path, rt, img, userns=userns)
+    p = pod([c("a"), c("b")], hostUsers=False)
+    res = await m.sync_pod(p, await status(m, p))
+    assert res.ok, res.errors
+    host_id = userns.allocated(p["metadata"]["uid"])
+    assert host_id is not None and host_id % 65536 == 0 and 65536 <= host_id < 5 * 65536
+    want = pb.IDMapping(host_id=host_id, container_id=0, length=65536)
+    ((sb_cfg, _h),) = rt.called("run_pod_sandbox")
+    ns = sb_cfg.linux.security_context.namespace_options.userns_options
+    assert ns == pb.UserNamespace(mode=pb.POD, uids=[want], gids=[want])
+    created = rt.called("create_container")
+    assert len(created) == 2
+    for _sid, cfg, _sb in created:
+        assert cfg.linux.security_context.namespace_options.userns_options == ns
+        assert cfg.mounts  # /etc/hosts at least
+        for mnt in cfg.mounts:
+            assert list(mnt.uidMappings) == [want] and list(mnt.gidMappings) == [want]
+    doc = json.loads((tmp_path / "pods" / p["metadata"]["uid"] / "userns").read_bytes())
+    assert doc["uidMappings"] == [{"hostId": host_id, "containerId": 0, "length": 65536}]
+
+
+@pytest.mark.parametrize(
+    ("handlers", "message"),
+    [
+        ([], "can't set `spec.hostUsers: false`, runtime does not support user namespaces"),
+        (
+            [("", False)],
+            "can't set `spec.hostUsers: false`, runtime does not support user namespaces",
+        ),
+    ],
+)
+async def test_host_users_false_on_a_runtime_without_user_namespaces_is_refused(
+    tmp_path, handlers, message
+) -> None:  # type: ignore[no-untyped-def]
+    """No sandbox is made (running it in the host's user namespace would defeat
+    the point), no range is taken, and the event says upstream's reason."""
+    rec = RecordingRecorder()
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    rt.runtime_handlers = [_handler(n, u) for n, u in handlers]
+    state, userns = _userns_manager(tmp_path, rt)
+    await state.check()
+    m = manager(tmp_path, rt, img, recorder=rec, userns=userns)
     p = pod([c("a")], hostUsers=False)
     res = await m.sync_pod(p, await status(m, p))
     assert not res.ok and not rt.called("run_pod_sandbox")
-    assert any(
-        r == "FailedCreatePodSandBox" and "hostUsers: false" in msg and "not implemented" in msg
-        for _t, r, msg in events
-    ), events
+    assert userns.free_slots == 4
+    assert [(r, msg) for _ref, _t, r, msg in rec.events] == [
+        ("FailedCreatePodSandBox", f"Failed to create pod sandbox: {message}")
+    ]
+
+
+async def test_host_users_false_without_a_manager_is_never_run_in_the_host_namespace(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
+    m = manager(tmp_path, rt, img)
+    p = pod([c("a")], hostUsers=False)
+    res = await m.sync_pod(p, await status(m, p))
+    assert not res.ok and not rt.called("run_pod_sandbox")
+    assert "no user namespace mappings" in res.errors[0]
 
 
 async def test_host_users_set_with_the_gate_off_is_upstreams_error(tmp_path) -> None:  # type: ignore[no-untyped-def]

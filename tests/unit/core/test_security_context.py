@@ -85,6 +85,11 @@ def build(p: dict[str, Any], **kw: Any) -> pb.LinuxContainerSecurityContext:
     return sc.container_security_context(p, p["spec"]["containers"][0], **args)
 
 
+MAPPING = {"hostId": 196608, "containerId": 0, "length": 65536}
+USERNS = json_format.ParseDict(
+    {"mode": "POD", "uids": [MAPPING], "gids": [MAPPING]}, pb.UserNamespace()
+)
+
 SEL_POD = {"user": "system_u", "role": "system_r", "type": "container_t", "level": "s0:c1,c2"}
 
 CONTAINER_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
@@ -396,6 +401,30 @@ CONTAINER_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]
     ),
     ("hostUsers true", pod(hostUsers=True), {}, {}),
     (
+        "hostUsers false: the pod's mappings, mode POD; runAsUser/fsGroup stay container IDs",
+        pod({"runAsUser": 1000, "fsGroup": 2000}, hostUsers=False),
+        {"userns": USERNS},
+        {
+            "namespaceOptions": {
+                "usernsOptions": {"mode": "POD", "uids": [MAPPING], "gids": [MAPPING]}
+            },
+            "runAsUser": {"value": 1000},
+            "supplementalGroups": ["2000"],
+        },
+    ),
+    (
+        "hostUsers false as an ephemeral container targeting another's pid namespace",
+        pod(hostUsers=False),
+        {"userns": USERNS, "pid_target": "abc"},
+        {
+            "namespaceOptions": {
+                "pid": "TARGET",
+                "targetId": "abc",
+                "usernsOptions": {"mode": "POD", "uids": [MAPPING], "gids": [MAPPING]},
+            }
+        },
+    ),
+    (
         "UserNamespacesSupport off: no userns option",
         pod(),
         {"user_namespaces_support": False},
@@ -453,7 +482,12 @@ def test_unset_fields_have_no_presence() -> None:
             {"user_namespaces_support": False},
             'the feature gate "UserNamespacesSupport" is disabled: can\'t set spec.HostUsers',
         ),
-        (pod(hostUsers=False), {}, "hostUsers: false"),
+        (pod(hostUsers=False), {}, "hostUsers: false: the pod has no user namespace mappings"),
+        (
+            pod(hostUsers=False),
+            {"userns": pb.UserNamespace(mode=pb.NODE)},
+            "hostUsers: false: the pod has no user namespace mappings",
+        ),
     ],
 )
 def test_container_config_errors(p: dict[str, Any], kw: dict[str, Any], message: str) -> None:
@@ -532,6 +566,17 @@ SANDBOX_CASES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] 
     ("hostPID", pod(hostPID=True), {}, {"namespaceOptions": {"pid": "NODE"}}),
     ("hostIPC", pod(hostIPC=True), {}, {"namespaceOptions": {"ipc": "NODE"}}),
     ("hostNetwork", pod(hostNetwork=True), {}, {"namespaceOptions": {"network": "NODE"}}),
+    (
+        "hostUsers false: the pod's mappings, mode POD",
+        pod({"runAsUser": 1000}, hostUsers=False),
+        {"userns": USERNS},
+        {
+            "namespaceOptions": {
+                "usernsOptions": {"mode": "POD", "uids": [MAPPING], "gids": [MAPPING]}
+            },
+            "runAsUser": {"value": 1000},
+        },
+    ),
 ]
 
 

@@ -54,7 +54,6 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
 def test_every_unimplemented_field_is_named_with_its_container() -> None:
     p = pod(
         overhead={"cpu": "250m", "hugepages-2Mi": "2Mi"},
-        hostUsers=False,
         securityContext={"seLinuxChangePolicy": "MountOption"},
         initContainers=[{"name": "i", "image": "busybox:1.36", "restartPolicy": "OnFailure"}],
         containers=[
@@ -69,7 +68,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
     )
     assert unsupported_fields(p) == [
         "spec.overhead[hugepages-2Mi]",
-        "spec.hostUsers",
         "spec.securityContext.seLinuxChangePolicy",
         "spec.initContainers[i].restartPolicy",
         "spec.containers[app].lifecycle.stopSignal",
