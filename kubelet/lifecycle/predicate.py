@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from kubelet.types import Container, Pod
-from kubelet.util.quantity import cpu_millis, to_bytes
+from kubelet import resourcehelper
+from kubelet.types import Pod
 
 
 @dataclass
@@ -24,26 +24,10 @@ class Requests:
 
 
 def pod_requests(pod: Pod) -> Requests:
-    """The larger of the containers' sum and the biggest init container, plus overhead."""
-    spec = pod["spec"]
-
-    def req(c: Container) -> Requests:
-        r = (c.get("resources") or {}).get("requests") or {}
-        return Requests(cpu_millis(r.get("cpu", 0)), to_bytes(r.get("memory", 0)))
-
-    total = Requests()
-    for c in spec.get("containers") or []:
-        r = req(c)
-        total.cpu_m += r.cpu_m
-        total.memory += r.memory
-    for c in spec.get("initContainers") or []:
-        r = req(c)
-        total.cpu_m = max(total.cpu_m, r.cpu_m)
-        total.memory = max(total.memory, r.memory)
-    overhead = spec.get("overhead") or {}
-    total.cpu_m += cpu_millis(overhead.get("cpu", 0))
-    total.memory += to_bytes(overhead.get("memory", 0))
-    return total
+    """PodRequests in cpu and memory: the containers' aggregate (sidecars
+    included) or the pod-level requests, plus overhead (kubelet/resourcehelper)."""
+    r = resourcehelper.pod_requests(pod)
+    return Requests(r.get("cpu", 0), r.get("memory", 0))
 
 
 @dataclass
