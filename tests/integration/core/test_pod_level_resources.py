@@ -14,24 +14,13 @@ from typing import Any
 
 import pytest
 
-from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.testing.containerd import Containerd
+from kubelet.testing.helpers import remove_cgroup_tree
 from kubelet.testing.images import BUSYBOX_REF
 from kubelet.testing.kubelets import EventLog, InProcessKubelet, in_process_kubelet
 from kubelet.testing.simruntime import SimRuntimeProc
 
 MiB = 1 << 20
-
-
-def _remove_tree(name: str) -> None:
-    mgr = CgroupManager("")
-    paths = [p for _c, p in mgr._paths(name)] + [f"{m}/{name}" for m in mgr.runtime_only]
-    for path in paths:
-        for dirpath, _d, _f in sorted(os.walk(path), key=lambda t: -len(t[0])):
-            try:
-                os.rmdir(dirpath)
-            except OSError:
-                pass
 
 
 def _pod_cgroups(root: str) -> list[Path]:
@@ -50,7 +39,7 @@ async def _node_on(endpoint: str, tmp_path: Path, **cfg: Any) -> AsyncIterator[I
                 p.unlink()
             await n.wait(lambda: not _pod_cgroups(root), timeout=60, what="pod cgroups gone")
     finally:
-        _remove_tree(root)
+        remove_cgroup_tree(root)
 
 
 @pytest.fixture(params=["simruntime", pytest.param("containerd", marks=pytest.mark.containerd)])

@@ -63,36 +63,36 @@ def test_pod_level_requests_win_over_the_containers() -> None:
     assert pod_resources(p) == {"cpu_shares": 102}
 
 
-def test_pod_level_limits_set_quota_and_memory_when_containers_set_none() -> None:
-    # A Burstable pod: without pod-level limits, a container without its own
-    # limits would leave the pod cgroup unlimited.
-    p = mkpod(rl("100m", "100Mi"), rl("200m", "200Mi"))
-    assert qos_class(p) == "Burstable"
+LIMITED = [ctr(rl("10m", "50Mi"), rl("50m", "100Mi"))]
+
+
+@pytest.mark.parametrize(
+    ("limits", "containers", "qos", "quota", "memory"),
+    [
+        # Burstable: without pod-level limits, a container without its own
+        # would leave the pod cgroup unlimited; the pod-level ones also win
+        # over the containers' own.
+        (rl("200m", "200Mi"), None, "Burstable", 20000, 200 * Mi),
+        (rl("200m", "200Mi"), LIMITED, "Burstable", 20000, 200 * Mi),
+        # Guaranteed at pod level, whatever the containers set.
+        (rl("100m", "100Mi"), None, "Guaranteed", 10000, 100 * Mi),
+        (rl("100m", "100Mi"), LIMITED, "Guaranteed", 10000, 100 * Mi),
+    ],
+)
+def test_pod_level_limits_set_the_pod_cgroup(
+    limits: dict[str, str],
+    containers: list[dict[str, Any]] | None,
+    qos: str,
+    quota: int,
+    memory: int,
+) -> None:
+    p = mkpod(rl("100m", "100Mi"), limits, containers)
+    assert qos_class(p) == qos
     assert pod_resources(p) == {
         "cpu_shares": 102,
-        "cpu_quota": 20000,
+        "cpu_quota": quota,
         "cpu_period": 100000,
-        "memory_limit": 200 * Mi,
-    }
-
-
-def test_pod_level_limits_win_over_the_containers_limits() -> None:
-    p = mkpod(
-        rl("100m", "100Mi"), rl("200m", "200Mi"), [ctr(rl("10m", "50Mi"), rl("50m", "100Mi"))]
-    )
-    assert pod_resources(p)["cpu_quota"] == 20000
-    assert pod_resources(p)["memory_limit"] == 200 * Mi
-
-
-@pytest.mark.parametrize("containers", [None, [ctr(rl("10m", "50Mi"), rl("50m", "100Mi"))]])
-def test_guaranteed_at_pod_level(containers: list[dict[str, Any]] | None) -> None:
-    p = mkpod(rl("100m", "100Mi"), rl("100m", "100Mi"), containers)
-    assert qos_class(p) == "Guaranteed"
-    assert pod_resources(p) == {
-        "cpu_shares": 102,
-        "cpu_quota": 10000,
-        "cpu_period": 100000,
-        "memory_limit": 100 * Mi,
+        "memory_limit": memory,
     }
 
 
