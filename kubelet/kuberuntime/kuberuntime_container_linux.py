@@ -114,7 +114,8 @@ def _limit(pod: Pod, c: Container, name: str) -> Quantity | None:
 def oom_score_adj(pod: Pod, c: Container, node_memory: int) -> int:
     """GetContainerOOMScoreAdjust: Guaranteed -997, BestEffort 1000; Burstable
     from the container's memory request as a share of the node's, with the
-    pod-level memory request that no container claims spread evenly over them."""
+    pod-level memory request that no container claims spread evenly over them.
+    A sidecar scores no higher than the regular container asking least."""
     qos = qos_class(pod)
     if qos == "Guaranteed":
         return -997
@@ -122,12 +123,20 @@ def oom_score_adj(pod: Pod, c: Container, node_memory: int) -> int:
         return 1000
     if not node_memory:
         return 999
-    mem_req = container_requests(c).get("memory", 0)
-    if is_pod_level_requests_set(pod):
-        mem_req += remaining_pod_memory_per_container(pod)
-    adj = 1000 - (1000 * mem_req) // node_memory
+    spare = remaining_pod_memory_per_container(pod) if is_pod_level_requests_set(pod) else 0
+    adj = 1000 - (1000 * (container_requests(c).get("memory", 0) + spare)) // node_memory
+    regular = pod["spec"].get("containers") or []
+    if regular and _is_sidecar(pod, c):
+        least = min(container_requests(r).get("memory", 0) for r in regular)
+        adj = min(adj, 1000 - (1000 * (least + spare)) // node_memory)
     # Above a Guaranteed container's (1000 - 997) and below a BestEffort one's.
     return int(min(max(adj, 3), 999))
+
+
+def _is_sidecar(pod: Pod, c: Container) -> bool:
+    return c.get("restartPolicy") == "Always" and any(
+        i["name"] == c["name"] for i in pod["spec"].get("initContainers") or []
+    )
 
 
 def remaining_pod_memory_per_container(pod: Pod) -> int:

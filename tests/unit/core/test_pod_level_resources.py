@@ -207,6 +207,18 @@ def test_oom_score_adj_spreads_the_unclaimed_pod_memory_request() -> None:
     assert oom_score_adj(mkpod(rl("1", "1Gi"), rl("1", "1Gi")), first, 4 * GiB) == -997
 
 
+def test_a_sidecar_scores_no_higher_than_the_least_asking_regular_container() -> None:
+    side = {**ctr(rl(memory="64Mi"), {}, "side"), "restartPolicy": "Always"}
+    p = mkpod(None, None, [ctr(rl(memory="1Gi"), {}), ctr(rl(memory="512Mi"), {}, "d")])
+    p["spec"]["initContainers"] = [side]
+    # 64Mi alone would give 985; the regular container asking least (512Mi) gives 875.
+    assert oom_score_adj(p, side, 4 * GiB) == 875
+    # With pod-level requests, each gets (2Gi - 1600Mi) / 3 = 149.33Mi more.
+    p["spec"]["resources"] = {"requests": {"memory": "2Gi"}}
+    spare = (2 * GiB - 1600 * Mi) // 3
+    assert oom_score_adj(p, side, 4 * GiB) == 1000 - (1000 * (512 * Mi + spare)) // (4 * GiB)
+
+
 # --- resize, unsupported names, static pods --------------------------------
 
 
