@@ -157,10 +157,11 @@ def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxC
     # cpu shares from the request (min 2), CFS quota from the limit, as upstream.
     out.cpu_shares = max(2, req["cpu"] * 1024 // 1000) if req.get("cpu") else 2
     cpu_lim, mem_lim = _limit(pod, c, "cpu"), _limit(pod, c, "memory")
-    if cpu_lim is not None:
+    # A zero limit is no limit (MilliCPUToQuota gives 0, a 0 memory limit is unset).
+    if cpu_lim is not None and cpu_millis(cpu_lim) > 0:
         out.cpu_period = 100000
         out.cpu_quota = max(1000, cpu_millis(cpu_lim) * 100000 // 1000)
-    if mem_lim is not None:
+    if mem_lim is not None and to_bytes(mem_lim) > 0:
         out.memory_limit_in_bytes = to_bytes(mem_lim)
     out.oom_score_adj = oom_score_adj(pod, c, node.node_memory)
     if node.swap is not None:

@@ -4,7 +4,7 @@ ResourceConfigForPod cases, qos_test.go, policy_test.go)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,7 +19,7 @@ from kubelet.kuberuntime.kuberuntime_container_linux import (
 from kubelet.lifecycle.features import admit_pod_features
 from kubelet.lifecycle.predicate import Admitter
 from kubelet.resourcehelper import pod_limits, pod_requests, resource_request
-from kubelet.types import Pod, as_pod, qos_class
+from kubelet.types import Container, Pod, as_pod, qos_class
 from kubelet.unsupported import unsupported_fields
 from tests.unit.eviction.helpers import GiB, Harness, MiB
 
@@ -33,7 +33,7 @@ def rl(cpu: str = "", memory: str = "") -> dict[str, str]:
 def mkpod(
     pod_req: dict[str, str] | None = None,
     pod_lim: dict[str, str] | None = None,
-    containers: list[dict[str, Any]] | None = None,
+    containers: list[Container] | None = None,
     name: str = "p",
 ) -> Pod:
     spec: dict[str, Any] = {"containers": containers or [{"name": "c"}]}
@@ -46,8 +46,8 @@ def mkpod(
     return as_pod({"metadata": {"uid": name, "name": name, "namespace": "ns"}, "spec": spec})
 
 
-def ctr(req: dict[str, str], lim: dict[str, str], name: str = "c") -> dict[str, Any]:
-    return {"name": name, "resources": {"requests": req, "limits": lim}}
+def ctr(req: dict[str, str], lim: dict[str, str], name: str = "c") -> Container:
+    return cast(Container, {"name": name, "resources": {"requests": req, "limits": lim}})
 
 
 # --- the pod cgroup (ResourceConfigForPod) ---------------------------------
@@ -81,7 +81,7 @@ LIMITED = [ctr(rl("10m", "50Mi"), rl("50m", "100Mi"))]
 )
 def test_pod_level_limits_set_the_pod_cgroup(
     limits: dict[str, str],
-    containers: list[dict[str, Any]] | None,
+    containers: list[Container] | None,
     qos: str,
     quota: int,
     memory: int,
@@ -195,6 +195,10 @@ def test_a_container_without_limits_gets_the_pod_level_ones() -> None:
     )
     own = container_resources(p, p["spec"]["containers"][1], node)
     assert (own.cpu_quota, own.memory_limit_in_bytes) == (5000, 200 * Mi)
+    # A zero limit is no limit: the pod's applies; without pod-level limits, none.
+    zero = ctr({}, {"cpu": "0"}, "z")
+    assert container_resources(mkpod(None, rl("200m"), [zero]), zero, node).cpu_quota == 20000
+    assert container_resources(mkpod(None, None, [zero]), zero, node).cpu_quota == 0
 
 
 def test_oom_score_adj_spreads_the_unclaimed_pod_memory_request() -> None:
@@ -208,7 +212,8 @@ def test_oom_score_adj_spreads_the_unclaimed_pod_memory_request() -> None:
 
 
 def test_a_sidecar_scores_no_higher_than_the_least_asking_regular_container() -> None:
-    side = {**ctr(rl(memory="64Mi"), {}, "side"), "restartPolicy": "Always"}
+    side = ctr(rl(memory="64Mi"), {}, "side")
+    side["restartPolicy"] = "Always"
     p = mkpod(None, None, [ctr(rl(memory="1Gi"), {}), ctr(rl(memory="512Mi"), {}, "d")])
     p["spec"]["initContainers"] = [side]
     # 64Mi alone would give 985; the regular container asking least (512Mi) gives 875.
