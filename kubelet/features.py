@@ -42,9 +42,9 @@ class Feature(enum.StrEnum):
     KubeletServiceAccountTokenForCredentialProviders = (
         "KubeletServiceAccountTokenForCredentialProviders"
     )
-    # Only the resource managers act on it (they leave pods with pod-level
-    # resources to the shared pools); the pod-level fields themselves are
-    # still named unsupported on the pod (kubelet/unsupported.py).
+    # spec.resources (cpu, memory) sets the QoS class, the pod cgroup, admission's
+    # fit, eviction ranking and the limits of containers without their own
+    # (kubelet/resourcehelper.py); off, a pod that sets it is refused at admission.
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"

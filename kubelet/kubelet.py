@@ -47,6 +47,7 @@ from kubelet.kubelet_subsystems import (
 )
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.lifecycle.features import admit_pod_features
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
 from kubelet.node_lister import with_allocatable
@@ -458,8 +459,16 @@ class Kubelet:
             return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
         # AppArmor comes after the fit check, as upstream's handlers; the fit
         # check counted the pod, so a refusal here gives its share back.
-        if refused is None and (refused := self.pods.apparmor.admit(pod)) is not None:
+        if refused is None and (refused := self._admit_after_fit(pod)) is not None:
             self.pods.admitter.release(uid(pod))
+        return refused
+
+    def _admit_after_fit(self, pod: Pod) -> Rejection | None:
+        """AppArmor, then the pod-features handler, as upstream's order."""
+        refused = self.pods.apparmor.admit(pod)
+        if refused is None:
+            gate = self.node.features.enabled(Feature.PodLevelResources)
+            refused = admit_pod_features(pod, gate)
         return refused
 
     def _reject(self, pod: Pod, r: Rejection) -> None:

@@ -7,6 +7,7 @@ becomes one of those at the wire (the pod sources, the API client) through
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, Literal, cast
 
 from kubelet.core_v1 import *  # noqa: F403  (the API types, re-exported)
@@ -17,7 +18,7 @@ from kubelet.core_v1 import (
     ObjectReference,
     Pod,
     PodSpec,
-    ResourceList,
+    Quantity,
     Secret,
 )
 from kubelet.util.quantity import parse_quantity
@@ -145,30 +146,49 @@ def host_network(pod: Pod) -> bool:
     return bool(pod["spec"].get("hostNetwork"))
 
 
+def _positive(rl: Mapping[str, Quantity] | None) -> dict[str, Decimal]:
+    """The cpu and memory entries above zero (QoS ignores every other resource)."""
+    out: dict[str, Decimal] = {}
+    for k, v in (rl or {}).items():
+        if k in ("cpu", "memory") and (q := parse_quantity(v)) > 0:
+            out[k] = q
+    return out
+
+
+def _sum_into(into: dict[str, Decimal], add: Mapping[str, Decimal]) -> None:
+    for k, v in add.items():
+        into[k] = into.get(k, Decimal(0)) + v
+
+
 def qos_class(pod: Pod) -> str:
-    """Guaranteed, Burstable or BestEffort (GetPodQOS) from cpu and memory requests/limits."""
-    requests: ResourceList = {}
-    limits: ResourceList = {}
+    """Guaranteed, Burstable or BestEffort (ComputePodQOS) from cpu and memory
+    requests/limits: those of spec.resources when the pod sets that field
+    (pod-level resources; the containers' are then not read), else the
+    containers' sums. Guaranteed needs limits on cpu and memory (on the pod,
+    or on every container) and requests equal to them."""
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
     guaranteed = True
     spec = pod["spec"]
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    for c in containers:
-        res = c.get("resources") or {}
-        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
-        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
-        for k, v in req.items():
-            if parse_quantity(v) != 0:
-                requests[k] = v
-        for k, v in lim.items():
-            if parse_quantity(v) != 0:
-                limits[k] = v
-        if set(lim) != {"cpu", "memory"}:
+    pod_level = spec.get("resources")
+    if pod_level is not None:
+        requests = _positive(pod_level.get("requests"))
+        limits = _positive(pod_level.get("limits"))
+        if pod_level.get("limits") and set(limits) != {"cpu", "memory"}:
             guaranteed = False
-        for k in ("cpu", "memory"):
-            if k in req and k in lim and parse_quantity(req[k]) != parse_quantity(lim[k]):
+    else:
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            res = c.get("resources") or {}
+            # A request left out is the limit, as the API server defaults it.
+            lim = _positive(res.get("limits"))
+            req = _positive({**(res.get("limits") or {}), **(res.get("requests") or {})})
+            _sum_into(requests, req)
+            _sum_into(limits, lim)
+            if set(lim) != {"cpu", "memory"}:
                 guaranteed = False
     if not requests and not limits:
         return "BestEffort"
-    if guaranteed and limits:
-        return "Guaranteed"
+    if guaranteed and all(limits.get(k) == v for k, v in requests.items()):
+        if len(requests) == len(limits):
+            return "Guaranteed"
     return "Burstable"

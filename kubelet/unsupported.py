@@ -17,10 +17,7 @@ from kubelet.types import Pod
 from kubelet.util.validation import is_extended_resource_name
 
 # Pod-level fields, when set to anything but their zero value.
-_POD_FIELDS = (
-    "resources",
-    "resourceClaims",
-)
+_POD_FIELDS = ("resourceClaims",)
 _POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices",)
 # Container resources the kubelet turns into cgroup settings; others (hugepages,
@@ -39,6 +36,15 @@ def unsupported_fields(pod: Pod) -> list[str]:
             out.append(f"spec.{f}")
     # Overhead is added to the pod cgroup; only the resources it has settings for.
     out += [f"spec.overhead[{r}]" for r in spec.get("overhead") or {} if r not in _RESOURCES]
+    # Pod-level resources: cpu and memory set the pod cgroup (kubelet/resourcehelper);
+    # hugepages limits are not written to it (hugetlb) yet.
+    pod_res = spec.get("resources") or {}
+    for part in ("limits", "requests"):
+        out += [
+            f"spec.resources.{part}[{r}]"
+            for r in pod_res.get(part) or {}
+            if r.startswith("hugepages-")
+        ]
     psc = spec.get("securityContext") or {}
     out += [f"spec.securityContext.{f}" for f in _POD_SECURITY if psc.get(f)]
     for kind in ("initContainers", "containers"):

@@ -107,15 +107,21 @@ def resize_allowed(desired: Pod, allocated: Pod) -> str | None:
     """IsInPlacePodVerticalScalingAllowed: why the pod cannot resize at all.
     Beyond upstream's kubelet, the API server's own refusals are checked again
     (a pod that reached the kubelet otherwise, say from an older server):
-    pod-level resources, which this kubelet does not size, and a QoS change,
+    pod-level resources (resizing them is not supported in v1.34), and a QoS change,
     which would move the pod to another cgroup."""
     if is_static(desired):
         return STATIC_POD_MESSAGE
-    if desired["spec"].get("resources"):
+    if _pod_level_set(desired) or _pod_level_set(allocated):
         return POD_LEVEL_MESSAGE
     if qos_class(desired) != qos_class(allocated):
         return QOS_CHANGE_MESSAGE
     return None
+
+
+def _pod_level_set(pod: Pod) -> bool:
+    """As the API server's resize check: spec.resources names any resource."""
+    res = pod["spec"].get("resources") or {}
+    return bool(res.get("requests") or res.get("limits"))
 
 
 def swap_refusal(desired: Pod, allocated: Pod, swaps: Swaps) -> str | None:

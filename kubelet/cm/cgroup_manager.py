@@ -13,8 +13,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from kubelet.types import Container, Pod, qos_class, uid
-from kubelet.util.quantity import cpu_millis, to_bytes
+from kubelet.resourcehelper import pod_level_limits, pod_limits, pod_requests
+from kubelet.types import Pod, qos_class, uid
 
 log = logging.getLogger(__name__)
 
@@ -159,72 +159,36 @@ def milli_cpu_to_quota(milli: int, period: int) -> int:
     return max(MIN_QUOTA_PERIOD, milli * period // 1000)
 
 
-def _container_values(c: Container) -> tuple[int, int, int]:
-    """(cpu request, cpu limit, memory limit) in millis and bytes; a request
-    left out is the limit, as the API server defaults it."""
-    res = c.get("resources") or {}
-    req, lim = res.get("requests") or {}, res.get("limits") or {}
-    cpu = req.get("cpu", lim.get("cpu"))
-    return (
-        cpu_millis(cpu) if cpu else 0,
-        cpu_millis(lim["cpu"]) if "cpu" in lim else 0,
-        to_bytes(lim["memory"]) if "memory" in lim else 0,
-    )
-
-
-def _aggregate(pod: Pod) -> tuple[list[int], bool, bool]:
-    """PodRequests and PodLimits over the containers: the regular ones and the
-    sidecars add up; an init container counts with the sidecars started
-    before it, and the pod needs the larger of the two. Answers ([cpu request,
-    cpu limit, memory limit], every container declares a cpu limit, ... a
-    memory limit)."""
-    spec = pod["spec"]
-    total = [0, 0, 0]
-    cpu_declared = mem_declared = True
-    for c in spec.get("containers", []):
-        own = _container_values(c)
-        total = [a + b for a, b in zip(total, own, strict=True)]
-        cpu_declared, mem_declared = cpu_declared and own[1] > 0, mem_declared and own[2] > 0
-    sidecars, init_max = [0, 0, 0], [0, 0, 0]
-    for c in spec.get("initContainers") or []:
-        v = list(_container_values(c))
-        if c.get("restartPolicy") == "Always":
-            total = [a + b for a, b in zip(total, v, strict=True)]
-            sidecars = [a + b for a, b in zip(sidecars, v, strict=True)]
-            v = sidecars
-        else:
-            v = [a + b for a, b in zip(v, sidecars, strict=True)]
-        cpu_declared, mem_declared = cpu_declared and v[1] > 0, mem_declared and v[2] > 0
-        init_max = [max(a, b) for a, b in zip(init_max, v, strict=True)]
-    return [max(a, b) for a, b in zip(total, init_max, strict=True)], cpu_declared, mem_declared
-
-
 def pod_resources(
     pod: Pod, enforce_cpu_limits: bool = True, cpu_period: int = DEFAULT_CPU_PERIOD
 ) -> dict[str, int]:
-    """The pod cgroup's settings (ResourceConfigForPod): CPU shares from the
-    requests; when every container (init containers and sidecars included)
-    sets one, the CPU quota and the memory limit from the limits. The pod's
-    need is the larger of its running containers with their sidecars and any
-    init container with the sidecars before it. spec.overhead (what the
-    RuntimeClass says the sandbox itself costs) is added to the requests and
-    to limits that are set. A BestEffort pod gets the minimum shares only."""
-    if qos_class(pod) == "BestEffort":
+    """The pod cgroup's settings (ResourceConfigForPod) from the pod's effective
+    requests and limits (kubelet/resourcehelper: the containers' aggregate or
+    the pod-level resources, with spec.overhead): CPU shares from the cpu
+    request; a Guaranteed pod gets its cpu quota and memory limit, a Burstable
+    one each of them only when every container (init containers with their
+    sidecars included) declares that limit or the pod declares it at pod
+    level. A BestEffort pod gets the minimum shares only."""
+    qos = qos_class(pod)
+    if qos == "BestEffort":
         return {"cpu_shares": MIN_SHARES}
-    (cpu_req, cpu_lim, mem_lim), cpu_limited, mem_limited = _aggregate(pod)
-    overhead = pod["spec"].get("overhead") or {}
-    if "cpu" in overhead:
-        cpu_req += cpu_millis(overhead["cpu"])
-        if cpu_lim:
-            cpu_lim += cpu_millis(overhead["cpu"])
-    if "memory" in overhead and mem_lim:
-        mem_lim += to_bytes(overhead["memory"])
+    declared = {"cpu": True, "memory": True}
+
+    def each(limits: dict[str, int]) -> None:
+        for k in declared:
+            declared[k] = declared[k] and limits.get(k, 0) > 0
+
+    limits = pod_limits(pod, each=each)
+    for k, v in pod_level_limits(pod).items():
+        if k in declared and v > 0:
+            declared[k] = True
+    cpu_req, cpu_lim = pod_requests(pod).get("cpu", 0), limits.get("cpu", 0)
     out = {"cpu_shares": max(MIN_SHARES, cpu_req * 1024 // 1000)}
-    if cpu_limited and cpu_lim:
+    if cpu_lim and (qos == "Guaranteed" or declared["cpu"]):
         quota = milli_cpu_to_quota(cpu_lim, cpu_period) if enforce_cpu_limits else -1
         out["cpu_quota"], out["cpu_period"] = quota, cpu_period
-    if mem_limited and mem_lim:
-        out["memory_limit"] = mem_lim
+    if limits.get("memory") and (qos == "Guaranteed" or declared["memory"]):
+        out["memory_limit"] = limits["memory"]
     return out
 
 

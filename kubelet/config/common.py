@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import yaml
 
+from kubelet.config.resources import ResourceError, default_pod_resources, validate_pod_resources
 from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, JSONObject, Pod, as_pod
 from kubelet.util.validation import is_dns1123_label, is_dns1123_subdomain
 
@@ -107,7 +108,10 @@ def _default_container(c: dict[str, Any]) -> None:
     c.setdefault("imagePullPolicy", _default_pull_policy(str(c.get("image", ""))))
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
-    c.setdefault("resources", {})
+    res = c.setdefault("resources", {})
+    # A request left out is the limit (SetDefaults_Pod).
+    if res.get("limits"):
+        res["requests"] = {**res["limits"], **(res.get("requests") or {})}
 
 
 def _object_or_null(d: dict[str, Any], key: str, path: str) -> None:
@@ -268,6 +272,10 @@ def validate(pod: JSONObject) -> None:
     _list_or_null(spec, "initContainers", "spec.initContainers")
     _validate_volumes(spec, _validate_containers(spec))
     _validate_host_users(spec)
+    try:
+        validate_pod_resources(spec)
+    except ResourceError as err:
+        raise ManifestError(str(err)) from err
     policy = spec.get("restartPolicy", "Always")
     if not isinstance(policy, str) or policy not in ("Always", "OnFailure", "Never"):
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
@@ -313,6 +321,7 @@ def apply_defaults(pod: JSONObject, source: str, source_kind: str, node_name: st
         _default_container(c)
     for c in spec["containers"]:
         _default_container(c)
+    default_pod_resources(spec)
     pod.setdefault("apiVersion", "v1")
     pod.setdefault("kind", "Pod")
     pod["status"] = {"phase": "Pending"}

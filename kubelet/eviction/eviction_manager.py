@@ -56,10 +56,10 @@ from kubelet.eviction.thresholds import (
     thresholds,
     with_container_fs,
 )
-from kubelet.lifecycle.predicate import Rejection, pod_requests
+from kubelet.lifecycle.predicate import Rejection
+from kubelet.resourcehelper import resource_request
 from kubelet.stats.ephemeral import PodStorage, is_local_ephemeral_volume
 from kubelet.types import (
-    Container,
     Pod,
     PodCondition,
     is_critical,
@@ -69,7 +69,6 @@ from kubelet.types import (
     qos_class,
     uid,
 )
-from kubelet.util.quantity import to_bytes
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +313,7 @@ class EvictionManager:
             # rankPIDPressure: lower priority first, then more processes.
             return self._rank(pods, await loop.run_in_executor(None, self.processes), _no_request)
         usage = await loop.run_in_executor(None, self.usage)
-        return self._rank(pods, usage, lambda p: pod_requests(p).memory)
+        return self._rank(pods, usage, _memory_request)
 
     async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
         """Each candidate's bytes on the pressed filesystem (the layout says
@@ -436,14 +435,12 @@ def _no_request(_pod: Pod) -> int:
     return 0
 
 
+def _memory_request(pod: Pod) -> int:
+    return resource_request(pod, "memory")
+
+
 def _ephemeral_request(pod: Pod) -> int:
-    """The pod's ephemeral-storage request: its containers' sum (init containers
-    run before and their space is freed, so the largest of them if bigger)."""
-    spec = pod.get("spec") or {}
-
-    def req(c: Container) -> int:
-        r = (c.get("resources") or {}).get("requests") or {}
-        return to_bytes(r.get("ephemeral-storage", 0))
-
-    main = sum(req(c) for c in spec.get("containers") or [])
-    return max([main, *(req(c) for c in spec.get("initContainers") or [])])
+    """GetResourceRequest: the containers' aggregate (sidecars included); with
+    pod-level resources set, upstream reads the pod level alone, where
+    ephemeral-storage cannot be set, so 0."""
+    return resource_request(pod, "ephemeral-storage")

@@ -13,7 +13,14 @@ from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.security_context import container_security_context
 from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.kuberuntime.swap import configure as configure_swap
-from kubelet.types import Container, Pod, qos_class
+from kubelet.resourcehelper import (
+    aggregate_container_requests,
+    container_requests,
+    is_pod_level_requests_set,
+    is_pod_level_resources_set,
+    pod_level_requests,
+)
+from kubelet.types import Container, Pod, Quantity, qos_class
 from kubelet.util import filesystem
 from kubelet.util.quantity import cpu_millis, to_bytes
 
@@ -107,27 +114,68 @@ def sandbox_userns(sandbox_cfg: pb.PodSandboxConfig) -> pb.UserNamespace | None:
     return ns.userns_options if ns.HasField("userns_options") else None
 
 
-def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxContainerResources:
-    res = c.get("resources") or {}
-    req, lim = res.get("requests") or {}, res.get("limits") or {}
-    out = pb.LinuxContainerResources()
-    cpu_req = req.get("cpu", lim.get("cpu"))
-    # cpu shares from the request (min 2), CFS quota from the limit, as upstream.
-    out.cpu_shares = max(2, cpu_millis(cpu_req) * 1024 // 1000) if cpu_req else 2
-    if "cpu" in lim:
-        out.cpu_period = 100000
-        out.cpu_quota = max(1000, cpu_millis(lim["cpu"]) * 100000 // 1000)
-    if "memory" in lim:
-        out.memory_limit_in_bytes = to_bytes(lim["memory"])
+def _limit(pod: Pod, c: Container, name: str) -> Quantity | None:
+    """The container's limit; when it sets none (or zero) and the pod sets
+    pod-level resources, the pod-level limit (getCPULimit/getMemoryLimit)."""
+    own = ((c.get("resources") or {}).get("limits") or {}).get(name)
+    if (own is None or to_bytes(own) == 0) and is_pod_level_resources_set(pod):
+        return ((pod["spec"].get("resources") or {}).get("limits") or {}).get(name)
+    return own
+
+
+def oom_score_adj(pod: Pod, c: Container, node_memory: int) -> int:
+    """GetContainerOOMScoreAdjust: Guaranteed -997, BestEffort 1000; Burstable
+    from the container's memory request as a share of the node's, with the
+    pod-level memory request that no container claims spread evenly over them.
+    A sidecar scores no higher than the regular container asking least."""
     qos = qos_class(pod)
     if qos == "Guaranteed":
-        out.oom_score_adj = -997
-    elif qos == "BestEffort":
-        out.oom_score_adj = 1000
-    else:
-        mem_req = to_bytes(req["memory"]) if "memory" in req else 0
-        adj = 1000 - (1000 * mem_req) // node.node_memory if node.node_memory else 999
-        out.oom_score_adj = int(min(max(adj, 2), 999))
+        return -997
+    if qos == "BestEffort":
+        return 1000
+    if not node_memory:
+        return 999
+    spare = remaining_pod_memory_per_container(pod) if is_pod_level_requests_set(pod) else 0
+    adj = 1000 - (1000 * (container_requests(c).get("memory", 0) + spare)) // node_memory
+    regular = pod["spec"].get("containers") or []
+    if regular and _is_sidecar(pod, c):
+        least = min(container_requests(r).get("memory", 0) for r in regular)
+        adj = min(adj, 1000 - (1000 * (least + spare)) // node_memory)
+    # Above a Guaranteed container's (1000 - 997) and below a BestEffort one's.
+    return int(min(max(adj, 3), 999))
+
+
+def _is_sidecar(pod: Pod, c: Container) -> bool:
+    return c.get("restartPolicy") == "Always" and any(
+        i["name"] == c["name"] for i in pod["spec"].get("initContainers") or []
+    )
+
+
+def remaining_pod_memory_per_container(pod: Pod) -> int:
+    """The pod-level memory request beyond the containers' aggregate, per container."""
+    pod_mem = pod_level_requests(pod).get("memory", 0)
+    if not pod_mem:
+        return 0
+    spec = pod["spec"]
+    n = len(spec.get("containers") or []) + len(spec.get("initContainers") or [])
+    spare = pod_mem - aggregate_container_requests(pod).get("memory", 0)
+    # Go's integer division truncates toward zero.
+    return spare // n if spare >= 0 else -(-spare // n)
+
+
+def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxContainerResources:
+    req = container_requests(c)
+    out = pb.LinuxContainerResources()
+    # cpu shares from the request (min 2), CFS quota from the limit, as upstream.
+    out.cpu_shares = max(2, req["cpu"] * 1024 // 1000) if req.get("cpu") else 2
+    cpu_lim, mem_lim = _limit(pod, c, "cpu"), _limit(pod, c, "memory")
+    # A zero limit is no limit (MilliCPUToQuota gives 0, a 0 memory limit is unset).
+    if cpu_lim is not None and cpu_millis(cpu_lim) > 0:
+        out.cpu_period = 100000
+        out.cpu_quota = max(1000, cpu_millis(cpu_lim) * 100000 // 1000)
+    if mem_lim is not None and to_bytes(mem_lim) > 0:
+        out.memory_limit_in_bytes = to_bytes(mem_lim)
+    out.oom_score_adj = oom_score_adj(pod, c, node.node_memory)
     if node.swap is not None:
         configure_swap(node.swap, out, pod, c)
     return out

@@ -18,14 +18,15 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kubelet import resourcehelper
 from kubelet.lifecycle.node_predicates import (
     node_affinity_mismatch,
     node_name_mismatch,
     untolerated_no_execute,
 )
 from kubelet.lifecycle.rejection import Rejection
-from kubelet.types import Container, Node, Pod, ResourceList, all_containers, full_name
-from kubelet.util.quantity import cpu_millis, to_bytes
+from kubelet.types import Node, Pod, all_containers, full_name
+from kubelet.util.quantity import to_bytes
 from kubelet.util.validation import is_extended_resource_name
 
 __all__ = ["Admitter", "Rejection", "Requests", "pod_requests"]
@@ -40,26 +41,10 @@ class Requests:
 
 
 def pod_requests(pod: Pod) -> Requests:
-    """The larger of the containers' sum and the biggest init container, plus overhead."""
-    spec = pod["spec"]
-
-    def req(c: Container) -> Requests:
-        r = (c.get("resources") or {}).get("requests") or {}
-        return Requests(cpu_millis(r.get("cpu", 0)), to_bytes(r.get("memory", 0)))
-
-    total = Requests()
-    for c in spec.get("containers") or []:
-        r = req(c)
-        total.cpu_m += r.cpu_m
-        total.memory += r.memory
-    for c in spec.get("initContainers") or []:
-        r = req(c)
-        total.cpu_m = max(total.cpu_m, r.cpu_m)
-        total.memory = max(total.memory, r.memory)
-    overhead = spec.get("overhead") or {}
-    total.cpu_m += cpu_millis(overhead.get("cpu", 0))
-    total.memory += to_bytes(overhead.get("memory", 0))
-    return total
+    """PodRequests in cpu and memory: the containers' aggregate (sidecars
+    included) or the pod-level requests, plus overhead (kubelet/resourcehelper)."""
+    r = resourcehelper.pod_requests(pod)
+    return Requests(r.get("cpu", 0), r.get("memory", 0))
 
 
 # What the fit check reads as cpu, memory and pods; every other resource in
@@ -76,9 +61,8 @@ def node_allocatable(node: Node) -> dict[str, int]:
 
 
 def named_requests(pod: Pod, allocatable: Mapping[str, int]) -> dict[str, int]:
-    """The pod's requests beyond cpu and memory (resourcehelper.PodRequests:
-    sidecars add up and stay through the init containers after them; the
-    largest init step or the sum, plus overhead). An extended resource the node
+    """The pod's requests beyond cpu and memory (resourcehelper.pod_requests:
+    pod-level hugepages, or the containers' aggregate, plus overhead). An extended resource the node
     does not list is left to others (removeMissingExtendedResources: cluster
     level or DRA-backed resources), as upstream."""
 
@@ -87,26 +71,7 @@ def named_requests(pod: Pod, allocatable: Mapping[str, int]) -> dict[str, int]:
             return False
         return name in allocatable or not is_extended_resource_name(name)
 
-    def reqs(requests: ResourceList | None) -> Counter[str]:
-        return Counter({k: to_bytes(v) for k, v in (requests or {}).items() if counted(k)})
-
-    spec = pod["spec"]
-    total: Counter[str] = Counter()
-    for c in spec.get("containers") or []:
-        total.update(reqs((c.get("resources") or {}).get("requests")))
-    sidecars: Counter[str] = Counter()
-    for c in spec.get("initContainers") or []:
-        r = reqs((c.get("resources") or {}).get("requests"))
-        if c.get("restartPolicy") == "Always":
-            total.update(r)
-            sidecars.update(r)
-            r = Counter(sidecars)
-        else:
-            r.update(sidecars)
-        for k, v in r.items():
-            total[k] = max(total[k], v)
-    total.update(reqs(spec.get("overhead")))
-    return {k: v for k, v in total.items() if v > 0}
+    return {k: v for k, v in resourcehelper.pod_requests(pod).items() if counted(k) and v > 0}
 
 
 class Admitter:

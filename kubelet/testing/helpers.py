@@ -4,8 +4,10 @@ volume manager (with no plugins) reports."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
+from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.container.env import EnvContext
 from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.network.dns import DNSConfigurer
@@ -34,3 +36,16 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def remove_cgroup_tree(name: str) -> None:
+    """A test's private cgroup root and everything under it, deepest first, in
+    every hierarchy (runc's own ones too); a busy directory is left."""
+    mgr = CgroupManager("")
+    paths = [p for _c, p in mgr._paths(name)] + [f"{m}/{name}" for m in mgr.runtime_only]
+    for path in paths:
+        for dirpath, _d, _f in sorted(os.walk(path), key=lambda t: -len(t[0])):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass

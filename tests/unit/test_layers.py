@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2] / "kubelet"
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["__init__.py", "util/", "version.py", "metrics.py", "unsupported.py",
               "types.py", "core_v1.py", "fieldpath.py", "lifecycle/predicate.py", "sysctl.py",
-              "lifecycle/node_predicates.py", "lifecycle/rejection.py"]),
+              "lifecycle/node_predicates.py", "lifecycle/rejection.py",
+              "resourcehelper.py"]),
     ("wire and config", ["client/", "cri/", "apis/", "features.py", "events.py"]),
     ("node services", ["objectcache.py", "token/", "runtimeclass/", "credentialprovider/",
                        "envvars.py", "probe/", "nodelease.py", "watchdog.py", "nodestatus/", "node_lister.py",

@@ -14,22 +14,12 @@ from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.remote import RemoteImageService
 from kubelet.images.image_gc_manager import ImageGCManager, ImageGCPolicy
+from kubelet.testing.helpers import remove_cgroup_tree
 from kubelet.testing.images import BUSYBOX_REF
 from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
 from kubelet.testing.oci import write_oci_tar
 
 pytestmark = pytest.mark.containerd
-
-
-def _remove_tree(name: str) -> None:
-    mgr = CgroupManager("")
-    paths = [p for _c, p in mgr._paths(name)] + [f"{m}/{name}" for m in mgr.runtime_only]
-    for path in paths:
-        for dirpath, _d, _f in sorted(os.walk(path), key=lambda t: -len(t[0])):
-            try:
-                os.rmdir(dirpath)
-            except OSError:
-                pass
 
 
 def _pod_cgroups(root: str) -> list[str]:
@@ -57,7 +47,7 @@ async def pids_node(containerd, tmp_path: Path) -> AsyncIterator[InProcessKubele
             for m in CgroupManager("").runtime_only:
                 assert not list(Path(m, root).glob("kubepods/**/pod*")), m
     finally:
-        _remove_tree(root)
+        remove_cgroup_tree(root)
 
 
 async def test_pod_pids_limit_stops_a_fork_loop(pids_node: InProcessKubelet) -> None:

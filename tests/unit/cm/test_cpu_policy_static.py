@@ -273,6 +273,8 @@ def test_pod_level_resources_gate_off_allocates_as_before() -> None:
     s = CPUManagerState("static")
     p.start(s)
     pod = gpod("u1", [{"name": "a", "cpu": "2"}])
+    # As the API server defaults it: pod-level requests from the limits.
     pod["spec"]["resources"] = {"limits": {"cpu": "2", "memory": "1Gi"}}
+    pod["spec"]["resources"]["requests"] = dict(pod["spec"]["resources"]["limits"])
     p.allocate(s, pod, pod["spec"]["containers"][0])
     assert s.get_cpuset("u1", "a") is not None

@@ -73,4 +73,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
         "spec.containers[app].lifecycle.stopSignal",
         "spec.containers[app].volumeDevices",
         "spec.containers[app].resources.limits[hugepages-2Mi]",
+        # the request a left-out request defaults to (the limit)
+        "spec.containers[app].resources.requests[hugepages-2Mi]",
     ]
