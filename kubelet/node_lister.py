@@ -51,6 +51,7 @@ class NodeLister:
 
     async def _on_list(self, items: list[dict[str, Any]]) -> None:
         self._node = next((as_node(n) for n in items if self._ours(n)), None)
+        self.synced.set()
 
     async def _on_event(self, etype: str, obj: dict[str, Any]) -> None:
         if not self._ours(obj):

@@ -234,6 +234,22 @@ def test_node_lister_follows_the_watch_and_falls_back_to_the_initial_node() -> N
     assert kept["status"]["allocatable"] == {"example.com/d": "5"}
 
 
+def test_the_lister_of_a_cluster_node_is_synced_by_its_first_list() -> None:
+    """The API pod source waits on `synced`: unset until the first list (a pod
+    is never admitted against a node not read yet), set by it even when the
+    Node does not exist yet (first registration)."""
+    import asyncio
+    from typing import cast
+
+    from kubelet.client.rest import APIClient
+    from kubelet.node_lister import NodeLister
+
+    lister = NodeLister(cast(APIClient, object()), "node-a", lambda: node())
+    assert not lister.synced.is_set()
+    asyncio.run(lister._on_list([]))
+    assert lister.synced.is_set() and lister.watched() is None
+
+
 def test_an_unlisted_extended_resource_is_named_once_in_the_log(caplog: Any) -> None:
     a = Admitter(10, 4000, 2**30)
     with caplog.at_level("INFO", logger="kubelet.lifecycle.predicate"):
