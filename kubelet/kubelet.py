@@ -30,6 +30,7 @@ from kubelet.kubelet_getters import SyncLoopHeartbeat
 from kubelet.kubelet_node_status import RegisteredNode
 from kubelet.kubelet_node_subsystems import (
     GarbageCollectors,
+    build_admission,
     build_gc,
     build_host,
     build_node_status,
@@ -47,10 +48,8 @@ from kubelet.kubelet_subsystems import (
 )
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
-from kubelet.lifecycle.features import admit_pod_features
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
-from kubelet.node_lister import with_allocatable
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType
@@ -142,6 +141,7 @@ class Kubelet:
             node, pods, volumes, runtime, workers, resources,
             (node_inputs, self.registered_node),
         )  # fmt: skip
+        self.admission = build_admission(node, pods, resources, self.node_status)
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         self.pod_resources = build_pod_resources(node, pods, resources)
@@ -378,7 +378,7 @@ class Kubelet:
         # After a restart the checkpointed allocation, not the spec, is what
         # was admitted (a resize may be pending): admission counts that.
         allocated = self.pods.allocation.allocated_pod(pod)
-        rejection = self._admit(allocated)
+        rejection = self.admission.admit(allocated)
         if rejection is not None:
             self._reject(pod, rejection)
             return
@@ -431,45 +431,6 @@ class Kubelet:
         ):
             return
         self.pods.allocation.handle_resize(pod)
-
-    def _admit(self, pod: Pod) -> Rejection | None:
-        """canAdmitPod: pods that already finished are not counted nor re-admitted."""
-        st = (pod.get("status") or {}).get("phase")
-        if st in ("Succeeded", "Failed"):
-            return None
-        pressure = self.eviction.admit(pod)
-        if pressure is not None:
-            return pressure
-        if self.shutdown is not None and (refused := self.shutdown.admit(pod)) is not None:
-            return refused
-        forbidden = self.pods.sysctls.admit(pod)
-        if forbidden is not None:
-            return forbidden
-        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
-        unaligned = self.resource_managers.admit(pod)
-        if unaligned is not None:
-            return unaligned
-        # Devices just allocated count as allocatable even before their plugin
-        # lists them again (UpdatePluginResources).
-        floor = self.resource_managers.devices.allocated_counts(uid(pod))
-        node = with_allocatable(self.node_status.lister.get(), floor)
-        try:
-            refused = self.pods.admitter.admit(uid(pod), pod, node)
-        except ValueError as err:
-            return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
-        # AppArmor comes after the fit check, as upstream's handlers; the fit
-        # check counted the pod, so a refusal here gives its share back.
-        if refused is None and (refused := self._admit_after_fit(pod)) is not None:
-            self.pods.admitter.release(uid(pod))
-        return refused
-
-    def _admit_after_fit(self, pod: Pod) -> Rejection | None:
-        """AppArmor, then the pod-features handler, as upstream's order."""
-        refused = self.pods.apparmor.admit(pod)
-        if refused is None:
-            gate = self.node.features.enabled(Feature.PodLevelResources)
-            refused = admit_pod_features(pod, gate)
-        return refused
 
     def _reject(self, pod: Pod, r: Rejection) -> None:
         u = uid(pod)

@@ -25,6 +25,7 @@ from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
 from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
+from kubelet.lifecycle.admission import PodAdmitter
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.node_lister import NodeLister
 from kubelet.nodeshutdown.manager import NodeShutdownManager
@@ -240,6 +241,16 @@ def build_node_status(
         node, volumes, runtime, resources, (eviction, shutdown, due), inputs, lister
     )
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+
+
+def build_admission(
+    node: Node, pods: Pods, resources: ResourceManagers, node_status: NodeStatus
+) -> PodAdmitter:
+    """The admit handlers a new pod passes, in upstream's order (lifecycle/admission.py)."""
+    return PodAdmitter(
+        node_status.eviction, node_status.shutdown, pods.sysctls, resources, node_status.lister,
+        pods.admitter, pods.apparmor, node.features.enabled(Feature.PodLevelResources),
+    )  # fmt: skip
 
 
 def _initial_node(
