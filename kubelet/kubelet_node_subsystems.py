@@ -22,7 +22,7 @@ from kubelet.features import Feature
 from kubelet.images.image_gc_manager import ImageGCError, ImageGCManager
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
-from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
+from kubelet.kubelet_subsystems import Node, NodeSetup, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
 from kubelet.lifecycle.admission import PodAdmitter
@@ -216,7 +216,7 @@ def build_node_status(
     runtime: Runtime,
     workers: Workers,
     resources: ResourceManagers,
-    inputs: tuple[NodeInputs | None, RegisteredNode],
+    setup: NodeSetup,
 ) -> NodeStatus:
     """Pod and node usage from the Cython parsers (/stats/summary,
     /metrics/resource), node-pressure eviction, and the Node object's status."""
@@ -235,11 +235,11 @@ def build_node_status(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    static, _ = inputs
-    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
+    lister = NodeLister(node.kube_client, node.name, _initial_node(node, setup.inputs, resources))
     reporter = _node_reporter(
-        node, volumes, runtime, resources, (eviction, shutdown, due), inputs, lister
-    )
+        node, volumes, runtime, resources, (eviction, shutdown, due),
+        (setup.inputs, setup.registered), lister,
+    )  # fmt: skip
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
 
 
