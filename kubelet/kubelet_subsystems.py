@@ -50,6 +50,8 @@ from kubelet.kubelet_node_status import RegisteredNode
 from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
+from kubelet.kuberuntime.kuberuntime_image import PullCredentials
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.swap import NO_SWAP, SwapConfig, container_swap_behavior, swap_controller
 from kubelet.lifecycle.apparmor import Validator as AppArmorValidator
@@ -450,6 +452,35 @@ def _pod_cgroups(
     )
 
 
+def _node_settings(node: Node) -> NodeSettings:
+    """What of the node every container's config depends on."""
+    cfg = node.config
+    return NodeSettings(
+        node_memory=machine_info().memory_capacity,
+        seccomp_root=os.path.join(node.root_dir, "seccomp"),
+        seccomp_default=cfg.seccomp_default,
+        user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
+        swap=_swap_config(cfg),
+        container_logs_dir=legacy.CONTAINER_LOGS_DIR,
+    )
+
+
+def _pull_credentials(
+    node: Node, pods: Pods, volumes: Volumes, plugins: LoadedPlugins | None
+) -> PullCredentials:
+    """The pod's pull secrets, the node's docker config, then the credential
+    provider plugins (with service account tokens when they ask for them)."""
+    return PullCredentials(
+        PullSecretGetter(pods.secrets, node.recorder),
+        NodeDockerKeyring(node.root_dir),
+        (
+            PluginKeyring(plugins, APIServiceAccounts(node.kube_client, volumes.tokens))
+            if plugins is not None
+            else None
+        ),
+    )
+
+
 def build_runtime(
     node: Node,
     pods: Pods,
@@ -459,7 +490,7 @@ def build_runtime(
     services: tuple[RuntimeService, ImageService],
     setup: RuntimeSetup,
 ) -> Runtime:
-    cfg, client = node.config, node.kube_client
+    cfg = node.config
     runtime_service, image_service = services
     helper = _runtime_helper(node, pods, volumes)
     pod_cgroups = _pod_cgroups(cfg, resources)
@@ -470,7 +501,7 @@ def build_runtime(
         image_service,
         helper,
         cfg.pod_logs_dir,
-        node_memory=machine_info().memory_capacity,
+        node=_node_settings(node),
         cgroups_per_qos=cfg.cgroups_per_qos,
         cgroup_root=cfg.cgroup_root,
         crash_backoff=setup.crash_backoff,
@@ -478,22 +509,11 @@ def build_runtime(
         recorder=node.recorder,
         must_restart=probes.must_restart,
         is_started=probes.is_started,
-        seccomp_root=os.path.join(node.root_dir, "seccomp"),
-        seccomp_default=cfg.seccomp_default,
-        pull_secrets=PullSecretGetter(pods.secrets, node.recorder),
+        credentials=_pull_credentials(node, pods, volumes, setup.credential_plugins),
         runtime_classes=pods.runtime_classes,
-        node_keyring=NodeDockerKeyring(node.root_dir),
-        credential_plugins=(
-            PluginKeyring(setup.credential_plugins, APIServiceAccounts(client, volumes.tokens))
-            if setup.credential_plugins is not None
-            else None
-        ),
         image_puller=ImagePuller.from_config(cfg),
         startup=pods.startup,
         container_resources=resources,
-        user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
-        swap=_swap_config(cfg),
-        container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         actuation=pods.allocation if pods.allocation.enabled else None,
         pod_cgroups=pod_cgroups,
         userns=userns,
