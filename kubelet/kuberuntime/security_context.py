@@ -50,6 +50,7 @@ from typing import Any, cast
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import (
     AppArmorProfile,
+    Capabilities,
     Container,
     Pod,
     PodSecurityContext,
@@ -316,7 +317,7 @@ def _groups_policy(psc: Mapping[str, Any]) -> int | None:
     return _GROUPS_POLICY[policy]
 
 
-def _capabilities(caps: Mapping[str, Any]) -> pb.Capability:
+def _capabilities(caps: Capabilities) -> pb.Capability:
     # Names pass through verbatim ("NET_ADMIN"); the runtime adds "CAP_".
     return pb.Capability(
         add_capabilities=caps.get("add") or [], drop_capabilities=caps.get("drop") or []
