@@ -17,19 +17,16 @@ from typing import Any
 from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
-from kubelet.cm.container_manager import ContainerManager
-from kubelet.cm.sysinfo import MachineTopology
 from kubelet.config.config import Op, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
-from kubelet.credentialprovider.plugin.plugins import LoadedPlugins
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.events import Recorder
-from kubelet.features import Feature, FeatureGate
+from kubelet.features import Feature
 from kubelet.kubelet_getters import SyncLoopHeartbeat
-from kubelet.kubelet_node_status import RegisteredNode
 from kubelet.kubelet_node_subsystems import (
     GarbageCollectors,
+    build_admission,
     build_gc,
     build_host,
     build_node_status,
@@ -38,6 +35,9 @@ from kubelet.kubelet_node_subsystems import (
 from kubelet.kubelet_pods import setup_data_dirs
 from kubelet.kubelet_subsystems import (
     Node,
+    NodeSetup,
+    RuntimeSetup,
+    build_node,
     build_pods,
     build_probes,
     build_resource_managers,
@@ -46,12 +46,8 @@ from kubelet.kubelet_subsystems import (
     build_workers,
 )
 from kubelet.kuberuntime import legacy
-from kubelet.kuberuntime.backoff import Backoff
-from kubelet.lifecycle.features import admit_pod_features
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
-from kubelet.node_lister import with_allocatable
-from kubelet.nodestatus.setters import NodeInputs
 from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.runtime_orphans import RuntimeOrphans
@@ -80,6 +76,13 @@ SYNC_TICK = 1.0
 HOUSEKEEPING_PERIOD = 2.0
 
 
+def checkpoints_dir(node: Node) -> str | None:
+    """ContainerCheckpoint: where POST /checkpoint/... writes archives (None: gate off)."""
+    if not node.features.enabled(Feature.ContainerCheckpoint):
+        return None
+    return os.path.join(node.root_dir, CHECKPOINTS_DIR)
+
+
 class Kubelet:
     """Composition root and loops: builds the subsystems (kubelet_subsystems.py,
     then kubelet_node_subsystems.py) in order, feeds the syncLoop from the pod sources, the PLEG, sync requests
@@ -93,76 +96,48 @@ class Kubelet:
         root_dir: str,
         runtime_service: RuntimeService,
         image_service: ImageService,
-        node_ip: str | None = None,
         recorder: Recorder | None = None,
-        crash_backoff: Backoff | None = None,
-        image_backoff: Backoff | None = None,
         kube_client: APIClient | None = None,
-        allocatable: dict[str, str] | None = None,
+        node_setup: NodeSetup | None = None,
+        runtime_setup: RuntimeSetup | None = None,
         clock: Clock = REAL_CLOCK,
-        sandbox_image: str = "",
-        node_inputs: NodeInputs | None = None,
-        registered_node: RegisteredNode | None = None,
-        machine_topology: MachineTopology | None = None,
-        container_manager: ContainerManager | None = None,
-        credential_plugins: LoadedPlugins | None = None,
     ) -> None:
-        """node_inputs: what the Node status is computed from (cluster mode);
-        registered_node: the Node as registered, read by mirror pods' owner;
-        machine_topology, container_manager: what the CPU and memory managers
-        divide up and what the node reserves (discovered when not given)."""
-        self.config = config
-        self.root_dir = root_dir
-        self.clock = clock
-        # --pod-infra-container-image: kept from image GC (else asked of the runtime).
-        self.sandbox_image = sandbox_image
-        self.registered_node = registered_node or RegisteredNode()
-        node = Node(
-            config, node_name, root_dir, [node_ip] if node_ip else ["127.0.0.1"],
-            dict(allocatable or {}), FeatureGate(config.feature_gates), recorder, kube_client,
-            clock,
-        )  # fmt: skip
+        """node_setup, runtime_setup: what the command found out about the node
+        and the runtime manager's options; left out, as standalone."""
+        setup, rs = node_setup or NodeSetup(), runtime_setup or RuntimeSetup()
+        self.config, self.root_dir, self.clock = config, root_dir, clock
+        self.sandbox_image, self.registered_node = rs.sandbox_image, setup.registered
+        node = build_node(config, node_name, root_dir, setup, (recorder, kube_client), clock)
         self.node = node
         # The status manager and the volume manager ask each other (deletion
         # waits for unmounts; an unmount re-checks deletion): one side looks up late.
         self.pods = pods = build_pods(node, lambda u: self.volumes.manager.volumes_torn_down(u))
-        self.resource_managers = resources = build_resource_managers(
-            node, pods, machine_topology, container_manager
-        )
+        self.resource_managers = resources = build_resource_managers(node, pods, setup)
         self.volumes = volumes = build_volumes(node, pods, resources)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
-            node, pods, volumes, probes, resources, (runtime_service, image_service),
-            (crash_backoff, image_backoff), credential_plugins,
-        )  # fmt: skip
+            node, pods, volumes, probes, resources, (runtime_service, image_service), rs
+        )
         self.workers = workers = build_workers(
-            node, pods, volumes, probes, runtime, resources, self.registered_node
+            node, pods, volumes, probes, runtime, resources, setup.registered
         )
         self.node_status = build_node_status(
-            node, pods, volumes, runtime, workers, resources,
-            (node_inputs, self.registered_node),
-        )  # fmt: skip
+            node, pods, volumes, runtime, workers, resources, setup
+        )
+        self.admission = build_admission(node, pods, resources, self.node_status)
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         self.pod_resources = build_pod_resources(node, pods, resources)
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
-        self.runtime_manager, self.pleg, self.evented = (
-            runtime.manager,
-            runtime.pleg,
-            runtime.evented,
-        )
-        self.volume_manager, self.pod_syncer = volumes.manager, workers.syncer
-        self.pod_workers, self.pod_cgroups = workers.workers, workers.pod_cgroups
+        self.runtime_manager, self.pleg = runtime.manager, runtime.pleg
+        self.evented, self.volume_manager = runtime.evented, volumes.manager
+        self.pod_syncer, self.pod_workers = workers.syncer, workers.workers
+        self.pod_cgroups = workers.pod_cgroups
         self.stats, self.eviction = self.node_status.stats, self.node_status.eviction
         self.resource_registry = self.host.resource_registry
         self.shutdown, self.node_status_due = self.node_status.shutdown, self.node_status.due
-        # ContainerCheckpoint: where POST /checkpoint/... writes archives.
-        self.checkpoints_dir = (
-            os.path.join(root_dir, CHECKPOINTS_DIR)
-            if node.features.enabled(Feature.ContainerCheckpoint)
-            else None
-        )
+        self.checkpoints_dir = checkpoints_dir(node)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._sources: list[str] = []
@@ -378,7 +353,7 @@ class Kubelet:
         # After a restart the checkpointed allocation, not the spec, is what
         # was admitted (a resize may be pending): admission counts that.
         allocated = self.pods.allocation.allocated_pod(pod)
-        rejection = self._admit(allocated)
+        rejection = self.admission.admit(allocated)
         if rejection is not None:
             self._reject(pod, rejection)
             return
@@ -431,45 +406,6 @@ class Kubelet:
         ):
             return
         self.pods.allocation.handle_resize(pod)
-
-    def _admit(self, pod: Pod) -> Rejection | None:
-        """canAdmitPod: pods that already finished are not counted nor re-admitted."""
-        st = (pod.get("status") or {}).get("phase")
-        if st in ("Succeeded", "Failed"):
-            return None
-        pressure = self.eviction.admit(pod)
-        if pressure is not None:
-            return pressure
-        if self.shutdown is not None and (refused := self.shutdown.admit(pod)) is not None:
-            return refused
-        forbidden = self.pods.sysctls.admit(pod)
-        if forbidden is not None:
-            return forbidden
-        # The topology manager allocates CPUs and memory (before the fit check, as upstream).
-        unaligned = self.resource_managers.admit(pod)
-        if unaligned is not None:
-            return unaligned
-        # Devices just allocated count as allocatable even before their plugin
-        # lists them again (UpdatePluginResources).
-        floor = self.resource_managers.devices.allocated_counts(uid(pod))
-        node = with_allocatable(self.node_status.lister.get(), floor)
-        try:
-            refused = self.pods.admitter.admit(uid(pod), pod, node)
-        except ValueError as err:
-            return Rejection("UnexpectedAdmissionError", f"invalid resource requests: {err}")
-        # AppArmor comes after the fit check, as upstream's handlers; the fit
-        # check counted the pod, so a refusal here gives its share back.
-        if refused is None and (refused := self._admit_after_fit(pod)) is not None:
-            self.pods.admitter.release(uid(pod))
-        return refused
-
-    def _admit_after_fit(self, pod: Pod) -> Rejection | None:
-        """AppArmor, then the pod-features handler, as upstream's order."""
-        refused = self.pods.apparmor.admit(pod)
-        if refused is None:
-            gate = self.node.features.enabled(Feature.PodLevelResources)
-            refused = admit_pod_features(pod, gate)
-        return refused
 
     def _reject(self, pod: Pod, r: Rejection) -> None:
         u = uid(pod)

@@ -22,9 +22,10 @@ from kubelet.features import Feature
 from kubelet.images.image_gc_manager import ImageGCError, ImageGCManager
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
-from kubelet.kubelet_subsystems import Node, Pods, Runtime, Volumes, Workers
+from kubelet.kubelet_subsystems import Node, NodeSetup, Pods, Runtime, Volumes, Workers
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
+from kubelet.lifecycle.admission import PodAdmitter
 from kubelet.logs.container_log_manager import ContainerLogManager
 from kubelet.node_lister import NodeLister
 from kubelet.nodeshutdown.manager import NodeShutdownManager
@@ -215,7 +216,7 @@ def build_node_status(
     runtime: Runtime,
     workers: Workers,
     resources: ResourceManagers,
-    inputs: tuple[NodeInputs | None, RegisteredNode],
+    setup: NodeSetup,
 ) -> NodeStatus:
     """Pod and node usage from the Cython parsers (/stats/summary,
     /metrics/resource), node-pressure eviction, and the Node object's status."""
@@ -234,12 +235,22 @@ def build_node_status(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    static, _ = inputs
-    lister = NodeLister(node.kube_client, node.name, _initial_node(node, static, resources))
+    lister = NodeLister(node.kube_client, node.name, _initial_node(node, setup.inputs, resources))
     reporter = _node_reporter(
-        node, volumes, runtime, resources, (eviction, shutdown, due), inputs, lister
-    )
+        node, volumes, runtime, resources, (eviction, shutdown, due),
+        (setup.inputs, setup.registered), lister,
+    )  # fmt: skip
     return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+
+
+def build_admission(
+    node: Node, pods: Pods, resources: ResourceManagers, node_status: NodeStatus
+) -> PodAdmitter:
+    """The admit handlers a new pod passes, in upstream's order (lifecycle/admission.py)."""
+    return PodAdmitter(
+        node_status.eviction, node_status.shutdown, pods.sysctls, resources, node_status.lister,
+        pods.admitter, pods.apparmor, node.features.enabled(Feature.PodLevelResources),
+    )  # fmt: skip
 
 
 def _initial_node(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubelet.active_pods import ActivePods
 from kubelet.allocation.allocation_manager import AllocationManager, NodeLimits
@@ -50,6 +50,8 @@ from kubelet.kubelet_node_status import RegisteredNode
 from kubelet.kubelet_pods import DATA_DIR_MODE, PodRuntimeHelper, PullSecretGetter
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
+from kubelet.kuberuntime.kuberuntime_image import PullCredentials
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.swap import NO_SWAP, SwapConfig, container_swap_behavior, swap_controller
 from kubelet.lifecycle.apparmor import Validator as AppArmorValidator
@@ -58,7 +60,7 @@ from kubelet.lifecycle.predicate import Admitter
 from kubelet.mirror_client import MirrorClient
 from kubelet.network.dns import DNSConfigurer
 from kubelet.nodestatus.machine import machine_info
-from kubelet.nodestatus.setters import max_pods
+from kubelet.nodestatus.setters import NodeInputs, max_pods
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
@@ -124,6 +126,48 @@ class Node:
     def event(self, etype: str, reason: str, message: str) -> None:
         if self.recorder is not None:
             self.recorder.event(self.ref, etype, reason, message)
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """What the command found out about the node before the Kubelet is built
+    (cmd/node.py). Left out, each is as standalone: discovered or empty."""
+
+    ip: str | None = None
+    allocatable: dict[str, str] | None = None
+    # What the Node status is computed from (cluster mode).
+    inputs: NodeInputs | None = None
+    # The Node as registered, read by mirror pods' owner.
+    registered: RegisteredNode = field(default_factory=RegisteredNode)
+    # What the CPU and memory managers divide up, and what the node reserves.
+    machine_topology: MachineTopology | None = None
+    container_manager: ContainerManager | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeSetup:
+    """The runtime manager's options the command (or a test) may set."""
+
+    # --pod-infra-container-image: kept from image GC (else asked of the runtime).
+    sandbox_image: str = ""
+    crash_backoff: Backoff | None = None
+    image_backoff: Backoff | None = None
+    credential_plugins: LoadedPlugins | None = None
+
+
+def build_node(
+    config: KubeletConfiguration,
+    name: str,
+    root_dir: str,
+    setup: NodeSetup,
+    clients: tuple[Recorder | None, APIClient | None],
+    clock: Clock,
+) -> Node:
+    recorder, client = clients
+    ips = [setup.ip] if setup.ip else ["127.0.0.1"]
+    allocatable = dict(setup.allocatable or {})
+    features = FeatureGate(config.feature_gates)
+    return Node(config, name, root_dir, ips, allocatable, features, recorder, client, clock)
 
 
 # ------------------------------------------------------------------ pods
@@ -221,18 +265,13 @@ def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
 
 
 # ----------------------------------------------------- resource managers
-def build_resource_managers(
-    node: Node,
-    pods: Pods,
-    machine: MachineTopology | None,
-    container_manager: ContainerManager | None,
-) -> ResourceManagers:
+def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> ResourceManagers:
     """CPU, memory and topology managers: admission allocates, container
     creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
     They reserve what the container manager's node allocatable reserves.
     ContainerManagerError (a setting or state file they refuse) is fatal."""
-    cfg = node.config
-    topo = machine or discover_machine()
+    cfg, container_manager = node.config, setup.container_manager
+    topo = setup.machine_topology or discover_machine()
     reserved_cpus = apply_reserved_cpus(cfg, discover_cpus(topo))
     reservation = (
         container_manager.reservation()
@@ -413,6 +452,35 @@ def _pod_cgroups(
     )
 
 
+def _node_settings(node: Node) -> NodeSettings:
+    """What of the node every container's config depends on."""
+    cfg = node.config
+    return NodeSettings(
+        node_memory=machine_info().memory_capacity,
+        seccomp_root=os.path.join(node.root_dir, "seccomp"),
+        seccomp_default=cfg.seccomp_default,
+        user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
+        swap=_swap_config(cfg),
+        container_logs_dir=legacy.CONTAINER_LOGS_DIR,
+    )
+
+
+def _pull_credentials(
+    node: Node, pods: Pods, volumes: Volumes, plugins: LoadedPlugins | None
+) -> PullCredentials:
+    """The pod's pull secrets, the node's docker config, then the credential
+    provider plugins (with service account tokens when they ask for them)."""
+    return PullCredentials(
+        PullSecretGetter(pods.secrets, node.recorder),
+        NodeDockerKeyring(node.root_dir),
+        (
+            PluginKeyring(plugins, APIServiceAccounts(node.kube_client, volumes.tokens))
+            if plugins is not None
+            else None
+        ),
+    )
+
+
 def build_runtime(
     node: Node,
     pods: Pods,
@@ -420,10 +488,9 @@ def build_runtime(
     probes: ProbeManager,
     resources: ResourceManagers,
     services: tuple[RuntimeService, ImageService],
-    backoffs: tuple[Backoff | None, Backoff | None],
-    credential_plugins: LoadedPlugins | None = None,
+    setup: RuntimeSetup,
 ) -> Runtime:
-    cfg, client = node.config, node.kube_client
+    cfg = node.config
     runtime_service, image_service = services
     helper = _runtime_helper(node, pods, volumes)
     pod_cgroups = _pod_cgroups(cfg, resources)
@@ -434,30 +501,19 @@ def build_runtime(
         image_service,
         helper,
         cfg.pod_logs_dir,
-        node_memory=machine_info().memory_capacity,
+        node=_node_settings(node),
         cgroups_per_qos=cfg.cgroups_per_qos,
         cgroup_root=cfg.cgroup_root,
-        crash_backoff=backoffs[0],
-        image_backoff=backoffs[1],
+        crash_backoff=setup.crash_backoff,
+        image_backoff=setup.image_backoff,
         recorder=node.recorder,
         must_restart=probes.must_restart,
         is_started=probes.is_started,
-        seccomp_root=os.path.join(node.root_dir, "seccomp"),
-        seccomp_default=cfg.seccomp_default,
-        pull_secrets=PullSecretGetter(pods.secrets, node.recorder),
+        credentials=_pull_credentials(node, pods, volumes, setup.credential_plugins),
         runtime_classes=pods.runtime_classes,
-        node_keyring=NodeDockerKeyring(node.root_dir),
-        credential_plugins=(
-            PluginKeyring(credential_plugins, APIServiceAccounts(client, volumes.tokens))
-            if credential_plugins is not None
-            else None
-        ),
         image_puller=ImagePuller.from_config(cfg),
         startup=pods.startup,
         container_resources=resources,
-        user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
-        swap=_swap_config(cfg),
-        container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         actuation=pods.allocation if pods.allocation.enabled else None,
         pod_cgroups=pod_cgroups,
         userns=userns,

@@ -1,5 +1,5 @@
 """Small helpers on pods (pkg/kubelet/types, pkg/apis/core/v1/helper/qos), and
-the typed API objects of kubelet/core_v1.py, re-exported: a JSON document
+the typed API objects of kubelet/core_v1/, re-exported: a JSON document
 becomes one of those at the wire (the pod sources, the API client) through
 `as_pod`.
 """

@@ -20,6 +20,7 @@ from kubelet.dependencies import Dependencies
 from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
+from kubelet.kubelet_subsystems import NodeSetup, RuntimeSetup
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.types import ObjectReference
 from kubelet.version import KUBERNETES_VERSION
@@ -163,15 +164,18 @@ async def _new_kubelet(
         s.flags.root_directory,
         runtime_service,
         image_service,
-        node_ip=node_ip,
         recorder=deps.recorder,
         kube_client=deps.kube_client,
-        allocatable=alloc,
-        sandbox_image=s.flags.pod_infra_container_image,
-        node_inputs=inputs,
-        machine_topology=machine,
-        container_manager=cm,
-        credential_plugins=plugins,
+        node_setup=NodeSetup(
+            ip=node_ip,
+            allocatable=alloc,
+            inputs=inputs,
+            machine_topology=machine,
+            container_manager=cm,
+        ),
+        runtime_setup=RuntimeSetup(
+            sandbox_image=s.flags.pod_infra_container_image, credential_plugins=plugins
+        ),
     )
     return k, cm
 

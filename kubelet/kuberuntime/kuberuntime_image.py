@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet.credentialprovider.config import DockerConfigError
@@ -34,6 +35,18 @@ class PullSecretsGetter(Protocol):
     """The pod's image pull secrets that could be read (getPullSecretsForPod)."""
 
     async def get_pull_secrets(self, pod: Pod) -> list[Secret]: ...
+
+
+@dataclass(frozen=True)
+class PullCredentials:
+    """Where an image pull's credentials come from, in the order they are tried."""
+
+    # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
+    pod_secrets: PullSecretsGetter | None = None
+    # The node's own docker config files, after the pod's secrets.
+    node_keyring: DockerKeyring | None = None
+    # The exec credential provider plugins, after both (as upstream's union).
+    plugins: ExternalKeyring | None = None
 
 
 class PullError(Exception):
@@ -89,8 +102,7 @@ class ImageManager:
         reporter: PodReporter,
         backoff: Backoff,
         puller: ImagePuller,
-        node_keyring: DockerKeyring | None,
-        credential_plugins: ExternalKeyring | None = None,
+        credentials: PullCredentials,
         startup: PodStartupLatencyTracker | None = None,
     ) -> None:
         self.images = images
@@ -98,10 +110,9 @@ class ImageManager:
         self.backoff = backoff
         # serializeImagePulls / maxParallelImagePulls / registryPullQPS / registryBurst.
         self.puller = puller
-        # The node's own docker config files, after the pod's secrets.
-        self.node_keyring = node_keyring
-        # The exec credential provider plugins, after both (as upstream's union).
-        self.credential_plugins = credential_plugins
+        # The pod's secrets are read by the runtime manager and passed to each pull.
+        self.node_keyring = credentials.node_keyring
+        self.credential_plugins = credentials.plugins
         # The pod startup SLI leaves image pulls out: it hears of each.
         self.startup = startup
         self._pull_locks: dict[str, asyncio.Lock] = {}

@@ -24,7 +24,6 @@ from kubelet.container.runtime import (
     RuntimeHelper,
     SandboxStatus,
 )
-from kubelet.credentialprovider.keyring import DockerKeyring, ExternalKeyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
@@ -35,10 +34,7 @@ from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import PodReporter, SyncResult, Waiting, is_restartable_init
 from kubelet.kuberuntime.kuberuntime_container import ContainerManager
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_resources
-from kubelet.kuberuntime.kuberuntime_image import (
-    ImageManager,
-    PullSecretsGetter,
-)
+from kubelet.kuberuntime.kuberuntime_image import ImageManager, PullCredentials
 from kubelet.kuberuntime.kuberuntime_sandbox import (
     CreateSandboxError,
     SandboxManager,
@@ -59,7 +55,6 @@ from kubelet.kuberuntime.pod_resize import (
     compute_resize,
     needs_restart,
 )
-from kubelet.kuberuntime.swap import SwapConfig
 from kubelet.lifecycle.handlers import HandlerRunner
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.types import Container, Pod, Secret, host_network, is_static, name, namespace, uid
@@ -82,7 +77,7 @@ class RuntimeManager:
         helper: RuntimeHelper,
         pod_logs_dir: str,
         runtime_name: str = "cri",
-        node_memory: int = 0,
+        node: NodeSettings = NodeSettings(),
         cgroups_per_qos: bool = False,
         cgroup_root: str = "",
         crash_backoff: Backoff | None = None,
@@ -91,15 +86,8 @@ class RuntimeManager:
         must_restart: MustRestart | None = None,
         is_started: IsStarted | None = None,
         hooks: HandlerRunner | None = None,
-        seccomp_root: str = "/var/lib/kubelet/seccomp",
-        seccomp_default: bool = False,
-        user_namespaces_support: bool = True,
-        swap: SwapConfig | None = None,
-        container_logs_dir: str = "",
-        pull_secrets: PullSecretsGetter | None = None,
+        credentials: PullCredentials = PullCredentials(),
         runtime_classes: RuntimeClassLookup | None = None,
-        node_keyring: DockerKeyring | None = None,
-        credential_plugins: ExternalKeyring | None = None,
         image_puller: ImagePuller | None = None,
         startup: PodStartupLatencyTracker | None = None,
         container_resources: ContainerResourceManager | None = None,
@@ -112,8 +100,7 @@ class RuntimeManager:
         self.reporter = PodReporter(recorder)
         self.crash_backoff = crash_backoff or Backoff(10, 300)
         self.image_backoff = image_backoff or Backoff(10, 300)
-        # The pod's imagePullSecrets (None: no API server, pulls go anonymous).
-        self.pull_secrets = pull_secrets
+        self.pull_secrets = credentials.pod_secrets
         # What the prober says: which containers must restart, which have started.
         self.probes = Probes(
             must_restart or (lambda _cid: None),
@@ -124,33 +111,23 @@ class RuntimeManager:
         self.actuation = actuation
         # postStart and preStop hooks; httpGet hooks go to the pod's IP by default.
         self.hooks = hooks or HandlerRunner(runtime, self._pod_ips, recorder)
-        self.node = NodeSettings(
-            node_memory, seccomp_root, seccomp_default, user_namespaces_support, swap,
-            container_logs_dir,
-        )  # fmt: skip
+        self.node = node
         self.sandboxes = SandboxManager(
             runtime, helper, self.reporter, pod_logs_dir,
-            runtime_classes=runtime_classes, seccomp_root=seccomp_root,
+            runtime_classes=runtime_classes, seccomp_root=node.seccomp_root,
             cgroups_per_qos=cgroups_per_qos, cgroup_root=cgroup_root,
-            user_namespaces_support=user_namespaces_support, userns=userns,
+            user_namespaces_support=node.user_namespaces_support, userns=userns,
         )  # fmt: skip
         self.image_manager = ImageManager(
-            images,
-            self.reporter,
-            self.image_backoff,
-            image_puller or ImagePuller(),
-            node_keyring,
-            credential_plugins,
+            images, self.reporter, self.image_backoff, image_puller or ImagePuller(), credentials,
             startup,
-        )
+        )  # fmt: skip
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
-            self.crash_backoff, self.node, runtime_name, container_resources,
+            self.crash_backoff, node, runtime_name, container_resources,
         )  # fmt: skip
         self.resizer = (
-            PodResizer(runtime, self.node, pod_cgroups, actuation)
-            if actuation is not None
-            else None
+            PodResizer(runtime, node, pod_cgroups, actuation) if actuation is not None else None
         )
 
     # What the status manager shows of containers that do not run.

@@ -50,6 +50,7 @@ from typing import Any, cast
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import (
     AppArmorProfile,
+    Capabilities,
     Container,
     Pod,
     PodSecurityContext,
@@ -316,6 +317,34 @@ def _groups_policy(psc: Mapping[str, Any]) -> int | None:
     return _GROUPS_POLICY[policy]
 
 
+def _capabilities(caps: Capabilities) -> pb.Capability:
+    # Names pass through verbatim ("NET_ADMIN"); the runtime adds "CAP_".
+    return pb.Capability(
+        add_capabilities=caps.get("add") or [], drop_capabilities=caps.get("drop") or []
+    )
+
+
+def _run_as_user(
+    eff: SecurityContext, image_uid: int | None, image_username: str
+) -> tuple[int | None, str]:
+    """(uid, username): runAsUser, else the image's user (a name goes to the runtime)."""
+    if _set(eff, "runAsUser"):
+        return int(eff["runAsUser"]), ""
+    return _normalize_image_user(image_uid, image_username)
+
+
+def _supplemental_groups(
+    psc: PodSecurityContext, extra_groups: Iterable[int]
+) -> tuple[list[int], int | None]:
+    """(gids, policy). Order as upstream: fsGroup, the pod's groups, then the
+    volumes' extra gids."""
+    groups = [int(psc["fsGroup"])] if _set(psc, "fsGroup") else []
+    groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
+    policy = _groups_policy(psc)
+    groups.extend(extra_groups)
+    return groups, policy
+
+
 def container_security_context(
     pod: Pod,
     container: Container,
@@ -337,11 +366,8 @@ def container_security_context(
         no_new_privs=eff.get("allowPrivilegeEscalation") is False,
     )
     caps = eff.get("capabilities")
-    if caps is not None:
-        # Names pass through verbatim ("NET_ADMIN"); the runtime adds "CAP_".
-        out.capabilities.SetInParent()
-        out.capabilities.add_capabilities.extend(caps.get("add") or [])
-        out.capabilities.drop_capabilities.extend(caps.get("drop") or [])
+    if caps is not None:  # present even when empty
+        out.capabilities.CopyFrom(_capabilities(caps))
     if _set(eff, "seLinuxOptions"):
         out.selinux_options.CopyFrom(_selinux(eff["seLinuxOptions"]))
     if _set(eff, "runAsGroup"):
@@ -355,32 +381,19 @@ def container_security_context(
         out.apparmor.CopyFrom(aa)
         out.apparmor_profile = aa_name
 
-    if _set(eff, "runAsUser"):
-        out.run_as_user.value = int(eff["runAsUser"])
-    else:
-        uid, username = _normalize_image_user(image_uid, image_username)
-        if uid is not None:
-            out.run_as_user.value = uid
-        out.run_as_username = username
-
+    uid, out.run_as_username = _run_as_user(eff, image_uid, image_username)
+    if uid is not None:
+        out.run_as_user.value = uid
     out.namespace_options.CopyFrom(
         namespace_options(
-            pod,
-            user_namespaces_support=user_namespaces_support,
-            pid_target=pid_target,
+            pod, user_namespaces_support=user_namespaces_support, pid_target=pid_target,
             userns=userns,
         )
-    )
-    psc = _pod_sc(pod)
-    # Order as upstream: fsGroup, the pod's groups, then the volumes' extra gids.
-    if _set(psc, "fsGroup"):
-        out.supplemental_groups.append(int(psc["fsGroup"]))
-    out.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
-    policy = _groups_policy(psc)
+    )  # fmt: skip
+    groups, policy = _supplemental_groups(_pod_sc(pod), extra_groups)
+    out.supplemental_groups.extend(groups)
     if policy is not None:
         out.supplemental_groups_policy = policy  # type: ignore[assignment]
-    out.supplemental_groups.extend(extra_groups)
-
     out.masked_paths.extend(masked_paths(eff.get("procMount")))
     out.readonly_paths.extend(readonly_paths(eff.get("procMount")))
     return out

@@ -30,6 +30,7 @@ from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.kubelet import Kubelet
+from kubelet.kubelet_subsystems import NodeSetup, RuntimeSetup
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.net import free_port, wait_http
@@ -509,12 +510,12 @@ async def in_process_kubelet(
         str(tmp_path / "root"),
         rt,
         img,
-        node_ip="192.0.2.10",
         recorder=recorder,
+        node_setup=NodeSetup(ip="192.0.2.10", machine_topology=machine_topology),
         # Upstream is 10s doubling to 5m; shrunk so tests see several restarts.
-        crash_backoff=Backoff(0.5, 4.0),
-        image_backoff=Backoff(0.5, 4.0),
-        machine_topology=machine_topology,
+        runtime_setup=RuntimeSetup(
+            crash_backoff=Backoff(0.5, 4.0), image_backoff=Backoff(0.5, 4.0)
+        ),
     )
     task = asyncio.create_task(k.run())
     try:

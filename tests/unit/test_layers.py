@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2] / "kubelet"
 # longest one that matches a module decides its layer.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["__init__.py", "util/", "version.py", "metrics.py", "unsupported.py",
-              "types.py", "core_v1.py", "fieldpath.py", "lifecycle/predicate.py", "sysctl.py",
+              "types.py", "core_v1/", "fieldpath.py", "lifecycle/predicate.py", "sysctl.py",
               "lifecycle/node_predicates.py", "lifecycle/rejection.py",
               "resourcehelper.py"]),
     ("wire and config", ["client/", "cri/", "apis/", "features.py", "events.py"]),

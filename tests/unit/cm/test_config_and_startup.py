@@ -16,6 +16,7 @@ from kubelet.cm.resource_managers import apply_reserved_cpus
 from kubelet.cmd.kubelet import UsageError, build_server
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kubelet import Kubelet
+from kubelet.kubelet_subsystems import NodeSetup
 from tests.unit.cm.topologies import topology, two_numa_nodes
 
 CONFIG = """\
@@ -196,7 +197,7 @@ def test_fields_reach_the_managers(tmp_path: Path) -> None:
     assert s is not None
     k = Kubelet(
         s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService(),
-        machine_topology=two_numa_nodes(),
+        node_setup=NodeSetup(machine_topology=two_numa_nodes()),
     )  # fmt: skip
     rm = k.resource_managers
     assert rm.cpu.policy is not None and rm.cpu.policy.opts.full_pcpus_only
@@ -214,7 +215,7 @@ def kubelet_with(tmp_path: Path, *flags: str) -> Kubelet:
     tmp_path.mkdir()
     return Kubelet(
         s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService(),
-        machine_topology=two_numa_nodes(),
+        node_setup=NodeSetup(machine_topology=two_numa_nodes()),
     )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from kubelet.cmd.kubelet import build_server
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kubelet import Kubelet
+from kubelet.kubelet_subsystems import NodeSetup
 from kubelet.types import CONFIG_SOURCE, FILE_SOURCE, Pod
 from tests.unit.cm.topologies import two_numa_nodes
 
@@ -18,7 +19,7 @@ def _kubelet(tmp_path: Path) -> Kubelet:
     assert s is not None
     return Kubelet(
         s.config, "n1", str(tmp_path), FakeRuntimeService(), FakeImageService(),
-        machine_topology=two_numa_nodes(),
+        node_setup=NodeSetup(machine_topology=two_numa_nodes()),
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kubelet_pods import PullSecretGetter
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_image import PullCredentials
 from kubelet.objectcache import ObjectNotFoundError
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassNotFoundError
 from tests.unit.core.helpers import RecordingRecorder, c, manager, pod, status
@@ -84,7 +85,7 @@ def setup(tmp_path, secrets: dict[str, dict[str, Any]]):  # type: ignore[no-unty
         img,
         recorder=rec,
         image_backoff=Backoff(10, 300),
-        pull_secrets=PullSecretGetter(Secrets(secrets), rec),
+        credentials=PullCredentials(PullSecretGetter(Secrets(secrets), rec)),
         runtime_classes=RuntimeClasses({"runc": "runc", "kata": "kata-qemu"}),
     )
     return m, rt, img, rec
@@ -217,8 +218,9 @@ async def test_the_nodes_docker_config_comes_after_the_pods_secrets(tmp_path) ->
         tmp_path,
         rt,
         img,
-        pull_secrets=PullSecretGetter(Secrets(secrets)),
-        node_keyring=NodeDockerKeyring(str(root)),
+        credentials=PullCredentials(
+            PullSecretGetter(Secrets(secrets)), node_keyring=NodeDockerKeyring(str(root))
+        ),
     )
     p = pod([c("app", IMAGE)], imagePullSecrets=[{"name": "s"}])
     assert (await m.sync_pod(p, await status(m, p))).ok

@@ -10,6 +10,7 @@ import pytest
 from kubelet.cri import errors
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kuberuntime.backoff import Backoff
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.util.clock import FakeClock
 from tests.unit.core.helpers import RecordingRecorder, c, manager, pod, status
@@ -356,7 +357,7 @@ async def test_host_users_false_without_a_manager_is_never_run_in_the_host_names
 
 async def test_host_users_set_with_the_gate_off_is_upstreams_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
     rt, img = FakeRuntimeService(), FakeImageService(["busybox:1.36"])
-    m = manager(tmp_path, rt, img, user_namespaces_support=False)
+    m = manager(tmp_path, rt, img, node=NodeSettings(user_namespaces_support=False))
     p = pod([c("a")], hostUsers=True)
     res = await m.sync_pod(p, await status(m, p))
     assert not res.ok and "UserNamespacesSupport" in res.errors[0]

@@ -11,6 +11,7 @@ import pytest
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kuberuntime import swap as sw
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.testing.helpers import standalone_runtime_helper
 
@@ -123,7 +124,7 @@ def test_swap_controller_detection(tmp_path: Path) -> None:
 def test_the_runtime_manager_puts_them_in_the_container_config(tmp_path: Path) -> None:
     rm = RuntimeManager(
         FakeRuntimeService(), FakeImageService([]), standalone_runtime_helper(str(tmp_path)),
-        str(tmp_path), node_memory=16 * GiB, swap=NODE,
+        str(tmp_path), node=NodeSettings(node_memory=16 * GiB, swap=NODE),
     )  # fmt: skip
     p = pod(ctr("2Gi", "4Gi"))
     r = rm.resources(p, p["spec"]["containers"][0])

@@ -12,6 +12,7 @@ from kubelet.config.common import apply_defaults
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kuberuntime import legacy
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.kuberuntime.labels import POD_NAME, POD_NAMESPACE
@@ -61,7 +62,7 @@ async def test_a_started_container_gets_a_link_to_its_log(tmp_path: Path) -> Non
     rt = LoggingRuntime()
     m = RuntimeManager(rt, FakeImageService(["busybox:1.36"]),
                        standalone_runtime_helper(str(tmp_path)), str(tmp_path / "logs"),
-                       container_logs_dir=str(links))  # fmt: skip
+                       node=NodeSettings(container_logs_dir=str(links)))  # fmt: skip
     assert (await m.sync_pod(p, await m.get_pod_status(p["metadata"]["uid"]))).ok
     (cid,) = rt.containers
     name, uid = p["metadata"]["name"], p["metadata"]["uid"]
@@ -75,7 +76,7 @@ async def test_no_link_without_a_log_file_or_a_directory(tmp_path: Path) -> None
     rt = FakeRuntimeService()
     m = RuntimeManager(rt, FakeImageService(["busybox:1.36"]),
                        standalone_runtime_helper(str(tmp_path)), str(tmp_path / "logs"),
-                       container_logs_dir=str(tmp_path / "containers"))  # fmt: skip
+                       node=NodeSettings(container_logs_dir=str(tmp_path / "containers")))  # fmt: skip
     assert (await m.sync_pod(p, await m.get_pod_status(p["metadata"]["uid"]))).ok
     assert not (tmp_path / "containers").exists()
 
