@@ -231,11 +231,11 @@ async def test_device_manager_reports_held_and_healthy_devices_with_numa_nodes()
     from kubelet.cm.devicemanager import HEALTHY, UNHEALTHY
     from kubelet.cm.devicemanager.manager import DeviceManager
     from kubelet.testing.deviceplugin import FakeDevicePlugin
-    from tests.unit.cm.test_device_manager import Active, gpu_pod, registered
+    from tests.unit.cm.fixtures import Pods, gpu_pod, registered
 
     root = tempfile.mkdtemp(prefix="pr", dir="/tmp")
     one, two = gpu_pod("one", 2), gpu_pod("two", 1)
-    active = Active(one, two)
+    active = Pods(one, two)
     mgr = DeviceManager(root, active)
     await mgr.start()
     plugin = FakeDevicePlugin(
@@ -262,8 +262,7 @@ async def test_device_manager_reports_held_and_healthy_devices_with_numa_nodes()
 
 def test_cpu_and_memory_managers_report_allocatable_as_upstream(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from kubelet.cm.memorymanager.memory_manager import MemoryManager
-    from tests.unit.cm.test_cpu_manager import Pods, cm
-    from tests.unit.cm.test_memory_manager import GiB, gpod, static
+    from tests.unit.cm.fixtures import GiB, Pods, cm, mem_pod, static
 
     # All CPUs but the reserved one (DualSocketHT: 12 CPUs, one reserved for 1000m).
     assert cm(tmp_path / "static").allocatable_cpus() == frozenset(range(1, 12))
@@ -275,7 +274,7 @@ def test_cpu_and_memory_managers_report_allocatable_as_upstream(tmp_path) -> Non
         Block([1], "memory", 15 * GiB), Block([1], "hugepages-2Mi", GiB),
     ]  # fmt: skip
     assert sorted(memory.allocatable_memory(), key=repr) == sorted(want, key=repr)
-    p = cast(Pod, gpod("u1", ("c", "2Gi", False)))
+    p = cast(Pod, mem_pod("u1", ("c", "2Gi", False)))
     memory.allocate(p, p["spec"]["containers"][0])
     assert memory.memory_blocks("u1", "c") == [Block([0], "memory", 2 * GiB)]
     # Allocatable is what the node can hand out, not what is left.
