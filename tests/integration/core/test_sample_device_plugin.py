@@ -24,7 +24,7 @@ from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.testing.controlplane import cache_bin
 from kubelet.testing.kubelets import in_process_kubelet
 from kubelet.testing.parts import part_unavailable, require_binary, tail_of
-from kubelet.testing.wait import wait_for_async
+from kubelet.testing.wait import WaitTimeout, wait_for_async
 from tests.unit.cm.fixtures import gpu_pod
 
 R = "example.com/resource"
@@ -64,7 +64,7 @@ async def test_sample_device_plugin_registers_lists_and_allocates() -> None:
                 every=0.01,
                 retry_on=(),
             )
-        except TimeoutError:
+        except WaitTimeout:
             part_unavailable("sample-device-plugin", "never registered", tail_of(log_path))
         assert mgr.capacity().allocatable[R] == 2
         pod = gpu_pod("p", 0)
@@ -130,7 +130,7 @@ async def test_sample_device_plugin_devices_in_pod_resources(simruntime) -> None
                     every=0.01,
                     retry_on=(),
                 )
-            except TimeoutError:
+            except WaitTimeout:
                 part_unavailable("sample-device-plugin", "never registered", tail_of(str(log_path)))
             node.write("dev", [{"name": "c", "image": "busybox",
                                 "resources": {"limits": {R: "1"}}}])  # fmt: skip
