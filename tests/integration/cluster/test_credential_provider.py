@@ -32,15 +32,14 @@ from kubelet.testing.parts import part_unavailable
 from kubelet.testing.registry import Registry
 from kubelet.testing.wait import wait_for
 from tests.integration.cluster.helpers import start_node
-from tests.integration.cluster.test_pull_secrets_runtime_class import (
+from tests.integration.cluster.pull_secrets import (
     PASSWORD,
     USER,
     events,
     get_pod,
-    private_registry,  # noqa: F401  (a fixture)
+    pull_pod,
     waiting,
 )
-from tests.integration.cluster.test_pull_secrets_runtime_class import pod as pull_pod
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
@@ -148,8 +147,7 @@ def _audience_rbac() -> list[dict[str, Any]]:
 
 
 def pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
-    p = pull_pod(name, image, **spec)
-    p["spec"]["nodeName"] = NODE
+    p = pull_pod(NODE, name, image, **spec)
     p["metadata"]["labels"] = {"app": "credplugin"}
     return p
 

@@ -26,25 +26,21 @@ from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KubeletProcess
-from kubelet.testing.parts import start_registry
 from kubelet.testing.registry import Registry
 from kubelet.testing.wait import wait_for
 from tests.integration.cluster.helpers import start_node
+from tests.integration.cluster.pull_secrets import (
+    PASSWORD,
+    USER,
+    events,
+    get_pod,
+    pull_pod,
+    waiting,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.containerd]
 
 NODE = "py-pull-node"
-USER, PASSWORD = "puller", "s3cret-pw"
-
-
-@pytest.fixture(scope="module")
-def private_registry(containerd: Containerd) -> Iterator[Registry]:
-    r = Registry(os.path.join(containerd.directory, "private-registry"), auth=(USER, PASSWORD))
-    start_registry(r, containerd)
-    try:
-        yield r
-    finally:
-        r.stop()
 
 
 @pytest.fixture(scope="module")
@@ -83,39 +79,6 @@ def docker_secret(name: str, host: str, password: str) -> dict[str, Any]:
     }
 
 
-def pod(name: str, image: str, **spec: Any) -> dict[str, Any]:
-    container = {"name": "main", "image": image, "command": ["sleep", "100000"]}
-    container.update(spec.pop("container", {}))
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "pull"}},
-        "spec": {
-            "nodeName": NODE,
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": False,
-            "containers": [container],
-            **spec,
-        },
-    }
-
-
-def get_pod(k: KubeletProcess, name: str) -> dict[str, Any]:
-    return dict(k.kubectl_json("get", "pod", name, "-n", "default"))
-
-
-def waiting(k: KubeletProcess, name: str) -> dict[str, str]:
-    st = get_pod(k, name)["status"].get("containerStatuses") or [{}]
-    return dict((st[0].get("state") or {}).get("waiting") or {})
-
-
-def events(k: KubeletProcess, name: str) -> list[tuple[str, str]]:
-    evs = k.kubectl_json(
-        "get", "events", "-n", "default", "--field-selector", f"involvedObject.name={name}"
-    )["items"]
-    return [(e["reason"], e["message"]) for e in evs]
-
-
 def test_a_pull_secret_lets_the_pod_pull_and_without_it_the_pull_backs_off(
     node: KubeletProcess, private_registry: Registry
 ) -> None:
@@ -129,9 +92,9 @@ def test_a_pull_secret_lets_the_pod_pull_and_without_it_the_pull_backs_off(
     refused = private_registry.auth_failures(USER)
     always = {"container": {"imagePullPolicy": "Always"}}
     node.apply(
-        pod("with-secret", image, imagePullSecrets=[{"name": "regcred"}], **always),
-        pod("no-secret", image, **always),
-        pod("wrong-secret", image, imagePullSecrets=[{"name": "wrongcred"}], **always),
+        pull_pod(NODE, "with-secret", image, imagePullSecrets=[{"name": "regcred"}], **always),
+        pull_pod(NODE, "no-secret", image, **always),
+        pull_pod(NODE, "wrong-secret", image, imagePullSecrets=[{"name": "wrongcred"}], **always),
     )
     wait_for(
         "with-secret Running",
@@ -170,7 +133,9 @@ def test_a_missing_pull_secret_is_named_and_the_pull_goes_on_without_it(
     node: KubeletProcess,
 ) -> None:
     # The image is on the node (IfNotPresent): only the warning tells of the secret.
-    node.apply(pod("absent-secret", "busybox:1.36", imagePullSecrets=[{"name": "nosuch"}]))
+    node.apply(
+        pull_pod(NODE, "absent-secret", "busybox:1.36", imagePullSecrets=[{"name": "nosuch"}])
+    )
     wait_for(
         "absent-secret Running",
         lambda: get_pod(node, "absent-secret")["status"].get("phase") == "Running",
@@ -215,9 +180,9 @@ def test_runtime_class_handler_and_overhead(node: KubeletProcess, containerd: Co
     )  # fmt: skip
     limits = {"resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}}
     node.apply(
-        pod("rc-ok", "busybox:1.36", runtimeClassName="rc-runc", container=limits),
-        pod("rc-plain", "busybox:1.36", container=limits),
-        pod("rc-bad", "busybox:1.36", runtimeClassName="rc-nope"),
+        pull_pod(NODE, "rc-ok", "busybox:1.36", runtimeClassName="rc-runc", container=limits),
+        pull_pod(NODE, "rc-plain", "busybox:1.36", container=limits),
+        pull_pod(NODE, "rc-bad", "busybox:1.36", runtimeClassName="rc-nope"),
     )
     for name in ("rc-ok", "rc-plain"):
         wait_for(
@@ -250,7 +215,7 @@ def test_runtime_class_handler_and_overhead(node: KubeletProcess, containerd: Co
 def test_a_static_pod_waits_for_its_runtime_class(node: KubeletProcess) -> None:
     """The API refuses a pod naming a RuntimeClass that does not exist; a static
     pod is not asked, so the kubelet's own lookup is what stops it."""
-    manifest = pod("late-rc", "busybox:1.36", runtimeClassName="rc-late")
+    manifest = pull_pod(NODE, "late-rc", "busybox:1.36", runtimeClassName="rc-late")
     manifest["metadata"].pop("namespace")
     manifest["spec"].pop("nodeName")
     (node.manifests / "late-rc.yaml").write_text(yaml.safe_dump(manifest))

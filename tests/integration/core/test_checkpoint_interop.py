@@ -18,9 +18,7 @@ import pytest
 from kubelet.cm.cpumanager.cpu_manager import Reservation, new_cpu_manager
 from kubelet.cm.memorymanager.memory_manager import new_memory_manager
 from kubelet.features import FeatureGate
-from tests.unit.cm.test_cpu_manager import Pods
-from tests.unit.cm.test_cpu_policy_static import Affinity, gpod
-from tests.unit.cm.test_memory_manager import GiB, machine
+from tests.unit.cm.fixtures import Affinity, GiB, Pods, gpod, machine
 from tests.unit.cm.topologies import topology
 
 REPO = Path(__file__).resolve().parents[3]

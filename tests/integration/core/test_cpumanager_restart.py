@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.core.conftest import _node
-from tests.integration.core.test_topology_admission import gu
+from tests.integration.core.fixtures import SETTINGS, gu
 from tests.unit.cm.topologies import two_numa_nodes
-
-SETTINGS = {
-    "cpu_manager_policy": "static",
-    "reserved_system_cpus": "0",
-    "topology_manager_policy": "best-effort",
-    "memory_manager_policy": "Static",
-    "reserved_memory": [{"numaNode": 0, "limits": {"memory": "100Mi"}}],
-}
 
 
 async def test_restart_keeps_allocations(

@@ -5,32 +5,17 @@ runtime's RuntimeConfig (KubeletCgroupDriverFromCRI)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kubelet.apis.config import KubeletConfiguration
-from kubelet.cm.container_manager import HostPaths
-from kubelet.cmd.options import KubeletFlags, KubeletServer
-from kubelet.cmd.run import StartupError, run
+from kubelet.cmd.run import StartupError
 from kubelet.dependencies import Dependencies
-from kubelet.testing.process import short_dir
-from kubelet.testing.simruntime import SimRuntimeProc, start_simruntime
-from kubelet.util.sysctl import DESIRED_KERNEL_TUNABLES
+from kubelet.testing.simruntime import SimRuntimeProc
+from tests.integration.core.fixtures import NO_SWAP, host, server, sim_with, start
 
-NO_SWAP = "Filename\tType\tSize\tUsed\tPriority\n"
 SWAP_ON = NO_SWAP + "/swapfile\tfile\t1048572\t0\t-2\n"
-
-
-def sim_with(driver: str) -> Iterator[SimRuntimeProc]:
-    d = short_dir("sim")
-    sim = start_simruntime(d, "--cgroup-driver", driver)
-    try:
-        yield sim
-    finally:
-        sim.stop()
 
 
 @pytest.fixture(params=["cgroupfs", "systemd", "none"])
@@ -38,41 +23,6 @@ def sim(request: pytest.FixtureRequest) -> Iterator[tuple[SimRuntimeProc, str]]:
     """A simulated runtime whose RuntimeConfig reports this driver (none: UNIMPLEMENTED)."""
     for proc in sim_with(request.param):
         yield proc, request.param
-
-
-def host(tmp: Path, swaps: str = NO_SWAP, sysctls: dict[str, int] | None = None) -> HostPaths:
-    root = tmp / "proc-sys"
-    for name, want in DESIRED_KERNEL_TUNABLES:
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(f"{(sysctls or {}).get(name, want)}\n")
-    (tmp / "swaps").write_text(swaps)
-    return HostPaths(
-        proc_swaps=str(tmp / "swaps"), proc_sys=str(root), systemd_runtime_dir=str(tmp / "no")
-    )
-
-
-def server(tmp: Path, endpoint: str, **cfg_fields: object) -> KubeletServer:
-    cfg = KubeletConfiguration()
-    cfg.container_runtime_endpoint = endpoint
-    cfg.enable_server = False
-    cfg.healthz_port = 0
-    cfg.authorization.mode = "AlwaysAllow"
-    # No cgroups at the machine's root: the node allocatable part has its own tests.
-    cfg.cgroups_per_qos = False
-    cfg.enforce_node_allocatable = []
-    cfg.pod_logs_dir = str(tmp / "logs")
-    for k, v in cfg_fields.items():
-        setattr(cfg, k, v)
-    flags = KubeletFlags(root_directory=str(tmp / "root"), hostname_override="node-s")
-    return KubeletServer(flags, cfg)
-
-
-async def start(s: KubeletServer, deps: Dependencies) -> None:
-    """Start the node and stop it at once (run() only waits for `stop` once the
-    node is up); raise what run() raised."""
-    stop = asyncio.Event()
-    stop.set()
-    assert await asyncio.wait_for(run(s, deps, stop), 30) == 0
 
 
 async def test_swap_on_with_fail_swap_on_exits(tmp_path: Path) -> None:

@@ -23,10 +23,10 @@ from kubelet.testing.kubelets import standalone_kubelet, write_manifest
 from kubelet.testing.wait import wait_for
 from kubelet.util import cpuset
 from tests.integration.core.conftest import _node
+from tests.integration.core.fixtures import SETTINGS
 
 # static CPU manager with CPU 0 reserved, best-effort topology, Static memory
 # manager with 100Mi reserved on node 0
-from tests.integration.core.test_cpumanager_restart import SETTINGS
 from tests.unit.cm.topologies import two_numa_nodes
 
 MiB, GiB = 1 << 20, 1 << 30

@@ -11,7 +11,7 @@ import pytest
 
 from kubelet.cmd.run import StartupError
 from kubelet.dependencies import Dependencies
-from tests.integration.core.test_node_startup_checks import host, server, sim_with, start
+from tests.integration.core.fixtures import host, server, sim_with, start
 
 
 async def refused(tmp_path: Path, **cfg_fields: object) -> str:

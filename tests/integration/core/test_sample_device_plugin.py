@@ -24,7 +24,8 @@ from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.testing.controlplane import cache_bin
 from kubelet.testing.kubelets import in_process_kubelet
 from kubelet.testing.parts import part_unavailable, require_binary, tail_of
-from tests.unit.cm.test_device_manager import gpu_pod, until
+from kubelet.testing.wait import WaitTimeout, wait_for_async
+from tests.unit.cm.fixtures import gpu_pod
 
 R = "example.com/resource"
 BIND = 'mount --bind "$0" /var/lib/kubelet && exec "$1"'
@@ -56,8 +57,14 @@ async def test_sample_device_plugin_registers_lists_and_allocates() -> None:
         )  # fmt: skip
     try:
         try:
-            await until(lambda: mgr.capacity().capacity.get(R) == 2, timeout=60)
-        except TimeoutError:
+            await wait_for_async(
+                "mgr.capacity().capacity.get(R) == 2",
+                lambda: mgr.capacity().capacity.get(R) == 2,
+                60,
+                every=0.01,
+                retry_on=(),
+            )
+        except WaitTimeout:
             part_unavailable("sample-device-plugin", "never registered", tail_of(log_path))
         assert mgr.capacity().allocatable[R] == 2
         pod = gpu_pod("p", 0)
@@ -70,7 +77,13 @@ async def test_sample_device_plugin_registers_lists_and_allocates() -> None:
         assert os.path.exists("/tmp/Dev-1")  # made by the plugin's Allocate
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
-        await until(lambda: mgr.capacity().allocatable.get(R) == 0)
+        await wait_for_async(
+            "mgr.capacity().allocatable.get(R) == 0",
+            lambda: mgr.capacity().allocatable.get(R) == 0,
+            20,
+            every=0.01,
+            retry_on=(),
+        )
         assert mgr.capacity().capacity[R] == 2  # until the grace period ends
     finally:
         if proc.returncode is None:
@@ -97,15 +110,27 @@ async def test_sample_device_plugin_devices_in_pod_resources(simruntime) -> None
     try:
         async with in_process_kubelet(simruntime.endpoint, work) as node:
             devices = node.kubelet.resource_managers.devices
-            await until(lambda: (work / "root/device-plugins/kubelet.sock").exists(), timeout=60)
+            await wait_for_async(
+                '(work / "root/device-plugins/kubelet.sock").exists()',
+                lambda: (work / "root/device-plugins/kubelet.sock").exists(),
+                60,
+                every=0.01,
+                retry_on=(),
+            )
             with open(log_path, "wb") as log:
                 proc = await asyncio.create_subprocess_exec(
                     unshare, "--mount", "--propagation", "private", "sh", "-c", BIND,
                     str(work / "root"), binary, stdout=log, stderr=log,
                 )  # fmt: skip
             try:
-                await until(lambda: devices.capacity().allocatable.get(R) == 2, timeout=60)
-            except TimeoutError:
+                await wait_for_async(
+                    "devices.capacity().allocatable.get(R) == 2",
+                    lambda: devices.capacity().allocatable.get(R) == 2,
+                    60,
+                    every=0.01,
+                    retry_on=(),
+                )
+            except WaitTimeout:
                 part_unavailable("sample-device-plugin", "never registered", tail_of(str(log_path)))
             node.write("dev", [{"name": "c", "image": "busybox",
                                 "resources": {"limits": {R: "1"}}}])  # fmt: skip

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.core.conftest import Node as KubeletNode
 from tests.integration.core.conftest import _node
+from tests.integration.core.fixtures import gu
 from tests.unit.cm.topologies import two_numa_nodes
 
 
@@ -30,11 +31,6 @@ async def numa_node(simruntime, tmp_path: Path) -> AsyncIterator[KubeletNode]:  
         reserved_memory=[{"numaNode": 0, "limits": {"memory": "100Mi"}}],
     ):
         yield n
-
-
-def gu(cpu: str) -> list[dict]:
-    res = {"cpu": cpu, "memory": "64Mi"}
-    return [{"name": "c", "image": "busybox", "resources": {"requests": res, "limits": res}}]
 
 
 async def test_single_numa_node_pins_or_refuses(numa_node: KubeletNode) -> None:

@@ -11,30 +11,14 @@ from typing import Any
 
 import pytest
 
-from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
+from kubelet.cm.cpumanager.cpu_manager import Reservation, new_cpu_manager
 from kubelet.cm.interfaces import RunningContainer
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError
 from kubelet.features import FeatureGate
-from kubelet.types import Pod
 from kubelet.util import cpuset
-from tests.unit.cm.test_cpu_policy_static import Affinity, gpod
+from tests.unit.cm.fixtures import Affinity, Pods, cm, gpod
 from tests.unit.cm.topologies import cpus, topology, vectors
-
-
-class Pods:
-    def __init__(self) -> None:
-        self.pods: dict[str, Pod] = {}
-        self.running: dict[str, list[RunningContainer]] = {}
-
-    def active_pod(self, u: str) -> Pod | None:
-        return self.pods.get(u)
-
-    def active_pods(self) -> list[Pod]:
-        return list(self.pods.values())
-
-    def running_containers(self, u: str) -> list[RunningContainer]:
-        return self.running.get(u, [])
 
 
 class Runtime:
@@ -48,14 +32,6 @@ class Runtime:
             raise CRIError("UpdateContainerResources", "boom")
         self.updates.append((cid, linux.cpuset_cpus))
         self.updated.set()
-
-
-def cm(tmp: Path, pods: Pods | None = None, policy: str = "static", topo: str = "DualSocketHT",
-       reserved: Reservation = Reservation(cpu_millis=1000), **opts: str) -> CPUManager:  # fmt: skip
-    return new_cpu_manager(
-        policy, opts, 10.0, topology(topo), reserved, str(tmp), Affinity(), FeatureGate(),
-        pods or Pods(), lambda: True,
-    )  # fmt: skip
 
 
 def state_file(tmp: Path) -> dict[str, Any]:

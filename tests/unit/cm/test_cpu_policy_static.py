@@ -13,31 +13,10 @@ from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
 from kubelet.features import FeatureGate
 from kubelet.util import cpuset
+from tests.unit.cm.fixtures import Affinity, gpod
 from tests.unit.cm.topologies import cpus, topology, vectors
 
 ALL_GATES = FeatureGate({"CPUManagerPolicyAlphaOptions": True})
-
-
-class Affinity:
-    """The topology manager as the policy sees it: fixed hints."""
-
-    def __init__(self, policy_name: str = "none") -> None:
-        self.hints: dict[tuple[str, str], TopologyHint] = {}
-        self.policy_name = policy_name
-
-    def get_affinity(self, pod_uid: str, name: str) -> TopologyHint:
-        return self.hints.get((pod_uid, name), TopologyHint(None, False))
-
-
-def gpod(uid: str, containers: list[dict[str, Any]]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [], "initContainers": []}
-    for c in containers:
-        res = {"cpu": c["cpu"], "memory": "1Gi"}
-        ctr: dict[str, Any] = {"name": c["name"], "resources": {"requests": res, "limits": res}}
-        if c.get("sidecar"):
-            ctr["restartPolicy"] = "Always"
-        spec["initContainers" if c.get("init") else "containers"].append(ctr)
-    return {"metadata": {"uid": uid, "name": uid, "namespace": "default"}, "spec": spec}
 
 
 def policy(topo: str, reserved: int = 1, reserved_cpus: str = "", affinity: Affinity | None = None,

@@ -21,9 +21,10 @@ from kubelet.cm.devicemanager.checkpoint import go_value, marshal, unmarshal
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.interfaces import RunningContainer
 from kubelet.testing.deviceplugin import FakeDevicePlugin
+from kubelet.testing.wait import wait_for_async
 from kubelet.types import Pod
 from kubelet.util.clock import FakeClock
-from tests.unit.cm.test_device_manager import R, counts, gpu_pod, held, until
+from tests.unit.cm.fixtures import R, counts, gpu_pod, held
 
 VECTORS = json.loads(
     (Path(__file__).parents[2] / "fixtures" / "resmgr" / "device_checkpoint.json").read_text()
@@ -54,7 +55,9 @@ async def test_allocations_survive_a_restart() -> None:
         await mgr.start()
         plugin = FakeDevicePlugin({"a": HEALTHY, "b": HEALTHY})
         await plugin.register(mgr.socket_dir, "p.sock", R)
-        await until(lambda: counts(mgr) == (2, 2))
+        await wait_for_async(
+            "counts(mgr) == (2, 2)", lambda: counts(mgr) == (2, 2), 20, every=0.01, retry_on=()
+        )
         assert mgr.admit(pod) is None
         await mgr.container_options(pod, c)
         await mgr.stop()
@@ -76,7 +79,13 @@ async def test_allocations_survive_a_restart() -> None:
             assert alloc.response.envs["DEVICES"] == "a"
             plugin = FakeDevicePlugin({"a": HEALTHY, "b": HEALTHY})
             await plugin.register(again.socket_dir, "p.sock", R)
-            await until(lambda: counts(again) == (2, 2))
+            await wait_for_async(
+                "counts(again) == (2, 2)",
+                lambda: counts(again) == (2, 2),
+                20,
+                every=0.01,
+                retry_on=(),
+            )
             assert again.admit(gpu_pod("q", 1)) is None  # "a" stays the first pod's
             assert held(again, gpu_pod("q", 1)) == ["b"]
             await plugin.stop()
@@ -99,7 +108,9 @@ async def test_a_running_pod_keeps_its_devices_when_readmitted_after_a_restart()
         await mgr.start()
         plugin = FakeDevicePlugin({"a": HEALTHY})
         await plugin.register(mgr.socket_dir, "p.sock", R)
-        await until(lambda: counts(mgr) == (1, 1))
+        await wait_for_async(
+            "counts(mgr) == (1, 1)", lambda: counts(mgr) == (1, 1), 20, every=0.01, retry_on=()
+        )
         assert mgr.admit(pod) is None
         await mgr.container_options(pod, pod["spec"]["containers"][0])
         await mgr.stop()

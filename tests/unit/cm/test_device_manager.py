@@ -9,7 +9,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import grpc
@@ -32,12 +32,10 @@ from kubelet.cri.api import api_pb2 as cri
 from kubelet.features import FeatureGate
 from kubelet.metrics import REGISTRY
 from kubelet.testing.deviceplugin import FakeDevicePlugin
-from kubelet.types import Pod
+from kubelet.testing.wait import wait_for_async
 from kubelet.util import cpuset
 from kubelet.util.clock import FakeClock
-from tests.unit.cm.test_memory_manager import machine
-
-R = "example.com/gpu"
+from tests.unit.cm.fixtures import Pods, R, counts, gpu_pod, held, machine, registered
 
 
 @pytest.fixture
@@ -54,28 +52,21 @@ async def env() -> AsyncIterator[tuple[DeviceManager, str, FakeClock]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():  # noqa: ASYNC110 (polls state the plugin changes)
-            await asyncio.sleep(0.01)
-
-
-def counts(mgr: DeviceManager, resource: str = R) -> tuple[int, int]:
-    cap, alloc, removed = mgr.capacity()
-    if resource in removed:
-        return (0, 0)
-    return (cap.get(resource, -1), alloc.get(resource, -1))
-
-
 async def test_devices_set_capacity_and_unhealthy_ones_leave_allocatable(env) -> None:
     mgr, sockdir, _ = env
     plugin = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY, "2": HEALTHY, "3": HEALTHY})
     await plugin.register(sockdir, "p.sock", R)
-    await until(lambda: counts(mgr) == (4, 4))
+    await wait_for_async(
+        "counts(mgr) == (4, 4)", lambda: counts(mgr) == (4, 4), 20, every=0.01, retry_on=()
+    )
     plugin.update({"0": HEALTHY, "1": UNHEALTHY, "2": HEALTHY, "3": UNHEALTHY})
-    await until(lambda: counts(mgr) == (4, 2))
+    await wait_for_async(
+        "counts(mgr) == (4, 2)", lambda: counts(mgr) == (4, 2), 20, every=0.01, retry_on=()
+    )
     plugin.update({"0": HEALTHY, "1": HEALTHY, "2": HEALTHY, "3": UNHEALTHY})
-    await until(lambda: counts(mgr) == (4, 3))
+    await wait_for_async(
+        "counts(mgr) == (4, 3)", lambda: counts(mgr) == (4, 3), 20, every=0.01, retry_on=()
+    )
     assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]
     assert REGISTRY.get_sample_value(
         "kubelet_device_plugin_registration_total", {"resource_name": R}
@@ -89,7 +80,9 @@ async def test_a_change_wakes_the_node_status(env) -> None:
     waiter = asyncio.ensure_future(mgr.capacity_changed())
     await plugin.register(sockdir, "p.sock", R)
     await asyncio.wait_for(waiter, 20)
-    await until(lambda: counts(mgr) == (1, 1))
+    await wait_for_async(
+        "counts(mgr) == (1, 1)", lambda: counts(mgr) == (1, 1), 20, every=0.01, retry_on=()
+    )
     await mgr.capacity_changed()  # the list that came after: set again
     waiter = asyncio.ensure_future(mgr.capacity_changed())
     await asyncio.sleep(0.05)
@@ -121,7 +114,13 @@ async def test_list_and_watch_failing_at_once_leaves_the_resource_at_zero(env) -
         {"0": HEALTHY}, fail=lambda m: "ListAndWatch failed" if m == "ListAndWatch" else None
     )
     await plugin.register(sockdir, "p.sock", R)
-    await until(lambda: mgr.endpoints[R].stopped_at is not None)
+    await wait_for_async(
+        "mgr.endpoints[R].stopped_at is not None",
+        lambda: mgr.endpoints[R].stopped_at is not None,
+        20,
+        every=0.01,
+        retry_on=(),
+    )
     assert counts(mgr) == (0, 0)
     assert R not in mgr.capacity().removed
     await asyncio.sleep(0.2)
@@ -137,10 +136,14 @@ async def test_list_and_watch_failing_later_keeps_capacity_for_the_grace_period(
         fail=lambda m: "ListAndWatch failed" if m == "ListAndWatch" and failing else None,
     )
     await plugin.register(sockdir, "p.sock", R)
-    await until(lambda: counts(mgr) == (2, 2))
+    await wait_for_async(
+        "counts(mgr) == (2, 2)", lambda: counts(mgr) == (2, 2), 20, every=0.01, retry_on=()
+    )
     failing = True
     plugin.update(plugin.devices)
-    await until(lambda: counts(mgr) == (2, 0))
+    await wait_for_async(
+        "counts(mgr) == (2, 0)", lambda: counts(mgr) == (2, 0), 20, every=0.01, retry_on=()
+    )
     await asyncio.sleep(0.2)
     assert plugin.calls == ["GetDevicePluginOptions", "ListAndWatch"]
     clock.step(299)
@@ -155,14 +158,20 @@ async def test_stopped_plugin_then_registered_again(env) -> None:
     mgr, sockdir, clock = env
     plugin = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY})
     await plugin.register(sockdir, "p.sock", R)
-    await until(lambda: counts(mgr) == (2, 2))
+    await wait_for_async(
+        "counts(mgr) == (2, 2)", lambda: counts(mgr) == (2, 2), 20, every=0.01, retry_on=()
+    )
     await plugin.stop()
-    await until(lambda: counts(mgr) == (2, 0))
+    await wait_for_async(
+        "counts(mgr) == (2, 0)", lambda: counts(mgr) == (2, 0), 20, every=0.01, retry_on=()
+    )
     clock.step(400)
     assert counts(mgr) == (0, 0) and mgr.capacity().removed == [R]
     again = FakeDevicePlugin({"0": HEALTHY})
     await again.register(sockdir, "q.sock", R)
-    await until(lambda: counts(mgr) == (1, 1))
+    await wait_for_async(
+        "counts(mgr) == (1, 1)", lambda: counts(mgr) == (1, 1), 20, every=0.01, retry_on=()
+    )
     assert mgr.capacity().removed == []
     await again.stop()
 
@@ -171,10 +180,14 @@ async def test_registering_again_replaces_the_old_plugin_quietly(env) -> None:
     mgr, sockdir, _ = env
     first = FakeDevicePlugin({"0": HEALTHY})
     await first.register(sockdir, "a.sock", R)
-    await until(lambda: counts(mgr) == (1, 1))
+    await wait_for_async(
+        "counts(mgr) == (1, 1)", lambda: counts(mgr) == (1, 1), 20, every=0.01, retry_on=()
+    )
     second = FakeDevicePlugin({"0": HEALTHY, "1": HEALTHY})
     await second.register(sockdir, "b.sock", R)
-    await until(lambda: counts(mgr) == (2, 2))
+    await wait_for_async(
+        "counts(mgr) == (2, 2)", lambda: counts(mgr) == (2, 2), 20, every=0.01, retry_on=()
+    )
     await first.stop()  # the replaced stream ending is no news
     await asyncio.sleep(0.2)
     assert counts(mgr) == (2, 2)
@@ -260,30 +273,6 @@ def test_extended_resource_names(name: str, ok: bool) -> None:
 
 
 # ------------------------------------------------------------- allocation
-
-
-def gpu_pod(name: str, *counts: int, init: tuple[int, ...] = ()) -> Pod:
-    def ctr(cname: str, n: int) -> dict[str, Any]:
-        lim = {R: str(n), "cpu": "100m"}
-        return {"name": cname, "image": "i", "resources": {"limits": lim, "requests": lim}}
-
-    return cast(Pod, {
-        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
-        "spec": {
-            "initContainers": [ctr(f"init{i}", n) for i, n in enumerate(init)],
-            "containers": [ctr(f"c{i}", n) for i, n in enumerate(counts)],
-        },
-    })  # fmt: skip
-
-
-def held(mgr: DeviceManager, pod: Pod, container: str = "c0") -> list[str]:
-    alloc = mgr.pod_devices.get(pod["metadata"]["uid"], container, R)
-    return alloc.ids if alloc is not None else []
-
-
-async def registered(sockdir: str, mgr: DeviceManager, plugin: FakeDevicePlugin) -> None:
-    await plugin.register(sockdir, "p.sock", R)
-    await until(lambda: counts(mgr)[0] == len(plugin.devices))
 
 
 async def test_admission_picks_free_healthy_devices_and_refuses_when_none_left(env) -> None:
@@ -381,29 +370,21 @@ async def test_a_failing_or_stopped_plugin_fails_the_container_start(env) -> Non
     with pytest.raises(AllocationError, match=r"Allocate of example\.com/gpu failed: .*no luck"):
         await mgr.container_options(pod, pod["spec"]["containers"][0])
     await plugin.stop()
-    await until(lambda: mgr.endpoints[R].stopped_at is not None)
+    await wait_for_async(
+        "mgr.endpoints[R].stopped_at is not None",
+        lambda: mgr.endpoints[R].stopped_at is not None,
+        20,
+        every=0.01,
+        retry_on=(),
+    )
     with pytest.raises(AllocationError, match="has been stopped"):
         await mgr.container_options(pod, pod["spec"]["containers"][0])
-
-
-class Active:
-    def __init__(self, *pods: Pod) -> None:
-        self.pods = {p["metadata"]["uid"]: p for p in pods}
-
-    def active_pod(self, pod_uid: str) -> Pod | None:
-        return self.pods.get(pod_uid)
-
-    def active_pods(self) -> list[Pod]:
-        return list(self.pods.values())
-
-    def running_containers(self, pod_uid: str) -> list[Any]:
-        return []
 
 
 async def test_devices_of_pods_no_longer_active_are_released() -> None:
     root = tempfile.mkdtemp(prefix="dm", dir="/tmp")
     one, two = gpu_pod("one", 1), gpu_pod("two", 1)
-    active = Active(one)
+    active = Pods(one)
     mgr = DeviceManager(root, active)
     await mgr.start()
     plugin = FakeDevicePlugin({"a": HEALTHY})
@@ -428,17 +409,25 @@ async def test_the_resource_managers_serve_registration_until_stopped() -> None:
             KubeletConfiguration(),
             ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
             FeatureGate(),
-            Active(),
+            Pods(),
             lambda: True,
         )
         stop = asyncio.Event()
         task = asyncio.ensure_future(rm.run(stop, cast(Any, None)))
         sock = os.path.join(root, "device-plugins", KUBELET_SOCKET)
-        await until(lambda: os.path.exists(sock))
+        await wait_for_async(
+            "os.path.exists(sock)", lambda: os.path.exists(sock), 20, every=0.01, retry_on=()
+        )
         await asyncio.sleep(0.2)
         plugin = FakeDevicePlugin({"0": HEALTHY})
         await plugin.register(os.path.dirname(sock), "p.sock", R)
-        await until(lambda: counts(rm.devices) == (1, 1))
+        await wait_for_async(
+            "counts(rm.devices) == (1, 1)",
+            lambda: counts(rm.devices) == (1, 1),
+            20,
+            every=0.01,
+            retry_on=(),
+        )
         stop.set()
         await asyncio.wait_for(task, 20)
         assert not os.path.exists(sock)

@@ -13,12 +13,10 @@ from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.devicemanager import HEALTHY, UNHEALTHY
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.kubelet_node_status import NodeStatusManager
-from kubelet.nodestatus.machine import MachineInfo
 from kubelet.nodestatus.setters import DeviceResources, NodeInputs, allocatable, capacity
 from kubelet.testing.deviceplugin import FakeDevicePlugin
-from tests.unit.volume.test_csi_node_status import FakeAPI
+from tests.unit.volume.fixtures import MACHINE, FakeAPI
 
-MACHINE = MachineInfo(2, 1 << 30, "m", "s", "b", "k", "os", "amd64")
 R = "example.com/gpu"
 
 

@@ -15,8 +15,9 @@ from kubelet.cm.devicemanager.server import WatcherHandler
 from kubelet.pluginmanager import DEVICE_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing.deviceplugin import FakeDevicePlugin
-from tests.unit.cm.test_device_manager import R, counts, until
-from tests.unit.pluginmanager.test_pluginmanager import FakePlugin
+from kubelet.testing.wait import wait_for_async
+from tests.unit.cm.fixtures import R, counts
+from tests.unit.pluginmanager.fixtures import FakePlugin
 
 
 async def test_a_device_plugin_registers_through_the_plugin_watcher() -> None:
@@ -36,16 +37,28 @@ async def test_a_device_plugin_registers_through_the_plugin_watcher() -> None:
         good = await FakePlugin(
             DEVICE_PLUGIN, R, endpoint=os.path.join(root, "dp.sock"), versions=("v1beta1",)
         ).start(os.path.join(reg, "good.sock"))
-        await until(lambda: counts(mgr) == (2, 2))
-        await until(lambda: good.statuses == [(True, "")])
+        await wait_for_async(
+            "counts(mgr) == (2, 2)", lambda: counts(mgr) == (2, 2), 20, every=0.01, retry_on=()
+        )
+        await wait_for_async(
+            'good.statuses == [(True, "")]',
+            lambda: good.statuses == [(True, "")],
+            20,
+            every=0.01,
+            retry_on=(),
+        )
         bad = await FakePlugin(DEVICE_PLUGIN, "gpu", versions=("v1beta1",)).start(
             os.path.join(reg, "bad.sock")
         )
-        await until(lambda: bool(bad.statuses))
+        await wait_for_async(
+            "bool(bad.statuses)", lambda: bool(bad.statuses), 20, every=0.01, retry_on=()
+        )
         assert bad.statuses[0][0] is False
         assert 'the ResourceName "gpu" is invalid' in bad.statuses[0][1]
         await good.stop()  # its registration socket goes: deregistered
-        await until(lambda: counts(mgr) == (2, 0))
+        await wait_for_async(
+            "counts(mgr) == (2, 0)", lambda: counts(mgr) == (2, 0), 20, every=0.01, retry_on=()
+        )
     finally:
         stop.set()
         await task

@@ -15,40 +15,8 @@ from kubelet.cm.memorymanager.state import MemoryManagerState
 from kubelet.cm.sysinfo import Core, HugePages, MachineTopology, Node
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
-from tests.unit.cm.test_cpu_policy_static import Affinity
+from tests.unit.cm.fixtures import Affinity, GiB, machine, mem_pod, static
 from tests.unit.cm.topologies import vectors
-
-GiB = 1 << 30
-
-
-def machine(nodes: int = 2, mem: int = 16 * GiB) -> MachineTopology:
-    return MachineTopology(
-        [
-            Node(i, [Core(i, 0, [i])], mem, [HugePages(2048, 512)], [10] * nodes)
-            for i in range(nodes)
-        ],
-        nodes,
-        1,
-    )
-
-
-def gpod(uid: str, *containers: tuple[str, str, bool]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"initContainers": [], "containers": []}
-    for name, mem, init in containers:
-        res = {"cpu": "1", "memory": mem}
-        spec["initContainers" if init else "containers"].append(
-            {"name": name, "resources": {"requests": res, "limits": res}}
-        )
-    return {"metadata": {"uid": uid}, "spec": spec}
-
-
-def static(
-    nodes: int = 2, affinity: Affinity | None = None
-) -> tuple[StaticPolicy, MemoryManagerState]:
-    p = StaticPolicy(machine(nodes), {0: {"memory": GiB}}, affinity or Affinity())
-    s = MemoryManagerState("Static")
-    p.start(s)
-    return p, s
 
 
 def test_reserved_memory_must_match_node_allocatable_reservation() -> None:
@@ -90,7 +58,7 @@ def test_default_machine_state_carves_hugepages_and_reservation() -> None:
 
 def test_guaranteed_container_is_placed_on_the_narrowest_node() -> None:
     p, s = static()
-    pod = gpod("u1", ("app", "2Gi", False))
+    pod = mem_pod("u1", ("app", "2Gi", False))
     hints = p.get_topology_hints(s, pod, pod["spec"]["containers"][0])
     assert hints == {
         "memory": [
@@ -110,21 +78,21 @@ def test_guaranteed_container_is_placed_on_the_narrowest_node() -> None:
 def test_a_request_bigger_than_a_node_takes_a_group_that_stays_a_group() -> None:
     aff = Affinity()
     p, s = static(affinity=aff)
-    big = gpod("u1", ("big", "20Gi", False))
+    big = mem_pod("u1", ("big", "20Gi", False))
     aff.hints[("u1", "big")] = TopologyHint(bitmask.new_bitmask([0]), False)
     p.allocate(s, big, big["spec"]["containers"][0])
     assert s.get_memory_blocks("u1", "big")[0].numa_affinity == [0, 1]  # type: ignore[index]
     st = s.get_machine_state()
     assert st[0].cells == [0, 1] and st[1].cells == [0, 1]  # type: ignore[union-attr]
     # A single-node hint is now impossible: the nodes are one group.
-    small = gpod("u2", ("s", "1Gi", False))
+    small = mem_pod("u2", ("s", "1Gi", False))
     hints = p.get_topology_hints(s, small, small["spec"]["containers"][0])
     assert hints == {"memory": [TopologyHint(0b11, False)]}
 
 
 def test_init_container_memory_is_reused_by_the_app_container() -> None:
     p, s = static()
-    pod = gpod("u1", ("init", "4Gi", True), ("app", "3Gi", False))
+    pod = mem_pod("u1", ("init", "4Gi", True), ("app", "3Gi", False))
     p.allocate(s, pod, pod["spec"]["initContainers"][0])
     p.allocate(s, pod, pod["spec"]["containers"][0])
     # The app container's 3Gi come out of what the init container held.
@@ -146,7 +114,7 @@ def test_state_file_is_written_in_upstream_format_and_policy_change_refused(tmp_
     res = [{"numaNode": 0, "limits": {"memory": "1Gi"}}]
     mm = new_memory_manager("Static", machine(), {"memory": Decimal(GiB)}, res, str(tmp_path),
                             Affinity(), Pods(), lambda: True)  # fmt: skip
-    pod = gpod("u1", ("app", "2Gi", False))
+    pod = mem_pod("u1", ("app", "2Gi", False))
     mm.allocate(pod, pod["spec"]["containers"][0])
     assert mm.memory_numa_nodes("u1", "app") == [0]
     text = (tmp_path / "memory_manager_state").read_text()

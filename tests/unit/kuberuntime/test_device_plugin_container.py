@@ -18,9 +18,9 @@ from kubelet.features import FeatureGate
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.testing.deviceplugin import FakeDevicePlugin
 from kubelet.testing.helpers import standalone_runtime_helper
+from kubelet.testing.wait import wait_for_async
 from kubelet.util import cpuset
-from tests.unit.cm.test_device_manager import Active, counts, until
-from tests.unit.cm.test_memory_manager import machine
+from tests.unit.cm.fixtures import Pods, counts, machine
 
 R = "example.com/gpu"
 
@@ -42,13 +42,19 @@ async def start(fail: str | None) -> tuple[Any, RuntimeManager, FakeRuntimeServi
         KubeletConfiguration(),
         ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
         FeatureGate(),
-        Active(),
+        Pods(),
         lambda: True,
     )
     await rm.devices.start()
     plugin = FakeDevicePlugin({"d0": HEALTHY}, fail=lambda m: fail if m == "Allocate" else None)
     await plugin.register(rm.devices.socket_dir, "p.sock", R)
-    await until(lambda: counts(rm.devices, R) == (1, 1))
+    await wait_for_async(
+        "counts(rm.devices, R) == (1, 1)",
+        lambda: counts(rm.devices, R) == (1, 1),
+        20,
+        every=0.01,
+        retry_on=(),
+    )
     rt = FakeRuntimeService()
     m = RuntimeManager(rt, FakeImageService(["busybox:1.36"]), standalone_runtime_helper(root),
                        root, container_resources=rm)  # fmt: skip

@@ -8,42 +8,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from kubelet.pluginmanager import CSI_PLUGIN, DEVICE_PLUGIN, PluginError
-from kubelet.pluginmanager.api import registration_pb2 as pb
-from kubelet.pluginmanager.api import registration_pb2_grpc as pb_grpc
 from kubelet.pluginmanager.manager import PluginManager
-
-
-class FakePlugin(pb_grpc.RegistrationServicer):
-    """A plugin's registration service; records what the kubelet told it."""
-
-    def __init__(self, ptype: str, name: str, endpoint: str = "", versions=("1.0.0",)) -> None:
-        self.info = pb.PluginInfo(
-            type=ptype, name=name, endpoint=endpoint, supported_versions=list(versions)
-        )
-        self.statuses: list[tuple[bool, str]] = []
-        self.server: grpc.aio.Server | None = None
-
-    async def GetInfo(self, request: Any, context: Any) -> pb.PluginInfo:
-        return self.info
-
-    async def NotifyRegistrationStatus(self, request: Any, context: Any) -> Any:
-        self.statuses.append((request.plugin_registered, request.error))
-        return pb.RegistrationStatusResponse()
-
-    async def start(self, path: str) -> FakePlugin:
-        self.server = grpc.aio.server()
-        pb_grpc.add_RegistrationServicer_to_server(self, self.server)
-        self.server.add_insecure_port(f"unix://{path}")
-        await self.server.start()
-        return self
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            await self.server.stop(None)
+from kubelet.testing.wait import wait_for_async
+from tests.unit.pluginmanager.fixtures import FakePlugin
 
 
 class Handler:
@@ -67,14 +37,6 @@ class Handler:
 
     async def deregister_plugin(self, name: str, endpoint: str) -> None:
         self.calls.append(("deregister", name, endpoint))
-
-
-async def until(cond: Any, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -110,10 +72,10 @@ async def test_socket_present_at_start_and_created_later(manager):
     pm, handler, reg, start, run = manager
     early = await start("early.example.com", "early-reg.sock")
     run()
-    await until(lambda: early.statuses)
+    await wait_for_async("early.statuses", lambda: early.statuses, 20, every=0.02, retry_on=())
     assert early.statuses == [(True, "")]
     late = await start("late.example.com", "late-reg.sock", endpoint="/x/csi.sock")
-    await until(lambda: late.statuses)
+    await wait_for_async("late.statuses", lambda: late.statuses, 20, every=0.02, retry_on=())
     assert late.statuses == [(True, "")]
     assert handler.calls == [
         ("validate", "early.example.com", str(reg / "early-reg.sock")),
@@ -123,7 +85,9 @@ async def test_socket_present_at_start_and_created_later(manager):
     ]
     assert [p.name for p in pm.registered()] == ["early.example.com", "late.example.com"]
     os.unlink(reg / "late-reg.sock")
-    await until(lambda: len(handler.calls) == 5)
+    await wait_for_async(
+        "len(handler.calls) == 5", lambda: len(handler.calls) == 5, 20, every=0.02, retry_on=()
+    )
     assert handler.calls[4] == ("deregister", "late.example.com", "/x/csi.sock")
     assert [p.name for p in pm.registered()] == ["early.example.com"]
 
@@ -132,7 +96,7 @@ async def test_refused_plugins_are_told_why(manager):
     pm, handler, reg, start, run = manager
     run()
     dev = await start("vendor.com/gpu", "gpu.sock", ptype=DEVICE_PLUGIN)
-    await until(lambda: dev.statuses)
+    await wait_for_async("dev.statuses", lambda: dev.statuses, 20, every=0.02, retry_on=())
     assert dev.statuses[0] == (
         False,
         f"RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at "
@@ -140,7 +104,7 @@ async def test_refused_plugins_are_told_why(manager):
     )
     handler.reject = "no supported version"
     bad = await start("bad.example.com", "bad.sock")
-    await until(lambda: bad.statuses)
+    await wait_for_async("bad.statuses", lambda: bad.statuses, 20, every=0.02, retry_on=())
     assert bad.statuses[0] == (
         False,
         "RegisterPlugin error -- plugin validation failed with err: no supported version",
@@ -154,7 +118,9 @@ async def test_failed_registration_is_retried(manager):
     handler.fail_register = 1
     run()
     p = await start("flaky.example.com", "flaky.sock")
-    await until(lambda: (True, "") in p.statuses)
+    await wait_for_async(
+        '(True, "") in p.statuses', lambda: (True, "") in p.statuses, 20, every=0.02, retry_on=()
+    )
     assert p.statuses == [
         (False, "RegisterPlugin error -- plugin registration failed with err: NodeGetInfo failed"),
         (True, ""),
@@ -167,12 +133,18 @@ async def test_recreated_socket_is_registered_again(manager):
     pm, handler, reg, start, run = manager
     run()
     first = await start("d.example.com", "d.sock")
-    await until(lambda: first.statuses)
+    await wait_for_async("first.statuses", lambda: first.statuses, 20, every=0.02, retry_on=())
     await first.stop()  # grpc removes the socket file
     (reg / "d.sock").unlink(missing_ok=True)
     second = await start("d.example.com", "d.sock")
-    await until(lambda: second.statuses)
-    await until(lambda: [c[0] for c in handler.calls].count("register") == 2)
+    await wait_for_async("second.statuses", lambda: second.statuses, 20, every=0.02, retry_on=())
+    await wait_for_async(
+        '[c[0] for c in handler.calls].count("register") == 2',
+        lambda: [c[0] for c in handler.calls].count("register") == 2,
+        20,
+        every=0.02,
+        retry_on=(),
+    )
     kinds = [c[0] for c in handler.calls]
     assert kinds == ["validate", "register", "deregister", "validate", "register"]
     assert len(pm.registered()) == 1
@@ -186,10 +158,10 @@ async def test_dot_files_links_and_subdirs(manager):
     nested = await start("nested.example.com", "sub/nested.sock")
     os.symlink(reg / "sub" / "nested.sock", reg / "link.sock")
     (reg / "notes.txt").write_text("not a socket")
-    await until(lambda: nested.statuses)
+    await wait_for_async("nested.statuses", lambda: nested.statuses, 20, every=0.02, retry_on=())
     # Something registered after all of those shows they were looked at.
     last = await start("last.example.com", "last.sock")
-    await until(lambda: last.statuses)
+    await wait_for_async("last.statuses", lambda: last.statuses, 20, every=0.02, retry_on=())
     assert hidden.statuses == []
     names = [c[1] for c in handler.calls if c[0] == "register"]
     assert names == ["nested.example.com", "last.example.com"]  # the link is not followed

@@ -19,7 +19,7 @@ from kubelet.apis.podresources.v1 import api_pb2 as pb
 from kubelet.apis.podresources.v1 import api_pb2_grpc as pb_grpc
 from kubelet.apis.podresources.v1alpha1 import api_pb2 as alpha
 from kubelet.apis.podresources.v1alpha1 import api_pb2_grpc as alpha_grpc
-from tests.unit.podresources.test_podresources import providers
+from tests.unit.podresources.fixtures import providers
 
 
 async def test_serves_v1_and_v1alpha1_with_upstreams_errors_and_limit(tmp_path: Path) -> None:

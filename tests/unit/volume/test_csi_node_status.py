@@ -10,23 +10,9 @@ from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.kubelet_node_status import NodeStatusManager
-from kubelet.nodestatus.machine import MachineInfo
 from kubelet.nodestatus.setters import NodeInputs, compute_status
 from kubelet.volume.csi.staging import StagingManager
-
-MACHINE = MachineInfo(2, 1 << 30, "m", "s", "b", "k", "os", "amd64")
-
-
-class FakeAPI:
-    def __init__(self) -> None:
-        self.status_patches: list[dict[str, Any]] = []
-
-    async def create(self, path: str, obj: Any) -> Any:
-        return {**obj, "metadata": {**obj["metadata"], "uid": "node-uid"}}
-
-    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        self.status_patches.append(body["status"])
-        return {"metadata": {"name": "n"}, "status": body["status"]}
+from tests.unit.volume.fixtures import MACHINE, FakeAPI
 
 
 def inputs(staging: StagingManager, **kw: Any) -> NodeInputs:

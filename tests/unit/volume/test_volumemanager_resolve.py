@@ -13,7 +13,7 @@ from typing import Any
 from kubelet.volume import VolumeError
 from kubelet.volumemanager import MountedVolume
 from kubelet.volumemanager.hooks import Resolution
-from tests.unit.volume.test_volumemanager import Env, mkpod
+from tests.unit.volume.fixtures import Env, mkpod
 
 
 class Claims:
