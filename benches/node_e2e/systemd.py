@@ -41,6 +41,27 @@ UNIT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STOP_TIMEOUT_S = 90.0  # systemd's default TimeoutStopSec
 
 
+def unescape_exec_arg(arg: str) -> str:
+    """One command argument as systemd hands it to exec: `%%` becomes `%` and
+    `$$` becomes `$` (the suite doubles both before calling systemd-run). Other
+    specifiers and variable references are refused: the stand-in does not
+    expand them, and passing them through would run a different command."""
+    out: list[str] = []
+    i = 0
+    while i < len(arg):
+        ch = arg[i]
+        nxt = arg[i + 1] if i + 1 < len(arg) else ""
+        if ch in "%$" and nxt == ch:
+            out.append(ch)
+            i += 2
+            continue
+        if ch == "%" or (ch == "$" and (nxt == "{" or nxt.isalpha() or nxt == "_")):
+            raise ValueError(f"{ch}{nxt} in {arg!r}: expansion not supported by the stand-in")
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 @dataclass
 class Unit:
     name: str
@@ -169,7 +190,7 @@ class UnitManager:
                     return 1, f"systemd-run: property {key} not supported by the stand-in\n"
             elif arg not in ("--slice", "--remain-after-exit", "-r", "--no-block"):
                 return 1, f"systemd-run: option {arg} not supported by the stand-in\n"
-        argv = args[i:]
+        argv = [unescape_exec_arg(a) for a in args[i:]]
         if not argv:
             return 1, "systemd-run: no command given\n"
         name = name or f"run-{int(time.time() * 1000)}.service"

@@ -50,7 +50,8 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     r = run(
         env, "systemd-run", "-p", "Delegate=true", "-p", f"StandardError=append:{log}",
         "--unit=kubelet-20261125T183000.service", "--slice=runtime.slice", "--remain-after-exit",
-        "/bin/sh", "-c", "echo started $$; exec sleep 600",
+        # Escaped as adjustArgsForSystemd escapes: the shell sees `$$`.
+        "/bin/sh", "-c", "echo started $$$$; exec sleep 600",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout
     wait_for(lambda: log.read_text().count("started") == 1)
@@ -124,3 +125,22 @@ def test_external_unit_start_stop_and_lookup_by_pid(
 def _record(calls: list[str], what: str, pid: int) -> int:
     calls.append(what)
     return pid
+
+
+def test_exec_arguments_are_unescaped_as_systemd_does(
+    standin: tuple[UnitManager, dict[str, str]], tmp_path: Path
+) -> None:
+    _, env = standin
+    log = tmp_path / "args.log"
+    # The suite doubles % and $ in every kubelet flag; the process must get them single.
+    r = run(
+        env, "systemd-run", f"-p=StandardError=append:{log}", "--unit=args",
+        "/bin/sh", "-c", 'echo "$0" >&2', "--eviction-hard=nodefs.available<1%%,x=$$HOME",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout
+    wait_for(lambda: log.exists() and log.read_text().strip() != "")
+    assert log.read_text().strip() == "--eviction-hard=nodefs.available<1%,x=$HOME"
+    # A specifier or a variable the stand-in would not expand is refused, not passed on.
+    for arg in ("--root-dir=%h/kubelet", "--x=${HOME}", "--y=$HOME", "50%"):
+        r = run(env, "systemd-run", "--unit=bad", "/bin/true", arg)
+        assert r.returncode == 1 and "not supported" in r.stdout, (arg, r.stdout)
