@@ -372,6 +372,13 @@ def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
     report.unlink(missing_ok=True)
     spec.write_text(json.dumps({"opts": _opts_json(opts), "tars": image_set.tars,
                                 "unavailable": sorted(image_set.unavailable)}))  # fmt: skip
+    hard = base_config()["evictionHard"]
+    assert isinstance(hard, dict)
+    for note in host.disk_pressure_notes(
+        str(run_dir), host.disk_thresholds(hard, opts.kubelet_flags)
+    ):
+        print(f"{opts.kubelet}: WARNING: {note}", file=sys.stderr)
+        result.notes.append(note)
     lock = host.take_lock()
     created = []
     try:
@@ -385,7 +392,8 @@ def run_one(opts: Options, image_set: images.ImageSet) -> results.NodeRunResult:
         _run_child(host.namespace_argv([sys.executable, "-m", __name__, str(spec), str(report)]))
         child = json.loads(report.read_text())
         result.tests = [results.TestResult(**t) for t in child["tests"]]
-        result.error, result.notes = child["error"], child["notes"]
+        result.error = child["error"]
+        result.notes += child["notes"]
     except (RunFailed, OSError, ValueError) as err:
         result.error = str(err)
     finally:

@@ -242,3 +242,39 @@ def release_pod_network() -> None:
     """The run's bridge (the CNI plugin leaves it behind), if there is one."""
     if os.path.exists(f"/sys/class/net/{BRIDGE}"):
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
+
+
+# The kubelet's defaults for the disk signals a config leaves out (the suite's
+# config names only nodefs; the rest fall back to these).
+DEFAULT_DISK_THRESHOLDS = {"imagefs.available": "15%", "imagefs.inodesFree": "5%"}
+
+
+def disk_thresholds(config_hard: dict[str, str], flags: list[str]) -> dict[str, str]:
+    """The percentage disk thresholds the run's kubelet will evict at: an
+    --eviction-hard flag replaces the config's map, as the kubelet's flag does."""
+    hard = {**DEFAULT_DISK_THRESHOLDS, **config_hard}
+    for flag in flags:
+        if flag.startswith("--eviction-hard="):
+            pairs = (p.split("<", 1) for p in flag.split("=", 1)[1].split(",") if "<" in p)
+            hard = {k.strip(): v.strip() for k, v in pairs}
+    return {k: v for k, v in hard.items() if "fs." in k and v.endswith("%")}
+
+
+def disk_pressure_notes(path: str, thresholds: dict[str, str]) -> list[str]:
+    """What would put the run's node under DiskPressure before a spec runs:
+    every pod of the suite is then refused, which reads as failing specs."""
+    st = os.statvfs(path)
+    free = {
+        "available": 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 100.0,
+        "inodesFree": 100.0 * st.f_favail / st.f_files if st.f_files else 100.0,
+    }
+    notes = []
+    for signal_name, threshold in sorted(thresholds.items()):
+        have = free[signal_name.split(".", 1)[1]]
+        if have < float(threshold.rstrip("%")):
+            notes.append(
+                f"the disk of {path} has {have:.1f}% {signal_name.split('.', 1)[1]} against the "
+                f"kubelet's {signal_name}<{threshold}: the node will report DiskPressure and "
+                "refuse the suite's pods (free space, or pass --kubelet-flags=--eviction-hard=...)"
+            )
+    return notes

@@ -77,3 +77,24 @@ def test_shim_drops_only_flags_ours_does_not_know() -> None:
     )  # fmt: skip
     assert keep == ["--kubeconfig", "/k", "--v", "4", "--config", "/c"]
     assert dropped == ["--no-such-flag-for-test", "/d", "--no-such-either=1"]
+
+
+def test_disk_thresholds_follow_the_flag_and_warn_under_them(tmp_path: Path) -> None:
+    from benches.node_e2e import harness, host
+
+    hard = harness.base_config()["evictionHard"]
+    assert isinstance(hard, dict)
+    # The suite's config plus the kubelet's defaults for the signals it leaves out.
+    assert host.disk_thresholds(hard, []) == {
+        "nodefs.available": "10%",
+        "nodefs.inodesFree": "5%",
+        "imagefs.available": "15%",
+        "imagefs.inodesFree": "5%",
+    }
+    flag = "--eviction-hard=memory.available<1Mi,nodefs.available<1%,imagefs.available<101%"
+    thresholds = host.disk_thresholds(hard, [flag])
+    assert thresholds == {"nodefs.available": "1%", "imagefs.available": "101%"}
+    # No disk has more than 100% free: the impossible threshold is always reported, by name.
+    notes = host.disk_pressure_notes(str(tmp_path), thresholds)
+    assert len(notes) == 1 and "imagefs.available<101%" in notes[0]
+    assert host.disk_pressure_notes(str(tmp_path), {"nodefs.available": "0%"}) == []
