@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from grpc import aio
 
 from kubelet.cri.api import api_pb2 as pb
@@ -124,8 +126,13 @@ class SimRuntime:
         statuses = [
             self.rt.containers[c].status() for c in sb.containers if c in self.rt.containers
         ]
+        # Verbose: the sandbox's config as it stands, as containerd's "info" holds it.
+        info = {"info": json.dumps({"config": json_format.MessageToDict(sb.config)})}
         return pb.PodSandboxStatusResponse(
-            status=sb.status(), containers_statuses=statuses, timestamp=now_ns()
+            status=sb.status(),
+            containers_statuses=statuses,
+            timestamp=now_ns(),
+            info=info if req.verbose else None,
         )
 
     async def ListPodSandbox(
@@ -233,6 +240,20 @@ class SimRuntime:
             c.config.linux.resources.CopyFrom(req.linux)
             self.rt._changed()
         return pb.UpdateContainerResourcesResponse()
+
+    async def UpdatePodSandboxResources(
+        self, req: pb.UpdatePodSandboxResourcesRequest, ctx: aio.ServicerContext
+    ) -> pb.UpdatePodSandboxResourcesResponse:
+        if not self.rt.opts.sandbox_resources:
+            await ctx.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "unknown method UpdatePodSandboxResources for service runtime.v1.RuntimeService",
+            )
+        sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
+        linux = sb.config.linux
+        linux.overhead.CopyFrom(req.overhead)
+        linux.resources.CopyFrom(req.resources)
+        return pb.UpdatePodSandboxResourcesResponse()
 
     async def ReopenContainerLog(
         self, req: pb.ReopenContainerLogRequest, ctx: aio.ServicerContext
@@ -505,6 +526,7 @@ _REQUESTS: dict[str, Any] = {
     "ListContainers": pb.ListContainersRequest,
     "ContainerStatus": pb.ContainerStatusRequest,
     "UpdateContainerResources": pb.UpdateContainerResourcesRequest,
+    "UpdatePodSandboxResources": pb.UpdatePodSandboxResourcesRequest,
     "ReopenContainerLog": pb.ReopenContainerLogRequest,
     "ExecSync": pb.ExecSyncRequest,
     "Exec": pb.ExecRequest,
