@@ -27,6 +27,15 @@ def _serialize(msg: Any) -> bytes:
     return msg if isinstance(msg, bytes) else msg.SerializeToString()
 
 
+async def _unimplemented(ctx: aio.ServicerContext, method: str) -> None:
+    """What grpc-go answers for a method the server does not have (an older
+    containerd); aborts the call."""
+    await ctx.abort(
+        grpc.StatusCode.UNIMPLEMENTED,
+        f"unknown method {method} for service runtime.v1.RuntimeService",
+    )
+
+
 def _match_labels(labels: Any, selector: Any) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -245,10 +254,7 @@ class SimRuntime:
         self, req: pb.UpdatePodSandboxResourcesRequest, ctx: aio.ServicerContext
     ) -> pb.UpdatePodSandboxResourcesResponse:
         if not self.rt.opts.sandbox_resources:
-            await ctx.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "unknown method UpdatePodSandboxResources for service runtime.v1.RuntimeService",
-            )
+            await _unimplemented(ctx, "UpdatePodSandboxResources")
         sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
         linux = sb.config.linux
         linux.overhead.CopyFrom(req.overhead)
@@ -327,11 +333,7 @@ class SimRuntime:
         self, req: pb.CheckpointContainerRequest, ctx: aio.ServicerContext
     ) -> pb.CheckpointContainerResponse:
         if not self.rt.opts.checkpoint:
-            # What grpc-go answers for a method the server does not have.
-            await ctx.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "unknown method CheckpointContainer for service runtime.v1.RuntimeService",
-            )
+            await _unimplemented(ctx, "CheckpointContainer")
         await self._guard(lambda: self.rt.checkpoint_container(req.container_id, req.location), ctx)
         return pb.CheckpointContainerResponse()
 
