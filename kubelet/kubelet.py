@@ -357,9 +357,10 @@ class Kubelet:
         self.pod_syncer.pod_seen(pu)
         self.pod_manager.add_or_update(pod)
         # After a restart the checkpointed allocation, not the spec, is what
-        # was admitted (a resize may be pending): admission counts that.
+        # was admitted (a resize may be pending): admission counts that, or
+        # what the runtime still runs where larger (a shrink not done yet).
         allocated = self.pods.allocation.allocated_pod(pod)
-        rejection = self.admission.admit(allocated)
+        rejection = self.admission.admit(self.pods.allocation.admitted_size(pod))
         if rejection is not None:
             self._reject(pod, rejection)
             return

@@ -246,6 +246,17 @@ def _amounts(c: Container) -> dict[tuple[str, str], int]:
     return out
 
 
+def _larger_requests(c: Container, actuated: Requirements | None) -> dict[str, str]:
+    """The actuated cpu and memory requests that exceed the container's."""
+    have = (actuated or {}).get("requests") or {}
+    want = (c.get("resources") or {}).get("requests") or {}
+    out = {}
+    for r, conv in (("cpu", cpu_millis), ("memory", to_bytes)):
+        if r in have and conv(have[r]) > conv(want.get(r) or 0):
+            out[r] = have[r]
+    return out
+
+
 def increases_requests(desired: Pod, allocated: Pod) -> bool:
     new, old = pod_requests(desired), pod_requests(allocated)
     return new.cpu_m > old.cpu_m or new.memory > old.memory
@@ -293,6 +304,27 @@ class AllocationManager:
     def allocated_pod(self, pod: Pod) -> Pod:
         """UpdatePodFromAllocation: the pod as the kubelet runs it."""
         return update_pod_from_allocation(pod, self.allocated.get_pod(uid(pod)))[0]
+
+    def admitted_size(self, pod: Pod) -> Pod:
+        """The pod as admission counts it after a restart: its allocation, with
+        a container's actuated cpu or memory request where larger (a shrink
+        the runtime has not done yet still holds the old size, as upstream's
+        fit reads the status resources); `settle` brings it down once done."""
+        allocated = self.allocated_pod(pod)
+        actuated = self.actuated.get_pod(uid(pod)) or {}
+        out: Pod | None = None
+        for key in ("containers", "initContainers"):
+            cs: list[Container] = allocated["spec"].get(key) or []  # type: ignore[assignment]
+            for i, c in enumerate(cs):
+                bigger = _larger_requests(c, actuated.get(c["name"]))
+                if not bigger:
+                    continue
+                if out is None:
+                    out = copy.deepcopy(allocated)
+                target: Container = out["spec"][key][i]
+                res = target.setdefault("resources", {})
+                res.setdefault("requests", {}).update(bigger)
+        return allocated if out is None else out
 
     def set_allocated(self, pod: Pod) -> None:
         """The pod was admitted (or resized) at these resources."""

@@ -13,7 +13,7 @@ from kubelet.container.runtime import RUNNING, ContainerStatus, PodStatus
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.podmanager import PodManager
 from kubelet.util.workqueue import ReferenceWorkQueue
-from tests.unit.allocation.fixtures import admit, manager, pod
+from tests.unit.allocation.fixtures import NODE, admit, manager, pod
 
 
 def accepted(trigger: str) -> float:
@@ -69,3 +69,27 @@ def test_the_actuated_shrink_retries_the_deferred_resizes(tmp_path: Path) -> Non
     assert [c["type"] for c in m.conditions.of("b")] == ["PodResizeInProgress"]
     assert accepted("pod_resized") == before + 1
     assert a.used.cpu_m == 900  # 200m + b's 700m
+
+
+def test_after_a_restart_a_shrink_not_yet_done_is_admitted_at_its_old_size(
+    tmp_path: Path,
+) -> None:
+    m, a = manager(cpu_m=1000, tmp=tmp_path)
+    admit(m, a, pod("a", cpu="600m", mem="128Mi"))
+    m.set_actuated(pod("a"), pod("a", cpu="600m", mem="128Mi")["spec"]["containers"][0])
+    assert m.handle_resize(pod("a", cpu="200m", mem="256Mi", gen=2))
+    # The kubelet restarts before the runtime shrank the cpu.
+    m2, a2 = manager(cpu_m=1000, tmp=tmp_path)
+    wish = pod("a", cpu="200m", mem="256Mi", gen=2)
+    counted = m2.admitted_size(wish)["spec"]["containers"][0]["resources"]["requests"]
+    assert counted == {"cpu": "600m", "memory": "256Mi"}  # the larger of each
+    assert m2.allocated_pod(wish)["spec"]["containers"][0]["resources"]["requests"] == {
+        "cpu": "200m", "memory": "256Mi",
+    }  # fmt: skip
+    # As the kubelet's pod addition: admitted at that size, allocated as checkpointed.
+    assert a2.admit("a", m2.admitted_size(wish), NODE) is None
+    assert a2.used.cpu_m == 600
+    assert a2.settle("a", m2.allocated_pod(wish))
+    assert a2.used.cpu_m == 200
+    # Nothing actuated larger: the allocation as it is.
+    assert m2.admitted_size(pod("b")) == pod("b")
