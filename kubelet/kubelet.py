@@ -15,6 +15,12 @@ from collections.abc import Coroutine
 from typing import Any
 
 from kubelet import metrics
+from kubelet.allocation.allocation_manager import (
+    TRIGGER_PERIODIC,
+    TRIGGER_POD_UPDATED,
+    TRIGGER_PODS_ADDED,
+    TRIGGER_PODS_REMOVED,
+)
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.client.rest import APIClient
 from kubelet.config.config import Op, PodUpdate
@@ -351,9 +357,10 @@ class Kubelet:
         self.pod_syncer.pod_seen(pu)
         self.pod_manager.add_or_update(pod)
         # After a restart the checkpointed allocation, not the spec, is what
-        # was admitted (a resize may be pending): admission counts that.
+        # was admitted (a resize may be pending): admission counts that, or
+        # what the runtime still runs where larger (a shrink not done yet).
         allocated = self.pods.allocation.allocated_pod(pod)
-        rejection = self.admission.admit(allocated)
+        rejection = self.admission.admit(self.pods.allocation.admitted_size(pod))
         if rejection is not None:
             self._reject(pod, rejection)
             return
@@ -362,12 +369,14 @@ class Kubelet:
         # A restarted kubelet takes up the resize conditions the API shows.
         alloc.conditions.backfill(pu, (pod.get("status") or {}).get("conditions") or [])
         if allocated is not pod:
-            self._resize(pod)
+            self._resize(pod, TRIGGER_PODS_ADDED)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.CREATE))
 
     def _handle_change(self, op: Op, pod: Pod) -> None:
         """UPDATE, RECONCILE and DELETE: the pod is kept as the source now has it."""
         pu, rejected = uid(pod), uid(pod) in self.pods.rejected
+        if op is Op.UPDATE:
+            self.pods.allocation.record_requested(self.pod_manager.get(pu), pod)
         self.pod_manager.add_or_update(pod)
         if op is Op.UPDATE:
             if not rejected:
@@ -395,9 +404,10 @@ class Kubelet:
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
         self.pods.allocation.remove_pod(pu)
         # What it held is free: deferred resizes may fit now.
-        self._sync_pods(self.pods.allocation.retry_pending(self.pod_manager.get))
+        alloc = self.pods.allocation
+        self._sync_pods(alloc.retry_pending(self.pod_manager.get, TRIGGER_PODS_REMOVED))
 
-    def _resize(self, pod: Pod) -> None:
+    def _resize(self, pod: Pod, trigger: str = TRIGGER_POD_UPDATED) -> None:
         """A changed spec of an admitted pod: accept, defer or refuse its resize
         (handlePodResourcesResize); the pod's status shows which."""
         if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
@@ -405,7 +415,7 @@ class Kubelet:
             "Failed",
         ):
             return
-        self.pods.allocation.handle_resize(pod)
+        self.pods.allocation.handle_resize(pod, trigger)
 
     def _reject(self, pod: Pod, r: Rejection) -> None:
         u = uid(pod)
@@ -478,7 +488,7 @@ class Kubelet:
         self.pods.allocation.remove_orphans(desired | workers)
         # Pods that finished free what they held: deferred resizes may fit now
         # (upstream's periodic retry; only the deferred pods are looked at).
-        self._sync_pods(self.pods.allocation.retry_pending(self.pod_manager.get))
+        self._sync_pods(self.pods.allocation.retry_pending(self.pod_manager.get, TRIGGER_PERIODIC))
         # Pod dirs of pods that are gone, once the volume manager has torn their
         # volumes down (it answers with the dirs that hold no volume any more).
         loop = asyncio.get_running_loop()

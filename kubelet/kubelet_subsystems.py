@@ -12,6 +12,7 @@ never through a reference to something built later.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from kubelet.allocation.allocation_manager import AllocationManager, NodeLimits
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.checkpointmanager import CheckpointStore
 from kubelet.client.rest import APIClient
+from kubelet.cm import hugepages
 from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup_mounts
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
@@ -98,6 +100,8 @@ from kubelet.volume.projected import ProjectedPlugin
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volume.secret import SecretPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -443,13 +447,21 @@ def _pod_cgroups(
     """The pods' cgroups (kubepods/<qos>/pod<uid>), with cgroupsPerQOS."""
     if not cfg.cgroups_per_qos:
         return None
-    return PodContainerManager(
+    pcm = PodContainerManager(
         CgroupManager(cfg.cgroup_root),
         cfg.cpu_cfs_quota,
         int(cfg.cpu_cfs_quota_period * 1_000_000),
         pod_pids_limit=cfg.pod_pids_limit,
         exclusive_cpus=resources.pod_has_exclusive_cpus,
+        hugepage_sizes=hugepages.page_sizes(),
     )
+    if pcm.hugetlb_unavailable():
+        log.warning(
+            "The node has hugepages (%s) but no hugetlb cgroup controller: "
+            "hugepages requests are not limited on pod cgroups",
+            ", ".join(pcm.hugepage_sizes),
+        )
+    return pcm
 
 
 def _node_settings(node: Node) -> NodeSettings:
@@ -462,6 +474,7 @@ def _node_settings(node: Node) -> NodeSettings:
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
         swap=_swap_config(cfg),
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
+        hugepage_sizes=hugepages.page_sizes(),
     )
 
 

@@ -208,6 +208,56 @@ POD_IN_PROGRESS_RESIZES = Gauge(
     "Number of in-progress resizes for pods.",
     registry=REGISTRY,
 )
+# The other in-place resize families (InPlacePodVerticalScaling).
+_RESIZE_MS = (
+    10,
+    50,
+    100,
+    500,
+    1000,
+    2000,
+    5000,
+    10000,
+    20000,
+    30000,
+    60000,
+    120000,
+    300000,
+    600000,
+)
+CONTAINER_REQUESTED_RESIZES = Counter(
+    "kubelet_container_requested_resizes",
+    "Number of requested resizes, counted at the container level. Different resources on the "
+    "same container are counted separately. The 'requirement' label refers to 'memory' or "
+    "'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.",
+    ["resource", "requirement", "operation"],
+    registry=REGISTRY,
+)
+POD_RESIZE_DURATION = Histogram(
+    "kubelet_pod_resize_duration_milliseconds",
+    "Duration in milliseconds to actuate a pod resize",
+    ["success"],
+    buckets=_RESIZE_MS,
+    registry=REGISTRY,
+)
+POD_PENDING_RESIZES = Gauge(
+    "kubelet_pod_pending_resizes",
+    "Number of pending resizes for pods.",
+    ["reason"],
+    registry=REGISTRY,
+)
+POD_INFEASIBLE_RESIZES = Counter(
+    "kubelet_pod_infeasible_resizes",
+    "Number of infeasible resizes for pods.",
+    ["reason_detail"],
+    registry=REGISTRY,
+)
+POD_DEFERRED_ACCEPTED_RESIZES = Counter(
+    "kubelet_pod_deferred_accepted_resizes",
+    "Cumulative number of resizes that were accepted after being deferred.",
+    ["retry_trigger"],
+    registry=REGISTRY,
+)
 RUNNING_PODS = Gauge(
     "kubelet_running_pods", "Number of pods that have a running pod sandbox", registry=REGISTRY
 )

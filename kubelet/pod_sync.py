@@ -18,7 +18,7 @@ from typing import Any
 
 from kubelet import metrics
 from kubelet import types as v1
-from kubelet.allocation.allocation_manager import AllocationManager
+from kubelet.allocation.allocation_manager import TRIGGER_POD_RESIZED, AllocationManager
 from kubelet.client.rest import API_ERRORS
 from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
 from kubelet.container.cache import PodCache
@@ -296,8 +296,14 @@ class KubeletPodSyncer:
         assert self.allocation is not None
         running = {c.name for c in status.containers if c.state == RUNNING}
         done = self.allocation.check_in_progress(pod, running)
-        if done is not None and self.recorder is not None:
+        if done is None:
+            return
+        if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Normal", "ResizeCompleted", done)
+        # What a shrink freed counts from now on: deferred resizes may fit.
+        if self.admitter.settle(uid(pod), pod):
+            for u in self.allocation.retry_pending(self.pod_manager.get, TRIGGER_POD_RESIZED):
+                self.work_queue.enqueue(u, 0.0)
 
     def _warn_unsupported(self, pod: Pod) -> None:
         """Nothing silently ignored: name every field this kubelet does not

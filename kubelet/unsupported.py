@@ -20,11 +20,13 @@ from kubelet.util.validation import is_extended_resource_name
 _POD_FIELDS = ("resourceClaims",)
 _POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices",)
-# Container resources the kubelet turns into cgroup settings; others (hugepages,
-# ephemeral-storage limits enforced by eviction) are not yet. Extended resources
-# are not listed: the device manager allocates those of device plugins and
-# names any other it does not check (cm/devicemanager).
+# Container resources the kubelet turns into cgroup settings (hugepages-<size>
+# too, as hugetlb limits: cm/hugepages); others (ephemeral-storage limits
+# enforced by eviction) are not yet. Extended resources are not listed: the
+# device manager allocates those of device plugins and names any other it
+# does not check (cm/devicemanager).
 _RESOURCES = ("cpu", "memory")
+_HUGEPAGES = "hugepages-"
 
 
 def unsupported_fields(pod: Pod) -> list[str]:
@@ -35,16 +37,13 @@ def unsupported_fields(pod: Pod) -> list[str]:
         if spec.get(f):
             out.append(f"spec.{f}")
     # Overhead is added to the pod cgroup; only the resources it has settings for.
-    out += [f"spec.overhead[{r}]" for r in spec.get("overhead") or {} if r not in _RESOURCES]
-    # Pod-level resources: cpu and memory set the pod cgroup (kubelet/resourcehelper);
-    # hugepages limits are not written to it (hugetlb) yet.
-    pod_res = spec.get("resources") or {}
-    for part in ("limits", "requests"):
-        out += [
-            f"spec.resources.{part}[{r}]"
-            for r in pod_res.get(part) or {}
-            if r.startswith("hugepages-")
-        ]
+    out += [
+        f"spec.overhead[{r}]"
+        for r in spec.get("overhead") or {}
+        if r not in _RESOURCES and not r.startswith(_HUGEPAGES)
+    ]
+    # Pod-level resources (cpu, memory, hugepages) all set the pod cgroup
+    # (kubelet/resourcehelper, cm/hugepages); the API server allows no others.
     psc = spec.get("securityContext") or {}
     out += [f"spec.securityContext.{f}" for f in _POD_SECURITY if psc.get(f)]
     for kind in ("initContainers", "containers"):
@@ -60,6 +59,8 @@ def unsupported_fields(pod: Pod) -> list[str]:
                 out += [
                     f"{where}.resources.{part}[{r}]"
                     for r in res.get(part) or {}
-                    if r not in _RESOURCES and not is_extended_resource_name(r)
+                    if r not in _RESOURCES
+                    and not r.startswith(_HUGEPAGES)
+                    and not is_extended_resource_name(r)
                 ]
     return out

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kubelet import metrics
 from kubelet.allocation.state import (
     ACTUATED_FILE,
     ALLOCATED_FILE,
@@ -47,6 +48,25 @@ MEMORY_STATIC_MESSAGE = (
     'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"'
 )
 
+# kubelet_pod_infeasible_resizes' reason_detail per refusal, as upstream; the
+# last two are refusals of the API server's that this kubelet checks again.
+INFEASIBLE_DETAIL = {
+    STATIC_POD_MESSAGE: "static_pod",
+    SWAP_MESSAGE: "swap_limitation",
+    CPU_STATIC_MESSAGE: "guaranteed_pod_cpu_manager_static_policy",
+    MEMORY_STATIC_MESSAGE: "guaranteed_pod_memory_manager_static_policy",
+    POD_LEVEL_MESSAGE: "pod_level_resources",
+    QOS_CHANGE_MESSAGE: "qos_class_change",
+}
+CAPACITY_DETAIL = "insufficient_node_allocatable"
+
+# What made a deferred resize be looked at again (retry_trigger).
+TRIGGER_POD_RESIZED = "pod_resized"
+TRIGGER_POD_UPDATED = "pod_updated"
+TRIGGER_PODS_ADDED = "pods_added"
+TRIGGER_PODS_REMOVED = "pods_removed"
+TRIGGER_PERIODIC = "periodic_retry"
+
 # A resize's fit among the other admitted pods (canAdmitPod for the new size).
 Refit = Callable[[str, Pod], Rejection | None]
 # Does a container of the pod swap (GetContainerSwapBehavior != NoSwap)?
@@ -60,6 +80,7 @@ class Decision:
     accepted: bool
     reason: str = ""  # Infeasible or Deferred when not accepted
     message: str = ""
+    detail: str = ""  # why Infeasible, as kubelet_pod_infeasible_resizes counts it
 
 
 @dataclass(frozen=True)
@@ -169,17 +190,71 @@ def feasibility(desired: Pod, alloc: PodResources, node: NodeLimits) -> Decision
     resize may go on to the fit check, else an Infeasible decision."""
     if qos_class(desired) == "Guaranteed":
         if node.cpu_manager_static and _request_changed(desired, alloc, "cpu"):
-            return Decision(False, INFEASIBLE, CPU_STATIC_MESSAGE)
+            return Decision(
+                False, INFEASIBLE, CPU_STATIC_MESSAGE, INFEASIBLE_DETAIL[CPU_STATIC_MESSAGE]
+            )
         if node.memory_manager_static and _request_changed(desired, alloc, "memory"):
-            return Decision(False, INFEASIBLE, MEMORY_STATIC_MESSAGE)
+            return Decision(
+                False, INFEASIBLE, MEMORY_STATIC_MESSAGE, INFEASIBLE_DETAIL[MEMORY_STATIC_MESSAGE]
+            )
     r = pod_requests(desired)
     if r.cpu_m > node.cpu_m or r.memory > node.memory:
         if r.memory > node.memory:
             msg = f"memory, requested: {r.memory}, capacity: {node.memory}"
         else:
             msg = f"cpu, requested: {r.cpu_m}, capacity: {node.cpu_m}"
-        return Decision(False, INFEASIBLE, "Node didn't have enough capacity: " + msg)
+        return Decision(
+            False, INFEASIBLE, "Node didn't have enough capacity: " + msg, CAPACITY_DETAIL
+        )
     return None
+
+
+def resize_operation(new: int, old: int) -> str:
+    """resizeOperationForResources: add, remove, increase, decrease or ""."""
+    if old and not new:
+        return "remove"
+    if new and not old:
+        return "add"
+    return "decrease" if new < old else "increase" if new > old else ""
+
+
+def requested_resizes(old: Pod, new: Pod) -> list[tuple[str, str, str]]:
+    """(resource, requirement, operation) of every change of a resizable
+    container's cpu or memory between two specs of a pod
+    (recordContainerResizeOperations): what kubelet_container_requested_resizes_total
+    counts."""
+    before = {c["name"]: _amounts(c) for c in resizable_containers(old)}
+    out = []
+    for c in resizable_containers(new):
+        o = before.get(c["name"])
+        if o is None:
+            continue
+        for (resource, req), n in _amounts(c).items():
+            op = resize_operation(n, o[resource, req])
+            if op:
+                out.append((resource, req, op))
+    return out
+
+
+def _amounts(c: Container) -> dict[tuple[str, str], int]:
+    """(resource, requirement) -> bytes or millicores, 0 when not set."""
+    res = c.get("resources") or {}
+    out = {}
+    for req, values in (("requests", res.get("requests")), ("limits", res.get("limits"))):
+        out["memory", req] = to_bytes((values or {}).get("memory") or 0)
+        out["cpu", req] = cpu_millis((values or {}).get("cpu") or 0)
+    return out
+
+
+def _larger_requests(c: Container, actuated: Requirements | None) -> dict[str, str]:
+    """The actuated cpu and memory requests that exceed the container's."""
+    have = (actuated or {}).get("requests") or {}
+    want = (c.get("resources") or {}).get("requests") or {}
+    out = {}
+    for r, conv in (("cpu", cpu_millis), ("memory", to_bytes)):
+        if r in have and conv(have[r]) > conv(want.get(r) or 0):
+            out[r] = have[r]
+    return out
 
 
 def increases_requests(desired: Pod, allocated: Pod) -> bool:
@@ -230,6 +305,27 @@ class AllocationManager:
         """UpdatePodFromAllocation: the pod as the kubelet runs it."""
         return update_pod_from_allocation(pod, self.allocated.get_pod(uid(pod)))[0]
 
+    def admitted_size(self, pod: Pod) -> Pod:
+        """The pod as admission counts it after a restart: its allocation, with
+        a container's actuated cpu or memory request where larger (a shrink
+        the runtime has not done yet still holds the old size, as upstream's
+        fit reads the status resources); `settle` brings it down once done."""
+        allocated = self.allocated_pod(pod)
+        actuated = self.actuated.get_pod(uid(pod)) or {}
+        out: Pod | None = None
+        for key in ("containers", "initContainers"):
+            cs: list[Container] = allocated["spec"].get(key) or []  # type: ignore[assignment]
+            for i, c in enumerate(cs):
+                bigger = _larger_requests(c, actuated.get(c["name"]))
+                if not bigger:
+                    continue
+                if out is None:
+                    out = copy.deepcopy(allocated)
+                target: Container = out["spec"][key][i]
+                res = target.setdefault("resources", {})
+                res.setdefault("requests", {}).update(bigger)
+        return allocated if out is None else out
+
     def set_allocated(self, pod: Pod) -> None:
         """The pod was admitted (or resized) at these resources."""
         if not self.enabled:
@@ -257,10 +353,11 @@ class AllocationManager:
         self.actuated.remove_orphans(keep)
 
     # --------------------------------------------------------------- resize
-    def handle_resize(self, pod: Pod) -> bool:
+    def handle_resize(self, pod: Pod, trigger: str = TRIGGER_POD_UPDATED) -> bool:
         """handlePodResourcesResize: look at the desired resources of an admitted
         pod; answers whether the allocation changed. Sets or clears the
-        PodResizePending condition; a deferred resize is queued for retries."""
+        PodResizePending condition; a deferred resize is queued for retries.
+        `trigger` is why it is looked at (a deferred one accepted counts it)."""
         if not self.enabled:
             return False
         u = uid(pod)
@@ -271,7 +368,10 @@ class AllocationManager:
             self._unqueue(u)
             return False
         d = self.decide(pod, allocated, alloc)
+        was_deferred = self.conditions.is_reason(u, DEFERRED)
         if not d.accepted:
+            if d.reason == INFEASIBLE:
+                metrics.POD_INFEASIBLE_RESIZES.labels(d.detail).inc()
             self.conditions.set_pending(u, d.reason, d.message, generation(pod))
             if d.reason == DEFERRED:
                 self._queue(u)
@@ -280,6 +380,8 @@ class AllocationManager:
             return False
         self.set_allocated(pod)
         self._unqueue(u)
+        if was_deferred:
+            metrics.POD_DEFERRED_ACCEPTED_RESIZES.labels(trigger).inc()
         self.conditions.clear_pending(u)
         # A new resize restarts the in-progress condition at this generation.
         self.conditions.clear_in_progress(u)
@@ -290,7 +392,7 @@ class AllocationManager:
     def decide(self, desired: Pod, allocated: Pod, alloc: PodResources) -> Decision:
         msg = resize_allowed(desired, allocated) or swap_refusal(desired, allocated, self.swaps)
         if msg is not None:
-            return Decision(False, INFEASIBLE, msg)
+            return Decision(False, INFEASIBLE, msg, INFEASIBLE_DETAIL[msg])
         infeasible = feasibility(desired, alloc, self.node)
         if infeasible is not None:
             return infeasible
@@ -299,7 +401,7 @@ class AllocationManager:
             return Decision(False, DEFERRED, rejected.message)
         return Decision(True)
 
-    def retry_pending(self, get_pod: Callable[[str], Pod | None]) -> list[str]:
+    def retry_pending(self, get_pod: Callable[[str], Pod | None], trigger: str) -> list[str]:
         """Pods left or shrank: deferred resizes are looked at again, those that
         do not grow requests first (retryPendingResizes). Answers the UIDs whose
         allocation or condition changed (to be synced)."""
@@ -309,7 +411,7 @@ class AllocationManager:
         out = []
         for u, p in pods:
             before = self.conditions.of(u)
-            if self.handle_resize(p) or self.conditions.of(u) != before:
+            if self.handle_resize(p, trigger) or self.conditions.of(u) != before:
                 out.append(u)
         return out
 
@@ -328,6 +430,14 @@ class AllocationManager:
     def _unqueue(self, u: str) -> None:
         if u in self.pending:
             self.pending.remove(u)
+
+    def record_requested(self, old: Pod | None, new: Pod) -> None:
+        """A changed spec: count its container resizes, as upstream does before
+        looking at the resize (kubelet_container_requested_resizes_total)."""
+        if not self.enabled or old is None:
+            return
+        for resource, requirement, op in requested_resizes(old, new):
+            metrics.CONTAINER_REQUESTED_RESIZES.labels(resource, requirement, op).inc()
 
     # ------------------------------------------------------------- progress
     def check_in_progress(self, allocated: Pod, running: set[str]) -> str | None:

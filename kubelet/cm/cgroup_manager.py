@@ -11,8 +11,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from kubelet.cm import hugepages
+from kubelet.cm.hugepages import KEY_PREFIX as HUGETLB_KEY
 from kubelet.resourcehelper import pod_level_limits, pod_limits, pod_requests
 from kubelet.types import Pod, qos_class, uid
 
@@ -78,6 +80,15 @@ def _write(path: str, value: str) -> None:
         log.debug("cgroup write %s=%s failed: %s", path, value, err)
 
 
+def _has_controller(path: str, name: str) -> bool:
+    """cgroup v2: the controller is available in this cgroup."""
+    try:
+        with open(os.path.join(path, "cgroup.controllers")) as fh:
+            return name in fh.read().split()
+    except OSError:
+        return False
+
+
 class CgroupError(Exception):
     """A cgroup that is missing or whose settings the kernel refused."""
 
@@ -114,6 +125,11 @@ def cgroup_files(version: int, ctrl: str, r: dict[str, int]) -> list[tuple[str, 
         # pids.max on both versions; zero or less is no limit.
         limit = r["pids_limit"]
         out.append(("pids.max", str(limit) if limit > 0 else "max"))
+    if ctrl == "hugetlb" or v2:
+        suffix = "max" if v2 else "limit_in_bytes"
+        out += [
+            (f"{k}.{suffix}", str(v)) for k, v in sorted(r.items()) if k.startswith(HUGETLB_KEY)
+        ]
     return out
 
 
@@ -202,6 +218,12 @@ class CgroupManager:
         rel = "/".join(p for p in (self.root, name.strip("/")) if p)
         return [(ctrl, os.path.join(mount, rel)) for ctrl, mount in self.mounts.items()]
 
+    def has_hugetlb(self) -> bool:
+        """A hugetlb hierarchy (v1) or controller (v2) to write limits to."""
+        if self.version == 1:
+            return "hugetlb" in self.mounts
+        return "" in self.mounts and _has_controller(self.mounts[""], "hugetlb")
+
     def exists(self, name: str) -> bool:
         paths = self._paths(name)
         return bool(paths) and all(os.path.isdir(p) for _, p in paths)
@@ -216,10 +238,11 @@ class CgroupManager:
                 if ctrl == "cpuset":
                     self._inherit_cpuset(path)
                 if self.version == 2:
-                    _write(
-                        os.path.join(os.path.dirname(path), "cgroup.subtree_control"),
-                        "+cpu +memory +pids",
-                    )
+                    parent = os.path.dirname(path)
+                    control = os.path.join(parent, "cgroup.subtree_control")
+                    _write(control, "+cpu +memory +pids")
+                    if _has_controller(parent, "hugetlb"):
+                        _write(control, "+hugetlb")
             errs += self._apply(ctrl, path, resources or {})
         if errs:
             raise CgroupError(f"failed to create cgroup {name!r}: " + "; ".join(errs))
@@ -250,6 +273,10 @@ class CgroupManager:
         errs = []
         for fname, value in cgroup_files(self.version, ctrl, r):
             target = os.path.join(path, fname)
+            if fname.startswith(HUGETLB_KEY) and not os.path.exists(target):
+                # No hugetlb controller here (not delegated, or that page size
+                # is gone): said once at start-up (hugetlb_unavailable).
+                continue
             try:
                 with open(target, "w") as fh:
                     fh.write(value)
@@ -331,8 +358,11 @@ class PodContainerManager:
         cpu_period: int = DEFAULT_CPU_PERIOD,
         pod_pids_limit: int = -1,
         exclusive_cpus: Callable[[Pod], bool] = lambda _pod: False,
+        hugepage_sizes: Sequence[str] = (),
     ) -> None:
         self.mgr = mgr
+        # The node's hugepage sizes: each gets a hugetlb limit on every pod cgroup.
+        self.hugepage_sizes = tuple(hugepage_sizes)
         # --cpu-cfs-quota and --cpu-cfs-quota-period
         self.enforce_cpu_limits = enforce_cpu_limits
         self.cpu_period = cpu_period
@@ -342,9 +372,15 @@ class PodContainerManager:
         self.exclusive_cpus = exclusive_cpus
 
     def setup_qos(self) -> None:
+        # The QoS cgroups never bind hugepages; the pod cgroups do.
+        unbounded = {hugepages.KEY_PREFIX + s: hugepages.UNBOUNDED for s in self.hugepage_sizes}
         self.mgr.create("kubepods")
-        self.mgr.create("kubepods/burstable")
-        self.mgr.create("kubepods/besteffort", {"cpu_shares": MIN_SHARES})
+        self.mgr.create("kubepods/burstable", unbounded)
+        self.mgr.create("kubepods/besteffort", {"cpu_shares": MIN_SHARES, **unbounded})
+
+    def hugetlb_unavailable(self) -> bool:
+        """The node has hugepage sizes but no hugetlb controller to limit them."""
+        return bool(self.hugepage_sizes) and not self.mgr.has_hugetlb()
 
     @staticmethod
     def name(pod: Pod) -> str:
@@ -358,6 +394,7 @@ class PodContainerManager:
         resources = pod_resources(pod, enforce, self.cpu_period)
         if self.pod_pids_limit > 0:
             resources["pids_limit"] = self.pod_pids_limit
+        resources.update(hugepages.pod_limits(pod, self.hugepage_sizes))
         self.mgr.create(self.name(pod), resources)
 
     def desired(self, pod: Pod) -> dict[str, int]:

@@ -271,6 +271,15 @@ class FakeRuntimeService(_Recorder):
         self._call("update_container_resources", container_id, linux)
         self._container("UpdateContainerResources", container_id)
 
+    async def update_pod_sandbox_resources(
+        self,
+        pod_sandbox_id: str,
+        overhead: pb.LinuxContainerResources,
+        resources: pb.LinuxContainerResources,
+    ) -> None:
+        self._call("update_pod_sandbox_resources", pod_sandbox_id, overhead, resources)
+        self._sandbox("UpdatePodSandboxResources", pod_sandbox_id)
+
     async def reopen_container_log(self, container_id: str) -> None:
         self._call("reopen_container_log", container_id)
         self._container("ReopenContainerLog", container_id)

@@ -273,6 +273,19 @@ class RemoteRuntimeService(_Base):
             self.timeout,
         )
 
+    async def update_pod_sandbox_resources(
+        self,
+        pod_sandbox_id: str,
+        overhead: pb.LinuxContainerResources,
+        resources: pb.LinuxContainerResources,
+    ) -> None:
+        req = pb.UpdatePodSandboxResourcesRequest(
+            pod_sandbox_id=pod_sandbox_id, overhead=overhead, resources=resources
+        )
+        await self._call(
+            "update_podsandbox_resources", self.stub.UpdatePodSandboxResources, req, self.timeout
+        )
+
     async def reopen_container_log(self, container_id: str) -> None:
         await self._call(
             "reopen_container_log",

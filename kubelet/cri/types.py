@@ -47,6 +47,12 @@ class RuntimeService(Protocol):
     async def update_container_resources(
         self, container_id: str, linux: pb.LinuxContainerResources
     ) -> None: ...
+    async def update_pod_sandbox_resources(
+        self,
+        pod_sandbox_id: str,
+        overhead: pb.LinuxContainerResources,
+        resources: pb.LinuxContainerResources,
+    ) -> None: ...
     async def reopen_container_log(self, container_id: str) -> None: ...
     async def exec_sync(
         self, container_id: str, cmd: list[str], timeout: float

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubelet.cm import hugepages
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import RunContainerOptions
 from kubelet.cri.api import api_pb2 as pb
@@ -47,6 +48,8 @@ class NodeSettings:
     swap: SwapConfig | None = None
     # Where the legacy log links go (/var/log/containers; "": none).
     container_logs_dir: str = ""
+    # The node's hugepage sizes ("2MB"): each gets a limit in every container.
+    hugepage_sizes: tuple[str, ...] = ()
 
 
 def container_config(
@@ -176,6 +179,8 @@ def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxC
     if mem_lim is not None and to_bytes(mem_lim) > 0:
         out.memory_limit_in_bytes = to_bytes(mem_lim)
     out.oom_score_adj = oom_score_adj(pod, c, node.node_memory)
+    for size, limit in hugepages.container_limits(pod, c, node.hugepage_sizes).items():
+        out.hugepage_limits.add(page_size=size, limit=limit)
     if node.swap is not None:
         configure_swap(node.swap, out, pod, c)
     return out

@@ -293,7 +293,7 @@ class RuntimeManager:
             return
         res.resized = True
         try:
-            await self.resizer.resize(pod, actions)
+            await self.resizer.resize(pod, actions, a.sandbox_id)
         except ResizeError as err:
             log.warning("Pod %s/%s: resize failed: %s", namespace(pod), name(pod), err)
             res.resize_error = str(err)

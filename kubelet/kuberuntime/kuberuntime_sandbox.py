@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
+from kubelet.cm.cgroup_manager import milli_cpu_to_quota
 from kubelet.container.runtime import RuntimeHelper, SandboxStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -164,7 +166,7 @@ class SandboxManager:
         )
         overhead = pod["spec"].get("overhead") or {}
         if overhead:
-            linux.overhead.CopyFrom(_overhead_resources(overhead))
+            linux.overhead.CopyFrom(overhead_resources(overhead))
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(
                 name=name(pod), uid=uid(pod), namespace=namespace(pod), attempt=attempt
@@ -226,7 +228,7 @@ def _port_mappings(pod: Pod) -> list[pb.PortMapping]:
     ]
 
 
-def _overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
+def overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
     """What the RuntimeClass says the sandbox costs, as requests == limits, for
     runtimes that size a VM by it (convertOverheadToLinuxResources)."""
     cpu_m = cpu_millis(overhead.get("cpu") or 0)
@@ -236,3 +238,32 @@ def _overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
         cpu_quota=max(1000, cpu_m * 100) if cpu_m else 0,
         memory_limit_in_bytes=to_bytes(overhead.get("memory") or 0),
     )
+
+
+def _shares_to_milli(shares: int) -> int:
+    """sharesToMilliCPU: shares below the minimum stand for no CPU."""
+    return -(-shares * 1000 // 1024) if shares >= 2 else 0
+
+
+def sandbox_resources_update(
+    pod: Pod, pod_cgroup: Mapping[str, int]
+) -> tuple[pb.LinuxContainerResources, pb.LinuxContainerResources]:
+    """UpdatePodSandboxResources' overhead and resources
+    (generateUpdatePodSandboxResourcesRequest): the pod cgroup's cpu and memory
+    values (as `update` takes them, -1 unlimited) less spec.overhead, which
+    goes on its own."""
+    overhead = pod["spec"].get("overhead") or {}
+    res = pb.LinuxContainerResources()
+    shares, quota = pod_cgroup.get("cpu_shares"), pod_cgroup.get("cpu_quota")
+    period, memory = pod_cgroup.get("cpu_period"), pod_cgroup.get("memory_limit")
+    o_cpu, o_mem = cpu_millis(overhead.get("cpu") or 0), to_bytes(overhead.get("memory") or 0)
+    if period is not None and quota is not None:
+        res.cpu_period = period
+        res.cpu_quota = quota - milli_cpu_to_quota(o_cpu, period) if quota > 0 else quota
+    if shares is not None:
+        res.cpu_shares = (
+            max(2, (_shares_to_milli(shares) - o_cpu) * 1024 // 1000) if o_cpu else shares
+        )
+    if memory is not None and memory > 0:
+        res.memory_limit_in_bytes = memory - o_mem
+    return (overhead_resources(overhead) if overhead else pb.LinuxContainerResources()), res

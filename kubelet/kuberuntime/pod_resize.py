@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kubelet import metrics
 from kubelet.allocation.allocation_manager import resizable_containers, restarts_for
 from kubelet.allocation.state import Requirements, Resources, resources_of
 from kubelet.cm.cgroup_manager import CgroupError
@@ -24,7 +27,10 @@ from kubelet.core_v1 import ResourceList
 from kubelet.cri import errors
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_resources
+from kubelet.kuberuntime.kuberuntime_sandbox import sandbox_resources_update
 from kubelet.types import Container, Pod, is_static, uid
+
+log = logging.getLogger(__name__)
 
 MEMORY, CPU = "memory", "cpu"
 # A pod cgroup value with no limit (-1 as read) sorts above any limit.
@@ -200,6 +206,19 @@ class ResizeError(Exception):
     PodResizeInProgress condition (reason Error)."""
 
 
+# The pod cgroup's settings the runtime is told of after each change.
+SANDBOX_KEYS = ("cpu_shares", "cpu_quota", "cpu_period", "memory_limit")
+
+
+@dataclass
+class _Run:
+    """One resize of one pod: what its cgroup holds as the steps go."""
+
+    pod: Pod
+    sandbox_id: str
+    cgroup: dict[str, int]
+
+
 @dataclass
 class PodResizer:
     """doPodResizeAction for one pod."""
@@ -208,9 +227,21 @@ class PodResizer:
     node: NodeSettings
     cgroups: PodCgroups | None
     actuation: Actuation
+    # UNIMPLEMENTED from UpdatePodSandboxResources is said once at info level.
+    sandbox_update_unimplemented_logged: bool = False
 
-    async def resize(self, pod: Pod, actions: ResizeActions) -> None:
-        """Raises ResizeError; containers done before an error stay done."""
+    async def resize(self, pod: Pod, actions: ResizeActions, sandbox_id: str = "") -> None:
+        """Raises ResizeError; containers done before an error stay done.
+        kubelet_pod_resize_duration_milliseconds observes every attempt."""
+        start, success = time.monotonic(), False
+        try:
+            await self._resize(pod, actions, sandbox_id)
+            success = True
+        finally:
+            elapsed = int((time.monotonic() - start) * 1000)
+            metrics.POD_RESIZE_DURATION.labels(str(success).lower()).observe(elapsed)
+
+    async def _resize(self, pod: Pod, actions: ResizeActions, sandbox_id: str) -> None:
         loop = asyncio.get_running_loop()
         desired: dict[str, int] = {}
         current: dict[str, int] = {}
@@ -222,12 +253,15 @@ class PodResizer:
                 raise ResizeError(
                     f"unable to get pod cgroup config for pod {pod_ref(pod)}: {err}"
                 ) from None
+        # As upstream's currentPodResources: the cgroup's values, else the desired ones.
+        view = {k: v for src in (desired, current) for k, v in src.items() if k in SANDBOX_KEYS}
+        run = _Run(pod, sandbox_id, view)
         mem_updates = actions.updates.get(MEMORY, [])
         if mem_updates or actions.restarting:
             await self._check_memory(pod, current, desired, mem_updates)
             cur = current.get("memory_limit", -1)
             new = desired.get("memory_limit", cur)
-            await self._phase(pod, MEMORY, mem_updates, (_lim(cur), _lim(new), 0, 0),
+            await self._phase(run, MEMORY, mem_updates, (_lim(cur), _lim(new), 0, 0),
                               {"memory_limit": new} if new > 0 else {}, {})  # fmt: skip
         cpu_updates = actions.updates.get(CPU, [])
         if cpu_updates or actions.restarting:
@@ -237,27 +271,52 @@ class PodResizer:
             shares = desired.get("cpu_shares", current.get("cpu_shares", 2))
             limit = {"cpu_quota": new_q, "cpu_period": period} if new_q != cur_q else {}
             order = (_lim(cur_q), _lim(new_q), current.get("cpu_shares", shares), shares)
-            await self._phase(pod, CPU, cpu_updates, order, limit, {"cpu_shares": shares})
+            await self._phase(run, CPU, cpu_updates, order, limit, {"cpu_shares": shares})
 
     async def _phase(
-        self, pod: Pod, resource: str, updates: list[ContainerUpdate],
+        self, run: _Run, resource: str, updates: list[ContainerUpdate],
         order: tuple[int, int, int, int], limit: dict[str, int], request: dict[str, int],
     ) -> None:  # fmt: skip
         for step in order_steps(*order):
             if step == "containers":
                 for u in updates:
-                    await self._update_container(pod, u, resource)
+                    await self._update_container(run.pod, u, resource)
             elif self.cgroups is not None:
                 values = limit if step == "limit" else request
                 if values:
-                    await self._set_pod_cgroup(pod, values)
+                    await self._set_pod_cgroup(run, values)
 
-    async def _set_pod_cgroup(self, pod: Pod, values: dict[str, int]) -> None:
+    async def _set_pod_cgroup(self, run: _Run, values: dict[str, int]) -> None:
         assert self.cgroups is not None
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self.cgroups.update, pod, values)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.cgroups.update, run.pod, values
+            )
         except (OSError, CgroupError) as err:
             raise ResizeError(str(err)) from None
+        run.cgroup.update(values)
+        await self._update_sandbox(run)
+
+    async def _update_sandbox(self, run: _Run) -> None:
+        """UpdatePodSandboxResources after each pod cgroup change, best effort
+        as upstream: a runtime without it (containerd 1.6 and 2.0) or failing
+        it is logged and the resize goes on."""
+        pod = run.pod
+        if not run.sandbox_id:
+            log.debug("Pod %s: no sandbox to tell of its new resources", pod_ref(pod))
+            return
+        overhead, resources = sandbox_resources_update(pod, run.cgroup)
+        try:
+            await self.runtime.update_pod_sandbox_resources(run.sandbox_id, overhead, resources)
+        except errors.UnimplementedError:
+            level = logging.DEBUG if self.sandbox_update_unimplemented_logged else logging.INFO
+            self.sandbox_update_unimplemented_logged = True
+            log.log(level, "The runtime does not implement UpdatePodSandboxResources "
+                    "(best effort; the resize goes on), pod %s sandbox %s",
+                    pod_ref(pod), run.sandbox_id)  # fmt: skip
+        except errors.CRIError as err:
+            log.error("Failed to notify runtime for UpdatePodSandboxResources, pod %s: %s",
+                      pod_ref(pod), err)  # fmt: skip
 
     async def _update_container(self, pod: Pod, u: ContainerUpdate, resource: str) -> None:
         c = staged(u, resource)

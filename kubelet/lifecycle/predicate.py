@@ -160,7 +160,10 @@ class Admitter:
 
     def refit(self, uid: str, pod: Pod) -> Rejection | None:
         """An in-place resize of an admitted pod: do its new requests fit beside
-        the other pods'? When they do, they count from now on."""
+        the other pods'? When they do, they count from now on, together with
+        the old ones where larger until `settle`: the pod runs at its old size
+        until the runtime has resized it (upstream's fit counts the larger of
+        spec and status resources)."""
         old = self._admitted.get(uid)
         if old is None:
             return None
@@ -170,9 +173,23 @@ class Admitter:
             return _insufficient("cpu", r.cpu_m, cpu, self.cpu_m)
         if r.memory and mem + r.memory > self.memory:
             return _insufficient("memory", r.memory, mem, self.memory)
-        self._admitted[uid] = r
-        self.used = Requests(cpu + r.cpu_m, mem + r.memory)
+        kept = Requests(max(old.cpu_m, r.cpu_m), max(old.memory, r.memory))
+        self._admitted[uid] = kept
+        self.used = Requests(cpu + kept.cpu_m, mem + kept.memory)
         return None
+
+    def settle(self, uid: str, pod: Pod) -> bool:
+        """The pod's resize was actuated: it counts at its allocated size now.
+        Answers whether that freed cpu or memory."""
+        old = self._admitted.get(uid)
+        if old is None:
+            return False
+        r = pod_requests(pod)
+        self._admitted[uid] = r
+        self.used = Requests(
+            self.used.cpu_m - old.cpu_m + r.cpu_m, self.used.memory - old.memory + r.memory
+        )
+        return r.cpu_m < old.cpu_m or r.memory < old.memory
 
     def release(self, uid: str) -> None:
         """The pod finished or went away: its requests and host ports stop counting."""

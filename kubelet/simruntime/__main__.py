@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         default="archive",
         help="CheckpointContainer: write an archive, or answer UNIMPLEMENTED (containerd 1.6)",
     )
+    ap.add_argument(
+        "--sandbox-resources",
+        choices=("keep", "unimplemented"),
+        default="keep",
+        help="UpdatePodSandboxResources: keep the values, or answer UNIMPLEMENTED (containerd 1.6)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not args.listen.startswith("unix://"):
@@ -49,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         missing_tags=tuple(args.missing_tag or ["missing"]),
         cgroup_driver="" if args.cgroup_driver == "none" else args.cgroup_driver,
         checkpoint=args.checkpoint == "archive",
+        sandbox_resources=args.sandbox_resources == "keep",
     )
 
     async def run() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from grpc import aio
 
 from kubelet.cri.api import api_pb2 as pb
@@ -23,6 +25,15 @@ VERSION = "0.1.0"
 def _serialize(msg: Any) -> bytes:
     # Handlers may answer with bytes that were serialized (and cached) already.
     return msg if isinstance(msg, bytes) else msg.SerializeToString()
+
+
+async def _unimplemented(ctx: aio.ServicerContext, method: str) -> None:
+    """What grpc-go answers for a method the server does not have (an older
+    containerd); aborts the call."""
+    await ctx.abort(
+        grpc.StatusCode.UNIMPLEMENTED,
+        f"unknown method {method} for service runtime.v1.RuntimeService",
+    )
 
 
 def _match_labels(labels: Any, selector: Any) -> bool:
@@ -124,8 +135,13 @@ class SimRuntime:
         statuses = [
             self.rt.containers[c].status() for c in sb.containers if c in self.rt.containers
         ]
+        # Verbose: the sandbox's config as it stands, as containerd's "info" holds it.
+        info = {"info": json.dumps({"config": json_format.MessageToDict(sb.config)})}
         return pb.PodSandboxStatusResponse(
-            status=sb.status(), containers_statuses=statuses, timestamp=now_ns()
+            status=sb.status(),
+            containers_statuses=statuses,
+            timestamp=now_ns(),
+            info=info if req.verbose else None,
         )
 
     async def ListPodSandbox(
@@ -234,6 +250,17 @@ class SimRuntime:
             self.rt._changed()
         return pb.UpdateContainerResourcesResponse()
 
+    async def UpdatePodSandboxResources(
+        self, req: pb.UpdatePodSandboxResourcesRequest, ctx: aio.ServicerContext
+    ) -> pb.UpdatePodSandboxResourcesResponse:
+        if not self.rt.opts.sandbox_resources:
+            await _unimplemented(ctx, "UpdatePodSandboxResources")
+        sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
+        linux = sb.config.linux
+        linux.overhead.CopyFrom(req.overhead)
+        linux.resources.CopyFrom(req.resources)
+        return pb.UpdatePodSandboxResourcesResponse()
+
     async def ReopenContainerLog(
         self, req: pb.ReopenContainerLogRequest, ctx: aio.ServicerContext
     ) -> pb.ReopenContainerLogResponse:
@@ -306,11 +333,7 @@ class SimRuntime:
         self, req: pb.CheckpointContainerRequest, ctx: aio.ServicerContext
     ) -> pb.CheckpointContainerResponse:
         if not self.rt.opts.checkpoint:
-            # What grpc-go answers for a method the server does not have.
-            await ctx.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                "unknown method CheckpointContainer for service runtime.v1.RuntimeService",
-            )
+            await _unimplemented(ctx, "CheckpointContainer")
         await self._guard(lambda: self.rt.checkpoint_container(req.container_id, req.location), ctx)
         return pb.CheckpointContainerResponse()
 
@@ -505,6 +528,7 @@ _REQUESTS: dict[str, Any] = {
     "ListContainers": pb.ListContainersRequest,
     "ContainerStatus": pb.ContainerStatusRequest,
     "UpdateContainerResources": pb.UpdateContainerResourcesRequest,
+    "UpdatePodSandboxResources": pb.UpdatePodSandboxResourcesRequest,
     "ReopenContainerLog": pb.ReopenContainerLogRequest,
     "ExecSync": pb.ExecSyncRequest,
     "Exec": pb.ExecRequest,

@@ -192,6 +192,9 @@ class Options:
     # CheckpointContainer: writes an archive; False answers UNIMPLEMENTED as
     # containerd 1.6 (which does not have the method) does.
     checkpoint: bool = True
+    # UpdatePodSandboxResources (CRI v1.34): kept in the sandbox's config;
+    # False answers UNIMPLEMENTED as containerd 1.6 does.
+    sandbox_resources: bool = True
 
 
 def normalize_image(ref: str) -> str:

@@ -44,6 +44,7 @@ class ResizeConditions:
         self._now = now
         self._by_pod: dict[str, dict[str, v1.PodCondition]] = {}
         self._in_progress = 0
+        self._pending: dict[str, int] = {}  # by lowercase reason
 
     def of(self, pod_uid: str) -> list[v1.PodCondition]:
         """Pending first, then in progress, as upstream lists them."""
@@ -65,8 +66,8 @@ class ResizeConditions:
             and int(old.get("observedGeneration") or 0) == generation
         ):
             return
-        conds[PENDING] = updated_condition(
-            PENDING, conds.get(PENDING), reason, message, generation, self._now()
+        self._put_pending(
+            pod_uid, updated_condition(PENDING, old, reason, message, generation, self._now())
         )
 
     def set_in_progress(self, pod_uid: str, reason: str, message: str, generation: int) -> None:
@@ -85,7 +86,32 @@ class ResizeConditions:
             self._count_in_progress(+1)
 
     def clear_pending(self, pod_uid: str) -> None:
-        self._by_pod.get(pod_uid, {}).pop(PENDING, None)
+        old = self._by_pod.get(pod_uid, {}).pop(PENDING, None)
+        if old is not None:
+            self._count_pending(old.get("reason", ""), -1)
+
+    def _put_pending(self, pod_uid: str, cond: v1.PodCondition) -> None:
+        conds = self._by_pod.setdefault(pod_uid, {})
+        old = conds.get(PENDING)
+        if old is not None:
+            self._count_pending(old.get("reason", ""), -1)
+        conds[PENDING] = cond
+        self._count_pending(cond.get("reason", ""), +1)
+
+    def _count_pending(self, reason: str, delta: int) -> None:
+        # kubelet_pod_pending_resizes{reason}: a reason no pod has is not shown
+        # (upstream resets the family and sets the non-zero counts).
+        key = reason.lower()
+        n = self._pending.get(key, 0) + delta
+        if n > 0:
+            self._pending[key] = n
+            metrics.POD_PENDING_RESIZES.labels(key).set(n)
+        else:
+            self._pending.pop(key, None)
+            try:
+                metrics.POD_PENDING_RESIZES.remove(key)
+            except KeyError:
+                pass  # never shown
 
     def clear_in_progress(self, pod_uid: str) -> bool:
         """Answers whether there was one."""
@@ -108,13 +134,18 @@ class ResizeConditions:
         for c in api_conditions:
             t = c.get("type")
             if t in (PENDING, IN_PROGRESS):
-                if t == IN_PROGRESS and self.get(pod_uid, t) is None:
-                    self._count_in_progress(+1)
-                self._by_pod.setdefault(pod_uid, {})[t] = updated_condition(
+                cond = updated_condition(
                     t, None, c.get("reason", ""), c.get("message", ""),
                     int(c.get("observedGeneration") or 0), self._now(),
                 )  # fmt: skip
+                if t == PENDING:
+                    self._put_pending(pod_uid, cond)
+                    continue
+                if self.get(pod_uid, t) is None:
+                    self._count_in_progress(+1)
+                self._by_pod.setdefault(pod_uid, {})[t] = cond
 
     def forget(self, pod_uid: str) -> None:
+        self.clear_pending(pod_uid)
         self.clear_in_progress(pod_uid)
         self._by_pod.pop(pod_uid, None)

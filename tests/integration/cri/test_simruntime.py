@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +217,48 @@ async def test_a_burst_of_calls_is_served_not_cancelled(simruntime) -> None:  # 
         assert failed == [], f"{len(failed)} calls failed, first: {failed[0]!r}"
     finally:
         await rt.close()
+
+
+def sandbox_info(st: pb.PodSandboxStatusResponse) -> dict[str, Any]:
+    info: dict[str, Any] = json.loads(st.info["info"])
+    return info
+
+
+async def test_update_pod_sandbox_resources_is_kept_in_the_sandbox(
+    simruntime, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """UpdatePodSandboxResources (CRI v1.34) by its wire name and field
+    numbers: the simulated runtime keeps what it is told in the sandbox's
+    config, which the verbose status shows, as containerd does."""
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    try:
+        sid = await rt.run_pod_sandbox(sandbox_config(tmp_path))
+        overhead = pb.LinuxContainerResources(cpu_shares=102, memory_limit_in_bytes=16 << 20)
+        resources = pb.LinuxContainerResources(
+            cpu_shares=307, cpu_quota=30000, cpu_period=100000, memory_limit_in_bytes=96 << 20
+        )
+        await rt.update_pod_sandbox_resources(sid, overhead, resources)
+        assert "info" not in (await rt.pod_sandbox_status(sid)).info  # verbose only
+        linux = sandbox_info(await rt.pod_sandbox_status(sid, verbose=True))["config"]["linux"]
+        assert linux["resources"] == {
+            "cpuShares": "307", "cpuQuota": "30000", "cpuPeriod": "100000",
+            "memoryLimitInBytes": str(96 << 20),
+        }  # fmt: skip
+        assert linux["overhead"] == {"cpuShares": "102", "memoryLimitInBytes": str(16 << 20)}
+        with pytest.raises(errors.NotFoundError):
+            await rt.update_pod_sandbox_resources("nope", overhead, resources)
+    finally:
+        await rt.close()
+
+
+async def test_a_runtime_without_update_pod_sandbox_resources_answers_unimplemented() -> None:
+    sim = start_simruntime(short_dir("sbres"), "--sandbox-resources", "unimplemented")
+    rt = RemoteRuntimeService(sim.endpoint, timeout=5)
+    try:
+        sid = await rt.run_pod_sandbox(sandbox_config(Path(short_dir("sbres-logs"))))
+        empty = pb.LinuxContainerResources()
+        with pytest.raises(errors.UnimplementedError):
+            await rt.update_pod_sandbox_resources(sid, empty, empty)
+    finally:
+        await rt.close()
+        sim.stop()

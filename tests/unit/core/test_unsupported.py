@@ -53,7 +53,7 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
 
 def test_every_unimplemented_field_is_named_with_its_container() -> None:
     p = pod(
-        overhead={"cpu": "250m", "hugepages-2Mi": "2Mi"},
+        overhead={"cpu": "250m", "hugepages-2Mi": "2Mi", "ephemeral-storage": "1Gi"},
         securityContext={"seLinuxChangePolicy": "MountOption"},
         initContainers=[{"name": "i", "image": "busybox:1.36", "restartPolicy": "OnFailure"}],
         containers=[
@@ -61,18 +61,21 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
                 "name": "app",
                 "image": "busybox:1.36",
                 "volumeDevices": [{"name": "d", "devicePath": "/dev/x"}],
-                "resources": {"limits": {"hugepages-2Mi": "2Mi", "memory": "1Gi"}},
+                "resources": {
+                    "limits": {"hugepages-2Mi": "2Mi", "ephemeral-storage": "1Gi", "memory": "1Gi"}
+                },
                 "lifecycle": {"stopSignal": "SIGUSR1"},
             }
         ],
     )
     assert unsupported_fields(p) == [
-        "spec.overhead[hugepages-2Mi]",
+        # hugepages are hugetlb limits (cm/hugepages): not named
+        "spec.overhead[ephemeral-storage]",
         "spec.securityContext.seLinuxChangePolicy",
         "spec.initContainers[i].restartPolicy",
         "spec.containers[app].lifecycle.stopSignal",
         "spec.containers[app].volumeDevices",
-        "spec.containers[app].resources.limits[hugepages-2Mi]",
+        "spec.containers[app].resources.limits[ephemeral-storage]",
         # the request a left-out request defaults to (the limit)
-        "spec.containers[app].resources.requests[hugepages-2Mi]",
+        "spec.containers[app].resources.requests[ephemeral-storage]",
     ]

@@ -4,10 +4,12 @@ order, what is refused) and their execution against recording fakes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
+from kubelet import metrics
 from kubelet.allocation.state import Requirements, normalize
 from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, PodStatus
 from kubelet.cri.api import api_pb2 as pb
@@ -173,8 +175,26 @@ class Cgroups:
 
 
 class Runtime:
-    def __init__(self, log: list[str], usage: int = 0, fail: bool = False) -> None:
+    def __init__(
+        self, log: list[str], usage: int = 0, fail: bool = False,
+        sandbox_error: Exception | None = None,
+    ) -> None:  # fmt: skip
         self.log, self.usage, self.fail = log, usage, fail
+        self.sandbox_error = sandbox_error
+        self.sandbox_calls: list[
+            tuple[str, pb.LinuxContainerResources, pb.LinuxContainerResources]
+        ] = []
+
+    async def update_pod_sandbox_resources(
+        self, sid: str, overhead: pb.LinuxContainerResources, r: pb.LinuxContainerResources
+    ) -> None:
+        self.sandbox_calls.append((sid, overhead, r))
+        if self.sandbox_error is not None:
+            raise self.sandbox_error
+        self.log.append(
+            f"sandbox {sid} shares={r.cpu_shares} quota={r.cpu_quota} period={r.cpu_period} "
+            f"mem={r.memory_limit_in_bytes}"
+        )
 
     async def update_container_resources(self, cid: str, r: pb.LinuxContainerResources) -> None:
         if self.fail:
@@ -190,13 +210,14 @@ class Runtime:
 
 
 def resize(
-    p: Pod, act: Actuated, cg: Cgroups, rt: Runtime, status: PodStatus | None = None
-) -> ResizeActions:
+    p: Pod, act: Actuated, cg: Cgroups, rt: Runtime, status: PodStatus | None = None,
+    sandbox: str = "", resizer: PodResizer | None = None,
+) -> ResizeActions:  # fmt: skip
     actions = compute_resize(
         p, status or running(*(c["name"] for c in p["spec"]["containers"])), act, set()
     )
-    resizer = PodResizer(rt, NodeSettings(), cg, act)  # type: ignore[arg-type]
-    asyncio.run(resizer.resize(p, actions))
+    resizer = resizer or PodResizer(rt, NodeSettings(), cg, act)  # type: ignore[arg-type]
+    asyncio.run(resizer.resize(p, actions, sandbox))
     return actions
 
 
@@ -264,3 +285,139 @@ def test_a_runtime_failure_is_the_resize_error_and_nothing_is_recorded_as_actuat
     with pytest.raises(ResizeError, match='container "a" updateContainerResources failed'):
         resize(p, act, cg, Runtime(log, fail=True))
     assert act.set == []
+
+
+# ------------------------------------------- UpdatePodSandboxResources
+
+
+def grow_cgroups(log: list[str]) -> Cgroups:
+    return Cgroups(
+        {"memory_limit": 64 * MI, "cpu_quota": 20000, "cpu_period": 100000, "cpu_shares": 204,
+         "memory_usage": MI},
+        {"memory_limit": 96 * MI, "cpu_quota": 30000, "cpu_period": 100000, "cpu_shares": 307},
+        log,
+    )  # fmt: skip
+
+
+def test_the_runtime_is_told_the_pod_cgroup_after_each_change_of_it() -> None:
+    log: list[str] = []
+    p = pod(ctr("a", "300m", "96Mi"))
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    rt = Runtime(log)
+    resize(p, act, grow_cgroups(log), rt, sandbox="sb-1")
+    # After each pod cgroup write, with what the cgroup holds by then (as
+    # upstream's currentPodResources); the containers' updates come between.
+    assert log == [
+        f"pod memory_limit={96 * MI}",
+        f"sandbox sb-1 shares=204 quota=20000 period=100000 mem={96 * MI}",
+        f"id-a quota=20000 mem={96 * MI}",
+        "pod cpu_period=100000,cpu_quota=30000",
+        f"sandbox sb-1 shares=204 quota=30000 period=100000 mem={96 * MI}",
+        "pod cpu_shares=307",
+        f"sandbox sb-1 shares=307 quota=30000 period=100000 mem={96 * MI}",
+        f"id-a quota=30000 mem={96 * MI}",
+    ]
+    # No overhead: an empty overhead message, as upstream sends.
+    assert all(o == pb.LinuxContainerResources() for _, o, _ in rt.sandbox_calls)
+
+
+def test_the_overhead_goes_apart_from_the_pod_resources() -> None:
+    log: list[str] = []
+    p = pod(ctr("a", "300m", "96Mi"), overhead={"cpu": "100m", "memory": "16Mi"})
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    cg = Cgroups(
+        {"memory_limit": 80 * MI, "cpu_quota": 30000, "cpu_period": 100000, "cpu_shares": 307},
+        {"memory_limit": 112 * MI, "cpu_quota": 40000, "cpu_period": 100000, "cpu_shares": 409},
+        log,
+    )
+    rt = Runtime(log)
+    resize(p, act, cg, rt, sandbox="sb-1")
+    sid, overhead, last = rt.sandbox_calls[-1]
+    assert sid == "sb-1"
+    assert (overhead.cpu_shares, overhead.cpu_quota, overhead.cpu_period) == (102, 10000, 100000)
+    assert overhead.memory_limit_in_bytes == 16 * MI
+    # The pod cgroup (containers + overhead) less the overhead.
+    assert last.memory_limit_in_bytes == 96 * MI
+    assert (last.cpu_quota, last.cpu_period) == (30000, 100000)
+    assert last.cpu_shares == 307  # 409 shares ~ 400m; less 100m: 300m
+
+
+def test_a_runtime_without_the_call_is_a_log_line_not_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from kubelet.cri import errors
+
+    unimplemented = errors.UnimplementedError("update_podsandbox_resources", "unknown method")
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    resizer = PodResizer(Runtime([], sandbox_error=unimplemented), NodeSettings(),
+                         grow_cgroups([]), act)  # type: ignore[arg-type]  # fmt: skip
+    with caplog.at_level(logging.DEBUG, logger="kubelet.kuberuntime.pod_resize"):
+        resize(pod(ctr("a", "300m", "96Mi")), act, grow_cgroups([]), Runtime([]),
+               sandbox="sb-1", resizer=resizer)  # fmt: skip
+    assert act.set == ["a"]  # the resize went through
+    said = [r for r in caplog.records if "UpdatePodSandboxResources" in r.getMessage()]
+    assert said and said[0].levelno == logging.INFO
+    assert all(r.levelno == logging.DEBUG for r in said[1:])  # said once, then quietly
+    assert len(said) == 3  # once per pod cgroup change
+
+
+def test_a_failing_call_is_logged_as_an_error_and_the_resize_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from kubelet.cri import errors
+
+    log: list[str] = []
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    rt = Runtime(log, sandbox_error=errors.UnavailableError("update_podsandbox_resources", "down"))
+    with caplog.at_level(logging.ERROR, logger="kubelet.kuberuntime.pod_resize"):
+        resize(pod(ctr("a", "300m", "96Mi")), act, grow_cgroups(log), rt, sandbox="sb-1")
+    assert act.set == ["a"]
+    assert f"id-a quota=30000 mem={96 * MI}" in log
+    assert any("Failed to notify runtime for UpdatePodSandboxResources" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+
+
+def test_no_pod_cgroup_change_no_call() -> None:
+    # Only the container's memory request changes: nothing of the pod cgroup moves.
+    log: list[str] = []
+    c = ctr("a", "200m", "64Mi")
+    c["resources"]["requests"]["memory"] = "32Mi"  # type: ignore[index]
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    cur = {"memory_limit": 64 * MI, "cpu_quota": 20000, "cpu_period": 100000, "cpu_shares": 204}
+    rt = Runtime(log)
+    resize(pod(c), act, Cgroups(dict(cur), dict(cur), log), rt, sandbox="sb-1")
+    assert rt.sandbox_calls == []
+    assert act.set == ["a"]
+
+
+# --------------------------------------- kubelet_pod_resize_duration_milliseconds
+
+
+def durations(success: str) -> float:
+    return (
+        metrics.REGISTRY.get_sample_value(
+            "kubelet_pod_resize_duration_milliseconds_count", {"success": success}
+        )
+        or 0.0
+    )
+
+
+def test_every_resize_is_timed_by_its_outcome() -> None:
+    ok, failed = durations("true"), durations("false")
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    resize(pod(ctr("a", "300m", "96Mi")), act, grow_cgroups([]), Runtime([]))
+    assert (durations("true"), durations("false")) == (ok + 1, failed)
+    act = Actuated(a=ctr("a", "200m", "64Mi"))
+    with pytest.raises(ResizeError):
+        resize(pod(ctr("a", "300m", "96Mi")), act, grow_cgroups([]), Runtime([], fail=True))
+    assert (durations("true"), durations("false")) == (ok + 1, failed + 1)
+    # upstream's buckets, in milliseconds
+    buckets = {
+        s.labels["le"]
+        for m in metrics.REGISTRY.collect()
+        if m.name == "kubelet_pod_resize_duration_milliseconds"
+        for s in m.samples
+        if s.name.endswith("_bucket")
+    }
+    assert buckets == {str(float(b)) for b in (10, 50, 100, 500, 1000, 2000, 5000, 10000, 20000,
+                       30000, 60000, 120000, 300000, 600000)} | {"+Inf"}  # fmt: skip
