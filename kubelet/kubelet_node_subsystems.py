@@ -32,6 +32,7 @@ from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import NodeInputs, node_identity
 from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.preemption.preemption import CriticalPodAdmissionHandler
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
@@ -71,6 +72,18 @@ class _EvictionTarget:
         self, pod: Pod, grace: int, reason: str, message: str,
         condition: PodCondition | None = None,
     ) -> None:  # fmt: skip
+        self.fail_and_kill(pod, grace, reason, message, condition)
+
+    def preempt(self, pod: Pod, reason: str, message: str, condition: PodCondition) -> None:
+        """Critical pod preemption: the pod's own grace period."""
+        self.fail_and_kill(pod, None, reason, message, condition)
+
+    def fail_and_kill(
+        self, pod: Pod, grace: int | None, reason: str, message: str,
+        condition: PodCondition | None,
+    ) -> None:  # fmt: skip
+        """Report the pod Failed with this reason, stop counting it, and have its
+        worker kill it (grace None: its own)."""
         u, status = uid(pod), self.pods.status
         self.workers.syncer.mark_evicted(u, reason, message)
         self.pods.admitter.release(u)
@@ -132,6 +145,8 @@ class NodeStatus:
     active_pods: Callable[[], list[Pod]]
     # The Node admission matches pods against (labels, taints, allocatable).
     lister: NodeLister
+    # Evicts pods to admit a critical one (critical pod preemption).
+    preemption: CriticalPodAdmissionHandler
 
     def readiness(self, runtime: Runtime) -> str | None:
         """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
@@ -240,7 +255,10 @@ def build_node_status(
         node, volumes, runtime, resources, (eviction, shutdown, due),
         (setup.inputs, setup.registered), lister,
     )  # fmt: skip
-    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+    preemption = CriticalPodAdmissionHandler(target.active_pods, target.preempt, node.recorder)
+    return NodeStatus(
+        stats, eviction, shutdown, due, reporter, target.active_pods, lister, preemption
+    )  # fmt: skip
 
 
 def build_admission(
@@ -250,6 +268,7 @@ def build_admission(
     return PodAdmitter(
         node_status.eviction, node_status.shutdown, pods.sysctls, resources, node_status.lister,
         pods.admitter, pods.apparmor, node.features.enabled(Feature.PodLevelResources),
+        node_status.preemption,
     )  # fmt: skip
 
 
