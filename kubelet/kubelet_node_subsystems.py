@@ -15,6 +15,8 @@ from kubelet.apis.podresources.server import PodResourcesServer
 from kubelet.apis.podresources.server_v1 import Gates as PodResourcesGates
 from kubelet.apis.podresources.types import Providers
 from kubelet.cm.resource_managers import ResourceManagers
+from kubelet.core_v1 import NodeFeatures, ResourceList
+from kubelet.core_v1 import NodeStatus as NodeObjectStatus
 from kubelet.cri.errors import CRIError
 from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
 from kubelet.eviction.signals import NodeSignals
@@ -207,6 +209,7 @@ def _node_reporter(
         static,
         runtime_version=lambda: runtime.state.runtime_version,
         runtime_handlers=lambda: runtime.state.node_runtime_handlers,
+        runtime_features=node_features(node, runtime),
         readiness_checks=[runtime.readiness, volumes.csi.readiness]
         + ([shutdown.shutdown_status] if shutdown is not None else []),
         images=lambda: runtime.state.node_images,
@@ -250,7 +253,8 @@ def build_node_status(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    lister = NodeLister(node.kube_client, node.name, _initial_node(node, setup.inputs, resources))
+    initial = _initial_node(node, setup.inputs, resources, node_features(node, runtime))
+    lister = NodeLister(node.kube_client, node.name, initial)
     reporter = _node_reporter(
         node, volumes, runtime, resources, (eviction, shutdown, due),
         (setup.inputs, setup.registered), lister,
@@ -272,11 +276,21 @@ def build_admission(
     )  # fmt: skip
 
 
+def node_features(node: Node, runtime: Runtime) -> Callable[[], NodeFeatures | None]:
+    """The NodeFeatures setter: the runtime's features while the
+    SupplementalGroupsPolicy gate is on, else none."""
+    if not node.features.enabled(Feature.SupplementalGroupsPolicy):
+        return lambda: None
+    return lambda: runtime.state.node_features
+
+
 def _initial_node(
-    node: Node, inputs: NodeInputs | None, resources: ResourceManagers
-) -> Callable[[], NodeObject]:
+    node: Node, inputs: NodeInputs | None, resources: ResourceManagers,
+    features: Callable[[], NodeFeatures | None],
+) -> Callable[[], NodeObject]:  # fmt: skip
     """initialNode as admission reads it: the labels and taints it registers
-    with, and the allocatable computed at start plus the device plugins' now."""
+    with, the allocatable computed at start plus the device plugins' now, and
+    the runtime's features."""
     if inputs is not None:
         identity = node_identity(inputs)
     else:  # built without flags (tests): the labels every node has
@@ -288,10 +302,13 @@ def _initial_node(
 
     def initial() -> NodeObject:
         devices = resources.devices.capacity()
-        alloc = dict(node.allocatable)
+        alloc: ResourceList = dict(node.allocatable)
         alloc.update({r: "0" for r in devices.removed})
         alloc.update({r: str(n) for r, n in devices.allocatable.items()})
-        return as_node({**identity, "status": {"allocatable": alloc}})
+        status: NodeObjectStatus = {"allocatable": alloc}
+        if (found := features()) is not None:
+            status["features"] = found
+        return as_node({**identity, "status": status})
 
     return initial
 

@@ -462,6 +462,7 @@ def _node_settings(node: Node) -> NodeSettings:
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
         swap=_swap_config(cfg),
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
+        supplemental_groups_policy=node.features.enabled(Feature.SupplementalGroupsPolicy),
     )
 
 

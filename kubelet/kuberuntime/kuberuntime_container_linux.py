@@ -47,6 +47,9 @@ class NodeSettings:
     swap: SwapConfig | None = None
     # Where the legacy log links go (/var/log/containers; "": none).
     container_logs_dir: str = ""
+    # The SupplementalGroupsPolicy gate: container statuses carry the user
+    # the runtime reports.
+    supplemental_groups_policy: bool = True
 
 
 def container_config(

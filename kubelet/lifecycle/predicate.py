@@ -105,7 +105,7 @@ class Admitter:
         """Every reason the pod does not fit, in upstream's order (what an
         admission failure handler is given); `first`: stop at the first."""
         # Checks that preemption cannot help come first, as upstream.
-        rejection = os_mismatch(pod)
+        rejection = os_mismatch(pod) or supplemental_groups_policy_unsupported(pod, node)
         if rejection is not None:
             return [rejection]
         allocatable = node_allocatable(node)
@@ -301,6 +301,27 @@ class InsufficientResource(Rejection):
     requested: int
     used: int
     capacity: int
+
+
+SUPPLEMENTAL_GROUPS_POLICY_REJECTION = Rejection(
+    "SupplementalGroupsPolicyNotSupported",
+    "SupplementalGroupsPolicy=Strict is not supported in this node",
+)
+
+
+def supplemental_groups_policy_unsupported(pod: Pod, node: Node) -> Rejection | None:
+    """A pod asking for the Strict policy on a node whose runtime does not say
+    it supports it (node.status.features; the gate is beta at v1.34, so the
+    check holds whatever the gate's value: off, the node reports no features)."""
+    policy = (pod["spec"].get("securityContext") or {}).get("supplementalGroupsPolicy")
+    if policy != "Strict":
+        return None
+    features = (node.get("status") or {}).get("features") or {}
+    if features.get("supplementalGroupsPolicy"):
+        return None
+    log.info("Failed to admit pod %s: %s", full_name(pod),
+             SUPPLEMENTAL_GROUPS_POLICY_REJECTION.message)  # fmt: skip
+    return SUPPLEMENTAL_GROUPS_POLICY_REJECTION
 
 
 def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Rejection:

@@ -190,4 +190,10 @@ class CriticalPodAdmissionHandler:
                      full_name(pod))  # fmt: skip
             self.kill(v, REASON, MESSAGE, disruption_condition())
             metrics.PREEMPTIONS.labels(reqs[0].resource if reqs else "").inc()
+        if victims:
+            # Upstream blocks admission until the victims' containers are gone;
+            # here they stop within their grace period while the pod starts.
+            log.info("Critical pod %s admitted; %d preempted pod(s) are stopping with their "
+                     "grace period (not waited for before it starts)", full_name(pod),
+                     len(victims))  # fmt: skip
         return []

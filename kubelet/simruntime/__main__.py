@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         default="archive",
         help="CheckpointContainer: write an archive, or answer UNIMPLEMENTED (containerd 1.6)",
     )
+    ap.add_argument(
+        "--supplemental-groups-policy",
+        choices=("supported", "unsupported"),
+        default="supported",
+        help="what Status reports of SupplementalGroupsPolicy (unsupported: as containerd 1.6)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not args.listen.startswith("unix://"):
@@ -49,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         missing_tags=tuple(args.missing_tag or ["missing"]),
         cgroup_driver="" if args.cgroup_driver == "none" else args.cgroup_driver,
         checkpoint=args.checkpoint == "archive",
+        supplemental_groups_policy=args.supplemental_groups_policy == "supported",
     )
 
     async def run() -> None:
