@@ -170,7 +170,7 @@ def _build_eviction(
     # Local storage limits measured for the pods that have them.
     ephemeral = EphemeralStorageStats(
         runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
-        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
+        lambda u: pods.cache.get(u)[0], volumes.bytes_used, volume_inodes=volumes.inodes_used,
     )  # fmt: skip
     # allocatableMemory.available: the kubepods cgroup, when node allocatable holds the pods.
     kubepods = None
