@@ -41,7 +41,16 @@ from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.types import Node as NodeObject
-from kubelet.types import Pod, PodCondition, as_node, name, namespace, object_ref, uid
+from kubelet.types import (
+    Pod,
+    PodCondition,
+    as_node,
+    grace_period,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 
 
 # ----------------------------------------------------------- node status
@@ -80,6 +89,12 @@ class _EvictionTarget:
         """Critical pod preemption: the pod's own grace period."""
         self.fail_and_kill(pod, None, reason, message, condition)
 
+    def start_after(self, pod: Pod, victims: list[Pod]) -> None:
+        """The critical pod starts once the pods preempted for it have stopped
+        (each waited for as killPodNow waits for a kill)."""
+        waits = [(uid(v), kill_timeout(grace_period(v))) for v in victims]
+        self.workers.workers.start_after(uid(pod), waits)
+
     def fail_and_kill(
         self, pod: Pod, grace: int | None, reason: str, message: str,
         condition: PodCondition | None,
@@ -102,7 +117,7 @@ class _EvictionTarget:
         self.workers.syncer.mark_terminated_by_kubelet(u, why)
         self.pods.admitter.release(u)
         workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
-        if not await workers.wait_terminated(u, max(grace + grace // 2, 10)):
+        if not await workers.wait_terminated(u, kill_timeout(grace)):
             msg = "Container runtime did not kill the pod within specified grace period."
             if self.node.recorder is not None:
                 self.node.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
@@ -116,6 +131,11 @@ class _EvictionTarget:
             p for p in self.pods.manager.pods()
             if uid(p) not in self.pods.rejected and states.could_have_running_containers(uid(p))
         ]  # fmt: skip
+
+
+def kill_timeout(grace: int) -> float:
+    """How long killPodNow waits for a kill: 1.5 x grace, at least 10 s."""
+    return max(grace + grace // 2, 10)
 
 
 def first_of(*waits: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -259,7 +279,9 @@ def build_node_status(
         node, volumes, runtime, resources, (eviction, shutdown, due),
         (setup.inputs, setup.registered), lister,
     )  # fmt: skip
-    preemption = CriticalPodAdmissionHandler(target.active_pods, target.preempt, node.recorder)
+    preemption = CriticalPodAdmissionHandler(
+        target.active_pods, target.preempt, target.start_after, node.recorder
+    )
     return NodeStatus(
         stats, eviction, shutdown, due, reporter, target.active_pods, lister, preemption
     )  # fmt: skip

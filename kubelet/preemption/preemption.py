@@ -160,6 +160,9 @@ class CriticalPodAdmissionHandler:
 
     active_pods: Callable[[], list[Pod]]
     kill: KillFn
+    # The admitted pod starts only once these pods have stopped (or their kill
+    # timed out), as upstream's blocking kill holds admission.
+    start_after: Callable[[Pod, list[Pod]], None]
     recorder: Recorder | None
 
     def handle_admission_failure(self, pod: Pod, reasons: list[Rejection]) -> list[Rejection]:
@@ -191,9 +194,5 @@ class CriticalPodAdmissionHandler:
             self.kill(v, REASON, MESSAGE, disruption_condition())
             metrics.PREEMPTIONS.labels(reqs[0].resource if reqs else "").inc()
         if victims:
-            # Upstream blocks admission until the victims' containers are gone;
-            # here they stop within their grace period while the pod starts.
-            log.info("Critical pod %s admitted; %d preempted pod(s) are stopping with their "
-                     "grace period (not waited for before it starts)", full_name(pod),
-                     len(victims))  # fmt: skip
+            self.start_after(pod, victims)
         return []

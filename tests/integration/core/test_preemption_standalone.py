@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubelet.testing.kubelets import EventLog, in_process_kubelet
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.testing.kubelets import EventLog, InProcessKubelet, in_process_kubelet
 
 NODE_CRITICAL = 2_000_001_000
 MESSAGE = "Preempted in order to admit critical pod"
 
 
-def sleeper(cpu: str | None = None, guaranteed: bool = False) -> list[dict]:
-    c: dict = {"name": "c", "image": "busybox", "command": ["sleep", "3600"]}
+def sleeper(cpu: str | None = None, guaranteed: bool = False, stubborn: bool = False) -> list[dict]:
+    cmd = ["sh", "-c", "trap '' TERM; sleep 3600"] if stubborn else ["sleep", "3600"]
+    c: dict = {"name": "c", "image": "busybox", "command": cmd}
     if cpu:
         req = {"cpu": cpu, "memory": "64Mi"}
         c["resources"] = {"requests": req, **({"limits": dict(req)} if guaranteed else {})}
@@ -28,7 +30,10 @@ async def test_critical_static_pods_preempt_the_least_disruptive_pods(simruntime
                                   allocatable=allocatable) as node:  # fmt: skip
         node.write("be", sleeper(), priority=0)
         node.write("small", sleeper("100m"), priority=0)
-        node.write("big", sleeper("300m"), priority=0)
+        # Ignores SIGTERM: it takes its whole 3 s grace period to stop.
+        node.write(
+            "big", sleeper("300m", stubborn=True), priority=0, terminationGracePeriodSeconds=3
+        )
         node.write("guar", sleeper("100m", guaranteed=True), priority=0)
         running = ("be", "small", "big", "guar")
         await node.wait(lambda: all(node.phase(n) == "Running" for n in running),
@@ -36,6 +41,10 @@ async def test_critical_static_pods_preempt_the_least_disruptive_pods(simruntime
         # Short of a pod slot and 150m of cpu: the one Burstable pod that
         # frees both goes (BestEffort frees no cpu, Guaranteed goes last).
         node.write("crit", sleeper("250m"), priority=NODE_CRITICAL)
+        # As upstream (admission blocks until the victim is killed), crit's
+        # container is created only once big's has stopped.
+        await node.wait(lambda: containers(node, "crit-node-a"), what="crit's container")
+        assert [c.state for c in await containers(node, "big-node-a")] == [pb.CONTAINER_EXITED]
         await node.wait(lambda: node.phase("crit") == "Running", what="crit running")
         await node.wait(lambda: node.phase("big") == "Failed", what="big preempted")
         # Short of a pod slot alone: the BestEffort pod goes.
@@ -55,3 +64,9 @@ async def test_critical_static_pods_preempt_the_least_disruptive_pods(simruntime
             assert (f"{n}-node-a", "Warning", "Preempting", MESSAGE) in events.events
         preempted = {e[0] for e in events.events if e[2] == "Preempting"}
         assert preempted == {"big-node-a", "be-node-a"}
+
+
+async def containers(node: InProcessKubelet, pod_name: str) -> list[pb.Container]:
+    """The runtime's containers of the pod of that name."""
+    f = pb.ContainerFilter(label_selector={"io.kubernetes.pod.name": pod_name})
+    return await node.rt.list_containers(f)

@@ -178,6 +178,10 @@ class Events:
         self.events.append((ref["name"], etype, reason, message))
 
 
+def no_hold(pod: dict, victims: list[dict]) -> None:
+    raise AssertionError("nothing preempted, nothing to wait for")
+
+
 def static(p: dict) -> dict:
     p["metadata"]["annotations"]["kubernetes.io/config.source"] = "file"
     return p
@@ -186,7 +190,12 @@ def static(p: dict) -> dict:
 def test_the_handler_kills_the_chosen_pods_with_upstreams_status_and_counts_them() -> None:
     running = [mkpod("be"), mkpod("small", 100, 100), mkpod("big", 600, 600)]
     killer, events = Killer(), Events()
-    handler = CriticalPodAdmissionHandler(lambda: running, killer, events)
+    held: list[tuple[str, list[str]]] = []
+    handler = CriticalPodAdmissionHandler(
+        lambda: running, killer,
+        lambda p, vs: held.append((p["metadata"]["name"], [v["metadata"]["name"] for v in vs])),
+        events,
+    )  # fmt: skip
     a = Admitter(max_pods=10, allocatable_cpu_m=1000, allocatable_memory=1000 * MI)
     node: Node = {"metadata": {"name": "n"}}
     for p in running:
@@ -205,12 +214,13 @@ def test_the_handler_kills_the_chosen_pods_with_upstreams_status_and_counts_them
     assert killer.killed == [("big", "Preempting", msg, condition)]
     assert events.events == [("big", "Warning", "Preempting", msg)]
     assert metrics.PREEMPTIONS.labels("cpu")._value.get() == before + 1
+    assert held == [("crit", ["big"])]  # crit starts once big has stopped
 
 
 def test_the_handler_leaves_other_pods_and_other_reasons_alone() -> None:
     running = [mkpod("be")]
     killer = Killer()
-    handler = CriticalPodAdmissionHandler(lambda: running, killer, None)
+    handler = CriticalPodAdmissionHandler(lambda: running, killer, no_hold, None)
     short = InsufficientResource("OutOfpods", "m", "pods", 1, 1, 1)
     ports = Rejection("NodePorts", "m")
     # not critical: every reason stands
@@ -220,13 +230,13 @@ def test_the_handler_leaves_other_pods_and_other_reasons_alone() -> None:
     assert killer.killed == []
     # critical, nothing to free it with: an error (UnexpectedAdmissionError upstream)
     with pytest.raises(PreemptionError, match="error finding a set of pods to preempt"):
-        CriticalPodAdmissionHandler(lambda: [], killer, None).handle_admission_failure(
+        CriticalPodAdmissionHandler(lambda: [], killer, no_hold, None).handle_admission_failure(
             static(mkpod("c")), [short]
         )
     # the pod itself, seen among the active pods, is never its own victim
     me = static(mkpod("me"))
     with pytest.raises(PreemptionError):
-        CriticalPodAdmissionHandler(lambda: [me], killer, None).handle_admission_failure(
+        CriticalPodAdmissionHandler(lambda: [me], killer, no_hold, None).handle_admission_failure(
             me, [short]
         )
     assert killer.killed == []
