@@ -85,6 +85,10 @@ class _EvictionTarget:
     ) -> None:  # fmt: skip
         self.fail_and_kill(pod, grace, reason, message, condition)
 
+    def allocated_pods(self) -> list[Pod]:
+        """The active pods as admitted (getAllocatedPods): what preemption frees."""
+        return [self.pods.allocation.allocated_pod(p) for p in self.active_pods()]
+
     def preempt(self, pod: Pod, reason: str, message: str, condition: PodCondition) -> None:
         """Critical pod preemption: the pod's own grace period."""
         self.fail_and_kill(pod, None, reason, message, condition)
@@ -280,7 +284,7 @@ def build_node_status(
         (setup.inputs, setup.registered), lister,
     )  # fmt: skip
     preemption = CriticalPodAdmissionHandler(
-        target.active_pods, target.preempt, target.start_after, node.recorder
+        target.allocated_pods, target.preempt, target.start_after, node.recorder
     )
     return NodeStatus(
         stats, eviction, shutdown, due, reporter, target.active_pods, lister, preemption
