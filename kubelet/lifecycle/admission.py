@@ -92,7 +92,9 @@ class PodAdmitter:
             )
         if left:
             return left[0]
-        return self.fit.admit(uid(pod), pod, node)
+        # Admitted, as upstream, without checking the fit again.
+        self.fit.count(uid(pod), pod, node)
+        return None
 
     def _admit_after_fit(self, pod: Pod) -> Rejection | None:
         """AppArmor, then the pod-features handler, as upstream's order."""

@@ -98,7 +98,7 @@ class Admitter:
         failures = self.failures(pod, node, first=True)
         if failures:
             return failures[0]
-        self._count(uid, pod, node)
+        self.count(uid, pod, node)
         return None
 
     def failures(self, pod: Pod, node: Node, first: bool = False) -> list[Rejection]:
@@ -128,8 +128,9 @@ class Admitter:
                     break
         return out
 
-    def _count(self, uid: str, pod: Pod, node: Node) -> None:
-        """The admitted pod's requests and host ports count from now on."""
+    def count(self, uid: str, pod: Pod, node: Node) -> None:
+        """The admitted pod's requests and host ports count from now on (also
+        for a pod admitted after preemption freed room for it)."""
         r = pod_requests(pod)
         named = named_requests(pod, node_allocatable(node))
         self._admitted[uid] = r
