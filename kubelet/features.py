@@ -48,6 +48,9 @@ class Feature(enum.StrEnum):
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
+    # Node.status.features and containerStatuses[].user from the runtime (the
+    # admission check of Strict pods does not depend on it, as upstream).
+    SupplementalGroupsPolicy = "SupplementalGroupsPolicy"
     SystemdWatchdog = "SystemdWatchdog"
     TopologyManagerPolicyAlphaOptions = "TopologyManagerPolicyAlphaOptions"
     TopologyManagerPolicyBetaOptions = "TopologyManagerPolicyBetaOptions"

@@ -15,6 +15,8 @@ from kubelet.apis.podresources.server import PodResourcesServer
 from kubelet.apis.podresources.server_v1 import Gates as PodResourcesGates
 from kubelet.apis.podresources.types import Providers
 from kubelet.cm.resource_managers import ResourceManagers
+from kubelet.core_v1 import NodeFeatures, ResourceList
+from kubelet.core_v1 import NodeStatus as NodeObjectStatus
 from kubelet.cri.errors import CRIError
 from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
 from kubelet.eviction.signals import NodeSignals
@@ -32,13 +34,23 @@ from kubelet.nodeshutdown.manager import NodeShutdownManager
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import NodeInputs, node_identity
 from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.preemption.preemption import CriticalPodAdmissionHandler
 from kubelet.stats.cadvisor import cadvisor_registry
 from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
 from kubelet.types import Node as NodeObject
-from kubelet.types import Pod, PodCondition, as_node, name, namespace, object_ref, uid
+from kubelet.types import (
+    Pod,
+    PodCondition,
+    as_node,
+    grace_period,
+    name,
+    namespace,
+    object_ref,
+    uid,
+)
 
 
 # ----------------------------------------------------------- node status
@@ -71,6 +83,28 @@ class _EvictionTarget:
         self, pod: Pod, grace: int, reason: str, message: str,
         condition: PodCondition | None = None,
     ) -> None:  # fmt: skip
+        self.fail_and_kill(pod, grace, reason, message, condition)
+
+    def allocated_pods(self) -> list[Pod]:
+        """The active pods as admitted (getAllocatedPods): what preemption frees."""
+        return [self.pods.allocation.allocated_pod(p) for p in self.active_pods()]
+
+    def preempt(self, pod: Pod, reason: str, message: str, condition: PodCondition) -> None:
+        """Critical pod preemption: the pod's own grace period."""
+        self.fail_and_kill(pod, None, reason, message, condition)
+
+    def start_after(self, pod: Pod, victims: list[Pod]) -> None:
+        """The critical pod starts once the pods preempted for it have stopped
+        (each waited for as killPodNow waits for a kill)."""
+        waits = [(uid(v), kill_timeout(grace_period(v))) for v in victims]
+        self.workers.workers.start_after(uid(pod), waits)
+
+    def fail_and_kill(
+        self, pod: Pod, grace: int | None, reason: str, message: str,
+        condition: PodCondition | None,
+    ) -> None:  # fmt: skip
+        """Report the pod Failed with this reason, stop counting it, and have its
+        worker kill it (grace None: its own)."""
         u, status = uid(pod), self.pods.status
         self.workers.syncer.mark_evicted(u, reason, message)
         self.pods.admitter.release(u)
@@ -87,7 +121,7 @@ class _EvictionTarget:
         self.workers.syncer.mark_terminated_by_kubelet(u, why)
         self.pods.admitter.release(u)
         workers.update_pod(PodWork(pod, UpdateType.KILL, grace=grace))
-        if not await workers.wait_terminated(u, max(grace + grace // 2, 10)):
+        if not await workers.wait_terminated(u, kill_timeout(grace)):
             msg = "Container runtime did not kill the pod within specified grace period."
             if self.node.recorder is not None:
                 self.node.recorder.event(object_ref(pod), "Warning", "ExceededGracePeriod", msg)
@@ -101,6 +135,11 @@ class _EvictionTarget:
             p for p in self.pods.manager.pods()
             if uid(p) not in self.pods.rejected and states.could_have_running_containers(uid(p))
         ]  # fmt: skip
+
+
+def kill_timeout(grace: int) -> float:
+    """How long killPodNow waits for a kill: 1.5 x grace, at least 10 s."""
+    return max(grace + grace // 2, 10)
 
 
 def first_of(*waits: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -132,6 +171,8 @@ class NodeStatus:
     active_pods: Callable[[], list[Pod]]
     # The Node admission matches pods against (labels, taints, allocatable).
     lister: NodeLister
+    # Evicts pods to admit a critical one (critical pod preemption).
+    preemption: CriticalPodAdmissionHandler
 
     def readiness(self, runtime: Runtime) -> str | None:
         """Why the node is not Ready: runtime and PLEG health, then a shutdown."""
@@ -153,7 +194,7 @@ def _build_eviction(
     # Local storage limits measured for the pods that have them.
     ephemeral = EphemeralStorageStats(
         runtime.state.runtime, cfg.pod_logs_dir, node.pods_dir,
-        lambda u: pods.cache.get(u)[0], volumes.bytes_used,
+        lambda u: pods.cache.get(u)[0], volumes.bytes_used, volume_inodes=volumes.inodes_used,
     )  # fmt: skip
     # allocatableMemory.available: the kubepods cgroup, when node allocatable holds the pods.
     kubepods = None
@@ -192,6 +233,7 @@ def _node_reporter(
         static,
         runtime_version=lambda: runtime.state.runtime_version,
         runtime_handlers=lambda: runtime.state.node_runtime_handlers,
+        runtime_features=node_features(node, runtime),
         readiness_checks=[runtime.readiness, volumes.csi.readiness]
         + ([shutdown.shutdown_status] if shutdown is not None else []),
         images=lambda: runtime.state.node_images,
@@ -235,12 +277,18 @@ def build_node_status(
         cfg, node.features, target.kill_now, target.pods_for_shutdown, node.root_dir,
         on_status_change=due.set, node_event=node.event,
     )  # fmt: skip
-    lister = NodeLister(node.kube_client, node.name, _initial_node(node, setup.inputs, resources))
+    initial = _initial_node(node, setup.inputs, resources, node_features(node, runtime))
+    lister = NodeLister(node.kube_client, node.name, initial)
     reporter = _node_reporter(
         node, volumes, runtime, resources, (eviction, shutdown, due),
         (setup.inputs, setup.registered), lister,
     )  # fmt: skip
-    return NodeStatus(stats, eviction, shutdown, due, reporter, target.active_pods, lister)
+    preemption = CriticalPodAdmissionHandler(
+        target.allocated_pods, target.preempt, target.start_after, node.recorder
+    )
+    return NodeStatus(
+        stats, eviction, shutdown, due, reporter, target.active_pods, lister, preemption
+    )  # fmt: skip
 
 
 def build_admission(
@@ -250,14 +298,25 @@ def build_admission(
     return PodAdmitter(
         node_status.eviction, node_status.shutdown, pods.sysctls, resources, node_status.lister,
         pods.admitter, pods.apparmor, node.features.enabled(Feature.PodLevelResources),
+        node_status.preemption,
     )  # fmt: skip
 
 
+def node_features(node: Node, runtime: Runtime) -> Callable[[], NodeFeatures | None]:
+    """The NodeFeatures setter: the runtime's features while the
+    SupplementalGroupsPolicy gate is on, else none."""
+    if not node.features.enabled(Feature.SupplementalGroupsPolicy):
+        return lambda: None
+    return lambda: runtime.state.node_features
+
+
 def _initial_node(
-    node: Node, inputs: NodeInputs | None, resources: ResourceManagers
-) -> Callable[[], NodeObject]:
+    node: Node, inputs: NodeInputs | None, resources: ResourceManagers,
+    features: Callable[[], NodeFeatures | None],
+) -> Callable[[], NodeObject]:  # fmt: skip
     """initialNode as admission reads it: the labels and taints it registers
-    with, and the allocatable computed at start plus the device plugins' now."""
+    with, the allocatable computed at start plus the device plugins' now, and
+    the runtime's features."""
     if inputs is not None:
         identity = node_identity(inputs)
     else:  # built without flags (tests): the labels every node has
@@ -269,10 +328,13 @@ def _initial_node(
 
     def initial() -> NodeObject:
         devices = resources.devices.capacity()
-        alloc = dict(node.allocatable)
+        alloc: ResourceList = dict(node.allocatable)
         alloc.update({r: "0" for r in devices.removed})
         alloc.update({r: str(n) for r, n in devices.allocatable.items()})
-        return as_node({**identity, "status": {"allocatable": alloc}})
+        status: NodeObjectStatus = {"allocatable": alloc}
+        if (found := features()) is not None:
+            status["features"] = found
+        return as_node({**identity, "status": status})
 
     return initial
 

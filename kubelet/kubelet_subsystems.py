@@ -315,6 +315,10 @@ class Volumes:
         """Bytes in each of the pod's volumes, from the volume stats' last pass."""
         return {v.name: v.used_bytes for v in self.stats.usage(pod_uid)}
 
+    def inodes_used(self, pod_uid: str) -> dict[str, int]:
+        """Inodes in each of the pod's volumes, from the same pass."""
+        return {v.name: v.inodes_used for v in self.stats.usage(pod_uid)}
+
 
 def build_volumes(node: Node, pods: Pods, resources: ResourceManagers) -> Volumes:
     client, alloc = node.kube_client, node.allocatable
@@ -475,6 +479,7 @@ def _node_settings(node: Node) -> NodeSettings:
         swap=_swap_config(cfg),
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         hugepage_sizes=hugepages.page_sizes(),
+        supplemental_groups_policy=node.features.enabled(Feature.SupplementalGroupsPolicy),
     )
 
 

@@ -371,6 +371,12 @@ EVICTIONS = Counter(
     ["eviction_signal"],
     registry=REGISTRY,
 )
+PREEMPTIONS = Counter(
+    "kubelet_preemptions",
+    "Pods preempted to admit a critical pod, by the first resource it lacked",
+    ["preemption_signal"],
+    registry=REGISTRY,
+)
 POD_STATUS_SYNC_DURATION = Histogram(
     "kubelet_pod_status_sync_duration_seconds",
     "Seconds from a change of a pod's status to the API holding it",

@@ -185,6 +185,9 @@ class PodWorkers:
         # Told when a pod's containers are all stopped (the status manager may
         # then finish a graceful deletion).
         self.on_terminated = on_terminated
+        # Pods that start only once others have stopped (a critical pod and
+        # the pods preempted for it): UID -> (UID, seconds at most) to wait for.
+        self._start_after: dict[str, list[tuple[str, float]]] = {}
 
     def update_pod(self, work: PodWork) -> None:
         u = uid(work.pod)
@@ -214,6 +217,21 @@ class PodWorkers:
             st.pod = work.pod
         st.pending = work
         st.wake.set()
+
+    def start_after(self, pod_uid: str, others: list[tuple[str, float]]) -> None:
+        """The pod's first sync waits until each of `others` (UID, timeout) has
+        stopped or its timeout ran out, as killPodNow blocks admission upstream."""
+        self._start_after[pod_uid] = others
+
+    async def _wait_before_start(self, u: str) -> None:
+        others = self._start_after.pop(u, None)
+        if not others:
+            return
+        done = await asyncio.gather(*(self.wait_terminated(o, t) for o, t in others))
+        late = [o for (o, _), ok in zip(others, done, strict=True) if not ok]
+        if late:
+            log.warning("Pod %s starts though pods it waited for are not stopped yet "
+                        "(timeout waiting to kill pod): %s", u, ", ".join(late))  # fmt: skip
 
     def could_have_running_containers(self, pod_uid: str) -> bool:
         return self.states.could_have_running_containers(pod_uid)
@@ -263,6 +281,8 @@ class PodWorkers:
                 # Another static pod of this name still runs: woken when it is gone.
                 st.pending = st.pending or work
                 continue
+            if not st.terminating:
+                await self._wait_before_start(u)
             status: PodStatus | None = None
             if not st.terminating:
                 # Wait for fresh runtime state before taking a concurrency slot, so
@@ -293,6 +313,7 @@ class PodWorkers:
                     except Exception:  # housekeeping removes what is left of it
                         log.exception("cleanup of pod %s failed; forgetting it anyway", u)
                 self.states.pop(u)
+                self._start_after.pop(u, None)
                 self.generation += 1
                 self._forget_static(u, st.pod)
                 st.done.set()

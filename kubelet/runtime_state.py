@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from kubelet.core_v1 import NodeFeatures
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
@@ -37,6 +38,9 @@ class RuntimeState:
         # (empty: the runtime named no handlers, or has not answered yet).
         self.userns_handlers: dict[str, bool] = {}
         self.node_runtime_handlers: list[dict[str, Any]] = []
+        # Node.status.features (the NodeFeatures setter): None until a status
+        # answer carries the runtime's features (an old runtime never does).
+        self.node_features: NodeFeatures | None = None
 
     async def wait_for_version(self, stop: asyncio.Event) -> pb.VersionResponse | None:
         """Ask the runtime its version until it answers (10 minutes at most) or
@@ -115,6 +119,11 @@ class RuntimeState:
             h.name: h.HasField("features") and h.features.user_namespaces
             for h in st.runtime_handlers
         }
+        self.node_features = (
+            {"supplementalGroupsPolicy": st.features.supplemental_groups_policy}
+            if st.HasField("features")
+            else None
+        )
         # Node.status.runtimeHandlers (upstream's RuntimeHandlers setter).
         self.node_runtime_handlers = [
             {

@@ -29,6 +29,20 @@ class ContainerResources:
         return cls(limit, request, mem) if limit or request or mem else None
 
 
+@dataclass(frozen=True)
+class LinuxUser:
+    """The identity a container's process runs as, as the runtime reports it."""
+
+    uid: int
+    gid: int
+    supplemental_groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ContainerUser:
+    linux: LinuxUser | None  # None: the runtime reported a user without its Linux part
+
+
 @dataclass
 class ContainerStatus:
     id: str
@@ -47,6 +61,7 @@ class ContainerStatus:
     message: str = ""
     runtime: str = "cri"
     resources: ContainerResources | None = None
+    user: ContainerUser | None = None  # SupplementalGroupsPolicy on and reported
 
     @property
     def container_id(self) -> str:

@@ -22,9 +22,14 @@ class NodeSpec(TypedDict, total=False):
     taints: list[Taint]
 
 
+class NodeFeatures(TypedDict, total=False):
+    supplementalGroupsPolicy: bool
+
+
 class NodeStatus(TypedDict, total=False):
     capacity: ResourceList
     allocatable: ResourceList
+    features: NodeFeatures
 
 
 class Node(TypedDict, total=False):

@@ -168,6 +168,16 @@ class ContainerState(TypedDict, total=False):
     terminated: ContainerStateTerminated
 
 
+class LinuxContainerUser(TypedDict, total=False):
+    uid: Required[int]
+    gid: Required[int]
+    supplementalGroups: list[int]
+
+
+class ContainerUser(TypedDict, total=False):
+    linux: LinuxContainerUser
+
+
 class ContainerStatus(TypedDict, total=False):
     name: Required[str]
     state: ContainerState
@@ -181,6 +191,7 @@ class ContainerStatus(TypedDict, total=False):
     resources: ResourceRequirements
     allocatedResources: ResourceList
     stopSignal: str
+    user: ContainerUser
 
 
 class PodIP(TypedDict):

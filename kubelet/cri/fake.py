@@ -57,6 +57,7 @@ class FakeRuntimeService(_Recorder):
         self.streaming_base = "http://127.0.0.1:1"
         # The handlers Status names (none: an old runtime), as containerd 2 does.
         self.runtime_handlers: list[pb.RuntimeHandler] = []
+        self.features: pb.RuntimeFeatures | None = None  # Status's features (None: not sent)
 
     def _id(self, prefix: str) -> str:
         self._next += 1
@@ -75,7 +76,9 @@ class FakeRuntimeService(_Recorder):
         self._call("status", verbose)
         conds = [pb.RuntimeCondition(type=t, status=True) for t in ("RuntimeReady", "NetworkReady")]
         return pb.StatusResponse(
-            status=pb.RuntimeStatus(conditions=conds), runtime_handlers=self.runtime_handlers
+            status=pb.RuntimeStatus(conditions=conds),
+            runtime_handlers=self.runtime_handlers,
+            features=self.features,
         )
 
     async def runtime_config(self) -> pb.RuntimeConfigResponse:

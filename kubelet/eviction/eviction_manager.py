@@ -19,7 +19,8 @@
   never; otherwise pods using more than they request first, then lower
   priority, then larger usage above request, as upstream ranks memory (for
   disk, the pod's bytes on the pressed filesystem against its
-  ephemeral-storage request, thresholds.disk_rank); the pod is killed (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod
+  ephemeral-storage request, thresholds.disk_rank; for inode signals its
+  inodes there, against no request); the pod is killed (grace 1 s for hard thresholds; for soft, evictionMaxPodGracePeriod
   or the pod's terminationGracePeriodSeconds when shorter), reported Failed
   with reason Evicted and an Evicted event;
 - admission under memory pressure refuses BestEffort pods (reason Evicted);
@@ -307,7 +308,9 @@ class EvictionManager:
 
     async def _victim(self, t: Threshold, pods: list[Pod]) -> Pod | None:
         if CONDITIONS.get(t.signal) == "DiskPressure":
-            return self._rank(pods, await self._disk_usage(t, pods), _ephemeral_request)
+            # Inodes: no pod requests any, so any use counts as above request.
+            request = _no_request if RESOURCES.get(t.signal) == "inodes" else _ephemeral_request
+            return self._rank(pods, await self._disk_usage(t, pods), request)
         loop = asyncio.get_running_loop()
         if CONDITIONS.get(t.signal) == "PIDPressure" and self.processes is not None:
             # rankPIDPressure: lower priority first, then more processes.
@@ -316,23 +319,24 @@ class EvictionManager:
         return self._rank(pods, usage, _memory_request)
 
     async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
-        """Each candidate's bytes on the pressed filesystem (the layout says
-        which part of its local storage is there). Inode signals rank by bytes
-        too: per-pod inode counts are not measured."""
+        """Each candidate's bytes (inodes, for an inode signal) on the pressed
+        filesystem (the layout says which part of its local storage is there)."""
         candidates = [p for p in pods if not is_critical(p) and uid(p) not in self.evicted]
         measured = await self.local_storage_usage(candidates)
         part = disk_rank(self.layout or shared_layout(""), t.signal)
+        inodes = RESOURCES.get(t.signal) == "inodes"
         out: dict[str, int] = {}
         for p in candidates:
             st = measured.get(uid(p))
             if st is None:
                 continue
+            use = st.inodes if inodes else st
             if part == ALL:
-                out[uid(p)] = st.total
+                out[uid(p)] = use.total
             elif part == VOLUMES:
-                out[uid(p)] = _local_volumes(p, st.volumes)
+                out[uid(p)] = _local_volumes(p, use.volumes)
             else:
-                out[uid(p)] = sum(st.containers.values())
+                out[uid(p)] = sum(use.containers.values())
         return out
 
     def _rank(

@@ -20,6 +20,8 @@ from kubelet.container.runtime import (
     ContainerConfigError,
     ContainerResources,
     ContainerStatus,
+    ContainerUser,
+    LinuxUser,
     PodStatus,
     RuntimeHelper,
 )
@@ -74,6 +76,16 @@ class _StartError(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+def container_user(st: pb.ContainerStatus) -> ContainerUser | None:
+    """toKubeContainerUser: the user the runtime says the process runs as."""
+    if not st.HasField("user"):
+        return None
+    if not st.user.HasField("linux"):
+        return ContainerUser(None)
+    u = st.user.linux
+    return ContainerUser(LinuxUser(u.uid, u.gid, tuple(u.supplemental_groups)))
 
 
 class ContainerManager:
@@ -142,6 +154,7 @@ class ContainerManager:
                 if st.HasField("resources") and st.resources.HasField("linux")
                 else None
             ),
+            user=container_user(st) if self.node.supplemental_groups_policy else None,
         )
 
     async def _termination_message(

@@ -50,6 +50,9 @@ class NodeSettings:
     container_logs_dir: str = ""
     # The node's hugepage sizes ("2MB"): each gets a limit in every container.
     hugepage_sizes: tuple[str, ...] = ()
+    # The SupplementalGroupsPolicy gate: container statuses carry the user
+    # the runtime reports.
+    supplemental_groups_policy: bool = True
 
 
 def container_config(

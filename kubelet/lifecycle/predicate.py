@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kubelet import resourcehelper
@@ -29,7 +29,7 @@ from kubelet.types import Node, Pod, all_containers, full_name
 from kubelet.util.quantity import to_bytes
 from kubelet.util.validation import is_extended_resource_name
 
-__all__ = ["Admitter", "Rejection", "Requests", "pod_requests"]
+__all__ = ["Admitter", "InsufficientResource", "Rejection", "Requests", "pod_requests"]
 
 log = logging.getLogger(__name__)
 
@@ -92,37 +92,57 @@ class Admitter:
 
     def admit(self, uid: str, pod: Pod, node: Node) -> Rejection | None:
         """node: the Node as admission sees it (its labels, taints and
-        allocatable; getNodeAnyWay)."""
+        allocatable; getNodeAnyWay). The first failure is the reason."""
         if uid in self._admitted:
             return None
+        failures = self.failures(pod, node, first=True)
+        if failures:
+            return failures[0]
+        self.count(uid, pod, node)
+        return None
+
+    def failures(self, pod: Pod, node: Node, first: bool = False) -> list[Rejection]:
+        """Every reason the pod does not fit, in upstream's order (what an
+        admission failure handler is given); `first`: stop at the first."""
         # Checks that preemption cannot help come first, as upstream.
-        rejection = os_mismatch(pod)
+        rejection = os_mismatch(pod) or supplemental_groups_policy_unsupported(pod, node)
         if rejection is not None:
-            return rejection
-        r = pod_requests(pod)
+            return [rejection]
         allocatable = node_allocatable(node)
         named = named_requests(pod, allocatable)
         self._note_unlisted(pod, allocatable)
+        out = self._shortfalls(pod_requests(pod), named, allocatable)
+        if first and out:
+            return out[:1]
         ports = host_ports(pod)
-        rejection = (
-            self._shortfall(r, named, allocatable)
-            or node_affinity_mismatch(pod, node)
-            or node_name_mismatch(pod, node)
-            or (NODE_PORTS_REJECTION if any(map(self.used_ports.conflicts, ports)) else None)
-            or untolerated_no_execute(pod, node)
+        checks: tuple[Callable[[], Rejection | None], ...] = (
+            lambda: node_affinity_mismatch(pod, node),
+            lambda: node_name_mismatch(pod, node),
+            lambda: NODE_PORTS_REJECTION if any(map(self.used_ports.conflicts, ports)) else None,
+            lambda: untolerated_no_execute(pod, node),
         )
-        if rejection is not None:
-            return rejection
+        for check in checks:
+            if (found := check()) is not None:
+                out.append(found)
+                if first:
+                    break
+        return out
+
+    def count(self, uid: str, pod: Pod, node: Node) -> None:
+        """The admitted pod's requests and host ports count from now on (also
+        for a pod admitted after preemption freed room for it)."""
+        r = pod_requests(pod)
+        named = named_requests(pod, node_allocatable(node))
         self._admitted[uid] = r
         self.used.cpu_m += r.cpu_m
         self.used.memory += r.memory
         if named:
             self._named[uid] = named
             self.used_named.update(named)
+        ports = host_ports(pod)
         if ports:
             self._ports[uid] = ports
             self.used_ports.add(ports)
-        return None
 
     def _note_unlisted(self, pod: Pod, allocatable: Mapping[str, int]) -> None:
         """Say once per resource that an extended resource the node does not
@@ -136,18 +156,19 @@ class Admitter:
                          "checked at admission (a cluster-level or DRA resource, as upstream)",
                          r, full_name(pod))  # fmt: skip
 
-    def _shortfall(
+    def _shortfalls(
         self, r: Requests, named: dict[str, int], allocatable: Mapping[str, int]
-    ) -> Rejection | None:
-        """The first resource that does not fit (fitsRequest's order: pods, cpu,
+    ) -> list[Rejection]:
+        """Every resource that does not fit (fitsRequest's order: pods, cpu,
         memory, ephemeral-storage, then the rest, here by name)."""
+        out = []
         n = len(self._admitted)
         if n + 1 > self.max_pods:
-            return _insufficient("pods", 1, n, self.max_pods)
+            out.append(_insufficient("pods", 1, n, self.max_pods))
         if r.cpu_m and self.used.cpu_m + r.cpu_m > self.cpu_m:
-            return _insufficient("cpu", r.cpu_m, self.used.cpu_m, self.cpu_m)
+            out.append(_insufficient("cpu", r.cpu_m, self.used.cpu_m, self.cpu_m))
         if r.memory and self.used.memory + r.memory > self.memory:
-            return _insufficient("memory", r.memory, self.used.memory, self.memory)
+            out.append(_insufficient("memory", r.memory, self.used.memory, self.memory))
         # Without local storage isolation the node lists no ephemeral-storage:
         # requests of it are then not counted.
         if EPHEMERAL_STORAGE not in allocatable:
@@ -155,8 +176,8 @@ class Admitter:
         for name in sorted(named, key=lambda k: (k != EPHEMERAL_STORAGE, k)):
             used, cap = self.used_named[name], allocatable.get(name, 0)
             if used + named[name] > cap:
-                return _insufficient(name, named[name], used, cap)
-        return None
+                out.append(_insufficient(name, named[name], used, cap))
+        return out
 
     def refit(self, uid: str, pod: Pod) -> Rejection | None:
         """An in-place resize of an admitted pod: do its new requests fit beside
@@ -289,9 +310,42 @@ def os_mismatch(pod: Pod) -> Rejection | None:
     return None
 
 
+@dataclass
+class InsufficientResource(Rejection):
+    """A resource the pod does not fit in (InsufficientResourceError): what
+    the critical pod preemption handler frees."""
+
+    resource: str
+    requested: int
+    used: int
+    capacity: int
+
+
+SUPPLEMENTAL_GROUPS_POLICY_REJECTION = Rejection(
+    "SupplementalGroupsPolicyNotSupported",
+    "SupplementalGroupsPolicy=Strict is not supported in this node",
+)
+
+
+def supplemental_groups_policy_unsupported(pod: Pod, node: Node) -> Rejection | None:
+    """A pod asking for the Strict policy on a node whose runtime does not say
+    it supports it (node.status.features; the gate is beta at v1.34, so the
+    check holds whatever the gate's value: off, the node reports no features)."""
+    policy = (pod["spec"].get("securityContext") or {}).get("supplementalGroupsPolicy")
+    if policy != "Strict":
+        return None
+    features = (node.get("status") or {}).get("features") or {}
+    if features.get("supplementalGroupsPolicy"):
+        return None
+    log.info("Failed to admit pod %s: %s", full_name(pod),
+             SUPPLEMENTAL_GROUPS_POLICY_REJECTION.message)  # fmt: skip
+    return SUPPLEMENTAL_GROUPS_POLICY_REJECTION
+
+
 def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Rejection:
-    return Rejection(
+    return InsufficientResource(
         f"OutOf{resource}",
         f"Node didn't have enough resource: {resource}, requested: {requested}, "
         f"used: {used}, capacity: {capacity}",
-    )
+        resource, requested, used, capacity,
+    )  # fmt: skip

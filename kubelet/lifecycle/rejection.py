@@ -9,3 +9,8 @@ from dataclasses import dataclass
 class Rejection:
     reason: str
     message: str
+
+
+class AdmissionRecoveryError(Exception):
+    """An admission failure handler could not recover the pod (the pod is
+    refused with UnexpectedAdmissionError)."""

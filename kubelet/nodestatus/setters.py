@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.core_v1 import NodeFeatures
 from kubelet.nodestatus.machine import MachineInfo
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.validation import is_extended_resource_name
@@ -59,6 +60,9 @@ class NodeInputs:
     runtime_version: Callable[[], str] = lambda: ""  # e.g. "containerd://1.6.20"
     # The runtime's handlers and their features (name, features.userNamespaces, ...).
     runtime_handlers: Callable[[], list[dict[str, Any]]] = lambda: []
+    # NodeFeatures: the runtime's features, None while the gate
+    # (SupplementalGroupsPolicy) is off or the runtime reports none.
+    runtime_features: Callable[[], NodeFeatures | None] = lambda: None
     # Each returns None when healthy, else the reason the node is not ready.
     readiness_checks: list[Callable[[], str | None]] = field(default_factory=list)
     images: Callable[[], list[dict[str, Any]]] = lambda: []
@@ -284,6 +288,9 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     handlers = inp.runtime_handlers()
     if handlers:
         out["runtimeHandlers"] = handlers
+    features = inp.runtime_features()
+    if features is not None:
+        out["features"] = features
     return out
 
 

@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         default="keep",
         help="UpdatePodSandboxResources: keep the values, or answer UNIMPLEMENTED (containerd 1.6)",
     )
+    ap.add_argument(
+        "--supplemental-groups-policy",
+        choices=("supported", "unsupported"),
+        default="supported",
+        help="what Status reports of SupplementalGroupsPolicy (unsupported: as containerd 1.6)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     if not args.listen.startswith("unix://"):
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         cgroup_driver="" if args.cgroup_driver == "none" else args.cgroup_driver,
         checkpoint=args.checkpoint == "archive",
         sandbox_resources=args.sandbox_resources == "keep",
+        supplemental_groups_policy=args.supplemental_groups_policy == "supported",
     )
 
     async def run() -> None:

@@ -85,6 +85,11 @@ class SimRuntime:
                 ]
             ),
             runtime_handlers=[pb.RuntimeHandler(name="", features=pb.RuntimeHandlerFeatures())],
+            features=pb.RuntimeFeatures(
+                supplemental_groups_policy=self.rt.opts.supplemental_groups_policy
+            )
+            if self.rt.opts.supplemental_groups_policy
+            else None,
         )
 
     async def RuntimeConfig(

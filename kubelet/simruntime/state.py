@@ -126,6 +126,7 @@ class Container:
     message: str = ""
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     printed: int = 0  # output lines of this run written so far
+    report_user: bool = False  # status carries `user` (Options.supplemental_groups_policy)
     _framed: bytes | None = None
 
     def framed(self) -> bytes:
@@ -173,6 +174,19 @@ class Container:
             if c.HasField("linux")
             else None,
             image_id=self.image_id,
+            user=self.user() if self.report_user else None,
+        )
+
+    def user(self) -> pb.ContainerUser:
+        """The identity the process runs as: runAsUser / runAsGroup (0 without),
+        its primary group first among the supplemental ones (no image groups
+        here: a simulated image has no /etc/group)."""
+        sc = self.config.linux.security_context
+        uid = sc.run_as_user.value if sc.HasField("run_as_user") else 0
+        gid = sc.run_as_group.value if sc.HasField("run_as_group") else 0
+        groups = list(dict.fromkeys([gid, *sc.supplemental_groups]))
+        return pb.ContainerUser(
+            linux=pb.LinuxContainerUser(uid=uid, gid=gid, supplemental_groups=groups)
         )
 
     def cancel_timers(self) -> None:
@@ -195,6 +209,9 @@ class Options:
     # UpdatePodSandboxResources (CRI v1.34): kept in the sandbox's config;
     # False answers UNIMPLEMENTED as containerd 1.6 does.
     sandbox_resources: bool = True
+    # Status's features.supplemental_groups_policy; with it, container statuses
+    # carry the user the process runs as (False: neither, as containerd 1.6).
+    supplemental_groups_policy: bool = True
 
 
 def normalize_image(ref: str) -> str:
@@ -360,6 +377,7 @@ class Runtime:
             log_path,
             behavior,
             now_ns(),
+            report_user=self.opts.supplemental_groups_policy,
         )
         self.containers[cid] = c
         sb.containers.add(cid)

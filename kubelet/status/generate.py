@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet import types as v1
-from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, PodStatus
+from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, ContainerUser, PodStatus
 from kubelet.kuberuntime.termination import (
     MAX_POD_TERMINATION_MESSAGE_LENGTH,
     pod_message_budget,
@@ -159,7 +159,21 @@ def _runtime_entry(
         entry["state"] = _state(cur, budget)
         if prev is not None and prev.state == EXITED:
             entry["lastState"] = _state(prev, budget)
+        if cur.user is not None:
+            entry["user"] = api_user(cur.user)
     return entry
+
+
+def api_user(user: ContainerUser) -> v1.ContainerUser:
+    """convertContainerStatusUser (supplementalGroups left out when empty)."""
+    out: v1.ContainerUser = {}
+    if user.linux is not None:
+        u = user.linux
+        linux: v1.LinuxContainerUser = {"uid": u.uid, "gid": u.gid}
+        if u.supplemental_groups:
+            linux["supplementalGroups"] = list(u.supplemental_groups)
+        out["linux"] = linux
+    return out
 
 
 def _started_ready(

@@ -491,12 +491,14 @@ async def in_process_kubelet(
     tmp_path: Path,
     node_name: str = "node-a",
     machine_topology: MachineTopology | None = None,
+    allocatable: dict[str, str] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[InProcessKubelet]:
     """A running InProcessKubelet on the runtime at `endpoint`, its manifests in
     `tmp_path`/manifests; `overrides` set configuration fields (and `recorder`
     the event recorder); `machine_topology` replaces this machine's (a fake
-    NUMA machine, say). Stopped when the block ends; a second one on the same
+    NUMA machine, say); `allocatable` what admission counts against (as the
+    command computes it from capacity and reservations). Stopped when the block ends; a second one on the same
     `tmp_path` is a restart of the first."""
     manifests = tmp_path / "manifests"
     manifests.mkdir(exist_ok=True)
@@ -511,7 +513,9 @@ async def in_process_kubelet(
         rt,
         img,
         recorder=recorder,
-        node_setup=NodeSetup(ip="192.0.2.10", machine_topology=machine_topology),
+        node_setup=NodeSetup(
+            ip="192.0.2.10", machine_topology=machine_topology, allocatable=allocatable
+        ),
         # Upstream is 10s doubling to 5m; shrunk so tests see several restarts.
         runtime_setup=RuntimeSetup(
             crash_backoff=Backoff(0.5, 4.0), image_backoff=Backoff(0.5, 4.0)

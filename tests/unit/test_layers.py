@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("volume plugins", ["volume/"]),
     ("pod pieces", ["volumemanager/", "container/", "network/", "lifecycle/", "prober/",
                     "podmanager.py", "mirror_client.py", "config/"]),
-    ("runtime and status", ["kuberuntime/", "pleg/", "stats/", "eviction/", "nodeshutdown/", "status/",
+    ("runtime and status", ["kuberuntime/", "pleg/", "stats/", "eviction/", "preemption/", "nodeshutdown/", "status/",
                             "allocation/",
                             "server/"]),
     ("kubelet", ["pod_workers.py", "pod_sync.py", "kubelet_pods.py", "kubelet_getters.py",

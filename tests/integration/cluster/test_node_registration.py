@@ -36,6 +36,7 @@ def inputs(name: str, ready: list[str | None]) -> NodeInputs:
         runtime_version=lambda: "simruntime://0.1.0",
         readiness_checks=[lambda: ready[0]],
         rootfs_capacity=lambda: 100 * 1024**3,
+        runtime_features=lambda: {"supplementalGroupsPolicy": True},
     )
 
 
@@ -70,6 +71,8 @@ async def test_node_registers_reports_ready_and_renews_lease(control_plane: Cont
         assert cond["Ready"]["status"] == "True"
         assert cond["MemoryPressure"]["status"] == "False"
         assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == "simruntime://0.1.0"
+        # the runtime's features, as the NodeFeatures setter reports them
+        assert node["status"]["features"] == {"supplementalGroupsPolicy": True}
         # allocatable = capacity - 100m cpu reserved
         cores = int(node["status"]["capacity"]["cpu"])
         assert node["status"]["allocatable"]["cpu"] == f"{cores * 1000 - 100}m"

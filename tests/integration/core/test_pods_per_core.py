@@ -54,5 +54,11 @@ async def test_admission_refuses_pods_past_pods_per_core(per_core_node: InProces
     )
     (refused,) = [node.pod(f"p{i}") for i in range(cores + 1) if node.phase(f"p{i}") == "Failed"]
     assert refused is not None
-    assert refused["status"]["reason"] == "OutOfpods"
-    assert refused["status"]["message"].endswith(f"used: {cores}, capacity: {cores}")
+    # Static pods are critical: the kubelet tries to preempt for it, finds no
+    # pod it may preempt (all are critical), and says so as upstream does.
+    assert refused["status"]["reason"] == "UnexpectedAdmissionError"
+    assert refused["status"]["message"] == (
+        "Pod was rejected: Unexpected error while attempting to recover from admission failure: "
+        "preemption: error finding a set of pods to preempt: no set of running pods found to "
+        "reclaim resources: [(res: pods, q: 1), ]"
+    )

@@ -7,6 +7,7 @@ from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction.eviction_manager import EvictionManager, Observation
+from kubelet.stats.ephemeral import Inodes, PodStorage
 
 GiB = 2**30
 MiB = 2**20
@@ -70,3 +71,39 @@ async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
     assert refused is not None and refused.reason == "Evicted"
     assert refused.message == "The node had condition: [DiskPressure]."
     assert m.admit(pod("new-plugin", [], priority=NODE_CRITICAL)) is None
+
+
+INODE_USAGE = {
+    "many-files": PodStorage({"d": 10 * MiB}, {"c": 0}, 10 * MiB, Inodes({"d": 90_000}, {"c": 5}, 90_005)),
+    "big-file": PodStorage({"d": 900 * MiB}, {"c": 0}, 900 * MiB, Inodes({"d": 2}, {"c": 5}, 7)),
+}  # fmt: skip
+
+
+async def _evicted_under(signal: str, observed: Observation) -> list[str]:
+    cfg = KubeletConfiguration()
+    cfg.eviction_hard = {signal: "10%"}
+    pods = [pod(n, [{"name": "d", "emptyDir": {}}]) for n in INODE_USAGE]
+    evicted: list[str] = []
+
+    async def evict(p: dict, grace: int, reason: str, message: str, **_: Any) -> None:
+        evicted.append(p["metadata"]["name"])
+
+    async def measure(ps: list[dict]) -> dict[str, PodStorage]:
+        return {p["metadata"]["uid"]: INODE_USAGE[p["metadata"]["uid"]] for p in ps}
+
+    m = EvictionManager(
+        cfg, lambda: list(pods), evict, lambda: {}, "/",
+        observe_fn=lambda: {signal: observed}, clock=lambda: 1000.0,
+        local_storage_usage=measure,
+    )  # fmt: skip
+    await m.synchronize()
+    return evicted
+
+
+async def test_inode_pressure_ranks_by_inodes_not_bytes() -> None:
+    """nodefs.inodesFree: the pod with the most inodes goes (no pod requests
+    inodes, so any use is above its request), though another holds more bytes;
+    nodefs.available on the same pods picks the one with more bytes."""
+    inodes = await _evicted_under("nodefs.inodesFree", Observation(100, 1_000_000))
+    assert inodes == ["many-files"]
+    assert await _evicted_under("nodefs.available", Observation(GiB, 100 * GiB)) == ["big-file"]

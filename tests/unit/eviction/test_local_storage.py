@@ -203,7 +203,8 @@ async def test_local_storage_capacity_isolation_false_turns_it_off() -> None:
 
 
 class StatsRuntime:
-    """list_container_stats of a runtime: writable layer bytes by container ID."""
+    """list_container_stats of a runtime: writable layer bytes by container ID
+    (and a tenth as many inodes)."""
 
     def __init__(self, layers: dict[str, int], fail: bool = False) -> None:
         self.layers = layers
@@ -219,7 +220,9 @@ class StatsRuntime:
         return [
             pb.ContainerStats(
                 attributes=pb.ContainerAttributes(id=cid),
-                writable_layer=pb.FilesystemUsage(used_bytes=pb.UInt64Value(value=n)),
+                writable_layer=pb.FilesystemUsage(
+                    used_bytes=pb.UInt64Value(value=n), inodes_used=pb.UInt64Value(value=n // 10)
+                ),
             )
             for cid, n in self.layers.items()
         ]
@@ -256,9 +259,10 @@ async def test_measure_sums_layers_logs_local_volumes_and_etc_hosts(tmp_path: Pa
     )
     rt = StatsRuntime({"ida": 1000, "idb": 2000, "old": 10**9})  # "old" is not running
     volumes = {"disk": 3 * MiB, "mem": 5 * MiB, "cfg": 4096, "tok": 4096}
+    inodes = {"disk": 7, "mem": 9, "cfg": 3, "tok": 2}
     stats = EphemeralStorageStats(
         rt, str(tmp_path / "logs"), str(tmp_path / "pods"),  # type: ignore[arg-type]
-        lambda _u: status, lambda _u: volumes,
+        lambda _u: status, lambda _u: volumes, volume_inodes=lambda _u: inodes,
     )  # fmt: skip
     got = (await stats.measure([p]))["uid-m"]
     assert rt.filters == [pb.ContainerStatsFilter(pod_sandbox_id="sb")]
@@ -266,6 +270,11 @@ async def test_measure_sums_layers_logs_local_volumes_and_etc_hosts(tmp_path: Pa
     assert got.volumes == volumes
     # Memory-backed and projected volumes are not the pod's local storage.
     assert got.total == 1000 + 8192 + 2000 + 4096 + 3 * MiB + 4096 + 4096 + 4096
+    # Inodes the same way: the layers', one per log file and log directory (the
+    # link is not a file), the local volumes', the pod's log dir, stray.log, etc-hosts.
+    assert got.inodes.containers == {"a": 100 + 2, "b": 200 + 2}
+    assert got.inodes.volumes == inodes
+    assert got.inodes.total == 102 + 202 + 7 + 3 + 2 + 1
 
 
 async def test_a_runtime_that_cannot_answer_leaves_the_pod_unmeasured(tmp_path: Path) -> None:
