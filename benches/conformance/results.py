@@ -227,10 +227,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _title(run: RunResult) -> str:
+    # The storage harness (benches/storage) writes its records in this format.
+    return "Storage suites" if run.focus.startswith("External.Storage") else "Node conformance"
+
+
 def markdown(run: RunResult) -> str:
     c = run.counts()
     lines = [
-        f"# Node conformance: {'our' if run.kubelet == 'ours' else 'the upstream'} kubelet",
+        f"# {_title(run)}: {'our' if run.kubelet == 'ours' else 'the upstream'} kubelet",
         "",
         f"{run.date}, kubelet {run.kubelet_version or '?'}"
         + (f" at {run.source}" if run.source and run.kubelet == "ours" else "")

@@ -26,6 +26,7 @@ from benches import records
 from benches.conformance import harness
 from benches.conformance.__main__ import run_kubelets
 from benches.storage.harness import FOCUS, SKIP, StorageRun
+from kubelet.testing import images
 
 REPO = harness.REPO
 
@@ -64,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="kpy-st-", dir="/tmp"))
     try:
         build(kubelets)
-        image_tars = harness.build_images(workdir / "images")
+        image_tars = images.build_storage(
+            str(workdir / "images"),
+            str(harness.BIN),
+            harness.k8s_source(),
+            str(harness.CACHE / "debs"),
+        )
     except harness.RunFailed as err:
         print(f"storage: {err}", file=sys.stderr)
         return 1

@@ -401,6 +401,24 @@ def nginx_layer() -> bytes:
     return layer_tar(files, {}, dirs)
 
 
+def nginx_image(directory: str, debs: str, base: list[bytes]) -> str:
+    """The e2e nginx images: Debian's nginx (unpacked into debs) over `base`."""
+    nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
+    layers = [*base, binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()]
+    path = os.path.join(directory, "nginx.tar")
+    return write_oci_tar(
+        path, NGINX_REFS, layers, [], ["nginx", "-g", "daemon off;"], env=[ALPINE_PATH]
+    )
+
+
+def build_storage(directory: str, bindir: str, k8s_src: str, debs: str) -> dict[str, str]:
+    """The storage suites' images: the conformance ones and nginx (the
+    volumes suite's exec spec runs a file of the volume in it)."""
+    out = build_e2e(directory, bindir, k8s_src)
+    out[NGINX_REFS[0]] = nginx_image(directory, debs, [busybox_layer()])
+    return out
+
+
 def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> ImageSet:
     """The node e2e suite's images: the conformance ones (build_e2e), with
     busybox (and agnhost over it) given what Debian's busybox lacks (nmeter,
@@ -416,11 +434,7 @@ def build_node_e2e(directory: str, bindir: str, k8s_src: str, debs: str) -> Imag
         return write_oci_tar(path, ref, [*base, *layers], entry, cmd, env=[ALPINE_PATH])
 
     out[E2E_BUSYBOX_REF] = image("e2e-busybox", E2E_BUSYBOX_REF, [], [], ["sh"])
-    nginx = os.path.join(debian_root("nginx", debs), "usr", "sbin", "nginx")
-    out[NGINX_REFS[0]] = image(
-        "nginx", NGINX_REFS, [binaries_layer({"/usr/sbin/nginx": nginx}), nginx_layer()],
-        [], ["nginx", "-g", "daemon off;"],
-    )  # fmt: skip
+    out[NGINX_REFS[0]] = nginx_image(directory, debs, base)
     ipc = {f"/usr/bin/{t}": f"/usr/bin/{t}" for t in ("ipcs", "ipcmk", "ipcrm")}
     out[IPC_UTILS_REF] = image("ipc-utils", IPC_UTILS_REF, [binaries_layer(ipc)], [], ["sh"])
     # Alpine's busybox nc (agnhost's base) speaks UDP, Debian's does not: the

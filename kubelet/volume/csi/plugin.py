@@ -114,6 +114,14 @@ class CSIPlugin:
         if vol.mode not in modes:
             why = " (no CSIDriver object)" if driver is None else f" (only supports {modes})"
             raise VolumeError(f'volume mode "{vol.mode}" not supported by driver {vol.driver}{why}')
+        # The scheduler enforces ReadWriteOncePod too, but a pod bound by
+        # nodeName skips it; checked before anything of this pod is on disk.
+        if vol.access_modes == ("ReadWriteOncePod",) and self.staging.used_by_another_pod(
+            vol.driver, vol.handle, _uid(pod)
+        ):
+            raise VolumeError(
+                "volume uses the ReadWriteOncePod access mode and is already in use by another pod"
+            )
         policy = csidriver.fs_group_policy(driver)
         client = self.drivers.client(vol.driver)
         caps = await client.node_capabilities()

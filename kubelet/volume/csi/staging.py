@@ -122,6 +122,10 @@ class StagingManager:
         v.users.add(user)
         return v
 
+    def used_by_another_pod(self, driver: str, handle: str, uid: str) -> bool:
+        v = self.volumes.get((driver, handle))
+        return v is not None and any(u != uid for u, _ in v.users)
+
     def found_staged(self, driver: str, handle: str, staging_path: str) -> None:
         """A staging dir with its vol_data.json found on disk at start."""
         v = self._entry(driver, handle)

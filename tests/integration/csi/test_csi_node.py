@@ -24,6 +24,7 @@ from kubelet.pluginmanager import CSI_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
+from kubelet.testing.wait import wait_for_async
 from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
@@ -357,3 +358,27 @@ async def test_volume_health_from_the_driver_under_the_gate(env):
     assert usage is not None and usage.abnormal is True
     n.vm.remove_pod("u9")
     assert await n.vm.wait_for_unmount("u9", 30)
+
+
+async def test_read_write_once_pod_volume_refused_to_a_second_pod_until_the_first_is_gone(env):
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-rwop")
+    api.bind("claim-rwop", "pv-rwop", handle)
+    api.objects["/api/v1/persistentvolumes/pv-rwop"]["spec"]["accessModes"] = ["ReadWriteOncePod"]
+    n = await node()
+    first, second = pod("r1", claim_vol("v", "claim-rwop")), pod("r2", claim_vol("v", "claim-rwop"))
+    n.vm.add_pod(first)
+    await wait_for_async("first pod's volume", lambda: not n.vm.unmounted_volumes(first))
+    # A pod bound by nodeName (no scheduler to enforce the access mode) is refused.
+    n.vm.add_pod(second)
+    await wait_for_async("FailedMount of the second pod", lambda: n.events)
+    assert n.events[0] == (
+        'MountVolume.SetUp failed for volume "v" : volume uses the ReadWriteOncePod '
+        "access mode and is already in use by another pod"
+    )
+    assert not pod_dir(root, "r2", "pv-rwop").exists()
+    assert driver.calls("NodePublishVolume") == 1
+    n.vm.remove_pod("r1")
+    assert await n.vm.wait_for_unmount("r1", 30)
+    await wait_for_async("second pod's volume", lambda: not n.vm.unmounted_volumes(second), 60)
+    assert mounted(pod_dir(root, "r2", "pv-rwop") / "mount")
