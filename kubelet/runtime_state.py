@@ -31,6 +31,7 @@ class RuntimeState:
         # The node's images for the Node status, biggest first.
         self.node_images: list[dict[str, Any]] = []
         self.runtime_version = ""
+        self._name = "cri"  # until the runtime answers Version
         self.error: str | None = "container runtime status check may not have completed yet"
         self._synced: float | None = None  # clock.monotonic() of the last passed check
         # Handler name -> its user namespace support, from the last Status
@@ -52,6 +53,7 @@ class RuntimeState:
                 except TimeoutError:
                     continue
             self.runtime_version = f"{v.runtime_name}://{v.runtime_version}"
+            self._name = v.runtime_name or "cri"
             log.info(
                 "Container runtime %s %s (CRI %s)",
                 v.runtime_name,
@@ -60,6 +62,10 @@ class RuntimeState:
             )
             return v
         return None
+
+    def runtime_name(self) -> str:
+        """The runtime's name in container IDs (kuberuntime's RuntimeIdentity)."""
+        return self._name
 
     async def sandbox_image(self) -> str:
         """The pause image the runtime uses (containerd reports it in its verbose

@@ -206,3 +206,10 @@ async def test_a_manifest_removed_and_written_back_restarts_its_pod(node) -> Non
         what="again restarted",
     )
     assert node.container("again", "c")["restartCount"] == 1
+
+
+async def test_container_ids_name_the_runtime_as_its_version_answer_does(node) -> None:  # type: ignore[no-untyped-def]
+    node.write("named", [forever()])
+    await node.wait(lambda: node.phase("named") == "Running", timeout=20, what="Running")
+    assert node.kubelet.runtime.state.runtime_name() == "simruntime"
+    assert node.container("named", "c")["containerID"].startswith("simruntime://")
