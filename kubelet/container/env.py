@@ -34,7 +34,7 @@ from kubelet.fieldpath import (
     pod_level_allocatable,
     sort_pod_ips,
 )
-from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.objectcache import OBJECT_UNAVAILABLE, ObjectGetter, ObjectNotFoundError
 from kubelet.types import (
     Container,
     ObjectFieldSelector,
@@ -78,7 +78,7 @@ async def _get(
         if optional:
             return None
         raise ContainerConfigError(str(err)) from err
-    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
+    except OBJECT_UNAVAILABLE as err:  # the message is fit for the event
         raise ContainerConfigError(str(err)) from err
 
 

@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.objectcache import OBJECT_UNAVAILABLE, ObjectGetter, ObjectNotFoundError
 from kubelet.types import KeyToPath, Pod
 from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, PayloadError, VolumeWriter
@@ -52,7 +52,7 @@ async def get_object(
         raise VolumeError(str(err)) from err
     except VolumeError:
         raise
-    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
+    except OBJECT_UNAVAILABLE as err:  # the message is fit for the event
         raise VolumeError(str(err) or repr(err)) from err
 
 
