@@ -76,6 +76,8 @@ class StandaloneError(Exception):
 # What ObjectGetter.get raises when the object cannot be had now: no API
 # client, the object not registered by any pod, the watch not synced in time.
 OBJECT_UNAVAILABLE: tuple[type[Exception], ...] = (StandaloneError, LookupError, TimeoutError)
+# Everything ObjectGetter.get raises: missing, or not to be had now.
+OBJECT_GET_ERRORS: tuple[type[Exception], ...] = (ObjectNotFoundError, *OBJECT_UNAVAILABLE)
 
 
 def configmap_names(pod: Pod) -> set[str]:

@@ -10,12 +10,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from kubelet.certificate.store import PrivateKey
+from kubelet.client.rest import APIError
 
 log = logging.getLogger(__name__)
 
@@ -220,9 +222,7 @@ async def wait_for_certificate(
                 state = describe_pending(obj)
         except (TimeoutError, OSError) as err:
             log.debug("Watch of csr %s ended: %s", name, err)
-        except Exception as err:  # aiohttp errors end the watch; re-list
-            if isinstance(err, CSRError):
-                raise
+        except (aiohttp.ClientError, APIError, ValueError) as err:  # the watch broke: re-list
             log.info("Watch of certificate signing request %s broke: %s; retrying", name, err)
             await asyncio.sleep(1)
         if loop.time() >= next_log:
