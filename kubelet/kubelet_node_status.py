@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
+from kubelet.events import Recorder
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
 from kubelet.types import ObjectReference
 
@@ -49,7 +50,7 @@ class NodeStatusManager:
         self,
         client: APIClient,
         inputs: NodeInputs,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
         current: Callable[[], Mapping[str, Any] | None] = lambda: None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,13 +30,13 @@ KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 class CSRClient(Protocol):
     """What this module needs of an API client (kubelet.client.rest.APIClient)."""
 
-    async def create(self, path: str, obj: Any, **kw: Any) -> Any: ...
+    async def create(self, path: str, obj: Mapping[str, Any], **kw: Any) -> Any: ...
 
     async def get(self, path: str, **kw: Any) -> Any: ...
 
     def watch(
         self, path: str, params: dict[str, str], timeout: float | None = None
-    ) -> Any: ...  # an async iterator of (type, object)
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
 
 
 class CSRError(Exception):

@@ -20,6 +20,7 @@ from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.store import KeyPair
 from kubelet.client.certificate import CertificateSource
+from kubelet.client.rest import APIClient
 from kubelet.cm.interfaces import ContainerManagerError
 from kubelet.cmd.node import start_node
 from kubelet.cmd.options import KubeletServer
@@ -360,7 +361,7 @@ def build_clients(
     log.info("Cluster mode: API server %s", getattr(deps.kube_client.conn, "host", "?"))
 
 
-def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
+def build_auth(s: KubeletServer, client: APIClient | None, node: str) -> ServerAuth:
     cfg = s.config
     has_client = client is not None
     if cfg.authorization.mode == "Webhook" and not has_client:
