@@ -37,6 +37,7 @@ from kubelet.fieldpath import (
 from kubelet.objectcache import OBJECT_UNAVAILABLE, ObjectGetter, ObjectNotFoundError
 from kubelet.types import (
     Container,
+    KeySelector,
     ObjectFieldSelector,
     Pod,
     Quantity,
@@ -141,7 +142,7 @@ class _Sources:
         self.data[(kind, name)] = data
         return data
 
-    async def key(self, kind: str, ref: Mapping[str, Any]) -> str | None:
+    async def key(self, kind: str, ref: KeySelector) -> str | None:
         """configMapKeyRef / secretKeyRef: the value, or None when an optional
         reference cannot be resolved."""
         name, key, optional = ref.get("name") or "", ref.get("key") or "", bool(ref.get("optional"))

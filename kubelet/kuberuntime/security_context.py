@@ -45,7 +45,7 @@ import functools
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import (
@@ -54,7 +54,9 @@ from kubelet.types import (
     Container,
     Pod,
     PodSecurityContext,
+    SeccompProfile,
     SecurityContext,
+    SELinuxOptions,
     containers_of,
 )
 
@@ -228,7 +230,7 @@ def _go_join(*elems: str) -> str:
     return "/" + p.lstrip("/") if p.startswith("//") else p
 
 
-def _seccomp_from_field(prof: Mapping[str, Any], seccomp_root: str) -> pb.SecurityProfile:
+def _seccomp_from_field(prof: SeccompProfile, seccomp_root: str) -> pb.SecurityProfile:
     kind = prof.get("type")
     if kind == "RuntimeDefault":
         return pb.SecurityProfile(profile_type=_PT.RuntimeDefault)
@@ -299,7 +301,7 @@ def apparmor_profile(pod: Pod, container: Container) -> tuple[pb.SecurityProfile
 
 
 # --------------------------------------------------------------- builders
-def _selinux(opts: Mapping[str, Any]) -> pb.SELinuxOption:
+def _selinux(opts: SELinuxOptions) -> pb.SELinuxOption:
     return pb.SELinuxOption(
         user=opts.get("user", ""),
         role=opts.get("role", ""),
@@ -308,7 +310,7 @@ def _selinux(opts: Mapping[str, Any]) -> pb.SELinuxOption:
     )
 
 
-def _groups_policy(psc: Mapping[str, Any]) -> int | None:
+def _groups_policy(psc: PodSecurityContext) -> int | None:
     policy = psc.get("supplementalGroupsPolicy")
     if policy is None:
         return None
