@@ -25,6 +25,7 @@ from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
 from kubelet.testing.wait import wait_for_async
+from kubelet.types import Pod
 from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
@@ -125,6 +126,16 @@ class Node:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
+async def all_mounted(vm: VolumeManagerImpl, pod: Pod) -> None:
+    await wait_for_async(
+        "every volume of the pod mounted",
+        lambda: not vm.unmounted_volumes(pod),
+        60.0,
+        0.05,
+        retry_on=(),
+    )
+
+
 def mounted(path: Path) -> bool:
     return str(path) in mountutil.mount_table()
 
@@ -178,13 +189,7 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     n = await node()
     a, b = pod("u1", claim_vol("data", "claim-a")), pod("u2", claim_vol("d", "claim-a"))
     n.vm.add_pod(a)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(a)",
-        lambda: not n.vm.unmounted_volumes(a),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, a)
     staging = staging_dir(root, handle)
     assert mounted(staging / "globalmount")
     assert json.loads((staging / "vol_data.json").read_text()) == {
@@ -205,13 +210,7 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     assert n.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{handle}"]
 
     n.vm.add_pod(b)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(b)",
-        lambda: not n.vm.unmounted_volumes(b),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, b)
     assert driver.calls("NodeStageVolume") == 1
     assert driver.calls("NodePublishVolume") == 2
 
@@ -235,13 +234,7 @@ async def test_inline_ephemeral_volume(env):
     inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1048576"}}}
     p = pod("u3", inline)
     n.vm.add_pod(p)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(p)",
-        lambda: not n.vm.unmounted_volumes(p),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, p)
     handle = "csi-" + hashlib.sha256(b"u3scratch").hexdigest()
     target = pod_dir(root, "u3", "scratch") / "mount"
     assert mounted(target)
@@ -286,13 +279,7 @@ async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env)
 
     second = await node()
     second.vm.add_pod(kept)
-    await wait_for_async(
-        "not second.vm.unmounted_volumes(kept)",
-        lambda: not second.vm.unmounted_volumes(kept),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(second.vm, kept)
     assert await second.vm.cleanup_orphaned_pods({"u5"}) == []
     assert await second.vm.wait_for_unmount("u6", 30)
     assert driver.calls("NodePublishVolume") == publishes  # adopted, not published again
@@ -336,13 +323,7 @@ async def test_read_only_claim_and_fs_group(env):
     p["spec"]["securityContext"] = {"fsGroup": 4321}
     (Path(driver.data_dir(handle2)) / "existing").write_text("x")
     n.vm.add_pod(p)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(p)",
-        lambda: not n.vm.unmounted_volumes(p),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, p)
     mounted_vols = n.vm.get_mounted_volumes("u7")
     assert mounted_vols["ro"].read_only and not mounted_vols["rw"].read_only
     assert "ro" in _mount_options(pod_dir(root, "u7", "pv-ro") / "mount")
@@ -362,13 +343,7 @@ async def test_volume_stats_come_from_the_driver(env):
     n = await node()
     p = pod("u8", claim_vol("data", "claim-st"))
     n.vm.add_pod(p)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(p)",
-        lambda: not n.vm.unmounted_volumes(p),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, p)
     target = pod_dir(root, "u8", "pv-st") / "mount"
     (target / "blob").write_bytes(b"x" * (1 << 20))
     assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
@@ -392,13 +367,7 @@ async def test_volume_health_from_the_driver_under_the_gate(env):
     n = await node(volume_health=True)
     p = pod("u9", claim_vol("data", "claim-h"))
     n.vm.add_pod(p)
-    await wait_for_async(
-        "not n.vm.unmounted_volumes(p)",
-        lambda: not n.vm.unmounted_volumes(p),
-        60.0,
-        0.05,
-        retry_on=(),
-    )
+    await all_mounted(n.vm, p)
     target = pod_dir(root, "u9", "pv-h") / "mount"
     query = n.csi.plugin.volume_stats("data", str(target))
     assert query is not None
