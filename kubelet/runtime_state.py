@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import orjson
 
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.types import ContainerImage, NodeRuntimeHandler
 from kubelet.util.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class RuntimeState:
         self.images = images
         self.clock = clock
         # The node's images for the Node status, biggest first.
-        self.node_images: list[dict[str, Any]] = []
+        self.node_images: list[ContainerImage] = []
         self.runtime_version = ""
         self._name = "cri"  # until the runtime answers Version
         self.error: str | None = "container runtime status check may not have completed yet"
@@ -37,7 +37,7 @@ class RuntimeState:
         # Handler name -> its user namespace support, from the last Status
         # (empty: the runtime named no handlers, or has not answered yet).
         self.userns_handlers: dict[str, bool] = {}
-        self.node_runtime_handlers: list[dict[str, Any]] = []
+        self.node_runtime_handlers: list[NodeRuntimeHandler] = []
 
     async def wait_for_version(self, stop: asyncio.Event) -> pb.VersionResponse | None:
         """Ask the runtime its version until it answers (10 minutes at most) or
