@@ -467,7 +467,7 @@ class InProcessKubelet:
                 return c
         raise KeyError(cname)
 
-    async def wait(self, pred: Callable[[], Any], timeout: float = 30.0, what: str = "") -> None:
+    async def wait(self, pred: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
         """Until pred() holds; a pod or field not there yet (KeyError, TypeError)
         or a failed assertion inside pred counts as not yet."""
         await wait_for_async(
