@@ -310,7 +310,7 @@ def _selinux(opts: SELinuxOptions) -> pb.SELinuxOption:
     )
 
 
-def _groups_policy(psc: PodSecurityContext) -> int | None:
+def _groups_policy(psc: PodSecurityContext) -> pb.SupplementalGroupsPolicy | None:
     policy = psc.get("supplementalGroupsPolicy")
     if policy is None:
         return None
@@ -337,7 +337,7 @@ def _run_as_user(
 
 def _supplemental_groups(
     psc: PodSecurityContext, extra_groups: Iterable[int]
-) -> tuple[list[int], int | None]:
+) -> tuple[list[int], pb.SupplementalGroupsPolicy | None]:
     """(gids, policy). Order as upstream: fsGroup, the pod's groups, then the
     volumes' extra gids."""
     groups = [int(psc["fsGroup"])] if _set(psc, "fsGroup") else []
@@ -395,7 +395,7 @@ def container_security_context(
     groups, policy = _supplemental_groups(_pod_sc(pod), extra_groups)
     out.supplemental_groups.extend(groups)
     if policy is not None:
-        out.supplemental_groups_policy = policy  # type: ignore[assignment]
+        out.supplemental_groups_policy = policy
     out.masked_paths.extend(masked_paths(eff.get("procMount")))
     out.readonly_paths.extend(readonly_paths(eff.get("procMount")))
     return out
@@ -438,7 +438,7 @@ def sandbox_security_context(
     out.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
     policy = _groups_policy(psc)
     if policy is not None:
-        out.supplemental_groups_policy = policy  # type: ignore[assignment]
+        out.supplemental_groups_policy = policy
     if _set(psc, "seLinuxOptions"):
         out.selinux_options.CopyFrom(_selinux(psc["seLinuxOptions"]))
     return out
