@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
@@ -53,7 +53,7 @@ class NodeStatusManager:
         recorder: Recorder | None = None,
         registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
-        current: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        current: Callable[[], Node | None] = lambda: None,
     ) -> None:
         """current: the Node as the API server has it now (the node watch), so
         what others set there (extended resources in capacity) is seen within
