@@ -33,7 +33,9 @@ def fs_group_of(pod: Pod) -> int | None:
     return None if group is None else int(group)
 
 
-def decode_base64(value: Any, what: str) -> bytes:
+def decode_base64(value: object, what: str) -> bytes:
+    if not isinstance(value, str | bytes | None):
+        raise VolumeError(f"{what}: invalid base64 data: not a string")
     try:
         return base64.b64decode(value or "", validate=True)
     except (binascii.Error, ValueError) as err:
