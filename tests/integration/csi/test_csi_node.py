@@ -114,7 +114,7 @@ class Node:
             *(asyncio.ensure_future(c) for _, c in self.csi.loops(self.stop)),
         ]
         await wait_for_async(
-            "self.csi.drivers.get(DRIVER) is not None",
+            "the driver registered",
             lambda: self.csi.drivers.get(DRIVER) is not None,
             60.0,
             0.05,
@@ -221,7 +221,7 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     n.vm.remove_pod("u2")
     assert await n.vm.wait_for_unmount("u2", 30)
     await wait_for_async(
-        "not staging.exists()", lambda: not staging.exists(), 60.0, 0.05, retry_on=()
+        "the staging dir removed", lambda: not staging.exists(), 60.0, 0.05, retry_on=()
     )
     assert driver.calls("NodeUnstageVolume") == 1
     assert n.csi.volumes_in_use() == []
@@ -252,7 +252,7 @@ async def test_inline_volume_refused_by_a_persistent_only_driver(env):
     n = await node({**CSI_DRIVER_SPEC, "volumeLifecycleModes": ["Persistent"]})
     p = pod("u4", {"name": "scratch", "csi": {"driver": DRIVER}})
     n.vm.add_pod(p)
-    await wait_for_async("n.events", lambda: n.events, 60.0, 0.05, retry_on=())
+    await wait_for_async("an event", lambda: n.events, 60.0, 0.05, retry_on=())
     assert n.events[0] == (
         'MountVolume.SetUp failed for volume "scratch" : volume mode "Ephemeral" not supported '
         f"by driver {DRIVER} (only supports ['Persistent'])"
@@ -289,7 +289,7 @@ async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env)
     gone_handle = api.objects["/api/v1/persistentvolumes/pv-gone"]["spec"]["csi"]["volumeHandle"]
     keep_handle = api.objects["/api/v1/persistentvolumes/pv-keep"]["spec"]["csi"]["volumeHandle"]
     await wait_for_async(
-        "not staging_dir(root, gone_handle).exists()",
+        "the orphan's staging dir removed",
         lambda: not staging_dir(root, gone_handle).exists(),
         60.0,
         0.05,

@@ -48,7 +48,7 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     )  # fmt: skip
     assert r.returncode == 0, r.stdout
     wait_for(
-        "log.read_text().count('started') == 1",
+        "the unit's first start in its log",
         lambda: log.read_text().count("started") == 1,
         20.0,
         0.05,
@@ -64,7 +64,7 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     # mustStopKubelet: kill, then the unit is no longer running.
     assert run(env, "sudo", "systemctl", "kill", "kubelet-20261125T183000").returncode == 0
     wait_for(
-        "not os.path.exists(f'/proc/{first}') or _zombie(first)",
+        "the first process gone",
         lambda: not os.path.exists(f"/proc/{first}") or _zombie(first),
         20.0,
         0.05,
@@ -76,7 +76,7 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     # ... and restart runs the same command again, appending to the same log.
     assert run(env, "sudo", "systemctl", "restart", "kubelet-20261125T183000").returncode == 0
     wait_for(
-        "log.read_text().count('started') == 2",
+        "the unit's second start in its log",
         lambda: log.read_text().count("started") == 2,
         20.0,
         0.05,
@@ -150,7 +150,7 @@ def test_exec_arguments_are_unescaped_as_systemd_does(
     )  # fmt: skip
     assert r.returncode == 0, r.stdout
     wait_for(
-        "log.exists() and log.read_text().strip() != ''",
+        "the unit's log written",
         lambda: log.exists() and log.read_text().strip() != "",
         20.0,
         0.05,

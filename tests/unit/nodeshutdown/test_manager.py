@@ -100,7 +100,9 @@ class Node:
     async def start(self) -> asyncio.Task[None]:
         """The manager running, holding its lock."""
         task = asyncio.create_task(self.m.run(self.stop))
-        await wait_for_async("self.m.holds_lock", lambda: self.m.holds_lock, 5.0, 0.01, retry_on=())
+        await wait_for_async(
+            "the inhibitor lock held", lambda: self.m.holds_lock, 5.0, 0.01, retry_on=()
+        )
         return task
 
 
@@ -162,7 +164,7 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
     assert n.m.shutdown_status() is None and n.m.admit(pod("x", 0, 1)) is None
 
     fake.events.put_nowait(True)
-    await wait_for_async("fake.held() == 0", lambda: fake.held() == 0, 5.0, 0.01, retry_on=())
+    await wait_for_async("the lock released", lambda: fake.held() == 0, 5.0, 0.01, retry_on=())
     assert n.m.shutdown_status() == "node is shutting down"
     refused = n.m.admit(pod("new", 0, 1))
     assert refused is not None
@@ -181,13 +183,13 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
     assert n.status_changes == 1
 
     fake.events.put_nowait(False)
-    await wait_for_async("fake.held() == 1", lambda: fake.held() == 1, 5.0, 0.01, retry_on=())
+    await wait_for_async("one lock held", lambda: fake.held() == 1, 5.0, 0.01, retry_on=())
     assert n.m.shutdown_status() is None and n.m.admit(pod("new", 0, 1)) is None
     assert n.events[-1] == ("Normal", "Shutdown", "Shutdown manager detected shutdown cancellation")
     # A second cancellation swaps the lock for a new one: still exactly one held.
     fake.events.put_nowait(False)
     await wait_for_async(
-        "len(fake.pipes) == 3", lambda: len(fake.pipes) == 3, 5.0, 0.01, retry_on=()
+        "three lock requests", lambda: len(fake.pipes) == 3, 5.0, 0.01, retry_on=()
     )
     await asyncio.sleep(0.05)
     assert fake.held() == 1
@@ -202,7 +204,7 @@ async def test_a_lost_connection_is_made_again_with_a_new_lock(tmp_path: Path) -
     first = n.fakes[0]
     first.events.put_nowait(None)  # the bus went away
     await wait_for_async(
-        "len(n.fakes) == 2 and n.fakes[1].held() == 1",
+        "a lock held on the new bus",
         lambda: len(n.fakes) == 2 and n.fakes[1].held() == 1,
         10,
         0.01,
