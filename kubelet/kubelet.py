@@ -74,6 +74,7 @@ from kubelet.types import (
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
+from kubelet.volumemanager.manager import PodVolumeStates
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +116,13 @@ class Kubelet:
         self.sandbox_image, self.registered_node = rs.sandbox_image, setup.registered
         node = build_node(config, node_name, root_dir, setup, (recorder, kube_client), clock)
         self.node = node
-        # The status manager and the volume manager ask each other (deletion
-        # waits for unmounts; an unmount re-checks deletion): one side looks up late.
-        self.pods = pods = build_pods(node, lambda u: self.volumes.manager.volumes_torn_down(u))
+        # The status manager asks the volume states (a pod's API object is
+        # deleted once its volumes are torn down); the volume manager, built
+        # later on the same states, tells the status manager of unmounts.
+        volume_states = PodVolumeStates(clock)
+        self.pods = pods = build_pods(node, volume_states)
         self.resource_managers = resources = build_resource_managers(node, pods, setup)
-        self.volumes = volumes = build_volumes(node, pods, resources)
+        self.volumes = volumes = build_volumes(node, pods, resources, volume_states)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(
             node, pods, volumes, probes, resources, (runtime_service, image_service), rs
@@ -186,7 +189,7 @@ class Kubelet:
 
     async def _start_core(self) -> None:
         """What both run() and run_once() need: the pod dirs, the QoS cgroups,
-        the runtime's name, the pod sources and the PLEG."""
+        the runtime's version, the pod sources and the PLEG."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, setup_data_dirs, self.root_dir, self.config.pod_logs_dir)
         try:
@@ -200,9 +203,7 @@ class Kubelet:
         if self.pod_cgroups is not None:
             # Fatal as upstream: pods cannot be placed without the QoS tree.
             await loop.run_in_executor(None, self.pod_cgroups.setup_qos)
-        version = await self.runtime.state.wait_for_version(self._stop)
-        if version is not None:
-            self.runtime_manager.runtime_name = version.runtime_name or "cri"
+        await self.runtime.state.wait_for_version(self._stop)
         # Volumes already on disk (a restart, kill -9 included) are adopted
         # before any pod is synced, so they are not set up again.
         await self.volumes.csi.start()  # the CSI dirs first: the manager adopts through them

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
+from kubelet.events import Recorder
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
-from kubelet.types import ObjectReference
+from kubelet.types import Node, NodeStatus, ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,10 @@ class NodeStatusManager:
         self,
         client: APIClient,
         inputs: NodeInputs,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
-        current: Callable[[], Mapping[str, Any] | None] = lambda: None,
+        current: Callable[[], Node | None] = lambda: None,
     ) -> None:
         """current: the Node as the API server has it now (the node watch), so
         what others set there (extended resources in capacity) is seen within
@@ -67,7 +68,7 @@ class NodeStatusManager:
         self.last_report = 0.0
         self.patches = 0
         self._last_ready: str | None = None
-        self.last_sent: dict[str, Any] | None = None
+        self.last_sent: NodeStatus | None = None
         self.current = current
 
     @property
@@ -105,7 +106,7 @@ class NodeStatusManager:
         self.registered.set()
         return self.node
 
-    async def _adopt(self, wanted: dict[str, Any]) -> dict[str, Any]:
+    async def _adopt(self, wanted: Node) -> dict[str, Any]:
         existing = await self.client.get(self.path)
         labels = existing.get("metadata", {}).get("labels", {}) or {}
         patch: dict[str, Any] = {}
@@ -123,7 +124,7 @@ class NodeStatusManager:
         # The status is ours: replace it with the current one.
         return await self._patch_status(compute_status(self.inp, existing.get("status")))
 
-    async def _patch_status(self, status: dict[str, Any]) -> dict[str, Any]:
+    async def _patch_status(self, status: NodeStatus) -> dict[str, Any]:
         # A JSON merge patch replaces each list wholesale, which is what the owner
         # of these fields wants; fields set by controllers are left alone.
         node = await self.client.patch(self.path + "/status", {"status": status})
@@ -136,7 +137,7 @@ class NodeStatusManager:
         self._note_ready(status)
         return dict(node)
 
-    def _note_ready(self, status: dict[str, Any]) -> None:
+    def _note_ready(self, status: NodeStatus) -> None:
         ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
         state = ready["status"] if ready else None
         if state != self._last_ready and self.recorder is not None and self.node is not None:

@@ -25,7 +25,7 @@ from kubelet.container.runtime import (
 from kubelet.events import Recorder
 from kubelet.kuberuntime.termination import create_termination_log_file
 from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
-from kubelet.objectcache import ObjectGetter
+from kubelet.objectcache import OBJECT_GET_ERRORS, ObjectGetter
 from kubelet.types import Container, Pod, Secret, as_secret, name, namespace, object_ref, uid
 from kubelet.util import filesystem
 from kubelet.volume import MountedVolume
@@ -166,7 +166,8 @@ class PullSecretGetter:
                 continue  # the API has let empty names through: nothing to read
             try:
                 out.append(as_secret(await self.secrets.get(ns, secret_name)))
-            except Exception as err:  # as upstream: the pull goes on without that secret
+            except OBJECT_GET_ERRORS as err:
+                # As upstream: the pull goes on without that secret.
                 log.info(
                     "Unable to retrieve pull secret %s/%s for pod %s/%s, the image pull may "
                     "not succeed: %s",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubelet.active_pods import ActivePods
@@ -99,7 +98,7 @@ from kubelet.volume.hostpath import HostPathPlugin
 from kubelet.volume.projected import ProjectedPlugin
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volume.secret import SecretPlugin
-from kubelet.volumemanager.manager import VolumeManagerImpl
+from kubelet.volumemanager.manager import PodVolumeStates, VolumeManagerImpl
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +203,10 @@ class Pods:
     sources_ready: asyncio.Event
 
 
-def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
-    """volumes_torn_down: asked before a pod's API object is deleted (the
-    volume manager, built after these: it tells the status manager of unmounts)."""
+def build_pods(node: Node, volumes: PodVolumeStates) -> Pods:
+    """volumes: asked before a pod's API object is deleted whether its volumes
+    are torn down (the volume manager, built later on these states, tells the
+    status manager of unmounts)."""
     cfg, client = node.config, node.kube_client
     pod_config = PodConfig()
     # configMaps and secrets of the node's pods: one watch per referenced object.
@@ -227,7 +227,7 @@ def build_pods(node: Node, volumes_torn_down: Callable[[str], bool]) -> Pods:
         mirror_of=manager.get_mirror,
         # PodResourcesAreReclaimed: containers stopped and volumes torn down, so
         # a ReadWriteOncePod claim or an attached volume is free once it is gone.
-        can_delete=lambda u: worker_states.all_stopped(u) and volumes_torn_down(u),
+        can_delete=lambda u: worker_states.all_stopped(u) and volumes.volumes_torn_down(u),
         tracking=node.features.enabled(generation.GATE),
         on_status_set=startup.record_status_updated,
     )
@@ -320,7 +320,9 @@ class Volumes:
         return {v.name: v.inodes_used for v in self.stats.usage(pod_uid)}
 
 
-def build_volumes(node: Node, pods: Pods, resources: ResourceManagers) -> Volumes:
+def build_volumes(
+    node: Node, pods: Pods, resources: ResourceManagers, states: PodVolumeStates
+) -> Volumes:
     client, alloc = node.kube_client, node.allocatable
     tokens = TokenManager(client) if client is not None else None
     csi = CSIHost(
@@ -348,6 +350,7 @@ def build_volumes(node: Node, pods: Pods, resources: ResourceManagers) -> Volume
         on_pod_unmounted=pods.status.enqueue,
         recorder=node.recorder.event if node.recorder is not None else None,
         clock=node.clock,
+        states=states,
     )
     stats = VolumeStatsCalculator(
         lambda: list(pods.manager.uids()),
@@ -519,6 +522,7 @@ def build_runtime(
         image_service,
         helper,
         cfg.pod_logs_dir,
+        identity=state,
         node=_node_settings(node),
         cgroups_per_qos=cfg.cgroups_per_qos,
         cgroup_root=cfg.cgroup_root,

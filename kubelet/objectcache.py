@@ -35,8 +35,9 @@ class ObjectGetter(Protocol):
 
     async def get(self, namespace: str, name: str) -> dict[str, Any]:
         """The object as an API dict. Raises ObjectNotFoundError when it does
-        not exist, or another exception (with a message fit for an event) when
-        it cannot be had now (no API client, API server unreachable)."""
+        not exist, or one of OBJECT_UNAVAILABLE (with a message fit for an
+        event) when it cannot be had now (no API client, not registered, the
+        watch not synced in time)."""
         ...
 
 
@@ -70,6 +71,13 @@ MIN_WATCH_TIMEOUT = 1800.0
 
 class StandaloneError(Exception):
     """No API client: configMaps and secrets cannot be had (standalone mode)."""
+
+
+# What ObjectGetter.get raises when the object cannot be had now: no API
+# client, the object not registered by any pod, the watch not synced in time.
+OBJECT_UNAVAILABLE: tuple[type[Exception], ...] = (StandaloneError, LookupError, TimeoutError)
+# Everything ObjectGetter.get raises: missing, or not to be had now.
+OBJECT_GET_ERRORS: tuple[type[Exception], ...] = (ObjectNotFoundError, *OBJECT_UNAVAILABLE)
 
 
 def configmap_names(pod: Pod) -> set[str]:

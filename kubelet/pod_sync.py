@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from typing import Any
 
 from kubelet import metrics
 from kubelet import types as v1
@@ -451,7 +450,7 @@ class KubeletPodSyncer:
         self._first_seen.pop(pod_uid, None)
 
 
-def _parse_time(text: Any) -> float | None:
+def _parse_time(text: object) -> float | None:
     if not text:
         return None
     try:

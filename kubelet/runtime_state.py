@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import orjson
 
@@ -14,6 +13,7 @@ from kubelet.core_v1 import NodeFeatures
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService, RuntimeService
+from kubelet.types import ContainerImage, NodeRuntimeHandler
 from kubelet.util.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,15 @@ class RuntimeState:
         self.images = images
         self.clock = clock
         # The node's images for the Node status, biggest first.
-        self.node_images: list[dict[str, Any]] = []
+        self.node_images: list[ContainerImage] = []
         self.runtime_version = ""
+        self._name = "cri"  # until the runtime answers Version
         self.error: str | None = "container runtime status check may not have completed yet"
         self._synced: float | None = None  # clock.monotonic() of the last passed check
         # Handler name -> its user namespace support, from the last Status
         # (empty: the runtime named no handlers, or has not answered yet).
         self.userns_handlers: dict[str, bool] = {}
-        self.node_runtime_handlers: list[dict[str, Any]] = []
+        self.node_runtime_handlers: list[NodeRuntimeHandler] = []
         # Node.status.features (the NodeFeatures setter): None until a status
         # answer carries the runtime's features (an old runtime never does).
         self.node_features: NodeFeatures | None = None
@@ -56,6 +57,7 @@ class RuntimeState:
                 except TimeoutError:
                     continue
             self.runtime_version = f"{v.runtime_name}://{v.runtime_version}"
+            self._name = v.runtime_name or "cri"
             log.info(
                 "Container runtime %s %s (CRI %s)",
                 v.runtime_name,
@@ -64,6 +66,10 @@ class RuntimeState:
             )
             return v
         return None
+
+    def runtime_name(self) -> str:
+        """The runtime's name in container IDs (kuberuntime's RuntimeIdentity)."""
+        return self._name
 
     async def sandbox_image(self) -> str:
         """The pause image the runtime uses (containerd reports it in its verbose

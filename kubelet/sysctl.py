@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from kubelet.lifecycle.predicate import Rejection
+from kubelet.types import Pod
 
 FORBIDDEN_REASON = "SysctlForbidden"
 
@@ -149,7 +149,7 @@ class SysctlAllowlist:
             return f"{json.dumps(name)} not allowed with host {ns} enabled"
         return None
 
-    def admit(self, pod: Mapping[str, Any]) -> Rejection | None:
+    def admit(self, pod: Pod) -> Rejection | None:
         """None when every sysctl of the pod is allowed, else the rejection."""
         spec = pod.get("spec") or {}
         sysctls = (spec.get("securityContext") or {}).get("sysctls") or []
@@ -162,7 +162,7 @@ class SysctlAllowlist:
         return None
 
 
-def sandbox_sysctls(pod: Mapping[str, Any]) -> dict[str, str]:
+def sandbox_sysctls(pod: Pod) -> dict[str, str]:
     """LinuxPodSandboxConfig.sysctls: names with `.` separators (runc needs them
     to tell a sysctl's namespace), a later duplicate winning."""
     sysctls = ((pod.get("spec") or {}).get("securityContext") or {}).get("sysctls") or []

@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from kubelet.certificate.store import PrivateKey
+from kubelet.client.rest import APIError
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +30,13 @@ KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 class CSRClient(Protocol):
     """What this module needs of an API client (kubelet.client.rest.APIClient)."""
 
-    async def create(self, path: str, obj: Any, **kw: Any) -> Any: ...
+    async def create(self, path: str, obj: Mapping[str, Any], **kw: Any) -> Any: ...
 
     async def get(self, path: str, **kw: Any) -> Any: ...
 
     def watch(
         self, path: str, params: dict[str, str], timeout: float | None = None
-    ) -> Any: ...  # an async iterator of (type, object)
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]: ...
 
 
 class CSRError(Exception):
@@ -220,9 +223,7 @@ async def wait_for_certificate(
                 state = describe_pending(obj)
         except (TimeoutError, OSError) as err:
             log.debug("Watch of csr %s ended: %s", name, err)
-        except Exception as err:  # aiohttp errors end the watch; re-list
-            if isinstance(err, CSRError):
-                raise
+        except (aiohttp.ClientError, APIError, ValueError) as err:  # the watch broke: re-list
             log.info("Watch of certificate signing request %s broke: %s; retrying", name, err)
             await asyncio.sleep(1)
         if loop.time() >= next_log:

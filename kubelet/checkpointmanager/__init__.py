@@ -122,26 +122,26 @@ def go_list(items: Iterable[str] | None) -> str:
 # ----------------------------------------------------------------- Go JSON in
 
 
-def clean_string(v: Any, where: str) -> str:
+def clean_string(v: object, where: str) -> str:
     if not isinstance(v, str):
         raise CheckpointError(f"{where}: want a string, got {type(v).__name__}")
     # Go decodes a lone surrogate escape to U+FFFD.
     return v.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def go_uint(v: Any, where: str) -> int:
+def go_uint(v: object, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= UINT64_MAX:
         raise CheckpointError(f"{where}: want an unsigned 64-bit integer, got {v!r}")
     return v
 
 
-def go_int(v: Any, where: str) -> int:
+def go_int(v: object, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not INT64_MIN <= v <= INT64_MAX:
         raise CheckpointError(f"{where}: want a 64-bit integer, got {v!r}")
     return v
 
 
-def struct_fields(obj: Any, names: Iterable[str], where: str) -> dict[str, Any]:
+def struct_fields(obj: object, names: Iterable[str], where: str) -> dict[str, Any]:
     """The JSON object's values for a Go struct's fields: exact name first,
     else a case-insensitive match, later keys winning, unknown keys ignored."""
     if not isinstance(obj, dict):

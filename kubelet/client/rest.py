@@ -80,13 +80,21 @@ class ConnectionConfig:
 
 def load_kubeconfig(path: str) -> ConnectionConfig:
     """Read a kubeconfig with the kubernetes package; raise ValueError with the reason."""
+    import yaml
     from kubernetes import client as kclient
     from kubernetes import config as kconfig
 
     cfg = kclient.Configuration()
+    # What the package raises for a missing, unreadable or malformed file: its
+    # own ConfigException, YAML errors, and lookups into a structure that is
+    # not the shape it expects.
+    invalid = (
+        kconfig.ConfigException, yaml.YAMLError, OSError, ValueError, LookupError,
+        TypeError, AttributeError,
+    )  # fmt: skip
     try:
         kconfig.load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
-    except Exception as err:  # whatever the package raised: the file cannot be used
+    except invalid as err:
         raise ValueError(f"invalid kubeconfig {path!r}: {err}") from err
     return _from_configuration(cfg)
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import kubelet
 from kubelet.cmd.configuration import load
@@ -110,8 +109,8 @@ def _allowed_node_label(key: str) -> bool:
 def setup_logging(
     fmt: str,
     verbosity: int,
-    vmodule: list[Any] | None = None,
-    options: dict[str, Any] | None = None,
+    vmodule: Sequence[object] | None = None,
+    options: Mapping[str, object] | None = None,
 ) -> list[str]:
     """The log format and verbosity (kubelet/util/logs.py); warnings for what is ignored."""
     from kubelet.util import logs

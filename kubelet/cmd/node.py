@@ -27,6 +27,9 @@ from kubelet.version import KUBERNETES_VERSION
 
 log = logging.getLogger("kubelet")
 
+# Run in reverse order at exit; one that returns a coroutine is awaited.
+Cleanup = Callable[[], object]
+
 
 def build_cri(s: KubeletServer, deps: Dependencies) -> tuple[RuntimeService, ImageService]:
     """Fill in the runtime and image services that the caller did not inject."""
@@ -229,7 +232,7 @@ async def start_node(
     deps: Dependencies,
     name: str,
     stop: asyncio.Event,
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
 ) -> Kubelet:
     k, cm = await _new_kubelet(s, deps, name)
     if s.config.run_once:

@@ -11,7 +11,7 @@ import os
 import signal
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import kubelet
@@ -20,8 +20,9 @@ from kubelet.apis.config.v1beta1 import document
 from kubelet.certificate.manager import Manager as CertManager
 from kubelet.certificate.store import KeyPair
 from kubelet.client.certificate import CertificateSource
+from kubelet.client.rest import APIClient
 from kubelet.cm.interfaces import ContainerManagerError
-from kubelet.cmd.node import start_node
+from kubelet.cmd.node import Cleanup, start_node
 from kubelet.cmd.options import KubeletServer
 from kubelet.credentialprovider.plugin.plugins import PluginRegistrationError
 from kubelet.dependencies import Dependencies
@@ -81,7 +82,7 @@ async def run(
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # not the main thread (tests): the caller sets `stop`
 
-    cleanups: list[Callable[[], Any]] = []
+    cleanups: list[Cleanup] = []
     failed = asyncio.Event()  # set by a loop that ends the process with an error
     # The checks the systemd watchdog runs: none until the sync loop exists, as
     # upstream starts its watchdog before the kubelet and adds them later.
@@ -126,7 +127,7 @@ async def _process_guards(
     s: KubeletServer,
     stop: asyncio.Event,
     watched: dict[str, watchdog.HealthCheck],
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
 ) -> None:
     """The systemd watchdog and the lock file, before anything else starts."""
     if FeatureGate(s.config.feature_gates).enabled(Feature.SystemdWatchdog):
@@ -151,7 +152,7 @@ async def _api_clients(
     deps: Dependencies,
     stop: asyncio.Event,
     failed: asyncio.Event,
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
 ) -> None:
     """Standalone: no client, events to the log. Otherwise the client
     certificates (bootstrapped and rotated when configured) and the clients."""
@@ -175,7 +176,7 @@ async def _api_clients(
         )
 
 
-async def _run_cleanups(cleanups: list[Callable[[], Any]]) -> None:
+async def _run_cleanups(cleanups: list[Cleanup]) -> None:
     for fn in reversed(cleanups):
         try:
             res = fn()
@@ -185,7 +186,7 @@ async def _run_cleanups(cleanups: list[Callable[[], Any]]) -> None:
             log.exception("cleanup failed")
 
 
-def _spawn(coro: Coroutine[Any, Any, None], name: str, cleanups: list[Callable[[], Any]]) -> None:
+def _spawn(coro: Coroutine[Any, Any, None], name: str, cleanups: list[Cleanup]) -> None:
     task = asyncio.create_task(coro, name=name)
 
     async def cancel() -> None:
@@ -225,7 +226,7 @@ async def client_certificates(
     s: KubeletServer,
     deps: Dependencies,
     stop: asyncio.Event,
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
 ) -> CertificateSource | None:
     """TLS bootstrapping (--bootstrap-kubeconfig) and, with rotateCertificates,
     the client certificate manager the API clients read their pair from."""
@@ -360,7 +361,7 @@ def build_clients(
     log.info("Cluster mode: API server %s", getattr(deps.kube_client.conn, "host", "?"))
 
 
-def build_auth(s: KubeletServer, client: Any, node: str) -> ServerAuth:
+def build_auth(s: KubeletServer, client: APIClient | None, node: str) -> ServerAuth:
     cfg = s.config
     has_client = client is not None
     if cfg.authorization.mode == "Webhook" and not has_client:
@@ -404,7 +405,7 @@ async def _start_servers(
     deps: Dependencies,
     name: str,
     node: Kubelet,
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
 ) -> None:
     cfg = s.config
     from kubelet import metrics
@@ -449,7 +450,7 @@ async def _start_servers(
 
 
 def _kubelet_port_tls(
-    s: KubeletServer, deps: Dependencies, name: str, cleanups: list[Callable[[], Any]]
+    s: KubeletServer, deps: Dependencies, name: str, cleanups: list[Cleanup]
 ) -> ssl.SSLContext:
     """The kubelet port's context: serving pair, client CA, tlsMinVersion and suites."""
     cfg, flags = s.config, s.flags
@@ -479,7 +480,7 @@ def _serving_certificates(
     s: KubeletServer,
     deps: Dependencies,
     name: str,
-    cleanups: list[Callable[[], Any]],
+    cleanups: list[Cleanup],
     policy: TLSPolicy,
 ) -> RotatingServerContext:
     """serverTLSBootstrap: the serving pair comes from kubelet-serving CSRs for the

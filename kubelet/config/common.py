@@ -32,7 +32,7 @@ MAX_NODES = 200_000
 MAX_DEPTH = 200
 
 
-def _check_json(doc: Any) -> None:
+def _check_json(doc: object) -> None:
     """Reject what the API's JSON decoder would: non-string keys, YAML-only
     types (binary, sets), and trees too deep or too big once aliases are
     expanded. An unquoted YAML date becomes its text, as the YAML-to-JSON step
@@ -138,7 +138,7 @@ def _string_map(d: dict[str, Any], key: str, path: str) -> None:
             raise ManifestError(f"{path}.{k}: must be a string")
 
 
-def _label_errors(value: Any, path: str) -> None:
+def _label_errors(value: object, path: str) -> None:
     if not isinstance(value, str) or not value:
         raise ManifestError(f"{path}: Required value")
     errs = is_dns1123_label(value)
@@ -146,7 +146,7 @@ def _label_errors(value: Any, path: str) -> None:
         raise ManifestError(f"{path}: Invalid value: {value!r}: {'; '.join(errs)}")
 
 
-def validate_uid(uid: Any) -> None:
+def validate_uid(uid: object) -> None:
     """A uid names the pod's directory (<root>/pods/<uid>) and ends its log dir
     (<ns>_<name>_<uid>): one path component, without `..` or `_`, sane length.
     The API server makes UUIDs; a manifest may pin any such value."""
@@ -159,7 +159,7 @@ def validate_uid(uid: Any) -> None:
         )
 
 
-def _named_once(obj: Any, path: str, seen: set[str]) -> None:
+def _named_once(obj: object, path: str, seen: set[str]) -> None:
     """An object whose name is a DNS-1123 label not used before in `seen`."""
     if not isinstance(obj, dict):
         raise ManifestError(f"{path}: must be an object")
@@ -169,7 +169,7 @@ def _named_once(obj: Any, path: str, seen: set[str]) -> None:
     seen.add(obj["name"])
 
 
-def _validate_meta(md: Any) -> None:
+def _validate_meta(md: object) -> None:
     if not isinstance(md, dict):
         raise ManifestError("metadata is required")
     _string_map(md, "labels", "metadata.labels")

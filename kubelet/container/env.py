@@ -34,9 +34,10 @@ from kubelet.fieldpath import (
     pod_level_allocatable,
     sort_pod_ips,
 )
-from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.objectcache import OBJECT_UNAVAILABLE, ObjectGetter, ObjectNotFoundError
 from kubelet.types import (
     Container,
+    KeySelector,
     ObjectFieldSelector,
     Pod,
     Quantity,
@@ -78,7 +79,7 @@ async def _get(
         if optional:
             return None
         raise ContainerConfigError(str(err)) from err
-    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
+    except OBJECT_UNAVAILABLE as err:  # the message is fit for the event
         raise ContainerConfigError(str(err)) from err
 
 
@@ -141,7 +142,7 @@ class _Sources:
         self.data[(kind, name)] = data
         return data
 
-    async def key(self, kind: str, ref: Mapping[str, Any]) -> str | None:
+    async def key(self, kind: str, ref: KeySelector) -> str | None:
         """configMapKeyRef / secretKeyRef: the value, or None when an optional
         reference cannot be resolved."""
         name, key, optional = ref.get("name") or "", ref.get("key") or "", bool(ref.get("optional"))

@@ -11,11 +11,10 @@ node's /etc/hosts. Both end with the pod's hostAliases.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from kubelet.container.runtime import Mount
-from kubelet.types import Container, Pod
+from kubelet.types import Container, HostAlias, Pod
 from kubelet.util.atomicfile import write_atomic
 
 ETC_HOSTS_PATH = "/etc/hosts"
@@ -34,7 +33,7 @@ _LOCALHOST = (
 )
 
 
-def host_aliases_entries(host_aliases: Sequence[Mapping[str, Any]]) -> bytes:
+def host_aliases_entries(host_aliases: Sequence[HostAlias]) -> bytes:
     """One line per alias IP with all its hostnames, after a blank line and a comment."""
     if not host_aliases:
         return b""
@@ -49,7 +48,7 @@ def managed_hosts_file_content(
     pod_ips: Sequence[str],
     hostname: str,
     domain: str,
-    host_aliases: Sequence[Mapping[str, Any]],
+    host_aliases: Sequence[HostAlias],
 ) -> bytes:
     """The hosts file of a pod on the pod network."""
     if domain:
@@ -60,7 +59,7 @@ def managed_hosts_file_content(
 
 
 def node_hosts_file_content(
-    host_aliases: Sequence[Mapping[str, Any]], node_hosts_path: str = ETC_HOSTS_PATH
+    host_aliases: Sequence[HostAlias], node_hosts_path: str = ETC_HOSTS_PATH
 ) -> bytes:
     """The hosts file of a host-network pod: the node's, then the aliases."""
     with open(node_hosts_path, "rb") as f:

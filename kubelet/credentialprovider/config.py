@@ -52,7 +52,7 @@ def _str(entry: dict[str, Any], key: str, where: str) -> str:
     return v
 
 
-def _entry(where: str, raw: Any) -> DockerConfigEntry:
+def _entry(where: str, raw: object) -> DockerConfigEntry:
     if raw is None:
         return DockerConfigEntry()
     if not isinstance(raw, dict):
@@ -71,7 +71,7 @@ def _load(data: bytes) -> Any:
         raise DockerConfigError(f"invalid JSON: {err}") from None
 
 
-def _config(raw: Any) -> DockerConfig:
+def _config(raw: object) -> DockerConfig:
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -14,7 +14,7 @@ Containers do nothing by themselves; tests move them with `set_exited(id, code)`
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubelet.cri import errors
@@ -40,7 +40,7 @@ class _Recorder:
         return [a for m, a in self.calls if m == method]
 
 
-def _match(labels: Any, selector: Any) -> bool:
+def _match(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.events import Recorder
 from kubelet.eviction import local_storage
 from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
 from kubelet.eviction.thresholds import (
@@ -102,7 +103,7 @@ class EvictionManager:
         usage: Callable[[], Mapping[str, int]],
         root_dir: str,
         observe_fn: Callable[[], dict[str, Observation]],
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         clock: Callable[[], float] = time.monotonic,
         volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
         local_storage_usage: LocalStorageUsage | None = None,

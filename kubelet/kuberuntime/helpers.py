@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kubelet.container.runtime import CREATED, EXITED, RUNNING, UNKNOWN
 from kubelet.cri import errors
@@ -35,6 +36,20 @@ _STATE = {
     pb.CONTAINER_EXITED: EXITED,
     pb.CONTAINER_UNKNOWN: UNKNOWN,
 }
+
+
+class RuntimeIdentity(Protocol):
+    """The runtime's name in container IDs (<name>://<id>), as its Version
+    answer gives it (the kubelet's RuntimeState, once the runtime is up)."""
+
+    def runtime_name(self) -> str: ...
+
+
+class UnnamedRuntime:
+    """A runtime that has not said its name: IDs read cri://<id>."""
+
+    def runtime_name(self) -> str:
+        return "cri"
 
 
 def container_state(state: pb.ContainerState) -> str:

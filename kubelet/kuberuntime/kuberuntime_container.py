@@ -34,7 +34,9 @@ from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import (
     MIN_GRACE_SECONDS,
     PodReporter,
+    RuntimeIdentity,
     SyncResult,
+    UnnamedRuntime,
     container_state,
     each_ignoring_gone,
     find_container_spec,
@@ -99,7 +101,7 @@ class ContainerManager:
         hooks: HandlerRunner,
         crash_backoff: Backoff,
         node: NodeSettings,
-        runtime_name: str = "cri",
+        identity: RuntimeIdentity = UnnamedRuntime(),
         resources: ContainerResourceManager | None = None,
     ) -> None:
         self.runtime = runtime
@@ -112,7 +114,7 @@ class ContainerManager:
         self.crash_backoff = crash_backoff
         self.node = node
         # The runtime's name in container IDs (<name>://<id>), once it answers.
-        self.runtime_name = runtime_name
+        self.identity = identity
         # CPU and memory pinning (the container manager's InternalContainerLifecycle).
         self.resources = resources
 
@@ -148,7 +150,7 @@ class ContainerManager:
             restart_count=int(ann.get(L.CONTAINER_RESTART_COUNT, "0") or 0),
             reason=st.reason,
             message=message,
-            runtime=self.runtime_name,
+            runtime=self.identity.runtime_name(),
             resources=(
                 ContainerResources.from_cri(st.resources.linux)
                 if st.HasField("resources") and st.resources.HasField("linux")
@@ -346,7 +348,7 @@ class ContainerManager:
         log.info("postStart hook of %s/%s failed: %s", format_pod(pod), cname, hook_err)
         # The event leaves the message out: it may hold secrets.
         self.reporter.event(pod, "Warning", "FailedPostStartHook", "PostStartHook failed", cname)
-        killed = ContainerStatus(cid, cname, RUNNING, runtime=self.runtime_name)
+        killed = ContainerStatus(cid, cname, RUNNING, runtime=self.identity.runtime_name())
         try:
             await self.kill_container(pod, killed, None, "FailedPostStartHook")
         except errors.CRIError as err:

@@ -269,16 +269,17 @@ class ContainerGC:
         """(pod UID, container name) of each container. Labels are a slow protobuf
         map and never change: read once per container, then kept by ID."""
         seen = self._keys
-        keys = [seen.get(i) for i in ids]
-        if None in keys:
-            for n, k in enumerate(keys):
-                if k is None:
-                    c = dead[n]
-                    keys[n] = seen[ids[n]] = (c.labels.get(POD_UID, ""), c.metadata.name)
+        try:
+            keys = [seen[i] for i in ids]  # the steady state: one comprehension
+        except KeyError:  # containers not seen before: their labels read once
+            for c in dead:
+                if c.id not in seen:
+                    seen[c.id] = (c.labels.get(POD_UID, ""), c.metadata.name)
+            keys = [seen[i] for i in ids]
         if len(seen) > 2 * len(ids) + 1024:
             # Containers removed by others (the pod workers) leave entries behind.
-            self._keys = dict(zip(ids, keys, strict=True))  # type: ignore[arg-type]  # no None left
-        return keys  # type: ignore[return-value]  # every None was filled in above
+            self._keys = dict(zip(ids, keys, strict=True))
+        return keys
 
     async def _enforce_per_unit(
         self, units: dict[tuple[str, str], list[pb.Container]], keep: int, result: GCResult

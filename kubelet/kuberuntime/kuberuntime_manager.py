@@ -31,7 +31,14 @@ from kubelet.events import Recorder
 from kubelet.images.puller import ImagePuller
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.backoff import Backoff
-from kubelet.kuberuntime.helpers import PodReporter, SyncResult, Waiting, is_restartable_init
+from kubelet.kuberuntime.helpers import (
+    PodReporter,
+    RuntimeIdentity,
+    SyncResult,
+    UnnamedRuntime,
+    Waiting,
+    is_restartable_init,
+)
 from kubelet.kuberuntime.kuberuntime_container import ContainerManager
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_resources
 from kubelet.kuberuntime.kuberuntime_image import ImageManager, PullCredentials
@@ -76,7 +83,7 @@ class RuntimeManager:
         images: ImageService,
         helper: RuntimeHelper,
         pod_logs_dir: str,
-        runtime_name: str = "cri",
+        identity: RuntimeIdentity = UnnamedRuntime(),
         node: NodeSettings = NodeSettings(),
         cgroups_per_qos: bool = False,
         cgroup_root: str = "",
@@ -124,7 +131,7 @@ class RuntimeManager:
         )  # fmt: skip
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
-            self.crash_backoff, node, runtime_name, container_resources,
+            self.crash_backoff, node, identity, container_resources,
         )  # fmt: skip
         self.resizer = (
             PodResizer(runtime, node, pod_cgroups, actuation) if actuation is not None else None
@@ -134,23 +141,6 @@ class RuntimeManager:
     @property
     def waiting(self) -> Waiting:
         return self.reporter.waiting
-
-    @property
-    def recorder(self) -> Recorder | None:
-        return self.reporter.recorder
-
-    @recorder.setter
-    def recorder(self, recorder: Recorder | None) -> None:
-        self.reporter.recorder = recorder
-
-    @property
-    def runtime_name(self) -> str:
-        return self.containers.runtime_name
-
-    @runtime_name.setter
-    def runtime_name(self, runtime_name: str) -> None:
-        # Learned from the runtime's Version answer once it is up.
-        self.containers.runtime_name = runtime_name
 
     @property
     def runtime_classes(self) -> RuntimeClassLookup | None:

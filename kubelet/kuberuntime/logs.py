@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from kubelet.types import ContainerState, PodStatus
+
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
@@ -266,19 +268,23 @@ class LogTargetError(Exception):
 _IMAGE_PROBLEMS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
 
 
-def log_container_id(status: Mapping[str, object] | None, pod: str, container: str,
+def log_container_id(status: PodStatus | None, pod: str, container: str,
                      previous: bool) -> str:  # fmt: skip
     """The runtime ID (without its scheme) of the container instance whose log a
     request means, from the pod's API status (validateContainerLogStatus upstream)."""
-    entries: list[dict[str, object]] = []
-    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        entries.extend((status or {}).get(key) or [])  # type: ignore[arg-type]  # API JSON: lists of objects
+    st: PodStatus = status or {}
+    entries = [
+        *(st.get("containerStatuses") or []),
+        *(st.get("initContainerStatuses") or []),
+        *(st.get("ephemeralContainerStatuses") or []),
+    ]
     cs = next((e for e in entries if e.get("name") == container), None)
     if cs is None:
         raise LogTargetError(f'container "{container}" in pod "{pod}" is not available')
-    state: dict[str, dict[str, str]] = cs.get("state") or {}  # type: ignore[assignment]  # API JSON
-    last: dict[str, dict[str, str]] = cs.get("lastState") or {}  # type: ignore[assignment]  # API JSON
-    last_id = (last.get("terminated") or {}).get("containerID", "")
+    state: ContainerState = cs.get("state") or {}
+    last: ContainerState = cs.get("lastState") or {}
+    last_run = last.get("terminated")
+    last_id = last_run.get("containerID", "") if last_run else ""
     if previous:
         if not last_id:
             raise LogTargetError(f'previous terminated container "{container}" in pod "{pod}" '

@@ -45,7 +45,7 @@ import functools
 import os
 import posixpath
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.types import (
@@ -54,7 +54,9 @@ from kubelet.types import (
     Container,
     Pod,
     PodSecurityContext,
+    SeccompProfile,
     SecurityContext,
+    SELinuxOptions,
     containers_of,
 )
 
@@ -228,7 +230,7 @@ def _go_join(*elems: str) -> str:
     return "/" + p.lstrip("/") if p.startswith("//") else p
 
 
-def _seccomp_from_field(prof: Mapping[str, Any], seccomp_root: str) -> pb.SecurityProfile:
+def _seccomp_from_field(prof: SeccompProfile, seccomp_root: str) -> pb.SecurityProfile:
     kind = prof.get("type")
     if kind == "RuntimeDefault":
         return pb.SecurityProfile(profile_type=_PT.RuntimeDefault)
@@ -299,7 +301,7 @@ def apparmor_profile(pod: Pod, container: Container) -> tuple[pb.SecurityProfile
 
 
 # --------------------------------------------------------------- builders
-def _selinux(opts: Mapping[str, Any]) -> pb.SELinuxOption:
+def _selinux(opts: SELinuxOptions) -> pb.SELinuxOption:
     return pb.SELinuxOption(
         user=opts.get("user", ""),
         role=opts.get("role", ""),
@@ -308,7 +310,7 @@ def _selinux(opts: Mapping[str, Any]) -> pb.SELinuxOption:
     )
 
 
-def _groups_policy(psc: Mapping[str, Any]) -> int | None:
+def _groups_policy(psc: PodSecurityContext) -> pb.SupplementalGroupsPolicy | None:
     policy = psc.get("supplementalGroupsPolicy")
     if policy is None:
         return None
@@ -335,7 +337,7 @@ def _run_as_user(
 
 def _supplemental_groups(
     psc: PodSecurityContext, extra_groups: Iterable[int]
-) -> tuple[list[int], int | None]:
+) -> tuple[list[int], pb.SupplementalGroupsPolicy | None]:
     """(gids, policy). Order as upstream: fsGroup, the pod's groups, then the
     volumes' extra gids."""
     groups = [int(psc["fsGroup"])] if _set(psc, "fsGroup") else []
@@ -393,7 +395,7 @@ def container_security_context(
     groups, policy = _supplemental_groups(_pod_sc(pod), extra_groups)
     out.supplemental_groups.extend(groups)
     if policy is not None:
-        out.supplemental_groups_policy = policy  # type: ignore[assignment]
+        out.supplemental_groups_policy = policy
     out.masked_paths.extend(masked_paths(eff.get("procMount")))
     out.readonly_paths.extend(readonly_paths(eff.get("procMount")))
     return out
@@ -436,7 +438,7 @@ def sandbox_security_context(
     out.supplemental_groups.extend(int(g) for g in psc.get("supplementalGroups") or [])
     policy = _groups_policy(psc)
     if policy is not None:
-        out.supplemental_groups_policy = policy  # type: ignore[assignment]
+        out.supplemental_groups_policy = policy
     if _set(psc, "seLinuxOptions"):
         out.selinux_options.CopyFrom(_selinux(psc["seLinuxOptions"]))
     return out

@@ -10,13 +10,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet.container.runtime import DNSSettings
 from kubelet.events import WARNING, Recorder
-from kubelet.types import ObjectReference, Pod, object_ref
+from kubelet.types import ObjectReference, Pod, PodDNSConfigOption, object_ref
 from kubelet.util.validation import DNS1123_SUBDOMAIN_MAX, is_dns1123_label
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ def _pod_desc(pod: Pod) -> str:
 
 
 def _merge_dns_options(
-    existing: Iterable[str], pod_options: Iterable[Mapping[str, Any]]
+    existing: Iterable[str], pod_options: Iterable[PodDNSConfigOption]
 ) -> list[str]:
     merged: dict[str, str] = {}
     for op in existing:

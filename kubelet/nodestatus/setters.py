@@ -12,11 +12,21 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import cast
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.core_v1 import NodeFeatures
 from kubelet.nodestatus.machine import MachineInfo
+from kubelet.types import (
+    ContainerImage,
+    Node,
+    NodeAddress,
+    NodeCondition,
+    NodeRuntimeHandler,
+    NodeStatus,
+    NodeSystemInfo,
+    Taint,
+)
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.validation import is_extended_resource_name
 
@@ -59,13 +69,13 @@ class NodeInputs:
     hostname: str = ""
     runtime_version: Callable[[], str] = lambda: ""  # e.g. "containerd://1.6.20"
     # The runtime's handlers and their features (name, features.userNamespaces, ...).
-    runtime_handlers: Callable[[], list[dict[str, Any]]] = lambda: []
+    runtime_handlers: Callable[[], list[NodeRuntimeHandler]] = lambda: []
     # NodeFeatures: the runtime's features, None while the gate
     # (SupplementalGroupsPolicy) is off or the runtime reports none.
     runtime_features: Callable[[], NodeFeatures | None] = lambda: None
     # Each returns None when healthy, else the reason the node is not ready.
     readiness_checks: list[Callable[[], str | None]] = field(default_factory=list)
-    images: Callable[[], list[dict[str, Any]]] = lambda: []
+    images: Callable[[], list[ContainerImage]] = lambda: []
     rootfs_capacity: Callable[[], int] = lambda: 0
     memory_pressure: Callable[[], bool] = lambda: False
     disk_pressure: Callable[[], bool] = lambda: False
@@ -93,14 +103,14 @@ def default_node_ip() -> str:
         return "127.0.0.1"
 
 
-def initial_node(inp: NodeInputs) -> dict[str, Any]:
+def initial_node(inp: NodeInputs) -> Node:
     """The Node object registered at start (initialNode)."""
     node = node_identity(inp)
     node["status"] = compute_status(inp, None)
     return node
 
 
-def node_identity(inp: NodeInputs) -> dict[str, Any]:
+def node_identity(inp: NodeInputs) -> Node:
     """initialNode's metadata and spec: the well-known labels and --node-labels,
     registerWithTaints, providerID."""
     labels = {
@@ -111,7 +121,7 @@ def node_identity(inp: NodeInputs) -> dict[str, Any]:
         "beta.kubernetes.io/arch": inp.machine.architecture,
     }
     labels.update(inp.node_labels)
-    node: dict[str, Any] = {
+    node: Node = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -122,7 +132,8 @@ def node_identity(inp: NodeInputs) -> dict[str, Any]:
         "spec": {},
     }
     if inp.config.register_with_taints:
-        node["spec"]["taints"] = [dict(t) for t in inp.config.register_with_taints]
+        # Validated with the configuration: key and effect are there.
+        node["spec"]["taints"] = [cast(Taint, dict(t)) for t in inp.config.register_with_taints]
     if inp.config.provider_id:
         node["spec"]["providerID"] = inp.config.provider_id
     return node
@@ -206,12 +217,12 @@ _CONDITIONS = (
 )  # fmt: skip
 
 
-def _conditions(inp: NodeInputs, old: dict[str, Any] | None, now: str) -> list[dict[str, str]]:
+def _conditions(inp: NodeInputs, old: NodeStatus | None, now: str) -> list[NodeCondition]:
     """The pressure conditions and Ready; a condition keeps its transition time
     from `old` while its status is the same."""
     prev = {c["type"]: c for c in (old or {}).get("conditions", [])}
 
-    def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, str]:
+    def cond(ctype: str, status: str, reason: str, message: str) -> NodeCondition:
         before = prev.get(ctype)
         same = before is not None and before.get("status") == status
         return {
@@ -240,9 +251,9 @@ def _conditions(inp: NodeInputs, old: dict[str, Any] | None, now: str) -> list[d
     return conditions
 
 
-def _node_info(inp: NodeInputs) -> dict[str, Any]:
+def _node_info(inp: NodeInputs) -> NodeSystemInfo:
     m = inp.machine
-    node_info: dict[str, Any] = {
+    node_info: NodeSystemInfo = {
         "machineID": m.machine_id,
         "systemUUID": m.system_uuid,
         "bootID": m.boot_id,
@@ -259,7 +270,7 @@ def _node_info(inp: NodeInputs) -> dict[str, Any]:
     return node_info
 
 
-def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any]:
+def compute_status(inp: NodeInputs, old: NodeStatus | None) -> NodeStatus:
     """Node.status from the inputs; transition times carry over from `old` when unchanged."""
     conditions = _conditions(inp, old, now_rfc3339())
     cap = capacity(inp)
@@ -268,11 +279,11 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     for name, quantity in ((old or {}).get("capacity") or {}).items():
         if name not in cap and is_extended_resource_name(name):
             cap[name] = str(quantity)
-    addresses = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
+    addresses: list[NodeAddress] = [{"type": "InternalIP", "address": ip} for ip in inp.node_ips]
     addresses.append({"type": "Hostname", "address": inp.hostname or inp.name})
-    out = {
-        "capacity": cap,
-        "allocatable": allocatable(inp, cap),
+    out: NodeStatus = {
+        "capacity": {**cap},
+        "allocatable": {**allocatable(inp, cap)},
         "conditions": conditions,
         "addresses": addresses,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": inp.config.port}},
@@ -294,17 +305,17 @@ def compute_status(inp: NodeInputs, old: dict[str, Any] | None) -> dict[str, Any
     return out
 
 
-def status_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def status_changed(old: NodeStatus, new: NodeStatus) -> bool:
     """Whether anything but heartbeat times differs (nodeStatusHasChanged)."""
 
-    def strip(status: dict[str, Any]) -> dict[str, Any]:
-        s = dict(status)
+    def strip(status: NodeStatus) -> dict[str, object]:
+        s: dict[str, object] = dict(status)
         s["conditions"] = sorted(
             (
                 {k: v for k, v in c.items() if k != "lastHeartbeatTime"}
                 for c in status.get("conditions", [])
             ),
-            key=lambda c: c.get("type", ""),
+            key=lambda c: str(c.get("type", "")),
         )
         return s
 

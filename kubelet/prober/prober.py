@@ -7,13 +7,13 @@ import asyncio
 import enum
 import logging
 import socket
-from typing import Any
 
 import aiohttp
 import grpc
 import yarl
 
 from kubelet.cri import errors
+from kubelet.cri.types import RuntimeService
 from kubelet.probe.dial import ip_family, join_host_port, probe_socket
 from kubelet.probe.http import HTTPGetter, RedirectError
 from kubelet.types import Container, HTTPGetAction, IntOrString, Pod, Probe
@@ -54,7 +54,7 @@ class Prober:
     up (kubelet/probe): every HTTP, TCP and gRPC probe dials a connection of
     its own, bounded by its own timeoutSeconds from connect to the last byte."""
 
-    def __init__(self, runtime: Any, getter: HTTPGetter | None = None) -> None:
+    def __init__(self, runtime: RuntimeService, getter: HTTPGetter | None = None) -> None:
         self.runtime = runtime
         self.http = getter or HTTPGetter()
 

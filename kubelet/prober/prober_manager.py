@@ -19,10 +19,10 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from kubelet import metrics
 from kubelet import types as v1
+from kubelet.events import Recorder
 from kubelet.prober.prober import Prober, Result
 from kubelet.types import (
     Container,
@@ -86,7 +86,7 @@ class ProbeManager:
         prober: Prober,
         status_of: Callable[[str], v1.PodStatus | None],
         on_change: Callable[[str], None],
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.prober = prober

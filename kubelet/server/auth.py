@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from kubelet.client.rest import APIError
+from kubelet.client.rest import APIClient, APIError
 from kubelet.server.authcache import (
     DECISION_CACHE_SIZE,
     CachedTokenAuthenticator,
@@ -120,7 +120,7 @@ class ServerAuth:
     authorization_mode: str
     x509_enabled: bool = False
     # Cluster mode: the API client for TokenReview / SubjectAccessReview.
-    client: Any = None
+    client: APIClient | None = None
     node_name: str = ""
     webhook_authn: bool = False
     authn_ttl: float = 120.0
@@ -160,6 +160,8 @@ class ServerAuth:
             "kind": "TokenReview",
             "spec": {"token": token},
         }
+        if self.client is None:  # build_auth refuses webhook authentication without one
+            raise ReviewError("TokenReview failed: no API client")
         try:
             out = await self.client.create("/apis/authentication.k8s.io/v1/tokenreviews", review)
         except _API_ERRORS as err:
@@ -202,6 +204,8 @@ class ServerAuth:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
+        if self.client is None:  # build_auth refuses Webhook authorization without one
+            raise AuthorizationError(sub, "no API client")
         try:
             out = await self.client.create(
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews", review

@@ -25,7 +25,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,6 @@ class CachedTokenAuthenticator(Generic[V]):
         return user
 
 
-def _retrieve(fut: asyncio.Future[Any]) -> None:
+def _retrieve(fut: asyncio.Future[V]) -> None:
     if not fut.cancelled():
         fut.exception()

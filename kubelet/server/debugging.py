@@ -205,7 +205,9 @@ async def runtime_pods(rt: RuntimeService) -> list[dict[str, Any]]:
     )
     pods: dict[str, dict[str, Any]] = {}
 
-    def pod_for(lbl: Any, meta_name: str, meta_ns: str, meta_uid: str) -> dict[str, Any]:
+    def pod_for(
+        lbl: Mapping[str, str], meta_name: str, meta_ns: str, meta_uid: str
+    ) -> dict[str, Any]:
         u = lbl.get(labels.POD_UID) or meta_uid
         p = pods.get(u)
         if p is None:

@@ -83,7 +83,7 @@ class TLSSite(web.TCPSite):
         ctx = self._ssl_context
         assert server is not None and ctx is not None
 
-        def factory() -> Any:
+        def factory() -> DetachableTLS:
             return DetachableTLS(loop, server(), ctx, cast(Any, None), server_side=True)
 
         self._server = await loop.create_server(

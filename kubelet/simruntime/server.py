@@ -7,22 +7,32 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from grpc import aio
 
 from kubelet.cri.api import api_pb2 as pb
-from kubelet.simruntime.state import RUNNING, Options, Runtime, SimError, normalize_image, now_ns
+from kubelet.simruntime.state import (
+    RUNNING,
+    Container,
+    Options,
+    Runtime,
+    Sandbox,
+    SimError,
+    normalize_image,
+    now_ns,
+)
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 
 
-def _serialize(msg: Any) -> bytes:
+def _serialize(msg: bytes | Message) -> bytes:
     # Handlers may answer with bytes that were serialized (and cached) already.
     return msg if isinstance(msg, bytes) else msg.SerializeToString()
 
@@ -36,7 +46,7 @@ async def _unimplemented(ctx: aio.ServicerContext, method: str) -> None:
     )
 
 
-def _match_labels(labels: Any, selector: Any) -> bool:
+def _match_labels(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
@@ -299,7 +309,7 @@ class SimRuntime:
             grpc.StatusCode.UNIMPLEMENTED, "port-forward is not supported by the simulated runtime"
         )
 
-    def _stats(self, c: Any) -> pb.ContainerStats:
+    def _stats(self, c: Container) -> pb.ContainerStats:
         ts = now_ns()
         running_ns = (
             ((ts - c.started_at) if c.state == RUNNING else max(0, c.finished_at - c.started_at))
@@ -367,7 +377,7 @@ class SimRuntime:
         sb = await self._guard(lambda: self.rt._sandbox(req.pod_sandbox_id), ctx)
         return pb.PodSandboxStatsResponse(stats=self._sandbox_stats(sb))
 
-    def _sandbox_stats(self, sb: Any) -> pb.PodSandboxStats:
+    def _sandbox_stats(self, sb: Sandbox) -> pb.PodSandboxStats:
         cs = [self._stats(self.rt.containers[i]) for i in sb.containers if i in self.rt.containers]
         ts = now_ns()
         return pb.PodSandboxStats(
@@ -406,7 +416,7 @@ class SimRuntime:
         return pb.ListPodSandboxStatsResponse(stats=out)
 
     async def GetContainerEvents(
-        self, req: Any, ctx: aio.ServicerContext
+        self, req: pb.GetEventsRequest, ctx: aio.ServicerContext
     ) -> AsyncIterator[pb.ContainerEventResponse]:
         q: asyncio.Queue[pb.ContainerEventResponse] = asyncio.Queue(maxsize=10000)
 
@@ -489,7 +499,7 @@ class SimRuntime:
         )
 
 
-def _exec(cmd: list[str], c: Any, rt: Runtime) -> pb.ExecSyncResponse:
+def _exec(cmd: list[str], c: Container, rt: Runtime) -> pb.ExecSyncResponse:
     """A few commands probes and tests use, answered as busybox would."""
     if not cmd:
         return pb.ExecSyncResponse(stderr=b"no command", exit_code=126)

@@ -27,11 +27,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kubelet import stats
@@ -482,7 +483,7 @@ class ResourceMetrics(Collector):
     def __init__(self, provider: StatsProvider) -> None:
         self.provider = provider
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         s, rows, when = self.provider.snapshot(RESOURCE_METRICS)
         node = s["node"]
         cpu = CounterMetricFamily(

@@ -16,12 +16,20 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubelet.testing import images, oci
 from kubelet.testing.csi import DRIVER_NAME, binary
+
+
+class Command(Protocol):
+    """ControlPlane.kubectl, Containerd.ctr: run the tool with these arguments."""
+
+    def __call__(self, *args: str, check: bool = ...) -> subprocess.CompletedProcess[str]: ...
+
 
 IMAGE = "localhost/kubeletpy/csi-parts:test"
 NAMESPACE = "csi-hostpath"
@@ -165,7 +173,7 @@ class Deployment:
         ]
 
 
-def apply(kubectl: Any, objects: list[dict[str, Any]]) -> None:
+def apply(kubectl: Command, objects: list[dict[str, Any]]) -> None:
     """kubectl apply of the objects (kubectl: ControlPlane.kubectl-like)."""
     doc = {"apiVersion": "v1", "kind": "List", "items": objects}
     path = f"/tmp/kpy-csi-deploy-{os.getpid()}-{time.monotonic_ns()}.json"
@@ -179,12 +187,12 @@ def apply(kubectl: Any, objects: list[dict[str, Any]]) -> None:
         os.unlink(path)
 
 
-def import_image(ctr: Any, tar: str) -> None:
+def import_image(ctr: Command, tar: str) -> None:
     """Into containerd's k8s.io namespace (ctr: Containerd.ctr-like)."""
     ctr("images", "import", "--all-platforms", tar)
 
 
-def registered(kubectl: Any, node: str) -> dict[str, Any] | None:
+def registered(kubectl: Command, node: str) -> dict[str, Any] | None:
     """The driver's entry in the node's CSINode, once registered."""
     r = kubectl("get", "csinode", node, "-o", "json", check=False)
     if r.returncode != 0:

@@ -11,6 +11,7 @@ from kubelet.cm.cgroup_manager import CgroupManager
 from kubelet.container.env import EnvContext
 from kubelet.kubelet_pods import PodRuntimeHelper
 from kubelet.network.dns import DNSConfigurer
+from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volumemanager.manager import VolumeManagerImpl
 
@@ -25,6 +26,20 @@ def standalone_runtime_helper(
         EnvContext(),
         VolumeManagerImpl(VolumeHost(root_dir, "node"), []),
     )
+
+
+def can_mount_tmpfs(scratch: str) -> bool:
+    """Whether this process may mount (root, not in a locked-down container):
+    a small tmpfs tried at `scratch`/probe, then undone."""
+    d = os.path.join(scratch, "probe")
+    os.mkdir(d)
+    try:
+        mountutil.mount("tmpfs", d, "tmpfs", "size=4096")
+    except OSError:
+        return False
+    mountutil.umount(d)
+    os.rmdir(d)
+    return True
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -403,13 +403,15 @@ def remove_all_pods(endpoint: str) -> None:
 
 class EventLog:
     """An event recorder that keeps what it is given: (object name, type,
-    reason, message)."""
+    reason, message) in `events`, and the whole reference in `refs`."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
+        self.refs: list[ObjectReference] = []
 
     def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
         self.events.append((ref.get("name", ""), etype, reason, message))
+        self.refs.append(ref)
 
 
 class InProcessKubelet:
@@ -417,12 +419,18 @@ class InProcessKubelet:
     the runtime client it talks through."""
 
     def __init__(
-        self, kubelet: Kubelet, manifests: Path, rt: RemoteRuntimeService, node_name: str
+        self,
+        kubelet: Kubelet,
+        manifests: Path,
+        rt: RemoteRuntimeService,
+        node_name: str,
+        events: EventLog,
     ) -> None:
         self.kubelet = kubelet
         self.manifests = manifests
         self.rt = rt
         self.node_name = node_name
+        self.events = events
 
     def write(self, name: str, containers: list[dict[str, Any]], **spec: Any) -> Path:
         """A static pod manifest (see write_manifest)."""
@@ -436,12 +444,9 @@ class InProcessKubelet:
         return write_manifest(self.manifests, pod)
 
     def record_events(self) -> EventLog:
-        """From now on, the events of probes and of the runtime manager go to
-        the EventLog returned."""
-        log = EventLog()
-        self.kubelet.probes.recorder = log
-        self.kubelet.runtime_manager.recorder = log
-        return log
+        """The events of every part of the kubelet, kept since it was built
+        (its recorder)."""
+        return self.events
 
     def pod(self, name: str) -> Pod | None:
         for p in self.kubelet.host.get_pods():
@@ -462,7 +467,7 @@ class InProcessKubelet:
                 return c
         raise KeyError(cname)
 
-    async def wait(self, pred: Callable[[], Any], timeout: float = 30.0, what: str = "") -> None:
+    async def wait(self, pred: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
         """Until pred() holds; a pod or field not there yet (KeyError, TypeError)
         or a failed assertion inside pred counts as not yet."""
         await wait_for_async(
@@ -492,17 +497,19 @@ async def in_process_kubelet(
     node_name: str = "node-a",
     machine_topology: MachineTopology | None = None,
     allocatable: dict[str, str] | None = None,
+    recorder: EventLog | None = None,
     **overrides: Any,
 ) -> AsyncIterator[InProcessKubelet]:
     """A running InProcessKubelet on the runtime at `endpoint`, its manifests in
-    `tmp_path`/manifests; `overrides` set configuration fields (and `recorder`
-    the event recorder); `machine_topology` replaces this machine's (a fake
-    NUMA machine, say); `allocatable` what admission counts against (as the
-    command computes it from capacity and reservations). Stopped when the block ends; a second one on the same
+    `tmp_path`/manifests; `overrides` set configuration fields; `recorder`
+    keeps the events (a new EventLog if left out); `machine_topology` replaces
+    this machine's (a fake NUMA machine, say); `allocatable` what admission
+    counts against (as the command computes it from capacity and
+    reservations). Stopped when the block ends; a second one on the same
     `tmp_path` is a restart of the first."""
     manifests = tmp_path / "manifests"
     manifests.mkdir(exist_ok=True)
-    recorder = overrides.pop("recorder", None)
+    events = recorder if recorder is not None else EventLog()
     cfg = fast_config(tmp_path, manifests, **overrides)
     rt = RemoteRuntimeService(endpoint, 10)
     img = RemoteImageService(endpoint, 10)
@@ -512,7 +519,7 @@ async def in_process_kubelet(
         str(tmp_path / "root"),
         rt,
         img,
-        recorder=recorder,
+        recorder=events,
         node_setup=NodeSetup(
             ip="192.0.2.10", machine_topology=machine_topology, allocatable=allocatable
         ),
@@ -523,7 +530,7 @@ async def in_process_kubelet(
     )
     task = asyncio.create_task(k.run())
     try:
-        yield InProcessKubelet(k, manifests, rt, node_name)
+        yield InProcessKubelet(k, manifests, rt, node_name, events)
     finally:
         await k.stop()
         await asyncio.wait_for(task, 30)

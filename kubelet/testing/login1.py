@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,7 +151,7 @@ class Login1:
             )
         return None
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

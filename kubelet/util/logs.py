@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 import orjson
@@ -111,8 +112,8 @@ class TextFormatter(logging.Formatter):
 def setup(
     fmt: str,
     verbosity: int,
-    vmodule: list[Any] | None = None,
-    options: dict[str, Any] | None = None,
+    vmodule: Sequence[object] | None = None,
+    options: Mapping[str, object] | None = None,
     stream: TextIO | None = None,
 ) -> list[str]:
     """Install the root handler; returns warnings for settings not implemented."""

@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from kubelet.objectcache import ObjectGetter, ObjectNotFoundError
+from kubelet.objectcache import OBJECT_UNAVAILABLE, ObjectGetter, ObjectNotFoundError
 from kubelet.types import KeyToPath, Pod
 from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.atomic_writer import FileProjection, PayloadError, VolumeWriter
@@ -33,7 +33,9 @@ def fs_group_of(pod: Pod) -> int | None:
     return None if group is None else int(group)
 
 
-def decode_base64(value: Any, what: str) -> bytes:
+def decode_base64(value: object, what: str) -> bytes:
+    if not isinstance(value, str | bytes | None):
+        raise VolumeError(f"{what}: invalid base64 data: not a string")
     try:
         return base64.b64decode(value or "", validate=True)
     except (binascii.Error, ValueError) as err:
@@ -52,7 +54,7 @@ async def get_object(
         raise VolumeError(str(err)) from err
     except VolumeError:
         raise
-    except Exception as err:  # ObjectGetter's contract: the message is fit for the event
+    except OBJECT_UNAVAILABLE as err:  # the message is fit for the event
         raise VolumeError(str(err) or repr(err)) from err
 
 

@@ -73,6 +73,26 @@ def _uid(pod: Pod) -> str:
     return str(pod["metadata"]["uid"])
 
 
+class PodVolumeStates:
+    """The desired and actual states of world and the operations in flight.
+    Built before the volume manager, so the status manager (built before it)
+    can ask from the start whether a pod's volumes are torn down."""
+
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
+        self.dsw = DesiredStateOfWorld()
+        self.asw = ActualStateOfWorld()
+        self.ops = PendingOperations(clock)
+
+    def volumes_torn_down(self, pod_uid: str) -> bool:
+        """The pod is not wanted and none of its volumes is left mounted
+        (podVolumesExist upstream, negated)."""
+        return (
+            pod_uid not in self.asw.pods
+            and not self.ops.pod_busy(pod_uid)
+            and pod_uid not in self.dsw.pods
+        )
+
+
 class VolumeManagerImpl:
     """Implements kubelet.volumemanager.VolumeManager."""
 
@@ -86,6 +106,7 @@ class VolumeManagerImpl:
         clock: Clock = REAL_CLOCK,
         remount_period: float = REMOUNT_PERIOD,
         mountinfo: str = mountutil.MOUNTINFO,
+        states: PodVolumeStates | None = None,
     ) -> None:
         self.host = host
         self.plugins = list(plugins)
@@ -97,9 +118,8 @@ class VolumeManagerImpl:
         self.clock = clock
         self.remount_period = remount_period
         self.mountinfo = mountinfo
-        self.dsw = DesiredStateOfWorld()
-        self.asw = ActualStateOfWorld()
-        self.ops = PendingOperations(clock)
+        self.states = states or PodVolumeStates(clock)
+        self.dsw, self.asw, self.ops = self.states.dsw, self.states.asw, self.states.ops
         self._dirty: set[str] = set()
         self._timers: list[tuple[float, int, str]] = []
         self._seq = 0
@@ -539,7 +559,7 @@ class VolumeManagerImpl:
         self.on_pod_ready(want.uid)
 
     def _is_unmounted(self, uid: str) -> bool:
-        return uid not in self.asw.pods and not self.ops.pod_busy(uid) and uid not in self.dsw.pods
+        return self.states.volumes_torn_down(uid)
 
     def _notify_unmounted(self, uid: str) -> None:
         if self._is_unmounted(uid):
@@ -551,7 +571,7 @@ class VolumeManagerImpl:
     def volumes_torn_down(self, pod_uid: str) -> bool:
         """The pod is not wanted and none of its volumes is left mounted
         (podVolumesExist upstream, negated)."""
-        return self._is_unmounted(pod_uid)
+        return self.states.volumes_torn_down(pod_uid)
 
     def _event(self, pod: Pod, volume: str, error: str) -> None:
         if self.recorder is None:

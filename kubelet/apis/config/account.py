@@ -132,7 +132,7 @@ def _normal(value: Any, typ: str) -> Any:
     return value
 
 
-def is_default(path: str, value: Any) -> bool:
+def is_default(path: str, value: object) -> bool:
     fld = upstream.fields()[path]
     return bool(_normal(value, fld.type) == _normal(fld.default, fld.type))
 
@@ -206,7 +206,7 @@ def gate_report(values: Mapping[str, bool], explicit: Iterable[str]) -> tuple[li
     return warnings, problems
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value) if isinstance(value, str) else str(value).replace("'", '"')
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -6,7 +6,6 @@ names in none of the states)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from kubelet.apis.config import account, upstream
 
@@ -71,7 +70,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _default(value: Any) -> str:
+def _default(value: object) -> str:
     if value is None:
         return ""
     return f"`{_cell(json.dumps(value, separators=(',', ':')))}`"

@@ -125,7 +125,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # ---- defaulting ----
 
 
-def _is_zero(value: Any, typ: str) -> bool:
+def _is_zero(value: object, typ: str) -> bool:
     if isinstance(value, bool):
         return value is False
     if (isinstance(value, int | float) and value == 0) or value == "":
@@ -224,7 +224,7 @@ def _check(obj: Doc, prefix: str, source: str, skip: frozenset[str], problems: l
     return clean
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     try:
         text = repr(value)
     except RecursionError:
@@ -243,7 +243,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {
 }
 
 
-def type_problem(value: Any, typ: str) -> str:
+def type_problem(value: object, typ: str) -> str:
     """Why `value` is not a JSON value of the Go type named `typ`, or ""."""
     if typ in _SCALARS:
         ok = isinstance(value, _SCALARS[typ]) and not (isinstance(value, bool) and typ != "bool")

@@ -64,7 +64,7 @@ _REJECT = grpc.unary_unary_rpc_method_handler(_rejected)
 
 
 # grpc ships no type stubs: its base class is Any to mypy.
-class RateLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RateLimitInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc has no stubs: the base is Any
     """Every known method costs a token; an unknown one is left to gRPC
     (Unimplemented), as grpc-go runs no interceptor for it."""
 

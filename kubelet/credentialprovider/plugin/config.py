@@ -91,7 +91,7 @@ def _unknown(doc: dict[str, Any], known: set[str], where: str) -> None:
         raise ConfigError(f'{where}: unknown field "{extra[0]}"')
 
 
-def _token_attributes(doc: Any, where: str) -> TokenAttributes:
+def _token_attributes(doc: object, where: str) -> TokenAttributes:
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: must be an object")
     _unknown(doc, _TOKEN_FIELDS, where)
@@ -107,7 +107,7 @@ def _token_attributes(doc: Any, where: str) -> TokenAttributes:
     )
 
 
-def _provider(doc: Any, where: str, version: str) -> CredentialProvider:
+def _provider(doc: object, where: str, version: str) -> CredentialProvider:
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: must be an object")
     # tokenAttributes exists only in the v1 file format.

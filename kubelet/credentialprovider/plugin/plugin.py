@@ -46,6 +46,10 @@ V5 = level_for(5)
 
 # What reading a service account or asking for its token can fail with.
 _API_ERRORS = (APIError, aiohttp.ClientError, OSError, RuntimeError, ValueError)
+
+# What concurrent asks share one plugin run by: the image, or with a service
+# account token, (image, token hash, annotations).
+_FlightKey = str | tuple[str, str, tuple[tuple[str, str], ...]]
 GLOBAL_CACHE_KEY = "<global>"
 CACHE_PURGE_INTERVAL = 15 * 60.0
 EXEC_TIMEOUT = 60.0
@@ -286,7 +290,7 @@ class PluginProvider:
     accounts: ServiceAccounts | None
     clock: Callable[[], float] = time.monotonic
     _cache: dict[tuple[str, tuple[Any, ...]], _Entry] = field(default_factory=dict)
-    _inflight: dict[Any, asyncio.Future[Response]] = field(default_factory=dict)
+    _inflight: dict[_FlightKey, asyncio.Future[Response]] = field(default_factory=dict)
     _last_purge: float = 0.0
 
     def matches(self, image: str) -> bool:
@@ -373,7 +377,7 @@ class PluginProvider:
 
     async def _run_once(self, image: str, token: str, annotations: dict[str, str]) -> Response:
         """singleflight: concurrent asks for one key share one plugin run."""
-        key: Any = image
+        key: _FlightKey = image
         if token or annotations:
             key = (image, _hash(token), tuple(sorted(annotations.items())))
         fut = self._inflight.get(key)
@@ -383,7 +387,7 @@ class PluginProvider:
             fut.add_done_callback(lambda f: self._done(key, f))
         return await asyncio.shield(fut)
 
-    def _done(self, key: Any, fut: asyncio.Future[Response]) -> None:
+    def _done(self, key: _FlightKey, fut: asyncio.Future[Response]) -> None:
         self._inflight.pop(key, None)
         if not fut.cancelled():
             fut.exception()  # retrieved, even when every waiter was cancelled

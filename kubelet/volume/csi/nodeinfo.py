@@ -12,10 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.volume.csi.client import NodeInfo
+
+# One update of the node info for a driver (installed: info; removed: None).
+_Update = Callable[[str, NodeInfo | None], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +108,7 @@ class NodeInfoManager:
         await self._retry(self._uninstall_from_csinode, driver, None)
         await self._retry(self._update_node, driver, None)
 
-    async def _retry(self, fn: Any, driver: str, info: NodeInfo | None) -> None:
+    async def _retry(self, fn: _Update, driver: str, info: NodeInfo | None) -> None:
         for attempt in range(CONFLICT_RETRIES):
             try:
                 async with self._lock:

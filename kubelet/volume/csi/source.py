@@ -57,13 +57,13 @@ class CSIVolume:
         return pair[1] if single_node_multi_writer else pair[0]
 
 
-def _ref(obj: Any, default_ns: str = "") -> SecretRef | None:
+def _ref(obj: object, default_ns: str = "") -> SecretRef | None:
     if not isinstance(obj, dict) or not obj.get("name"):
         return None
     return (str(obj.get("namespace") or default_ns), str(obj["name"]))
 
 
-def _strings(d: Any) -> dict[str, str]:
+def _strings(d: Mapping[str, object] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in (d or {}).items()}
 
 

@@ -150,12 +150,15 @@ def test_crash_looping_pod_has_events(node: KubeletProcess) -> None:
     )
     # Container events point at the container, as upstream's do.
     assert {events()[r] for r in ("Created", "Started", "BackOff")} == {"spec.containers{main}"}
-    p = node.kubectl_json("get", "pod", "crasher", "-n", "default")
-    waiting = p["status"]["containerStatuses"][0]["state"].get("waiting", {})
-    assert (
-        waiting.get("reason") == "CrashLoopBackOff"
-        or p["status"]["containerStatuses"][0]["restartCount"] >= 1
-    )
+
+    def backing_off() -> bool:
+        # The BackOff event is sent before the status manager's next patch lands.
+        st = node.kubectl_json("get", "pod", "crasher", "-n", "default")["status"]
+        c = st["containerStatuses"][0]
+        waiting = c["state"].get("waiting", {})
+        return bool(waiting.get("reason") == "CrashLoopBackOff" or c["restartCount"] >= 1)
+
+    wait_for("CrashLoopBackOff or a restart in the pod's status", backing_off, 30.0)
     # kubectl logs goes through the API server to this kubelet's /containerLogs.
     logs = node.kubectl("logs", "crasher", "-n", "default", check=False)
     assert (logs.returncode, logs.stdout) == (0, "bye\n"), logs.stderr

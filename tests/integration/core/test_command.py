@@ -18,6 +18,7 @@ from kubelet.testing.kubelets import (
 )
 from kubelet.testing.net import http_get as get
 from kubelet.testing.net import wait_http
+from kubelet.testing.wait import wait_for
 
 
 def test_config_flags_servers_and_clean_exit(simruntime, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -57,20 +58,16 @@ def test_killed_kubelet_readopts_running_pods(runtime: str, request, tmp_path: P
                     out[name] = (c["containerID"], c["restartCount"])
         return out
 
-    deadline = time.monotonic() + 30
-    before: dict[str, tuple[str, int]] = {}
-    while time.monotonic() < deadline and len(before) < 5:
-        before = running(k)
-        time.sleep(0.2)
+    def five_running(kp: KubeletProcess) -> dict[str, tuple[str, int]]:
+        now = running(kp)
+        return now if len(now) >= 5 else {}
+
+    before = wait_for("5 containers running", lambda: five_running(k), 30.0, 0.2, retry_on=())
     assert len(before) == 5
     assert k.stop(signal.SIGKILL) == -signal.SIGKILL
     k2 = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     try:
-        deadline = time.monotonic() + 30
-        after: dict[str, tuple[str, int]] = {}
-        while time.monotonic() < deadline and len(after) < 5:
-            after = running(k2)
-            time.sleep(0.2)
+        wait_for("5 containers running again", lambda: five_running(k2), 30.0, 0.2, retry_on=())
         time.sleep(1.5)  # a few relists and housekeeping rounds later...
         assert running(k2) == before  # same containers, restartCount unchanged
     finally:
@@ -133,14 +130,12 @@ def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:
     k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
     base = f"https://127.0.0.1:{k.port}/containerLogs/default/talker-node-b"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def restarted() -> bool:
             st = k.pods().get("talker-node-b", {}).get("status", {})
-            if any(c.get("restartCount", 0) >= 1 for c in st.get("containerStatuses") or []):
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the container never restarted")
+            return any(c.get("restartCount", 0) >= 1 for c in st.get("containerStatuses") or [])
+
+        wait_for("the container restarted", restarted, 30.0, 0.2, retry_on=())
         # Whichever run is current, each printed the same two lines.
         code, body = get(f"{base}/c")
         assert (code, body) == (200, b"hello\nworld\n")

@@ -12,27 +12,28 @@ import pytest
 
 from kubelet.config.config import Op, PodUpdate
 from kubelet.testing.images import BUSYBOX_REF
+from kubelet.testing.kubelets import EventLog, InProcessKubelet
 from kubelet.testing.net import free_port
 
 BUSYBOX = "busybox:1.36"
 
 
 class Events:
-    def __init__(self) -> None:
-        self.items: list[tuple[str, str, str, str]] = []  # (pod name, fieldPath, reason, message)
+    """The node's events as (fieldPath, reason, message) per pod."""
 
-    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
-        self.items.append((ref.get("name", ""), ref.get("fieldPath", ""), reason, message))
+    def __init__(self, log: EventLog) -> None:
+        self.log = log
 
     def of(self, pod: str) -> list[tuple[str, str, str]]:
-        return [(f, r, m) for p, f, r, m in self.items if p == f"{pod}-node-a"]
+        return [
+            (ref.get("fieldPath", ""), r, m)
+            for ref, (n, _t, r, m) in zip(self.log.refs, self.log.events, strict=True)
+            if n == f"{pod}-node-a"
+        ]
 
 
-def record(node) -> Events:  # type: ignore[no-untyped-def]
-    ev = Events()
-    node.kubelet.runtime_manager.recorder = ev
-    node.kubelet.pod_syncer.recorder = ev
-    return ev
+def record(node: InProcessKubelet) -> Events:
+    return Events(node.record_events())
 
 
 def ctr(name: str, script: str, image: str = BUSYBOX, **kw: Any) -> dict[str, Any]:

@@ -3,11 +3,11 @@ does not walk every runtime pod again while nothing it depends on has changed.""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.kuberuntime import labels
+from kubelet.testing.wait import wait_for_async
 
 
 async def test_unknown_runtime_pod_is_killed_and_quiet_rounds_skip_the_scan(node: Any) -> None:
@@ -25,12 +25,11 @@ async def test_unknown_runtime_pod_is_killed_and_quiet_rounds_skip_the_scan(node
         return [s.id for s in await node.rt.list_pod_sandbox(ready)]
 
     assert sid in await ready_sandboxes()
-    for _ in range(100):
-        if sid not in await ready_sandboxes():
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the orphaned sandbox was not stopped")
+
+    async def stopped() -> bool:
+        return sid not in await ready_sandboxes()
+
+    await wait_for_async("the orphaned sandbox stopped", stopped, 10.0, 0.1, retry_on=())
     # Quiet now: rounds in which neither the runtime's pods (the relist), the
     # desired pods nor the workers change do not walk the runtime's pods again.
     await node.wait(lambda: not k.orphans.killing, what="kill done")

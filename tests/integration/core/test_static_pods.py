@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.testing.wait import wait_for_async
 
 BUSYBOX = "busybox:1.36"
 
@@ -42,10 +43,7 @@ async def test_200_pods_run_then_50_are_removed(node) -> None:  # type: ignore[n
         names = {s.metadata.name for s in await node.rt.list_pod_sandbox()}
         return not (names & removed) and len(names) == 150
 
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not await gone():
-        await __import__("asyncio").sleep(0.2)
-    assert await gone()
+    await wait_for_async("50 pods' sandboxes gone", gone, 30.0, 0.2, retry_on=())
     containers = await node.rt.list_containers()
     # exactly those pods' containers are gone; the others were not touched
     assert {c.id for c in containers} == kept_ids
@@ -206,3 +204,10 @@ async def test_a_manifest_removed_and_written_back_restarts_its_pod(node) -> Non
         what="again restarted",
     )
     assert node.container("again", "c")["restartCount"] == 1
+
+
+async def test_container_ids_name_the_runtime_as_its_version_answer_does(node) -> None:  # type: ignore[no-untyped-def]
+    node.write("named", [forever()])
+    await node.wait(lambda: node.phase("named") == "Running", timeout=20, what="Running")
+    assert node.kubelet.runtime.state.runtime_name() == "simruntime"
+    assert node.container("named", "c")["containerID"].startswith("simruntime://")

@@ -25,6 +25,7 @@ from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
 from kubelet.testing.wait import wait_for_async
+from kubelet.types import Pod
 from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
@@ -112,19 +113,27 @@ class Node:
             asyncio.ensure_future(self.vm.run(self.stop)),
             *(asyncio.ensure_future(c) for _, c in self.csi.loops(self.stop)),
         ]
-        await until(lambda: self.csi.drivers.get(DRIVER) is not None)
+        await wait_for_async(
+            "the driver registered",
+            lambda: self.csi.drivers.get(DRIVER) is not None,
+            60.0,
+            0.05,
+            retry_on=(),
+        )
 
     async def shutdown(self) -> None:
         self.stop.set()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def until(cond: Any, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+async def all_mounted(vm: VolumeManagerImpl, pod: Pod) -> None:
+    await wait_for_async(
+        "every volume of the pod mounted",
+        lambda: not vm.unmounted_volumes(pod),
+        60.0,
+        0.05,
+        retry_on=(),
+    )
 
 
 def mounted(path: Path) -> bool:
@@ -180,7 +189,7 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     n = await node()
     a, b = pod("u1", claim_vol("data", "claim-a")), pod("u2", claim_vol("d", "claim-a"))
     n.vm.add_pod(a)
-    await until(lambda: not n.vm.unmounted_volumes(a))
+    await all_mounted(n.vm, a)
     staging = staging_dir(root, handle)
     assert mounted(staging / "globalmount")
     assert json.loads((staging / "vol_data.json").read_text()) == {
@@ -201,7 +210,7 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     assert n.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{handle}"]
 
     n.vm.add_pod(b)
-    await until(lambda: not n.vm.unmounted_volumes(b))
+    await all_mounted(n.vm, b)
     assert driver.calls("NodeStageVolume") == 1
     assert driver.calls("NodePublishVolume") == 2
 
@@ -211,7 +220,9 @@ async def test_persistent_volume_staged_once_and_published_per_pod(env):
     assert mounted(staging / "globalmount")  # pod u2 still uses it
     n.vm.remove_pod("u2")
     assert await n.vm.wait_for_unmount("u2", 30)
-    await until(lambda: not staging.exists())
+    await wait_for_async(
+        "the staging dir removed", lambda: not staging.exists(), 60.0, 0.05, retry_on=()
+    )
     assert driver.calls("NodeUnstageVolume") == 1
     assert n.csi.volumes_in_use() == []
     assert (Path(driver.data_dir(handle)) / "written-by-pod").read_text() == "hello"
@@ -223,7 +234,7 @@ async def test_inline_ephemeral_volume(env):
     inline = {"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1048576"}}}
     p = pod("u3", inline)
     n.vm.add_pod(p)
-    await until(lambda: not n.vm.unmounted_volumes(p))
+    await all_mounted(n.vm, p)
     handle = "csi-" + hashlib.sha256(b"u3scratch").hexdigest()
     target = pod_dir(root, "u3", "scratch") / "mount"
     assert mounted(target)
@@ -241,7 +252,7 @@ async def test_inline_volume_refused_by_a_persistent_only_driver(env):
     n = await node({**CSI_DRIVER_SPEC, "volumeLifecycleModes": ["Persistent"]})
     p = pod("u4", {"name": "scratch", "csi": {"driver": DRIVER}})
     n.vm.add_pod(p)
-    await until(lambda: n.events)
+    await wait_for_async("an event", lambda: n.events, 60.0, 0.05, retry_on=())
     assert n.events[0] == (
         'MountVolume.SetUp failed for volume "scratch" : volume mode "Ephemeral" not supported '
         f"by driver {DRIVER} (only supports ['Persistent'])"
@@ -256,15 +267,19 @@ async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env)
     kept, gone = pod("u5", claim_vol("v", "claim-keep")), pod("u6", claim_vol("v", "claim-gone"))
     for p in (kept, gone):
         first.vm.add_pod(p)
-    await until(
-        lambda: not first.vm.unmounted_volumes(kept) and not first.vm.unmounted_volumes(gone)
+    await wait_for_async(
+        "both pods' volumes mounted",
+        lambda: not first.vm.unmounted_volumes(kept) and not first.vm.unmounted_volumes(gone),
+        60.0,
+        0.05,
+        retry_on=(),
     )
     await first.shutdown()  # the kubelet stops; mounts stay
     publishes, stages = driver.calls("NodePublishVolume"), driver.calls("NodeStageVolume")
 
     second = await node()
     second.vm.add_pod(kept)
-    await until(lambda: not second.vm.unmounted_volumes(kept))
+    await all_mounted(second.vm, kept)
     assert await second.vm.cleanup_orphaned_pods({"u5"}) == []
     assert await second.vm.wait_for_unmount("u6", 30)
     assert driver.calls("NodePublishVolume") == publishes  # adopted, not published again
@@ -273,7 +288,13 @@ async def test_restart_adopts_mounted_volumes_and_cleans_those_of_gone_pods(env)
     assert not pod_dir(root, "u6", "pv-gone").exists()
     gone_handle = api.objects["/api/v1/persistentvolumes/pv-gone"]["spec"]["csi"]["volumeHandle"]
     keep_handle = api.objects["/api/v1/persistentvolumes/pv-keep"]["spec"]["csi"]["volumeHandle"]
-    await until(lambda: not staging_dir(root, gone_handle).exists())
+    await wait_for_async(
+        "the orphan's staging dir removed",
+        lambda: not staging_dir(root, gone_handle).exists(),
+        60.0,
+        0.05,
+        retry_on=(),
+    )
     assert mounted(staging_dir(root, keep_handle) / "globalmount")
     assert second.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{keep_handle}"]
 
@@ -302,7 +323,7 @@ async def test_read_only_claim_and_fs_group(env):
     p["spec"]["securityContext"] = {"fsGroup": 4321}
     (Path(driver.data_dir(handle2)) / "existing").write_text("x")
     n.vm.add_pod(p)
-    await until(lambda: not n.vm.unmounted_volumes(p))
+    await all_mounted(n.vm, p)
     mounted_vols = n.vm.get_mounted_volumes("u7")
     assert mounted_vols["ro"].read_only and not mounted_vols["rw"].read_only
     assert "ro" in _mount_options(pod_dir(root, "u7", "pv-ro") / "mount")
@@ -322,7 +343,7 @@ async def test_volume_stats_come_from_the_driver(env):
     n = await node()
     p = pod("u8", claim_vol("data", "claim-st"))
     n.vm.add_pod(p)
-    await until(lambda: not n.vm.unmounted_volumes(p))
+    await all_mounted(n.vm, p)
     target = pod_dir(root, "u8", "pv-st") / "mount"
     (target / "blob").write_bytes(b"x" * (1 << 20))
     assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
@@ -346,7 +367,7 @@ async def test_volume_health_from_the_driver_under_the_gate(env):
     n = await node(volume_health=True)
     p = pod("u9", claim_vol("data", "claim-h"))
     n.vm.add_pod(p)
-    await until(lambda: not n.vm.unmounted_volumes(p))
+    await all_mounted(n.vm, p)
     target = pod_dir(root, "u9", "pv-h") / "mount"
     query = n.csi.plugin.volume_stats("data", str(target))
     assert query is not None

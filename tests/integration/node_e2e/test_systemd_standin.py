@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from benches.node_e2e.systemd import SOCKET_ENV, UnitManager, install
+from kubelet.testing.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -33,13 +33,6 @@ def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 
-def wait_for(cond: object, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.05)
-
-
 def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
     standin: tuple[UnitManager, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -54,7 +47,13 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
         "/bin/sh", "-c", "echo started $$$$; exec sleep 600",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout
-    wait_for(lambda: log.read_text().count("started") == 1)
+    wait_for(
+        "the unit's first start in its log",
+        lambda: log.read_text().count("started") == 1,
+        20.0,
+        0.05,
+        retry_on=(),
+    )
     first = int(log.read_text().split()[1])
 
     # findKubeletServiceName: the regex (kubelet-\w+) over sudo systemctl list-units.
@@ -64,13 +63,25 @@ def test_kubelet_unit_lifecycle_as_the_suite_drives_it(
 
     # mustStopKubelet: kill, then the unit is no longer running.
     assert run(env, "sudo", "systemctl", "kill", "kubelet-20261125T183000").returncode == 0
-    wait_for(lambda: not os.path.exists(f"/proc/{first}") or _zombie(first))
+    wait_for(
+        "the first process gone",
+        lambda: not os.path.exists(f"/proc/{first}") or _zombie(first),
+        20.0,
+        0.05,
+        retry_on=(),
+    )
     r = run(env, "sudo", "systemctl", "list-units", "*kubelet*", "--state=running")
     assert "kubelet-" not in r.stdout.replace("*kubelet*", "")
 
     # ... and restart runs the same command again, appending to the same log.
     assert run(env, "sudo", "systemctl", "restart", "kubelet-20261125T183000").returncode == 0
-    wait_for(lambda: log.read_text().count("started") == 2)
+    wait_for(
+        "the unit's second start in its log",
+        lambda: log.read_text().count("started") == 2,
+        20.0,
+        0.05,
+        retry_on=(),
+    )
     second = int(log.read_text().split()[3])
     assert second != first
     assert run(env, "systemctl", "is-active", "kubelet-20261125T183000.service").returncode == 0
@@ -138,7 +149,13 @@ def test_exec_arguments_are_unescaped_as_systemd_does(
         "/bin/sh", "-c", 'echo "$0" >&2', "--eviction-hard=nodefs.available<1%%,x=$$HOME",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout
-    wait_for(lambda: log.exists() and log.read_text().strip() != "")
+    wait_for(
+        "the unit's log written",
+        lambda: log.exists() and log.read_text().strip() != "",
+        20.0,
+        0.05,
+        retry_on=(),
+    )
     assert log.read_text().strip() == "--eviction-hard=nodefs.available<1%,x=$HOME"
     # A specifier or a variable the stand-in would not expand is refused, not passed on.
     for arg in ("--root-dir=%h/kubelet", "--x=${HOME}", "--y=$HOME", "50%"):

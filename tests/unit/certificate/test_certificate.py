@@ -118,6 +118,20 @@ def pki(tmp_path: Path) -> PKI:
     return PKI(str(tmp_path / "ca"))
 
 
+def client_manager(tmp_path: Path, signer: Signer, clock: FakeClock, **kw: Any) -> Manager:
+    """The client certificate's manager for node n1, signed by `signer`."""
+    return Manager(
+        "client",
+        FileStore("kubelet-client", str(tmp_path / "pki")),
+        lambda: client_template("n1"),
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        "client auth",
+        lambda current: signer,
+        clock=clock,
+        **kw,
+    )
+
+
 def test_rotation_deadline_is_70_to_90_percent_of_the_lifetime() -> None:
     assert jittery_deadline(1000, 2000, 0.0) == 1700
     assert jittery_deadline(1000, 2000, 0.5) == 1800
@@ -130,16 +144,7 @@ async def test_manager_rotates_at_its_deadline_and_installs_a_new_pair(
     clock = FakeClock(start=1_800_000_000.0)
     signer = Signer(pki, clock, lifetime=1000)
     rand = iter([0.5, 0.0, 0.25, 0.75])
-    m = Manager(
-        "client",
-        FileStore("kubelet-client", str(tmp_path / "pki")),
-        lambda: client_template("n1"),
-        "kubernetes.io/kube-apiserver-client-kubelet",
-        "client auth",
-        lambda current: signer,
-        clock=clock,
-        rand=lambda: next(rand),
-    )
+    m = client_manager(tmp_path, signer, clock, rand=lambda: next(rand))
     assert m.current() is None and m.current_certificate() is None
     assert m.next_rotation_deadline() == clock.time()  # nothing yet: now
     assert await m.rotate()
@@ -164,15 +169,7 @@ async def test_manager_rotates_at_its_deadline_and_installs_a_new_pair(
 async def test_a_certificate_for_another_node_is_rejected(pki: PKI, tmp_path: Path) -> None:
     clock = FakeClock(start=1_800_000_000.0)
     signer = Signer(pki, clock, 1000, cn_override="system:node:someone-else")
-    m = Manager(
-        "client",
-        FileStore("kubelet-client", str(tmp_path / "pki")),
-        lambda: client_template("n1"),
-        "kubernetes.io/kube-apiserver-client-kubelet",
-        "client auth",
-        lambda current: signer,
-        clock=clock,
-    )
+    m = client_manager(tmp_path, signer, clock)
     assert not await m.rotate()
     assert m.current() is None
     assert not (tmp_path / "pki" / "kubelet-client-current.pem").exists()
@@ -335,15 +332,7 @@ async def test_rotation_reaches_new_api_and_server_connections(pki: PKI, tmp_pat
         lambda current: signer,
         clock=clock,
     )
-    client = Manager(
-        "client",
-        FileStore("kubelet-client", str(tmp_path / "pki")),
-        lambda: client_template("n1"),
-        "kubernetes.io/kube-apiserver-client-kubelet",
-        "client auth",
-        lambda current: signer,
-        clock=clock,
-    )
+    client = client_manager(tmp_path, signer, clock)
     seen: list[str] = []
 
     async def whoami(req: web.Request) -> web.Response:
@@ -436,15 +425,7 @@ async def test_kubelet_exits_when_its_client_certificate_expired_and_the_server_
 
     clock = FakeClock(start=datetime.datetime.now().timestamp())
     signer = Signer(pki, clock, 600)
-    m = Manager(
-        "client",
-        FileStore("kubelet-client", str(tmp_path / "pki")),
-        lambda: client_template("n1"),
-        "kubernetes.io/kube-apiserver-client-kubelet",
-        "client auth",
-        lambda current: signer,
-        clock=clock,
-    )
+    m = client_manager(tmp_path, signer, clock)
     assert await m.rotate() and m.server_healthy
     stop, failed = asyncio.Event(), asyncio.Event()
     watcher = asyncio.create_task(

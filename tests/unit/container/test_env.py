@@ -238,7 +238,7 @@ async def test_key_refs_missing(
 
 async def test_getter_failure_message_passes_through() -> None:
     cms = FakeGetter("configmap", {})
-    cms.fail = RuntimeError("failed to sync configmap cache: timed out waiting for the condition")
+    cms.fail = TimeoutError("failed to sync configmap cache: timed out waiting for the condition")
     container = {"name": "c", "env": [{"name": "V", **key_ref("configMapKeyRef", "x", "k", True)}]}
     # Only not-found is forgiven for optional references.
     assert await build_error(container, ctx(configmaps=cms)) == (

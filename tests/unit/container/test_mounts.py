@@ -12,6 +12,7 @@ import pytest
 
 from kubelet.container.mounts import has_subpath, make_mounts
 from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.testing.helpers import can_mount_tmpfs
 from kubelet.testing.parts import part_unavailable
 from kubelet.volumemanager import MountedVolume
 
@@ -189,20 +190,6 @@ def test_volume_path_itself_may_be_a_symlink(tmp_path: Path):
     assert os.path.samestat(os.stat(out[0].host_path), os.stat(real / "sub"))
 
 
-def _can_mount(tmp: Path) -> bool:
-    from kubelet.util import mountutil
-
-    d = tmp / "probe"
-    d.mkdir()
-    try:
-        mountutil.mount("tmpfs", str(d), "tmpfs", "size=4096")
-    except OSError:
-        return False
-    mountutil.umount(str(d))
-    d.rmdir()
-    return True
-
-
 def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Path):
     from kubelet.util import mountutil
     from kubelet.volumemanager.subpath import clean_subpaths
@@ -215,7 +202,7 @@ def test_subpath_bind_mounted_under_the_pod_dir(vol: MountedVolume, tmp_path: Pa
     c = ctr({"name": "data", "mountPath": "/d"},
             {"name": "data", "mountPath": "/etc/app.ini", "subPath": "conf/app.ini"},
             {"name": "data", "mountPath": "/conf", "subPath": "conf"})  # fmt: skip
-    if not _can_mount(tmp_path):
+    if not can_mount_tmpfs(str(tmp_path)):
         # Never the plain path, which the runtime would look up again.
         with pytest.raises(ContainerConfigError):
             make_mounts(POD, c, {"data": vol}, no_expand, str(pod_dir))
@@ -272,7 +259,7 @@ def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
     the kubelet opened, not where the link now points."""
     from kubelet.util import mountutil
 
-    if not _can_mount(tmp_path):
+    if not can_mount_tmpfs(str(tmp_path)):
         part_unavailable("bind mounts", "this test needs CAP_SYS_ADMIN (the kubelet runs with it)")
     base = Path(vol.host_path)
     (base / "conf").mkdir()

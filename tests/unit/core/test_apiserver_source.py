@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -93,10 +93,6 @@ def pod(uid: str, image: str = "busybox:1.36", **meta: Any) -> dict[str, Any]:
     }
 
 
-async def until(cond: Callable[[], Any], timeout: float = 2.0) -> None:
-    await wait_for_async(repr(cond), cond, timeout, every=0.005, retry_on=())
-
-
 async def next_update(cfg: PodConfig, timeout: float = 2.0) -> PodUpdate:
     return await asyncio.wait_for(cfg.updates.get(), timeout)
 
@@ -118,7 +114,7 @@ async def running() -> AsyncIterator[Running]:
     src = APIServerSource(api, "n1", cfg)  # type: ignore[arg-type]
     stop = asyncio.Event()
     task = asyncio.create_task(src.run(stop))
-    await until(lambda: api.watches)
+    await wait_for_async("a watch opened", lambda: api.watches, 2.0, 0.005, retry_on=())
     yield Running(api, cfg, src)
     stop.set()
     await asyncio.wait_for(task, 2)  # stop ends a watch that is waiting for events
@@ -256,7 +252,7 @@ async def test_410_gone_relists_and_the_new_list_replaces_the_snapshot(
     assert got == [(Op.REMOVE, ["a"], "api"), (Op.ADD, ["c"], "api"), (Op.UPDATE, ["b"], "api")]
     assert len(api.lists) == 2 and cfg.snapshots == 2
     assert sorted(src.pods) == ["b", "c"] and src.get("a") is None
-    await until(lambda: len(api.watches) == 2)
+    await wait_for_async("a second watch", lambda: len(api.watches) == 2, 2.0, 0.005, retry_on=())
     assert api.watches[1][1]["resourceVersion"] == "50"  # from the new list
 
 
@@ -276,7 +272,7 @@ async def test_bookmarks_move_the_resource_version_without_events(running: Runni
     await next_update(cfg)
     api.bookmark(40)
     api.end()  # the server closes the watch: resume from the bookmark, no re-list
-    await until(lambda: len(api.watches) == 2)
+    await wait_for_async("a second watch", lambda: len(api.watches) == 2, 2.0, 0.005, retry_on=())
     assert api.watches[1][1]["resourceVersion"] == "40"
     assert src.reflector.resource_version == "40"
     assert len(api.lists) == 1 and cfg.updates.empty()
@@ -289,5 +285,5 @@ async def test_a_watch_resumes_from_the_last_event_seen(running: Running) -> Non
     api.send("ADDED", pod("c"))
     api.send("MODIFIED", pod("c", "x:2"))  # rv 12
     api.end()
-    await until(lambda: len(api.watches) == 2)
+    await wait_for_async("a second watch", lambda: len(api.watches) == 2, 2.0, 0.005, retry_on=())
     assert api.watches[1][1]["resourceVersion"] == "12" and len(api.lists) == 1

@@ -23,6 +23,7 @@ from kubelet.nodeshutdown.manager import NodeShutdownManager, shutdown_periods
 from kubelet.nodeshutdown.storage import STATE_FILE, parse_go_time
 from kubelet.status.disruption import KubeletTermination
 from kubelet.testing.login1 import read_inhibit_delay
+from kubelet.testing.wait import wait_for_async
 
 
 class FakeLogind:
@@ -99,7 +100,9 @@ class Node:
     async def start(self) -> asyncio.Task[None]:
         """The manager running, holding its lock."""
         task = asyncio.create_task(self.m.run(self.stop))
-        await until(lambda: self.m.holds_lock)
+        await wait_for_async(
+            "the inhibitor lock held", lambda: self.m.holds_lock, 5.0, 0.01, retry_on=()
+        )
         return task
 
 
@@ -108,14 +111,6 @@ def pod(name: str, priority: int, grace: int) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "default", "uid": name},
         "spec": {"priority": priority, "terminationGracePeriodSeconds": grace},
     }
-
-
-async def until(cond: Any, timeout: float = 5.0) -> None:
-    async def poll() -> None:
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-
-    await asyncio.wait_for(poll(), timeout)
 
 
 async def test_start_raises_inhibit_delay_through_a_drop_in_and_holds_one_lock(
@@ -169,7 +164,7 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
     assert n.m.shutdown_status() is None and n.m.admit(pod("x", 0, 1)) is None
 
     fake.events.put_nowait(True)
-    await until(lambda: fake.held() == 0)
+    await wait_for_async("the lock released", lambda: fake.held() == 0, 5.0, 0.01, retry_on=())
     assert n.m.shutdown_status() == "node is shutting down"
     refused = n.m.admit(pod("new", 0, 1))
     assert refused is not None
@@ -188,12 +183,14 @@ async def test_shutdown_stops_pods_then_lets_go_and_a_cancel_takes_the_lock_agai
     assert n.status_changes == 1
 
     fake.events.put_nowait(False)
-    await until(lambda: fake.held() == 1)
+    await wait_for_async("one lock held", lambda: fake.held() == 1, 5.0, 0.01, retry_on=())
     assert n.m.shutdown_status() is None and n.m.admit(pod("new", 0, 1)) is None
     assert n.events[-1] == ("Normal", "Shutdown", "Shutdown manager detected shutdown cancellation")
     # A second cancellation swaps the lock for a new one: still exactly one held.
     fake.events.put_nowait(False)
-    await until(lambda: len(fake.pipes) == 3)
+    await wait_for_async(
+        "three lock requests", lambda: len(fake.pipes) == 3, 5.0, 0.01, retry_on=()
+    )
     await asyncio.sleep(0.05)
     assert fake.held() == 1
     n.stop.set()
@@ -206,7 +203,13 @@ async def test_a_lost_connection_is_made_again_with_a_new_lock(tmp_path: Path) -
     task = await n.start()
     first = n.fakes[0]
     first.events.put_nowait(None)  # the bus went away
-    await until(lambda: len(n.fakes) == 2 and n.fakes[1].held() == 1, timeout=10)
+    await wait_for_async(
+        "a lock held on the new bus",
+        lambda: len(n.fakes) == 2 and n.fakes[1].held() == 1,
+        10,
+        0.01,
+        retry_on=(),
+    )
     assert first.held() == 0 and first.closed
     n.stop.set()
     await task

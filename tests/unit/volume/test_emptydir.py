@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kubelet.testing.helpers import can_mount_tmpfs
 from kubelet.util import mountutil
 from kubelet.volume import VolumeError
 from kubelet.volume.emptydir import EmptyDirPlugin, tmpfs_size
@@ -25,18 +26,6 @@ def pod(containers=None, fs_group=None):
 
 def vol(**src):
     return {"name": "v", "emptyDir": src}
-
-
-def can_mount(tmp: Path) -> bool:
-    d = tmp / "probe"
-    d.mkdir()
-    try:
-        mountutil.mount("tmpfs", str(d), "tmpfs", "size=4096")
-    except OSError:
-        return False
-    mountutil.umount(str(d))
-    d.rmdir()
-    return True
 
 
 async def test_disk_set_up_and_tear_down(tmp_path: Path):
@@ -104,7 +93,7 @@ async def test_memory_tmpfs(tmp_path: Path):
     d = tmp_path / "v"
     p = EmptyDirPlugin(node_allocatable_memory=lambda: 8 * GI)
     spec = vol(medium="Memory", sizeLimit="8Mi")
-    if not can_mount(tmp_path):
+    if not can_mount_tmpfs(str(tmp_path)):
         with pytest.raises(VolumeError, match="tmpfs"):
             await p.set_up(pod(), spec, str(d))
         return
@@ -126,7 +115,7 @@ async def test_memory_tmpfs(tmp_path: Path):
 
 
 async def test_tear_down_never_crosses_a_mount(tmp_path: Path):
-    if not can_mount(tmp_path):
+    if not can_mount_tmpfs(str(tmp_path)):
         pytest.skip("mounting is not permitted here")
     d = tmp_path / "v"
     p = EmptyDirPlugin()
