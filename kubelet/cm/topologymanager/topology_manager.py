@@ -223,9 +223,6 @@ def new_topology_manager(
     gates: FeatureGate,
 ) -> TopologyManager:
     """NewManager: ValueError with upstream's message for a setting it refuses."""
-    for label in (metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGN_SCOPE_POD):  # initializeMetrics
-        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES.touch(label, metrics.ALIGNED_NUMA_NODE)
-        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE.touch(label, metrics.ALIGNED_NUMA_NODE)
     if policy_name == POLICY_NONE:
         return TopologyManager(Policy(POLICY_NONE, NUMAInfo(tuple(nodes)), PolicyOptions()), scope)
     opts = new_policy_options(options, gates)
@@ -245,4 +242,8 @@ def new_topology_manager(
         raise ValueError(f'unknown policy: "{policy_name}"')
     if scope not in SCOPES:
         raise ValueError(f'unknown scope: "{scope}"')
+    # initializeMetrics (not with the none policy, as upstream): the series exist at 0.
+    for label in (metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGN_SCOPE_POD):
+        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES.touch(label, metrics.ALIGNED_NUMA_NODE)
+        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE.touch(label, metrics.ALIGNED_NUMA_NODE)
     return TopologyManager(Policy(policy_name, NUMAInfo(tuple(nodes), dist), opts), scope)
