@@ -13,24 +13,25 @@ from typing import Any
 
 import pytest
 
-from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.devicemanager import HEALTHY, UNHEALTHY
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.devicemanager.topology_hints import choose, filter_by_affinity, generate_hints
-from kubelet.cm.resource_managers import (
-    ResourceManagerConfig,
-    ResourceManagers,
-    new_resource_managers,
-)
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
-from kubelet.features import FeatureGate
 from kubelet.testing.deviceplugin import FakeDevicePlugin
-from kubelet.types import Pod
 from kubelet.util import cpuset
-from tests.unit.cm.fixtures import Affinity, Pods, R, gpu_pod, held, registered
-from tests.unit.cm.topologies import two_numa_nodes
+from tests.unit.cm.fixtures import (
+    Affinity,
+    Pods,
+    R,
+    cpu_gpu_pod,
+    gpu_pod,
+    held,
+    numa_managers,
+    registered,
+    serving_devices,
+)
 
 NODE0 = {"a": [0], "b": [0]}
 NODE1 = {"c": [1], "d": [1]}
@@ -227,59 +228,24 @@ async def test_too_few_aligned_devices_keeps_them_and_the_plugin_picks_the_rest(
 # ------------------------------------------------- with the topology manager
 
 
-def cpu_gpu_pod(name: str, gpus: int, cpus: int = 1) -> Pod:
-    pod = gpu_pod(name, gpus)
-    lim = {R: str(gpus), "cpu": str(cpus), "memory": "64Mi"}
-    pod["spec"]["containers"][0]["resources"] = {"limits": lim, "requests": dict(lim)}
-    return pod
-
-
-def managers(
-    root: str, policy: str, scope: str = "container", pods: Pods | None = None
-) -> ResourceManagers:
-    """Static CPU manager on two NUMA nodes (CPUs 0-1, 2-3) with CPUs 2-3
-    reserved: exclusive CPUs only on NUMA 0."""
-    cfg = KubeletConfiguration()
-    cfg.cpu_manager_policy = "static"
-    cfg.topology_manager_policy = policy
-    cfg.topology_manager_scope = scope
-    rc = ResourceManagerConfig(two_numa_nodes(), {"cpu": 2000}, root, cpuset.parse("2-3"))
-    return new_resource_managers(cfg, rc, FeatureGate(), pods or Pods(), lambda: True)
-
-
-@pytest.fixture
-async def root() -> AsyncIterator[str]:
-    path = tempfile.mkdtemp(prefix="dt", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.parametrize("scope", ["container", "pod"])
-async def test_single_numa_node_refuses_a_gpu_and_cpus_on_different_nodes(root, scope) -> None:
-    rm = managers(root, "single-numa-node", scope)
-    await rm.devices.start()
-    plugin = FakeDevicePlugin({"g0": HEALTHY, "g1": HEALTHY}, numa={"g0": [1], "g1": [1]})
-    try:
-        await registered(rm.devices.socket_dir, rm.devices, plugin)
+async def test_single_numa_node_refuses_a_gpu_and_cpus_on_different_nodes(
+    short_root, scope
+) -> None:
+    rm = numa_managers(short_root, "single-numa-node", scope)
+    async with serving_devices(rm, {"g0": [1], "g1": [1]}):
         pod = cpu_gpu_pod("p", 1)
         refused = rm.admit(pod)
         assert refused is not None and refused.reason == "TopologyAffinityError"
         assert refused.message == "Resources cannot be allocated with Topology locality"
         # Nothing was allocated for it.
         assert held(rm.devices, pod) == [] and not rm.cpu.exclusive_cpus("uid-p", "c0")
-    finally:
-        await plugin.stop()
-        await rm.devices.stop()
 
 
-async def test_single_numa_node_admits_a_gpu_next_to_its_cpus(root) -> None:
+async def test_single_numa_node_admits_a_gpu_next_to_its_cpus(short_root) -> None:
     pod = cpu_gpu_pod("p", 1)
-    rm = managers(root, "single-numa-node", pods=Pods(pod))
-    await rm.devices.start()
-    numa = {"g0": [1], "g1": [0], "g2": [1]}
-    plugin = FakeDevicePlugin(dict.fromkeys(numa, HEALTHY), numa=numa)
-    try:
-        await registered(rm.devices.socket_dir, rm.devices, plugin)
+    rm = numa_managers(short_root, "single-numa-node", pods=Pods(pod))
+    async with serving_devices(rm, {"g0": [1], "g1": [0], "g2": [1]}):
         assert rm.admit(pod) is None
         assert held(rm.devices, pod) == ["g1"]  # on NUMA 0, with its CPU
         assert rm.cpu.exclusive_cpus("uid-p", "c0") <= cpuset.parse("0-1")
@@ -287,22 +253,16 @@ async def test_single_numa_node_admits_a_gpu_next_to_its_cpus(root) -> None:
         # The one device on NUMA 0 is taken: the next such pod cannot fit.
         again = rm.admit(cpu_gpu_pod("q", 1))
         assert again is not None and again.reason == "TopologyAffinityError"
-    finally:
-        await plugin.stop()
-        await rm.devices.stop()
 
 
-async def test_best_effort_admits_across_nodes_and_device_errors_stay_unexpected(root) -> None:
+async def test_best_effort_admits_across_nodes_and_device_errors_stay_unexpected(
+    short_root,
+) -> None:
     pod = cpu_gpu_pod("p", 1)
-    rm = managers(root, "best-effort", pods=Pods(pod))
-    await rm.devices.start()
-    plugin = FakeDevicePlugin({"g0": HEALTHY, "g1": UNHEALTHY}, numa={"g0": [1], "g1": [1]})
-    try:
-        await registered(rm.devices.socket_dir, rm.devices, plugin)
+    rm = numa_managers(short_root, "best-effort", pods=Pods(pod))
+    health = {"g0": HEALTHY, "g1": UNHEALTHY}
+    async with serving_devices(rm, {"g0": [1], "g1": [1]}, health):
         assert rm.admit(pod) is None and held(rm.devices, pod) == ["g0"]
         refused = rm.admit(cpu_gpu_pod("q", 1))
         assert refused is not None and refused.reason == "UnexpectedAdmissionError"
         assert "requested number of devices unavailable" in refused.message
-    finally:
-        await plugin.stop()
-        await rm.devices.stop()

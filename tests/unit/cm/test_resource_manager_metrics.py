@@ -4,30 +4,27 @@ The registry is the process's: counters are compared before and after."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
-from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.cpumanager.policy_static import SMTAlignmentError
-from kubelet.cm.devicemanager import HEALTHY
 from kubelet.cm.memorymanager.policy_static import MemoryAllocationError
-from kubelet.cm.resource_managers import (
-    ResourceManagerConfig,
-    ResourceManagers,
-    new_resource_managers,
-)
-from kubelet.features import FeatureGate
 from kubelet.metrics import REGISTRY
-from kubelet.testing.deviceplugin import FakeDevicePlugin
 from kubelet.types import Pod
-from kubelet.util import cpuset
-from tests.unit.cm.fixtures import GiB, Pods, R, cm, gpod, gpu_pod, mem_pod, registered, static
-from tests.unit.cm.topologies import two_numa_nodes
+from tests.unit.cm.fixtures import (
+    GiB,
+    Pods,
+    cm,
+    cpu_gpu_pod,
+    gpod,
+    mem_pod,
+    numa_managers,
+    serving_devices,
+    static,
+)
 
 
 def value(name: str, **labels: str) -> float:
@@ -131,38 +128,11 @@ def numa_labels(scope: str) -> list[tuple[str, dict[str, str]]]:
     ]
 
 
-def managers(root: str, policy: str, scope: str, pods: Pods) -> ResourceManagers:
-    """Static CPU manager on two NUMA nodes with CPUs 2-3 (NUMA 1) reserved."""
-    cfg = KubeletConfiguration()
-    cfg.cpu_manager_policy = "static"
-    cfg.topology_manager_policy = policy
-    cfg.topology_manager_scope = scope
-    rc = ResourceManagerConfig(two_numa_nodes(), {"cpu": 2000}, root, cpuset.parse("2-3"))
-    return new_resource_managers(cfg, rc, FeatureGate(), pods, lambda: True)
-
-
-def cpu_gpu_pod(name: str) -> Pod:
-    pod = gpu_pod(name, 1)
-    lim = {R: "1", "cpu": "1", "memory": "64Mi"}
-    pod["spec"]["containers"][0]["resources"] = {"limits": lim, "requests": dict(lim)}
-    return pod
-
-
-@pytest.fixture
-async def root() -> AsyncIterator[str]:
-    path = tempfile.mkdtemp(prefix="tm", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.mark.parametrize("scope", ["container", "pod"])
-async def test_topology_manager_admissions_errors_and_alignment(root, scope) -> None:
+async def test_topology_manager_admissions_errors_and_alignment(short_root, scope) -> None:
     first, second = cpu_gpu_pod("p"), cpu_gpu_pod("q")
-    rm = managers(root, "single-numa-node", scope, Pods(first))
-    await rm.devices.start()
-    plugin = FakeDevicePlugin({"g0": HEALTHY, "g1": HEALTHY}, numa={"g0": [0], "g1": [1]})
-    try:
-        await registered(rm.devices.socket_dir, rm.devices, plugin)
+    rm = numa_managers(short_root, "single-numa-node", scope, Pods(first))
+    async with serving_devices(rm, {"g0": [0], "g1": [1]}):
         moved = delta(TOPO + numa_labels(scope))
         assert rm.admit(first) is None  # g0 and a CPU of NUMA 0
         assert moved() == [1, 0, 1, 1, 0]
@@ -170,14 +140,11 @@ async def test_topology_manager_admissions_errors_and_alignment(root, scope) -> 
         refused = rm.admit(second)
         assert refused is not None and refused.reason == "TopologyAffinityError"
         assert moved() == [2, 1, 2, 1, 1]
-    finally:
-        await plugin.stop()
-        await rm.devices.stop()
 
 
-async def test_topology_manager_without_alignment_counts_requests_only(root) -> None:
+async def test_topology_manager_without_alignment_counts_requests_only(short_root) -> None:
     pod = gpod("p", [{"name": "c", "cpu": "1"}])
-    rm = managers(root, "best-effort", "container", Pods(pod))
+    rm = numa_managers(short_root, "best-effort", "container", Pods(pod))
     moved = delta(TOPO + numa_labels("container") + numa_labels("pod"))
     assert rm.admit(pod) is None
     assert moved() == [1, 0, 1, 0, 0, 0, 0]
