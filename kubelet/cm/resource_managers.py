@@ -126,9 +126,9 @@ class ResourceManagers:
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
-        """The topology manager's admit handler (upstream's TopologyAffinityError),
-        then the devices of device plugins (UnexpectedAdmissionError)."""
-        return self.topology.admit(pod) or self.devices.admit(pod)
+        """The topology manager's admit handler: TopologyAffinityError, or the
+        providers' allocation errors (devices: UnexpectedAdmissionError)."""
+        return self.topology.admit(pod)
 
     async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
         return await self.devices.container_options(pod, container)
@@ -245,9 +245,14 @@ def new_resource_managers(
             sources_ready,
             gates.enabled(Feature.PodLevelResources),
         )
-    topology.add_hint_provider(cpu)
-    topology.add_hint_provider(memory)
+    numa_nodes = [n.id for n in rc.machine.nodes]
+    devices = DeviceManager(
+        rc.state_dir, pods, sources_ready, numa_nodes=numa_nodes, affinity=topology
+    )
+    # Upstream's order: devices, CPUs, memory (hints merge in any order, but
+    # allocation, and so which error a pod gets, follows it).
+    for provider in (devices, cpu, memory):
+        topology.add_hint_provider(provider)
     return ResourceManagers(
-        topology, cpu, memory, DeviceManager(rc.state_dir, pods, sources_ready),
-        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs),
-    )  # fmt: skip
+        topology, cpu, memory, devices, gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs)
+    )

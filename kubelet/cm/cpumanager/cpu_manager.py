@@ -185,6 +185,7 @@ def new_cpu_manager(
     state = CPUManagerState.restore(CheckpointStore(state_dir), policy_name, ContainerMap())
     if policy is not None:
         policy.start(state)
+        policy.initialize_metrics(state)
     log.info("CPU manager started with policy %s", policy_name)
     return CPUManager(policy, state, reconcile_period, pods, sources_ready)
 

@@ -15,6 +15,7 @@ import logging
 import math
 from typing import Any
 
+from kubelet import metrics
 from kubelet.cm.cpumanager import cpu_assignment as ca
 from kubelet.cm.cpumanager.policy_options import (
     StaticPolicyOptions,
@@ -221,6 +222,26 @@ class StaticPolicy:
         n = guaranteed_cpus(pod, c)
         if n == 0 or self._pod_level(pod):
             return  # the shared pool
+        metrics.CPU_MANAGER_PINNING_REQUESTS.inc()
+        done = False
+        try:
+            self._allocate(s, pod, c, n)
+            done = True
+        finally:
+            self._count_allocation(done)
+
+    def _count_allocation(self, done: bool) -> None:
+        if not done:
+            metrics.CPU_MANAGER_PINNING_ERRORS.inc()
+        if self.opts.full_pcpus_only:
+            counter = (
+                metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES
+                if done
+                else metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE
+            )
+            counter.inc(metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGNED_PHYSICAL_CPU)
+
+    def _allocate(self, s: CPUManagerState, pod: Pod, c: Container, n: int) -> None:
         if self.opts.full_pcpus_only:
             if n % self.group:
                 raise SMTAlignmentError(n, self.group)
@@ -237,6 +258,11 @@ class StaticPolicy:
         )
         s.set_cpuset(uid(pod), c["name"], cpus)
         self._update_cpus_to_reuse(pod, c, cpus)
+        if len({self.topo.details[cpu].uncore for cpu in cpus}) <= 1:
+            metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES.inc(
+                metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGNED_UNCORE_CACHE
+            )
+        self.update_metrics(s)
         log.info(
             "Static policy: pod %s container %s gets CPUs %s",
             uid(pod),
@@ -273,6 +299,33 @@ class StaticPolicy:
         s.delete(pod_uid, name)
         # CPUs a sibling still holds (taken over from an init container) stay out.
         s.set_default_cpuset(s.get_default_cpuset() | (released - siblings))
+        self.update_metrics(s)
+
+    def initialize_metrics(self, s: CPUManagerState) -> None:
+        """initializeMetrics: the series upstream creates at start, at 0."""
+        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE.touch(
+            metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGNED_PHYSICAL_CPU
+        )
+        for boundary in (metrics.ALIGNED_PHYSICAL_CPU, metrics.ALIGNED_UNCORE_CACHE):
+            metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES.touch(
+                metrics.ALIGN_SCOPE_CONTAINER, boundary
+            )
+        self.update_metrics(s)
+
+    def update_metrics(self, s: CPUManagerState) -> None:
+        """The shared pool, the exclusive CPUs and their NUMA nodes, from the
+        state (upstream adds and subtracts; a count kept here cannot drift).
+        Every NUMA node is reported, 0 when it has no exclusive CPUs."""
+        exclusive: CPUSet = frozenset().union(
+            *(cpus for names in s.get_assignments().values() for cpus in names.values())
+        )
+        metrics.CPU_MANAGER_SHARED_POOL_MILLICORES.set(len(self.available_cpus(s)) * 1000)
+        metrics.CPU_MANAGER_EXCLUSIVE_CPUS.set(len(exclusive))
+        per_numa = dict.fromkeys(self.topo.details.numa_nodes(), 0)
+        for cpu in exclusive:
+            per_numa[self.topo.details[cpu].numa] += 1
+        for node, count in per_numa.items():
+            metrics.CPU_MANAGER_ALLOCATION_PER_NUMA.labels(str(node)).set(count)
 
     # ---------------------------------------------------------------- hints
     def get_topology_hints(self, s: CPUManagerState, pod: Pod, c: Container) -> ProviderHints:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -46,8 +46,19 @@ from kubelet.cm.devicemanager.server import (
     RegistrationServer,
     rpc_error,
 )
+from kubelet.cm.devicemanager.topology_hints import (
+    NO_TOPOLOGY,
+    Split,
+    choose,
+    filter_by_affinity,
+    generate_hints,
+    has_topology,
+)
 from kubelet.cm.interfaces import PodLookup
+from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
+from kubelet.cm.topologymanager.topology_manager import Store, admission_rejection, all_containers
 from kubelet.lifecycle.predicate import Rejection
+from kubelet.resourcehelper import pod_limits
 from kubelet.types import Container, Pod, uid
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import parse_quantity
@@ -58,7 +69,7 @@ OPTIONS_TIMEOUT = 10.0
 # Upstream waits on Allocate and PreStartContainer without a deadline; a plugin
 # that hangs should fail the container's start (retried) rather than its worker.
 ALLOCATE_TIMEOUT = 120.0
-NO_TOPOLOGY = -1  # nodeWithoutTopology
+NO_AFFINITY = TopologyHint(None, False)
 
 
 def device_requests(c: Container, is_device_resource: Callable[[str], bool]) -> dict[str, int]:
@@ -69,10 +80,6 @@ def device_requests(c: Container, is_device_resource: Callable[[str], bool]) -> 
         if is_device_resource(resource):
             out[resource] = int(parse_quantity(qty))
     return {r: n for r, n in out.items() if n > 0}
-
-
-def _is_restartable(c: Container) -> bool:
-    return c.get("restartPolicy") == "Always"
 
 
 @dataclass
@@ -116,6 +123,8 @@ class DeviceManager:
         clock: Clock = REAL_CLOCK,
         grace_period: float = STOP_GRACE_PERIOD,
         dial_timeout: float = DIAL_TIMEOUT,
+        numa_nodes: Sequence[int] = (),
+        affinity: Store | None = None,
     ) -> None:
         self.socket_dir = os.path.join(root_dir, DEVICE_PLUGINS_DIR)
         self.clock = clock
@@ -128,6 +137,10 @@ class DeviceManager:
         self.pods = pods
         self.sources_ready = sources_ready
         self.pod_devices = PodDevices()
+        # The machine's NUMA nodes, and the topology manager's chosen affinities
+        # (None: allocation ignores NUMA, as with the topology policy none).
+        self.numa_nodes = list(numa_nodes)
+        self.affinity = affinity
         self._store = CheckpointStore(self.socket_dir)
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
 
@@ -232,43 +245,83 @@ class DeviceManager:
         return {r: len(self.pod_devices.in_use(r)) for r in sorted(held)}
 
     def admit(self, pod: Pod) -> Rejection | None:
-        """Pick devices for every container's device plugin resources, or refuse
-        the pod as upstream's admission does (UnexpectedAdmissionError)."""
-        pod_uid = uid(pod)
-        self._release_inactive(pod_uid)
-        try:
-            picked = self._pick_pod(pod)
-        except AllocationError as err:
-            return Rejection(
-                "UnexpectedAdmissionError", f"Allocate failed due to {err}, which is unexpected"
-            )
-        for name, resource, alloc in picked:
-            self.pod_devices.insert(pod_uid, name, resource, alloc)
+        """Devices for every container without the topology manager (as its
+        policy none does): UnexpectedAdmissionError when they cannot be had."""
+        for c in all_containers(pod):
+            try:
+                self.allocate(pod, c)
+            except AllocationError as err:
+                return admission_rejection(err)
         return None
 
-    def _pick_pod(self, pod: Pod) -> list[tuple[str, str, Allocation]]:
-        """Devices for each container: a non-restartable init container's
-        devices are free again for the containers after it (devicesToReuse)."""
-        spec = pod["spec"]
-        picked: list[tuple[str, str, Allocation]] = []
-        taken: dict[str, set[str]] = {}  # resource -> picked in this pass
-        reusable: dict[str, set[str]] = {}
-        init = [(c, not _is_restartable(c)) for c in spec.get("initContainers") or []]
-        for c, reuses in [*init, *((c, False) for c in spec.get("containers") or [])]:
-            for resource, need in sorted(device_requests(c, self._is_allocatable).items()):
-                have = self.pod_devices.get(uid(pod), c["name"], resource)
-                if have is not None:
-                    if not self._restarted_running(uid(pod), c["name"]):
-                        self._check_kept(resource, have, need, c["name"])
-                    continue
-                pool = reusable.setdefault(resource, set())
-                ids = self._pick(resource, need, pool, taken.setdefault(resource, set()))
-                taken[resource].update(ids)
-                pool.difference_update(ids)
-                if reuses:
-                    pool.update(ids)
-                picked.append((c["name"], resource, self._allocation(resource, ids)))
-        return picked
+    # ----------------------------------------------------- hint provider
+
+    def get_topology_hints(self, pod: Pod, c: Container) -> ProviderHints:
+        """GetTopologyHints: per device resource of the container, the NUMA
+        masks its free (or already held, or reusable) devices could come from."""
+        pod_uid = uid(pod)
+        self._release_inactive(pod_uid)
+        reusable = self.pod_devices.reusable(pod, c)
+        return {
+            resource: self._hints(
+                resource,
+                need,
+                self.pod_devices.get(pod_uid, c["name"], resource),
+                reusable.get(resource, set()),
+            )
+            for resource, need in sorted(device_requests(c, self._is_allocatable).items())
+        }
+
+    def get_pod_topology_hints(self, pod: Pod) -> ProviderHints:
+        """GetPodTopologyHints: as above for the pod's device limits as a whole."""
+        pod_uid = uid(pod)
+        self._release_inactive(pod_uid)
+        limits = pod_limits(pod, overhead=False)
+        out: dict[str, list[TopologyHint] | None] = {}
+        for resource in sorted(r for r, n in limits.items() if n > 0 and self._is_allocatable(r)):
+            held = self.pod_devices.pod_ids(pod_uid, resource)
+            out[resource] = self._hints(resource, int(limits[resource]), held or None, set())
+        return out
+
+    def _hints(
+        self, resource: str, need: int, held: Allocation | set[str] | None, reusable: set[str]
+    ) -> list[TopologyHint] | None:
+        rd = self.devices.get(resource)
+        if rd is None or not has_topology(rd.numa):
+            log.info("Resource %s does not have a topology preference", resource)
+            return None
+        if held is not None:  # re-admitted (kubelet restart): the same hints again
+            ids = set(held.ids if isinstance(held, Allocation) else held)
+            if len(ids) != need:
+                log.info("Resource %s already allocated with %d devices, not the %d requested",
+                         resource, len(ids), need)  # fmt: skip
+                return []
+            return generate_hints(self.numa_nodes, rd.numa, ids, set(), need)
+        available = rd.healthy - self.pod_devices.in_use(resource)
+        if len(available | reusable) < need:
+            log.info("No topology hints for %s: %d devices requested, %d available",
+                     resource, need, len(available | reusable))  # fmt: skip
+            return []
+        return generate_hints(self.numa_nodes, rd.numa, available, reusable, need)
+
+    def allocate(self, pod: Pod, c: Container) -> None:
+        """Allocate (at admission, through the topology manager): pick the
+        container's devices against its chosen NUMA affinity. The plugin's
+        Allocate (and GetPreferredAllocation) are asked when it is created."""
+        pod_uid, name = uid(pod), c["name"]
+        self._release_inactive(pod_uid)
+        reusable = self.pod_devices.reusable(pod, c)
+        picked: list[tuple[str, list[str]]] = []
+        for resource, need in sorted(device_requests(c, self._is_allocatable).items()):
+            have = self.pod_devices.get(pod_uid, name, resource)
+            if have is not None:
+                if not self._restarted_running(pod_uid, name):
+                    self._check_kept(resource, have, need, name)
+                continue
+            ids = self._pick(resource, need, reusable.get(resource, set()), pod_uid, name)
+            picked.append((resource, ids))
+        for resource, ids in picked:
+            self.pod_devices.insert(pod_uid, name, resource, self._allocation(resource, ids))
 
     def _restarted_running(self, pod_uid: str, name: str) -> bool:
         """Re-admitted after a kubelet restart while its container runs: its
@@ -293,9 +346,15 @@ class DeviceManager:
                 f"cannot allocate unhealthy devices {resource}"
             )
 
-    def _pick(self, resource: str, need: int, reusable: set[str], taken: set[str]) -> list[str]:
-        """devicesToAllocate: reusable devices first, then free healthy ones in
-        ID order."""
+    def _chosen_affinity(self, pod_uid: str, name: str) -> TopologyHint:
+        return self.affinity.get_affinity(pod_uid, name) if self.affinity else NO_AFFINITY
+
+    def _pick(
+        self, resource: str, need: int, reusable: set[str], pod_uid: str, name: str
+    ) -> list[str]:
+        """devicesToAllocate: reusable devices first, then free healthy ones
+        from the chosen NUMA nodes, then from other nodes, then those
+        without topology."""
         rd = self.devices.get(resource)
         if rd is None:
             raise AllocationError(f"cannot allocate unregistered device {resource}")
@@ -304,13 +363,16 @@ class DeviceManager:
                 f"no healthy devices present; cannot allocate unhealthy devices {resource}"
             )
         ids = sorted(reusable & rd.healthy)[:need]
-        free = rd.healthy - self.pod_devices.in_use(resource) - taken - set(ids)
+        free = rd.healthy - self.pod_devices.in_use(resource) - set(ids)
         if len(free) < need - len(ids):
             raise AllocationError(
                 f"requested number of devices unavailable for {resource}. "
                 f"Requested: {need - len(ids)}, Available: {len(free)}"
             )
-        return ids + sorted(free)[: need - len(ids)]
+        split = filter_by_affinity(
+            rd.numa, self._chosen_affinity(pod_uid, name).numa_affinity, free
+        )
+        return choose(need, [ids, *split])
 
     def _allocation(self, resource: str, ids: list[str]) -> Allocation:
         numa: dict[int, list[str]] = {}
@@ -366,14 +428,14 @@ class DeviceManager:
         wanted = device_requests(c, self._is_allocatable)
         if any(self.pod_devices.get(pod_uid, name, r) is None for r in wanted):
             # Admitted before the plugin registered, or before a restart: now.
-            for cname, resource, alloc in self._pick_pod(pod):
-                self.pod_devices.insert(pod_uid, cname, resource, alloc)
+            for each in all_containers(pod):
+                self.allocate(pod, each)
         allocations = self.pod_devices.container(pod_uid, name)
         for resource, alloc in sorted(allocations.items()):
             ep = self._endpoint(resource)
             if alloc.response is None:
                 if ep.options.get_preferred_allocation_available:
-                    await self._prefer(ep, resource, alloc)
+                    await self._prefer(ep, resource, pod_uid, name, alloc)
                 alloc.response = await self._allocate(ep, resource, alloc.ids)
                 self._write_checkpoint()
             if ep.options.pre_start_required:
@@ -410,20 +472,37 @@ class DeviceManager:
             raise AllocationError(f"no containers return in allocation response {resp}")
         return resp.container_responses[0]
 
-    async def _prefer(self, ep: Endpoint, resource: str, alloc: Allocation) -> None:
-        """GetPreferredAllocation among the picked and the free healthy devices:
-        the devices picked at admission are swapped for the plugin's choice
-        where it is still free once it answers (admission may have run meanwhile)."""
+    async def _prefer(
+        self, ep: Endpoint, resource: str, pod_uid: str, name: str, alloc: Allocation
+    ) -> None:
+        """GetPreferredAllocation as devicesToAllocate asks it: devices reused
+        from an init container stay; when the chosen NUMA nodes have more free
+        devices than needed the plugin chooses among those, otherwise all of
+        theirs are taken and it chooses the rest among every free device. Its
+        choice replaces the admission's pick where still free once it answers
+        (admission may have run meanwhile)."""
         assert ep.client is not None
-
-        def candidates() -> set[str]:
-            rd = self.devices.get(resource) or ResourceDevices()
-            return set(alloc.ids) | (rd.healthy - self.pod_devices.in_use(resource))
-
+        rd = self.devices.get(resource) or ResourceDevices()
         need = len(alloc.ids)
+        reused = sorted(set(alloc.ids) & self.pod_devices.in_use(resource, {(pod_uid, name)}))
+        remaining = need - len(reused)
+
+        def free() -> Split:
+            own = set(alloc.ids) - set(reused)
+            avail = own | (rd.healthy - self.pod_devices.in_use(resource))
+            hint = self._chosen_affinity(pod_uid, name)
+            return filter_by_affinity(rd.numa, hint.numa_affinity, avail)
+
+        split = free()
+        if remaining <= 0 or len(split.aligned) == remaining:
+            return  # nothing left for the plugin to choose
+        within = len(split.aligned) > remaining
+        ask = split.aligned if within else [d for group in split for d in group]
         req = pb.PreferredAllocationRequest(container_requests=[
             pb.ContainerPreferredAllocationRequest(
-                available_deviceIDs=sorted(candidates()), allocation_size=need
+                available_deviceIDs=sorted({*ask, *reused}),
+                must_include_deviceIDs=reused,
+                allocation_size=need,
             )
         ])  # fmt: skip
         try:
@@ -434,9 +513,13 @@ class DeviceManager:
             ) from None
         if not resp.container_responses:
             return
-        still = candidates()
-        preferred = dict.fromkeys(resp.container_responses[0].deviceIDs)
-        chosen = [d for d in preferred if d in still][:need]
+        still = free()
+        free_now = {d for group in still for d in group}
+        preferred = [d for d in resp.container_responses[0].deviceIDs if d in free_now and d in ask]
+        groups = (
+            [reused, preferred, still.aligned] if within else [reused, still.aligned, preferred]
+        )
+        chosen = choose(need, [*groups, still.unaligned, still.no_topology])
         chosen += [d for d in alloc.ids if d not in chosen][: need - len(chosen)]
         fresh = self._allocation(resource, chosen)
         alloc.ids, alloc.numa = fresh.ids, fresh.numa

@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubelet.cm.devicemanager.api import api_pb2 as pb
+from kubelet.cm.topologymanager.topology_manager import AdmissionError, all_containers
 from kubelet.cri.api import api_pb2 as cri
+from kubelet.types import Container, Pod, uid
 
 
-class AllocationError(Exception):
-    """Devices cannot be given to a container (the message says why)."""
+class AllocationError(AdmissionError):
+    """Devices cannot be given to a container (the message says why); at
+    admission an UnexpectedAdmissionError, as upstream's Allocate errors."""
 
 
 @dataclass
@@ -47,6 +50,32 @@ class PodDevices:
 
     def delete(self, pod_uid: str) -> bool:
         return self.pods.pop(pod_uid, None) is not None
+
+    def pod_ids(self, pod_uid: str, resource: str) -> set[str]:
+        """Devices of resource held by any container of the pod."""
+        out: set[str] = set()
+        for resources in self.pods.get(pod_uid, {}).values():
+            if (alloc := resources.get(resource)) is not None:
+                out.update(alloc.ids)
+        return out
+
+    def reusable(self, pod: Pod, c: Container) -> dict[str, set[str]]:
+        """devicesToReuse, derived from what the containers before c hold: a
+        regular init container's devices are free for those after it until a
+        sidecar or an app container takes them."""
+        pool: dict[str, set[str]] = {}
+        inits = [i.get("name") for i in pod["spec"].get("initContainers") or []]
+        for prev in all_containers(pod):
+            if prev.get("name") == c.get("name"):
+                break
+            regular_init = prev.get("name") in inits and prev.get("restartPolicy") != "Always"
+            for resource, alloc in self.container(uid(pod), prev["name"]).items():
+                ids = pool.setdefault(resource, set())
+                if regular_init:
+                    ids.update(alloc.ids)
+                else:
+                    ids.difference_update(alloc.ids)
+        return pool
 
     def in_use(self, resource: str, skip: set[tuple[str, str]] | None = None) -> set[str]:
         """Devices of resource held by any container except the (pod, container) pairs in skip."""

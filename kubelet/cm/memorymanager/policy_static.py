@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from kubelet import metrics
 from kubelet.cm.cpumanager.policy_static import pod_level_resources_set
 from kubelet.cm.memorymanager.state import (
     Block,
@@ -176,6 +177,16 @@ class StaticPolicy:
     def allocate(self, s: MemoryManagerState, pod: Pod, c: Container) -> None:
         if qos_class(pod) != "Guaranteed" or self._pod_level(pod):
             return
+        metrics.MEMORY_MANAGER_PINNING_REQUESTS.inc()
+        done = False
+        try:
+            self._allocate(s, pod, c)
+            done = True
+        finally:
+            if not done:
+                metrics.MEMORY_MANAGER_PINNING_ERRORS.inc()
+
+    def _allocate(self, s: MemoryManagerState, pod: Pod, c: Container) -> None:
         pu = uid(pod)
         existing = s.get_memory_blocks(pu, c["name"])
         if existing is not None:

@@ -12,13 +12,16 @@ the whole pod's hints once and gives every container the same affinity.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from kubelet import metrics
 from kubelet.cm.containermap import ContainerMap
 from kubelet.cm.topologymanager.policy import (
     POLICIES,
     POLICY_NONE,
+    POLICY_SINGLE_NUMA_NODE,
     NUMAInfo,
     Policy,
     PolicyOptions,
@@ -134,6 +137,27 @@ class TopologyManager:
                 self._hints.pop(pod_uid, None)
 
     def admit(self, pod: Pod) -> Rejection | None:
+        """Admit, counted and timed (in milliseconds) for every pod, as upstream."""
+        metrics.TOPOLOGY_MANAGER_ADMISSION_REQUESTS.inc()
+        started = time.perf_counter()
+        try:
+            return self._admit(pod)
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            metrics.TOPOLOGY_MANAGER_ADMISSION_DURATION.observe(elapsed_ms)
+
+    def _alignment(self, scope: str, aligned: bool) -> None:
+        """container_aligned_compute_resources_(failure_)count: only the
+        single-numa-node policy guarantees alignment (IsAlignmentGuaranteed)."""
+        if self.policy.name == POLICY_SINGLE_NUMA_NODE:
+            counter = (
+                metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES
+                if aligned
+                else metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE
+            )
+            counter.inc(scope, metrics.ALIGNED_NUMA_NODE)
+
+    def _admit(self, pod: Pod) -> Rejection | None:
         if self.scope == SCOPE_POD:
             return self._admit_pod(pod)
         if self.scope == SCOPE_CONTAINER:
@@ -161,11 +185,15 @@ class TopologyManager:
             best, admit = self.policy.merge(hints)
             log.info("Best TopologyHint for %s/%s: %s", uid(pod), c.get("name"), best)
             if not admit:
+                self._alignment(metrics.ALIGN_SCOPE_CONTAINER, False)
+                metrics.TOPOLOGY_MANAGER_ADMISSION_ERRORS.inc()
                 return Rejection(ERROR_TOPOLOGY_AFFINITY, TOPOLOGY_AFFINITY_MESSAGE)
             self._set_affinity(uid(pod), c["name"], best)
             rejection = self._allocate(pod, c)
             if rejection is not None:
+                metrics.TOPOLOGY_MANAGER_ADMISSION_ERRORS.inc()
                 return rejection
+            self._alignment(metrics.ALIGN_SCOPE_CONTAINER, True)
         return None
 
     def _admit_pod(self, pod: Pod) -> Rejection | None:
@@ -173,12 +201,16 @@ class TopologyManager:
         best, admit = self.policy.merge(hints)
         log.info("Best TopologyHint for pod %s: %s", uid(pod), best)
         if not admit:
+            self._alignment(metrics.ALIGN_SCOPE_POD, False)
+            metrics.TOPOLOGY_MANAGER_ADMISSION_ERRORS.inc()
             return Rejection(ERROR_TOPOLOGY_AFFINITY, TOPOLOGY_AFFINITY_MESSAGE)
         for c in all_containers(pod):
             self._set_affinity(uid(pod), c["name"], best)
             rejection = self._allocate(pod, c)
             if rejection is not None:
+                metrics.TOPOLOGY_MANAGER_ADMISSION_ERRORS.inc()
                 return rejection
+        self._alignment(metrics.ALIGN_SCOPE_POD, True)
         return None
 
 
@@ -210,4 +242,8 @@ def new_topology_manager(
         raise ValueError(f'unknown policy: "{policy_name}"')
     if scope not in SCOPES:
         raise ValueError(f'unknown scope: "{scope}"')
+    # initializeMetrics (not with the none policy, as upstream): the series exist at 0.
+    for label in (metrics.ALIGN_SCOPE_CONTAINER, metrics.ALIGN_SCOPE_POD):
+        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES.touch(label, metrics.ALIGNED_NUMA_NODE)
+        metrics.CONTAINER_ALIGNED_COMPUTE_RESOURCES_FAILURE.touch(label, metrics.ALIGNED_NUMA_NODE)
     return TopologyManager(Policy(policy_name, NUMAInfo(tuple(nodes), dist), opts), scope)

@@ -4,21 +4,31 @@ fake topologies, and reading a device manager's counts and allocations."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
+from kubelet.cm.devicemanager import HEALTHY
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.interfaces import RunningContainer
 from kubelet.cm.memorymanager.policy_static import StaticPolicy
 from kubelet.cm.memorymanager.state import MemoryManagerState
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    ResourceManagers,
+    new_resource_managers,
+)
 from kubelet.cm.sysinfo import Core, HugePages, MachineTopology, Node
 from kubelet.cm.topologymanager.policy import TopologyHint
 from kubelet.features import FeatureGate
 from kubelet.testing.deviceplugin import FakeDevicePlugin
 from kubelet.testing.wait import wait_for_async
 from kubelet.types import Pod
-from tests.unit.cm.topologies import topology
+from kubelet.util import cpuset
+from tests.unit.cm.topologies import topology, two_numa_nodes
 
 
 class Affinity:
@@ -139,3 +149,40 @@ async def registered(sockdir: str, mgr: DeviceManager, plugin: FakeDevicePlugin)
         every=0.01,
         retry_on=(),
     )
+
+
+def numa_managers(
+    root: str, policy: str, scope: str = "container", pods: Pods | None = None
+) -> ResourceManagers:
+    """The resource managers on two NUMA nodes (CPUs 0-1, 2-3), static CPU
+    policy with CPUs 2-3 reserved: exclusive CPUs only on NUMA 0."""
+    cfg = KubeletConfiguration()
+    cfg.cpu_manager_policy = "static"
+    cfg.topology_manager_policy = policy
+    cfg.topology_manager_scope = scope
+    rc = ResourceManagerConfig(two_numa_nodes(), {"cpu": 2000}, root, cpuset.parse("2-3"))
+    return new_resource_managers(cfg, rc, FeatureGate(), pods or Pods(), lambda: True)
+
+
+def cpu_gpu_pod(name: str, gpus: int = 1) -> Pod:
+    """A Guaranteed pod asking for devices of R and one exclusive CPU."""
+    pod = gpu_pod(name, gpus)
+    lim = {R: str(gpus), "cpu": "1", "memory": "64Mi"}
+    pod["spec"]["containers"][0]["resources"] = {"limits": lim, "requests": dict(lim)}
+    return pod
+
+
+@contextlib.asynccontextmanager
+async def serving_devices(
+    rm: ResourceManagers, numa: dict[str, list[int]], health: dict[str, str] | None = None
+) -> AsyncIterator[FakeDevicePlugin]:
+    """The managers' registration server with a plugin of R listing these
+    devices on these NUMA nodes (healthy unless said otherwise)."""
+    await rm.devices.start()
+    plugin = FakeDevicePlugin(health or dict.fromkeys(numa, HEALTHY), numa=numa)
+    try:
+        await registered(rm.devices.socket_dir, rm.devices, plugin)
+        yield plugin
+    finally:
+        await plugin.stop()
+        await rm.devices.stop()
