@@ -11,7 +11,7 @@ import sys
 from kubelet.simruntime.state import Options
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kubelet-simruntime", description=__doc__)
     ap.add_argument("--listen", required=True, help="unix:///path/to/socket")
     ap.add_argument("--pod-cidr", default="10.88.0.0/16", help="sandbox IPs come from here")
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         help="what Status reports of SupplementalGroupsPolicy (unsupported: as containerd 1.6)",
     )
     ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if not args.listen.startswith("unix://"):
         print("kubelet-simruntime: --listen must be unix:///path", file=sys.stderr)
         return 1

@@ -20,6 +20,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from kubelet.cri.api import api_pb2 as pb
+
 ANNOTATION = "sim.kubelet.io/behavior"
 
 FOREVER = float("inf")
@@ -119,3 +121,28 @@ def _words(text: str) -> list[str]:
         return shlex.split(text)
     except ValueError:
         return text.split()
+
+
+def exec_sync(cmd: list[str], hostname: str) -> pb.ExecSyncResponse:
+    """A few commands probes and tests exec, answered as busybox would."""
+    if not cmd:
+        return pb.ExecSyncResponse(stderr=b"no command", exit_code=126)
+    prog = cmd[0].rsplit("/", 1)[-1]
+    if prog == "echo":
+        return pb.ExecSyncResponse(stdout=(" ".join(cmd[1:]) + "\n").encode())
+    if prog == "true":
+        return pb.ExecSyncResponse()
+    if prog == "false":
+        return pb.ExecSyncResponse(exit_code=1)
+    if prog == "hostname" or cmd[:2] == ["cat", "/etc/hostname"]:
+        return pb.ExecSyncResponse(stdout=(hostname + "\n").encode())
+    if prog in ("sh", "bash") and len(cmd) >= 3 and cmd[1] == "-c":
+        script = cmd[2].strip()
+        if script.startswith("exit"):
+            parts = script.split()
+            code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            return pb.ExecSyncResponse(exit_code=code)
+        return exec_sync(script.split(), hostname)
+    return pb.ExecSyncResponse(
+        stderr=f'exec: "{cmd[0]}": executable file not found in $PATH'.encode(), exit_code=127
+    )

@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from grpc import aio
 
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.simruntime.behavior import exec_sync
 from kubelet.simruntime.state import (
     RUNNING,
     Container,
@@ -292,7 +293,9 @@ class SimRuntime:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
         if c.state != RUNNING:
             await ctx.abort(grpc.StatusCode.UNKNOWN, f"container {c.id} is not running")
-        return _exec(list(req.cmd), c, self.rt)
+        sb = self.rt.sandboxes.get(c.sandbox_id)
+        hostname = (sb.config.hostname or sb.config.metadata.name) if sb else "localhost"
+        return exec_sync(list(req.cmd), hostname)
 
     async def Exec(self, req: pb.ExecRequest, ctx: aio.ServicerContext) -> Any:
         await ctx.abort(
@@ -497,33 +500,6 @@ class SimRuntime:
                 )
             ]
         )
-
-
-def _exec(cmd: list[str], c: Container, rt: Runtime) -> pb.ExecSyncResponse:
-    """A few commands probes and tests use, answered as busybox would."""
-    if not cmd:
-        return pb.ExecSyncResponse(stderr=b"no command", exit_code=126)
-    prog = cmd[0].rsplit("/", 1)[-1]
-    if prog == "echo":
-        return pb.ExecSyncResponse(stdout=(" ".join(cmd[1:]) + "\n").encode())
-    if prog == "true":
-        return pb.ExecSyncResponse()
-    if prog == "false":
-        return pb.ExecSyncResponse(exit_code=1)
-    if prog == "hostname" or cmd[:2] == ["cat", "/etc/hostname"]:
-        sb = rt.sandboxes.get(c.sandbox_id)
-        name = (sb.config.hostname or sb.config.metadata.name) if sb else "localhost"
-        return pb.ExecSyncResponse(stdout=(name + "\n").encode())
-    if prog in ("sh", "bash") and len(cmd) >= 3 and cmd[1] == "-c":
-        script = cmd[2].strip()
-        if script.startswith("exit"):
-            parts = script.split()
-            code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-            return pb.ExecSyncResponse(exit_code=code)
-        return _exec(script.split(), c, rt)
-    return pb.ExecSyncResponse(
-        stderr=f'exec: "{cmd[0]}": executable file not found in $PATH'.encode(), exit_code=127
-    )
 
 
 _REQUESTS: dict[str, Any] = {

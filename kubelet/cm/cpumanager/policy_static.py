@@ -15,7 +15,7 @@ import logging
 import math
 from typing import Any
 
-from kubelet import metrics
+from kubelet.cm import metrics
 from kubelet.cm.cpumanager import cpu_assignment as ca
 from kubelet.cm.cpumanager.policy_options import (
     StaticPolicyOptions,

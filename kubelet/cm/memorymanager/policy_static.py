@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from kubelet import metrics
+from kubelet.cm import metrics
 from kubelet.cm.cpumanager.policy_static import pod_level_resources_set
 from kubelet.cm.memorymanager.state import (
     Block,

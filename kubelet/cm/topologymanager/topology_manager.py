@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from kubelet import metrics
+from kubelet.cm import metrics
 from kubelet.cm.containermap import ContainerMap
 from kubelet.cm.topologymanager.policy import (
     POLICIES,
