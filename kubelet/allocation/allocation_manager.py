@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from kubelet import metrics
 from kubelet.allocation.state import (
@@ -24,6 +25,7 @@ from kubelet.allocation.state import (
     AllocationState,
     PodResources,
     Requirements,
+    as_api,
     normalize,
     resources_of,
 )
@@ -35,6 +37,12 @@ from kubelet.types import Container, Pod, is_static, qos_class, uid
 from kubelet.util.quantity import cpu_millis, to_bytes
 
 log = logging.getLogger(__name__)
+
+# The spec's container lists that carry resources a resize can change.
+CONTAINER_LISTS: tuple[Literal["containers", "initContainers"], ...] = (
+    "containers",
+    "initContainers",
+)
 
 STATIC_POD_MESSAGE = "In-place resize of static-pods is not supported"
 SWAP_MESSAGE = "In-place resize of containers with swap is not supported."
@@ -111,8 +119,8 @@ def update_pod_from_allocation(pod: Pod, alloc: PodResources | None) -> tuple[Po
     if not alloc:
         return pod, False
     out: Pod | None = None
-    for key in ("containers", "initContainers"):
-        cs: list[Container] = pod["spec"].get(key) or []  # type: ignore[assignment]
+    for key in CONTAINER_LISTS:
+        cs = pod["spec"].get(key) or []
         for i, c in enumerate(cs):
             a = alloc.get(c["name"])
             if a is None or normalize(c.get("resources")) == a:
@@ -120,7 +128,7 @@ def update_pod_from_allocation(pod: Pod, alloc: PodResources | None) -> tuple[Po
             if out is None:
                 out = copy.deepcopy(pod)
             target: list[Container] = out["spec"][key]
-            target[i]["resources"] = copy.deepcopy(a)  # type: ignore[typeddict-item]
+            target[i]["resources"] = as_api(a)
     return (pod, False) if out is None else (out, True)
 
 
@@ -313,8 +321,8 @@ class AllocationManager:
         allocated = self.allocated_pod(pod)
         actuated = self.actuated.get_pod(uid(pod)) or {}
         out: Pod | None = None
-        for key in ("containers", "initContainers"):
-            cs: list[Container] = allocated["spec"].get(key) or []  # type: ignore[assignment]
+        for key in CONTAINER_LISTS:
+            cs = allocated["spec"].get(key) or []
             for i, c in enumerate(cs):
                 bigger = _larger_requests(c, actuated.get(c["name"]))
                 if not bigger:

@@ -29,7 +29,7 @@ from kubelet.checkpointmanager import (
     struct_fields,
 )
 from kubelet.checkpointmanager.checksum import GoScalar, checksum
-from kubelet.core_v1 import ResourceRequirements
+from kubelet.core_v1 import ResourceClaimRef, ResourceRequirements
 from kubelet.util.quantity import (
     cpu_millis,
     format_quantity,
@@ -54,6 +54,23 @@ class Requirements(TypedDict, total=False):
 
 # Container name -> its resources (PodResourceInfo.ContainerResources).
 PodResources = dict[str, Requirements]
+
+
+def as_api(r: Requirements) -> ResourceRequirements:
+    """A checkpointed container's resources as the pod spec holds them."""
+    out: ResourceRequirements = {}
+    if "limits" in r:
+        out["limits"] = dict(r["limits"])
+    if "requests" in r:
+        out["requests"] = dict(r["requests"])
+    if "claims" in r:
+        out["claims"] = [
+            ResourceClaimRef(name=c.get("name", ""), request=c.get("request", ""))
+            if c.get("request")
+            else ResourceClaimRef(name=c.get("name", ""))
+            for c in r["claims"]
+        ]
+    return out
 
 
 def canonical(q: str | int | float) -> str:

@@ -54,9 +54,15 @@ class EnvFromSource(TypedDict, total=False):
     secretRef: SecretEnvSource
 
 
+class ResourceClaimRef(TypedDict, total=False):
+    name: Required[str]  # one of the pod's spec.resourceClaims
+    request: str
+
+
 class ResourceRequirements(TypedDict, total=False):
     limits: ResourceList
     requests: ResourceList
+    claims: list[ResourceClaimRef]
 
 
 class VolumeMount(TypedDict, total=False):
