@@ -14,4 +14,5 @@ from kubelet.core_v1.container import *  # noqa: F403
 from kubelet.core_v1.meta import *  # noqa: F403
 from kubelet.core_v1.node import *  # noqa: F403
 from kubelet.core_v1.pod import *  # noqa: F403
+from kubelet.core_v1.storage import *  # noqa: F403
 from kubelet.core_v1.volume import *  # noqa: F403

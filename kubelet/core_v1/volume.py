@@ -13,11 +13,7 @@ from kubelet.core_v1.meta import (
     Quantity,
     ResourceFieldSelector,
 )
-
-
-class HostPathVolumeSource(TypedDict, total=False):
-    path: Required[str]
-    type: str
+from kubelet.core_v1.storage import HostPathVolumeSource, PersistentVolume
 
 
 class EmptyDirVolumeSource(TypedDict, total=False):
@@ -106,7 +102,7 @@ class Volume(TypedDict, total=False):
     csi: CSIVolumeSource
     ephemeral: dict[str, Any]  # its volumeClaimTemplate is the controller's business
     # Not API fields: what the PVC plugin hands the plugin of the bound PV.
-    persistentVolume: dict[str, Any]
+    persistentVolume: PersistentVolume
     readOnly: bool
     claim: ClaimRef
 

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from kubelet.client.rest import API_ERRORS, APIError
-from kubelet.types import Pod
+from kubelet.types import PersistentVolume, PersistentVolumeClaim, Pod
 from kubelet.util import mountutil
 from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeSpec, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
@@ -80,7 +80,9 @@ class PVCPlugin:
         pv, pv_name = await self._bound_pv(pod, spec, claim)
         return await self._use_pv(pod, spec, claim, pv, pv_name, read_only)
 
-    async def _bound_pv(self, pod: Pod, spec: VolumeSpec, claim: str) -> tuple[Any, str]:
+    async def _bound_pv(
+        self, pod: Pod, spec: VolumeSpec, claim: str
+    ) -> tuple[PersistentVolume, str]:
         """The PV the claim is bound to, checked both ways (and, for an
         ephemeral volume, that the claim is the pod's own)."""
         ns = pod["metadata"].get("namespace") or "default"
@@ -91,7 +93,9 @@ class PVCPlugin:
                 "and this kubelet runs in standalone mode"
             )
         try:
-            pvc = await self._get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+            pvc: PersistentVolumeClaim = await self._get(
+                f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}"
+            )
         except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
@@ -110,7 +114,7 @@ class PVCPlugin:
                 f'or empty pvc.Spec.VolumeName ("{pv_name}")'
             )
         try:
-            pv = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
+            pv: PersistentVolume = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
         except API_ERRORS as err:
             raise VolumeError(
                 f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
@@ -130,7 +134,13 @@ class PVCPlugin:
         return pv, pv_name
 
     async def _use_pv(
-        self, pod: Pod, spec: VolumeSpec, claim: str, pv: Any, pv_name: str, read_only: bool
+        self,
+        pod: Pod,
+        spec: VolumeSpec,
+        claim: str,
+        pv: PersistentVolume,
+        pv_name: str,
+        read_only: bool,
     ) -> MountedVolume:
         ns = pod["metadata"].get("namespace") or "default"
         prefix = f"error processing PVC {ns}/{claim}"
@@ -186,7 +196,7 @@ def _claim_of(pod: Pod, spec: VolumeSpec) -> tuple[str, bool]:
     return str(src.get("claimName") or ""), bool(src.get("readOnly"))
 
 
-def _check_owner(pod: Pod, pvc: Any, ns: str, claim: str, prefix: str) -> None:
+def _check_owner(pod: Pod, pvc: PersistentVolumeClaim, ns: str, claim: str, prefix: str) -> None:
     # VolumeIsForPod: the claim must be controlled by this very pod, else a
     # claim someone made under the same name would be mounted into it.
     meta = pvc.get("metadata") or {}

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.events import Recorder
-from kubelet.types import Pod, object_ref
+from kubelet.types import PersistentVolume, PersistentVolumeClaim, Pod, ResourceList, object_ref
 from kubelet.util.quantity import parse_quantity
 from kubelet.volume import VolumeError
 from kubelet.volume.csi import paths, requests
@@ -34,7 +34,7 @@ NODE_RESIZE_ERROR = "NodeResizeError"
 _RESIZE_CONDITIONS = {"Resizing", "FileSystemResizePending", NODE_RESIZE_ERROR}
 
 
-def _storage(obj: dict[str, Any] | None) -> str:
+def _storage(obj: ResourceList | None) -> str:
     return str((obj or {}).get("storage") or "0")
 
 
@@ -56,8 +56,8 @@ class Expander:
             return
         ns, name = vol.claim
         pvc_path = f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}"
-        pvc = await self.client.get(pvc_path)
-        pv = await self.client.get(f"/api/v1/persistentvolumes/{vol.pv_name}")
+        pvc: PersistentVolumeClaim = await self.client.get(pvc_path)
+        pv: PersistentVolume = await self.client.get(f"/api/v1/persistentvolumes/{vol.pv_name}")
         new_size = _storage((pv.get("spec") or {}).get("capacity"))
         status = pvc.get("status") or {}
         if parse_quantity(_storage(status.get("capacity"))) >= parse_quantity(new_size):
@@ -121,13 +121,14 @@ class Expander:
 
     async def _patch_status(
         self, path: str, resource_version: str | None, status: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> PersistentVolumeClaim:
         assert self.client is not None
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            return dict(await self.client.patch(path + "/status", body))
+            claim: PersistentVolumeClaim = await self.client.patch(path + "/status", body)
+            return claim
         except APIError as err:
             raise VolumeError(f"updating the claim's status failed: {err.message}") from err
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubelet.types import Pod
+from kubelet.types import PersistentVolume, Pod
 from kubelet.volume import VolumeError, VolumeSpec
 from kubelet.volume.csi import paths, validate_driver_name
 
@@ -127,7 +127,7 @@ def _from_pv(spec: VolumeSpec) -> CSIVolume:
 
 
 def pv_spec_for(
-    pod_volume: str, pv: dict[str, Any], read_only: bool, claim: tuple[str, str]
+    pod_volume: str, pv: PersistentVolume, read_only: bool, claim: tuple[str, str]
 ) -> VolumeSpec:
     """The spec the PVC plugin hands over for a claim bound to a CSI PV."""
     return {
