@@ -19,6 +19,7 @@ from kubelet.core_v1 import NodeFeatures, ResourceList
 from kubelet.core_v1 import NodeStatus as NodeObjectStatus
 from kubelet.cri.errors import CRIError
 from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
+from kubelet.eviction.memcg_notifier import MemcgCgroups
 from kubelet.eviction.signals import NodeSignals
 from kubelet.features import Feature
 from kubelet.images.image_gc_manager import ImageGCError, ImageGCManager
@@ -210,6 +211,11 @@ def _build_eviction(
         signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
         local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
         node_event=node.event, processes=stats.pod_process_counts,
+        memcg=(
+            MemcgCgroups(stats.version, stats.hierarchy, kubepods)
+            if cfg.kernel_memcg_notification
+            else None
+        ),
     )  # fmt: skip
 
 

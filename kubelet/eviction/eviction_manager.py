@@ -44,6 +44,7 @@ from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.events import Recorder
 from kubelet.eviction import local_storage
+from kubelet.eviction.memcg_notifier import REFRESH_INTERVAL, MemcgCgroups, memory_notifiers
 from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
 from kubelet.eviction.thresholds import (
     ALL,
@@ -110,12 +111,14 @@ class EvictionManager:
         layout_fn: Callable[[], Awaitable[DiskLayout | None]] | None = None,
         node_event: Callable[[str, str, str], None] | None = None,
         processes: Callable[[], Mapping[str, int]] | None = None,
+        memcg: MemcgCgroups | None = None,
     ) -> None:
         """`observe_fn` reads every signal (blocking: it runs in an executor);
         `layout_fn` tells where the filesystems are once known (None: one
         filesystem, the root directory's); `node_event(type, reason, message)`
         records an event on the Node; `processes` gives the tasks of each pod
-        UID (PID pressure ranks by them)."""
+        UID (PID pressure ranks by them); `memcg`: where the kernel memcg
+        notifier watches (kernelMemcgNotification), None for none."""
         self.config = config
         self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
         # localStorageCapacityIsolation: false turns local storage eviction off.
@@ -144,6 +147,14 @@ class EvictionManager:
         # UIDs of pods this manager evicted that are still active: they are not
         # picked twice, and they leave the set once they are gone.
         self.evicted: set[str] = set()
+        # kernelMemcgNotification: a crossing wakes the loop for a pass at once.
+        self._wake = asyncio.Event()
+        self.notifiers = (
+            []
+            if memcg is None
+            else memory_notifiers(self.configured, *memcg, crossed=self._crossed)
+        )
+        self._notifiers_at = -REFRESH_INTERVAL
 
     # -------------------------------------------------------------- queries
     def under(self, condition: str) -> bool:
@@ -171,10 +182,33 @@ class EvictionManager:
                 await self.synchronize(reclaim)
             except Exception:  # the node must stay watched: the next pass runs on time
                 log.exception("eviction manager: synchronize failed")
-            try:
-                await asyncio.wait_for(stop.wait(), MONITORING_PERIOD)
-            except TimeoutError:
-                pass
+            await self._wait(stop)
+        loop = asyncio.get_running_loop()
+        for n in self.notifiers:
+            n.stop(loop)
+
+    async def _wait(self, stop: asyncio.Event) -> None:
+        """Until the next pass: MONITORING_PERIOD, a memcg crossing, or `stop`."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
+        await asyncio.wait(waits, timeout=MONITORING_PERIOD, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        self._wake.clear()
+
+    def _crossed(self, message: str) -> None:
+        log.info("%s", message)
+        self._wake.set()
+
+    def _refresh_notifiers(self, obs: Mapping[str, Observation], now: float) -> None:
+        """The notifiers' levels from this pass's figures, at most every 10 s."""
+        if not self.notifiers or now - self._notifiers_at < REFRESH_INTERVAL:
+            return
+        self._notifiers_at = now
+        loop = asyncio.get_running_loop()
+        for n in self.notifiers:
+            o = obs.get(n.threshold.signal)
+            if o is not None:
+                n.update(o, loop)
 
     async def _evict_local_storage(self, pods: list[Pod]) -> list[Pod]:
         """localStorageEviction: every pod over one of its own local storage limits
@@ -251,6 +285,7 @@ class EvictionManager:
             return local[0]
         await self._learn_layout()
         obs = await self._observe()
+        self._refresh_notifiers(obs, self.clock())
         met = self._met(obs, self.clock())
         if not met:
             return None

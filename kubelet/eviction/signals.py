@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubelet import stats
 from kubelet.cri import errors
@@ -50,6 +50,9 @@ _MEMORY_FIELDS = frozenset(
 class Observation:
     available: int
     capacity: int
+    # Memory signals: usage the kernel counts that the working set does not
+    # (inactive file), for the memcg notifier's level.
+    reclaimable: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -142,8 +145,8 @@ def fs_observations(layout: DiskLayout, problems: Problems) -> dict[str, Observa
     return out
 
 
-def _available(limit: int, working_set: int) -> Observation:
-    return Observation(max(0, limit - working_set), limit)
+def _available(limit: int, working_set: int, reclaimable: int | None) -> Observation:
+    return Observation(max(0, limit - working_set), limit, reclaimable or 0)
 
 
 def memory_observations(
@@ -158,14 +161,16 @@ def memory_observations(
     total = mi.get("MemTotal") if mi else None
     root_ws = working_set(parsed[0])
     if total and root_ws is not None:
-        out[MEMORY] = _available(total, root_ws)
+        out[MEMORY] = _available(total, root_ws, parsed[0].memory_inactive_file)
     else:
         problems.append(f"{MEMORY} unobserved: MemTotal {total}, root working set {root_ws}")
     if kubepods is not None:
         pods = parsed[1]
         pods_ws = working_set(pods)
         if pods.memory_limit is not None and pods_ws is not None:
-            out[ALLOCATABLE_MEMORY] = _available(pods.memory_limit, pods_ws)
+            out[ALLOCATABLE_MEMORY] = _available(
+                pods.memory_limit, pods_ws, pods.memory_inactive_file
+            )
         else:
             problems.append(f"{ALLOCATABLE_MEMORY} unobserved: cgroup {kubepods} has no "
                             "memory limit or working set")  # fmt: skip

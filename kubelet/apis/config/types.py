@@ -183,6 +183,7 @@ class KubeletConfiguration:
     eviction_max_pod_grace_period: int = f("evictionMaxPodGracePeriod", 0)
     eviction_minimum_reclaim: dict[str, str] = f("evictionMinimumReclaim", factory=dict)
     merge_default_eviction_settings: bool = f("mergeDefaultEvictionSettings", False)
+    kernel_memcg_notification: bool = f("kernelMemcgNotification", False)
     pods_per_core: int = f("podsPerCore", 0)
     enable_controller_attach_detach: bool = f("enableControllerAttachDetach", True)
     protect_kernel_defaults: bool = f("protectKernelDefaults", False)

@@ -88,6 +88,8 @@ def test_allocatable_memory_is_the_kubepods_limit_less_its_working_set(tmp_path:
     out = memory_observations(1, str(tmp_path), "kubepods", mi, [])
     assert out[signals.ALLOCATABLE_MEMORY] == Observation(15 * GiB, 20 * GiB)
     assert out[signals.MEMORY] == Observation(15 * GiB, 24 * GiB)
+    # The memcg notifier's level adds back what usage counts and the working set not.
+    assert out[signals.MEMORY].reclaimable == out[signals.ALLOCATABLE_MEMORY].reclaimable == GiB
 
 
 def test_allocatable_memory_without_a_kubepods_limit_is_unobserved_and_said(
