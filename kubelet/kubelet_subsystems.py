@@ -483,6 +483,7 @@ def _node_settings(node: Node) -> NodeSettings:
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         hugepage_sizes=hugepages.page_sizes(),
         supplemental_groups_policy=node.features.enabled(Feature.SupplementalGroupsPolicy),
+        cfs_period=int(cfg.cpu_cfs_quota_period * 1_000_000) if cfg.cpu_cfs_quota else None,
     )
 
 

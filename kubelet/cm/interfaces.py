@@ -73,6 +73,9 @@ class ContainerResourceManager(Protocol):
 
     def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning: ...
 
+    def pod_has_exclusive_cpus(self, pod: Pod) -> bool:
+        """True when the pod's CFS quota is lifted for its pinned CPUs."""
+
     async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
         """The container's devices for its CRI config; AllocationError when a
         device plugin cannot give them."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubelet.cm import hugepages
+from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, milli_cpu_to_quota
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import RunContainerOptions
 from kubelet.cri.api import api_pb2 as pb
@@ -53,6 +54,8 @@ class NodeSettings:
     # The SupplementalGroupsPolicy gate: container statuses carry the user
     # the runtime reports.
     supplemental_groups_policy: bool = True
+    # cpuCFSQuota and cpuCFSQuotaPeriod (µs): None, no CFS quota for a cpu limit.
+    cfs_period: int | None = DEFAULT_CPU_PERIOD
 
 
 def container_config(
@@ -176,9 +179,9 @@ def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxC
     out.cpu_shares = max(2, req["cpu"] * 1024 // 1000) if req.get("cpu") else 2
     cpu_lim, mem_lim = _limit(pod, c, "cpu"), _limit(pod, c, "memory")
     # A zero limit is no limit (MilliCPUToQuota gives 0, a 0 memory limit is unset).
-    if cpu_lim is not None and cpu_millis(cpu_lim) > 0:
-        out.cpu_period = 100000
-        out.cpu_quota = max(1000, cpu_millis(cpu_lim) * 100000 // 1000)
+    if cpu_lim is not None and cpu_millis(cpu_lim) > 0 and node.cfs_period is not None:
+        out.cpu_period = node.cfs_period
+        out.cpu_quota = milli_cpu_to_quota(cpu_millis(cpu_lim), node.cfs_period)
     if mem_lim is not None and to_bytes(mem_lim) > 0:
         out.memory_limit_in_bytes = to_bytes(mem_lim)
     out.oom_score_adj = oom_score_adj(pod, c, node.node_memory)

@@ -124,6 +124,12 @@ class RuntimeManager:
             runtime_classes=runtime_classes, seccomp_root=node.seccomp_root,
             cgroups_per_qos=cgroups_per_qos, cgroup_root=cgroup_root,
             user_namespaces_support=node.user_namespaces_support, userns=userns,
+            exclusive_cpus=(
+                container_resources.pod_has_exclusive_cpus
+                if container_resources is not None
+                else lambda _pod: False
+            ),
+            cfs_period=node.cfs_period,
         )  # fmt: skip
         self.image_manager = ImageManager(
             images, self.reporter, self.image_backoff, image_puller or ImagePuller(), credentials,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from kubelet.cm.cgroup_manager import milli_cpu_to_quota
+from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, MIN_SHARES, milli_cpu_to_quota
 from kubelet.container.runtime import RuntimeHelper, SandboxStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -17,6 +17,7 @@ from kubelet.kuberuntime.helpers import PodReporter, each_ignoring_gone, format_
 from kubelet.kuberuntime.security_context import sandbox_security_context
 from kubelet.lifecycle.handlers import go_quote
 from kubelet.network.dns import kernel_hostname
+from kubelet.resourcehelper import pod_limits, pod_requests
 from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.sysctl import sandbox_sysctls
 from kubelet.types import Pod, ResourceList, host_network, name, namespace, qos_class, uid
@@ -56,8 +57,13 @@ class SandboxManager:
         cgroup_root: str,
         user_namespaces_support: bool = True,
         userns: UserNamespaces | None = None,
+        exclusive_cpus: Callable[[Pod], bool] = lambda _pod: False,
+        cfs_period: int | None = DEFAULT_CPU_PERIOD,
     ) -> None:
+        self.cfs_period = cfs_period
         self.user_namespaces_support = user_namespaces_support
+        # The pod has pinned CPUs and so no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
+        self.exclusive_cpus = exclusive_cpus
         # Pods' user namespace mappings (None: hostUsers: false pods are refused).
         self.userns = userns
         self.runtime = runtime
@@ -164,6 +170,9 @@ class SandboxManager:
             ),
             sysctls=sandbox_sysctls(pod),  # admitted against the allowlist at the door
         )
+        # For runtimes that size the sandbox itself (VMs): the pod's resources
+        # and, apart, the RuntimeClass's overhead (applySandboxResources).
+        linux.resources.CopyFrom(sandbox_resources(pod, self.exclusive_cpus(pod), self.cfs_period))
         overhead = pod["spec"].get("overhead") or {}
         if overhead:
             linux.overhead.CopyFrom(overhead_resources(overhead))
@@ -238,6 +247,25 @@ def overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
         cpu_quota=max(1000, cpu_m * 100) if cpu_m else 0,
         memory_limit_in_bytes=to_bytes(overhead.get("memory") or 0),
     )
+
+
+def sandbox_resources(
+    pod: Pod, no_quota: bool, cfs_period: int | None = DEFAULT_CPU_PERIOD
+) -> pb.LinuxContainerResources:
+    """calculateSandboxResources: the pod's requests and limits (pod-level
+    where set) without the overhead; cpu shares from the request, else the
+    limit; with cpuCFSQuota the period and a quota for a cpu limit (-1 with
+    pinned CPUs); a memory limit where one is set."""
+    req, lim = pod_requests(pod, overhead=False), pod_limits(pod, overhead=False)
+    cpu_lim = lim.get("cpu", 0)
+    shares_from = req["cpu"] if "cpu" in req else cpu_lim
+    out = pb.LinuxContainerResources(cpu_shares=max(MIN_SHARES, shares_from * 1024 // 1000))
+    if cfs_period is not None:  # cpuCFSQuota
+        out.cpu_period = cfs_period
+        out.cpu_quota = -1 if no_quota else milli_cpu_to_quota(cpu_lim, cfs_period)
+    if lim.get("memory"):
+        out.memory_limit_in_bytes = lim["memory"]
+    return out
 
 
 def _shares_to_milli(shares: int) -> int:

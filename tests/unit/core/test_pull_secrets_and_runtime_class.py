@@ -225,3 +225,34 @@ async def test_the_nodes_docker_config_comes_after_the_pods_secrets(tmp_path) ->
     p = pod([c("app", IMAGE)], imagePullSecrets=[{"name": "s"}])
     assert (await m.sync_pod(p, await status(m, p))).ok
     assert img.auths == [("u", "x"), ("u", "right")]
+
+
+async def test_the_pods_resources_are_in_the_sandbox_config_without_the_overhead(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    m, rt, _, _ = setup(tmp_path, {})
+    app = c("app")
+    app["resources"] = {"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+    side = c("side")
+    side["resources"] = {"requests": {"cpu": "250m"}, "limits": {"cpu": "500m", "memory": "64Mi"}}
+    p = pod([app, side], runtimeClassName="kata", overhead={"cpu": "250m", "memory": "120Mi"})
+    assert (await m.sync_pod(p, await status(m, p))).ok
+    r = rt.called("run_pod_sandbox")[0][0].linux.resources
+    # 750m requested, 1.5 cores and 320Mi limited; the overhead goes apart.
+    assert (r.cpu_shares, r.cpu_period, r.cpu_quota) == (768, 100000, 150000)
+    assert r.memory_limit_in_bytes == 320 << 20
+    assert rt.called("run_pod_sandbox")[0][0].linux.overhead.memory_limit_in_bytes == 120 << 20
+
+
+def test_sandbox_resources_of_besteffort_and_pinned_pods() -> None:
+    from kubelet.kuberuntime.kuberuntime_sandbox import sandbox_resources
+
+    be = sandbox_resources(pod([c("app")]), no_quota=False)
+    assert (be.cpu_shares, be.cpu_period, be.cpu_quota, be.memory_limit_in_bytes) == (
+        2, 100000, 0, 0,
+    )  # fmt: skip
+    g = c("app")
+    g["resources"] = {"limits": {"cpu": "2", "memory": "1Gi"}}
+    # A limit without a request: shares from the limit; pinned CPUs lift the quota.
+    pinned = sandbox_resources(pod([g]), no_quota=True)
+    assert (pinned.cpu_shares, pinned.cpu_quota, pinned.memory_limit_in_bytes) == (
+        2048, -1, 1 << 30,
+    )  # fmt: skip
