@@ -410,6 +410,7 @@ async def _start_servers(
     cfg = s.config
     from kubelet import metrics
     from kubelet.cm.cgroup_manager import cgroup_mounts
+    from kubelet.stats.volumes import VolumeStatsCollector
     from kubelet.version import KUBERNETES_VERSION
 
     info = metrics.NodeInfo(name, cgroup_mounts()[0], KUBERNETES_VERSION,
@@ -417,6 +418,9 @@ async def _start_servers(
     state = metrics.KubeletStateCollector(node.pod_counts, info)
     metrics.REGISTRY.register(state)
     cleanups.append(lambda: metrics.REGISTRY.unregister(state))
+    claims = VolumeStatsCollector(node.volumes.stats.claims_usage)
+    metrics.REGISTRY.register(claims)
+    cleanups.append(lambda: metrics.REGISTRY.unregister(claims))
     registries = [metrics.REGISTRY]
 
     def view() -> httpserver.NodeView:

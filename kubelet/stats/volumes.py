@@ -14,8 +14,11 @@ import asyncio
 import logging
 import os
 import stat
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from kubelet.util import filesystem
 from kubelet.volume.metrics import VolumeUsage
@@ -120,6 +123,16 @@ class VolumeStatsCalculator:
     def usage(self, pod_uid: str) -> list[VolumeUsage]:
         return self._usage.get(pod_uid, [])
 
+    def claims_usage(self) -> dict[tuple[str, str], VolumeUsage]:
+        """(namespace, claim) -> the claim's volume usage, once per claim
+        (pods sharing a claim measure the same volume)."""
+        out: dict[tuple[str, str], VolumeUsage] = {}
+        for measured in self._usage.values():
+            for v in measured:
+                if v.pvc_ref is not None:
+                    out.setdefault(v.pvc_ref, v)
+        return out
+
     async def refresh(self) -> None:
         # What to measure is read on the loop; only the walking happens in a thread.
         paths = {u: dict(self.volume_paths(u)) for u in self.pod_uids()}
@@ -177,3 +190,49 @@ async def _bounded(queries: list[tuple[str, RemoteQuery]]) -> list[tuple[str, Vo
 
     results = await asyncio.gather(*(one(q) for _, q in queries))
     return [(u, r) for (u, _), r in zip(queries, results, strict=True) if r is not None]
+
+
+# kubelet_volume_stats_* (upstream's volume stats collector): name, help, figure.
+_VOLUME_GAUGES: tuple[tuple[str, str, Callable[[VolumeUsage], int]], ...] = (
+    ("capacity_bytes", "Capacity in bytes of the volume", lambda v: v.capacity_bytes),
+    ("available_bytes", "Number of available bytes in the volume", lambda v: v.available_bytes),
+    ("used_bytes", "Number of used bytes in the volume", lambda v: v.used_bytes),
+    ("inodes", "Maximum number of inodes in the volume", lambda v: v.inodes),
+    ("inodes_free", "Number of free inodes in the volume", lambda v: v.inodes_free),
+    ("inodes_used", "Number of used inodes in the volume", lambda v: v.inodes_used),
+)
+_HEALTH_HELP = (
+    "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is "
+    "unhealthy, 0 indicates volume is healthy"
+)
+
+
+class VolumeStatsCollector(Collector):
+    """The claims' volume figures of the last measuring pass on /metrics, by
+    upstream's names and labels (namespace, persistentvolumeclaim); the health
+    gauge only for volumes whose driver reported a condition."""
+
+    def __init__(self, claims: Callable[[], Mapping[tuple[str, str], VolumeUsage]]) -> None:
+        self.claims = claims
+
+    def collect(self) -> Iterator[Metric]:
+        usage = sorted(self.claims().items())
+        if not usage:
+            return  # as upstream: no claim, no family
+        labels = ["namespace", "persistentvolumeclaim"]
+        for suffix, text, figure in _VOLUME_GAUGES:
+            g = GaugeMetricFamily(f"kubelet_volume_stats_{suffix}", text, labels=labels)
+            for ref, v in usage:
+                g.add_metric(list(ref), float(figure(v)))
+            yield g
+        health = GaugeMetricFamily(
+            "kubelet_volume_stats_health_status_abnormal", _HEALTH_HELP, labels=labels
+        )
+        for ref, v in usage:
+            if v.abnormal is not None:
+                health.add_metric(list(ref), 1.0 if v.abnormal else 0.0)
+        if health.samples:
+            yield health
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

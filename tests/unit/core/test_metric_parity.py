@@ -16,6 +16,8 @@ import kubelet.server.httpmetrics  # noqa: F401 (registers the HTTP families)
 from benches import metric_parity as mp
 from kubelet import metrics
 from kubelet.features import FeatureGate
+from kubelet.stats.volumes import VolumeStatsCollector
+from kubelet.volume.metrics import VolumeUsage
 
 FIXTURE = Path(__file__).parents[2] / "fixtures/metrics/upstream-kubelet-v1.34.4.json"
 
@@ -27,6 +29,9 @@ def ours() -> dict[str, mp.Family]:
     node = metrics.NodeInfo("n", 1, "v1.34.4", FeatureGate().metric_rows())
     extra = CollectorRegistry()
     extra.register(metrics.KubeletStateCollector(lambda: metrics.PodCounts(), node))
+    # Volume stats exist per claim only: one claim with a health condition.
+    claim = VolumeUsage("v", 1, 1, 10, 9, 100, 99, pvc_ref=("ns", "c"), abnormal=False)
+    extra.register(VolumeStatsCollector(lambda: {("ns", "c"): claim}))
     fams |= mp.families(generate_latest(extra).decode())
     for collector in list(metrics.REGISTRY._collector_to_names):  # test-only internals
         if isinstance(collector, MetricWrapperBase):

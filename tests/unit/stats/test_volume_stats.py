@@ -68,3 +68,37 @@ async def test_a_negative_period_turns_measuring_off(tmp_path: Path) -> None:
     calc = VolumeStatsCalculator(uids, lambda _u: {}, str(tmp_path), period=-1)
     await asyncio.wait_for(calc.run(asyncio.Event()), 5)
     assert asked == [] and calc.usage("u1") == []
+
+
+async def test_claims_on_metrics_once_each_with_their_figures(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from kubelet.stats.volumes import VolumeStatsCollector
+
+    pods = tmp_path / "pods"
+    dirs = {}
+    for uid, vol in (("u1", "data"), ("u2", "shared"), ("u3", "shared"), ("u3", "scratch")):
+        d = pods / uid / "volumes" / "kubernetes.io~empty-dir" / vol
+        d.mkdir(parents=True)
+        dirs.setdefault(uid, {})[vol] = str(d)
+    (pods / "u1" / "volumes" / "kubernetes.io~empty-dir" / "data" / "f").write_bytes(b"x" * 8192)
+    claims = {"u1": {"data": ("ns", "c1")}, "u2": {"shared": ("ns", "c2")},
+              "u3": {"shared": ("ns", "c2")}}  # fmt: skip
+    calc = VolumeStatsCalculator(
+        lambda: list(dirs), lambda u: dirs[u], str(pods), claims=lambda u: claims.get(u, {})
+    )
+    registry = CollectorRegistry()
+    registry.register(VolumeStatsCollector(calc.claims_usage))
+    assert generate_latest(registry) == b""  # nothing measured yet: no family at all
+    await calc.refresh()
+    text = generate_latest(registry).decode()
+    used = [
+        line for line in text.splitlines() if line.startswith("kubelet_volume_stats_used_bytes")
+    ]
+    # Two claims (c2 is shared by two pods: one series); the unclaimed scratch dir is absent.
+    assert len(used) == 2
+    c1 = next(line for line in used if 'persistentvolumeclaim="c1"' in line)
+    assert 'namespace="ns"' in c1 and float(c1.split()[-1]) >= 8192
+    assert "kubelet_volume_stats_inodes_free{" in text
+    # No driver said anything of health: no health series.
+    assert "kubelet_volume_stats_health_status_abnormal{" not in text
