@@ -258,6 +258,11 @@ POD_DEFERRED_ACCEPTED_RESIZES = Counter(
     ["retry_trigger"],
     registry=REGISTRY,
 )
+MANAGED_EPHEMERAL_CONTAINERS = Gauge(
+    "kubelet_managed_ephemeral_containers",
+    "Current number of ephemeral containers in pods managed by this kubelet.",
+    registry=REGISTRY,
+)
 RUNNING_PODS = Gauge(
     "kubelet_running_pods", "Number of pods that have a running pod sandbox", registry=REGISTRY
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kubelet import metrics
 from kubelet.objectcache import PodObjectManager
 from kubelet.types import Pod, full_name, uid
 
@@ -30,6 +31,7 @@ class PodManager:
             self._by_full_name.pop(full_name(old), None)
         self._by_uid[u] = pod
         self._by_full_name[full_name(pod)] = u
+        _count_ephemeral(old, pod)
         for m in self._object_managers:
             m.register_pod(pod)
 
@@ -41,6 +43,7 @@ class PodManager:
         if old is not None and self._by_full_name.get(full_name(old)) == u:
             del self._by_full_name[full_name(old)]
         if old is not None:
+            _count_ephemeral(old, None)
             for m in self._object_managers:
                 m.unregister_pod(old)
 
@@ -73,3 +76,14 @@ class PodManager:
 
     def mirrors(self) -> list[Pod]:
         return list(self._mirrors.values())
+
+
+def _count_ephemeral(old: Pod | None, new: Pod | None) -> None:
+    """kubelet_managed_ephemeral_containers follows the pods' specs."""
+    delta = _ephemeral(new) - _ephemeral(old)
+    if delta:
+        metrics.MANAGED_EPHEMERAL_CONTAINERS.inc(delta)
+
+
+def _ephemeral(pod: Pod | None) -> int:
+    return 0 if pod is None else len(pod["spec"].get("ephemeralContainers") or [])
