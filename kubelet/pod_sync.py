@@ -224,7 +224,7 @@ class KubeletPodSyncer:
         unmounted = self.volumes.unmounted_volumes(pod)
         if unmounted:
             waiting = self.runtime_manager.waiting.get(u, {})
-            api = self._generate(pod, status, waiting, old)
+            api = self._generate(pod, status, waiting)
             self.status_manager.set_pod_status(u, api, pod)
             return PodSyncResult(
                 error=f"unmounted volumes=[{' '.join(sorted(unmounted))}]: not set up yet "
@@ -239,7 +239,7 @@ class KubeletPodSyncer:
         if result.resized:
             status = await self._after_resize(pod, result.resize_error)
         waiting = self.runtime_manager.waiting.get(u, {})
-        api = self._generate(pod, status, waiting, old)
+        api = self._generate(pod, status, waiting)
         self.status_manager.set_pod_status(u, api, pod)
         self._arm_deadline(pod, api)
         self._observe_running(u, api)
@@ -251,11 +251,13 @@ class KubeletPodSyncer:
         return PodSyncResult()
 
     def _generate(
-        self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]],
-        old: v1.PodStatus | None,
-    ) -> v1.PodStatus:  # fmt: skip
+        self, pod: Pod, status: PodStatus, waiting: dict[str, tuple[str, str]]
+    ) -> v1.PodStatus:
+        """The pod's status from the runtime's, on the previous status read now,
+        not at the start of the sync: an eviction may have made the pod Failed
+        while the runtime was busy, and that must not be written over."""
         api = generate.generate(
-            pod, status, waiting, self.node_ips, old, self.probes,
+            pod, status, waiting, self.node_ips, self._previous_status(pod), self.probes,
             tracking=self.status_manager.tracking,
         )  # fmt: skip
         if self.allocation is not None and self.allocation.enabled:
