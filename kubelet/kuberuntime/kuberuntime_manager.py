@@ -124,12 +124,7 @@ class RuntimeManager:
             runtime_classes=runtime_classes, seccomp_root=node.seccomp_root,
             cgroups_per_qos=cgroups_per_qos, cgroup_root=cgroup_root,
             user_namespaces_support=node.user_namespaces_support, userns=userns,
-            exclusive_cpus=(
-                container_resources.pod_has_exclusive_cpus
-                if container_resources is not None
-                else lambda _pod: False
-            ),
-            cfs_period=node.cfs_period,
+            resources=container_resources, cfs_period=node.cfs_period,
         )  # fmt: skip
         self.image_manager = ImageManager(
             images, self.reporter, self.image_backoff, image_puller or ImagePuller(), credentials,
@@ -140,7 +135,7 @@ class RuntimeManager:
             self.crash_backoff, node, identity, container_resources,
         )  # fmt: skip
         self.resizer = (
-            PodResizer(runtime, node, pod_cgroups, actuation) if actuation is not None else None
+            None if actuation is None else PodResizer(runtime, node, pod_cgroups, actuation)
         )
 
     # What the status manager shows of containers that do not run.

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, MIN_SHARES, milli_cpu_to_quota
+from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import RuntimeHelper, SandboxStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
@@ -57,13 +58,15 @@ class SandboxManager:
         cgroup_root: str,
         user_namespaces_support: bool = True,
         userns: UserNamespaces | None = None,
-        exclusive_cpus: Callable[[Pod], bool] = lambda _pod: False,
+        resources: ContainerResourceManager | None = None,
         cfs_period: int | None = DEFAULT_CPU_PERIOD,
     ) -> None:
         self.cfs_period = cfs_period
         self.user_namespaces_support = user_namespaces_support
         # The pod has pinned CPUs and so no CFS quota (DisableCPUQuotaWithExclusiveCPUs).
-        self.exclusive_cpus = exclusive_cpus
+        self.exclusive_cpus: Callable[[Pod], bool] = (
+            resources.pod_has_exclusive_cpus if resources is not None else lambda _pod: False
+        )
         # Pods' user namespace mappings (None: hostUsers: false pods are refused).
         self.userns = userns
         self.runtime = runtime
