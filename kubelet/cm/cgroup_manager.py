@@ -20,7 +20,7 @@ from kubelet.types import Pod, qos_class, uid
 
 log = logging.getLogger(__name__)
 
-MIN_SHARES = 2
+MIN_SHARES, MAX_SHARES = 2, 262144
 MIN_QUOTA_PERIOD = 1000  # µs: the kernel refuses a smaller CFS quota
 DEFAULT_CPU_PERIOD = 100000  # µs
 
@@ -169,6 +169,11 @@ _READS: dict[tuple[int, str], dict[str, tuple[str, _Parse]]] = {
 }
 
 
+def milli_cpu_to_shares(milli: int) -> int:
+    """MilliCPUToShares: cpu.shares for a cpu request, within the kernel's bounds."""
+    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
+
+
 def milli_cpu_to_quota(milli: int, period: int) -> int:
     if milli == 0:
         return 0
@@ -199,7 +204,7 @@ def pod_resources(
         if k in declared and v > 0:
             declared[k] = True
     cpu_req, cpu_lim = pod_requests(pod).get("cpu", 0), limits.get("cpu", 0)
-    out = {"cpu_shares": max(MIN_SHARES, cpu_req * 1024 // 1000)}
+    out = {"cpu_shares": milli_cpu_to_shares(cpu_req)}
     if cpu_lim and (qos == "Guaranteed" or declared["cpu"]):
         quota = milli_cpu_to_quota(cpu_lim, cpu_period) if enforce_cpu_limits else -1
         out["cpu_quota"], out["cpu_period"] = quota, cpu_period

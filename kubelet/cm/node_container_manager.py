@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kubelet.cm.cgroup_manager import CgroupError, CgroupManager
+from kubelet.cm.cgroup_manager import CgroupError, CgroupManager, milli_cpu_to_shares
 from kubelet.util.quantity import cpu_millis, parse_quantity
 
 if TYPE_CHECKING:
@@ -45,8 +45,6 @@ ENFORCEMENT_KEYS = (
     KUBE_RESERVED_COMPRESSIBLE,
     NONE,
 )
-
-MIN_SHARES, MAX_SHARES = 2, 262144
 
 
 def parse_resource_list(m: Mapping[str, str]) -> ResourceList:
@@ -81,12 +79,6 @@ def hard_eviction_reservation(hard: Mapping[str, str], capacity: ResourceList) -
         if signal in hard:
             out[resource] = threshold_quantity(hard[signal], capacity.get(resource, 0))
     return out
-
-
-def milli_cpu_to_shares(milli: int) -> int:
-    if milli == 0:
-        return MIN_SHARES
-    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
 
 
 def cgroup_config(rl: ResourceList | None, compressible_only: bool = False) -> dict[str, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kubelet.cm import hugepages
-from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, milli_cpu_to_quota
+from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, milli_cpu_to_quota, milli_cpu_to_shares
 from kubelet.container.expansion import expand_command_and_args
 from kubelet.container.runtime import RunContainerOptions
 from kubelet.cri.api import api_pb2 as pb
@@ -176,7 +176,7 @@ def container_resources(pod: Pod, c: Container, node: NodeSettings) -> pb.LinuxC
     req = container_requests(c)
     out = pb.LinuxContainerResources()
     # cpu shares from the request (min 2), CFS quota from the limit, as upstream.
-    out.cpu_shares = max(2, req["cpu"] * 1024 // 1000) if req.get("cpu") else 2
+    out.cpu_shares = milli_cpu_to_shares(req.get("cpu", 0))
     cpu_lim, mem_lim = _limit(pod, c, "cpu"), _limit(pod, c, "memory")
     # A zero limit is no limit (MilliCPUToQuota gives 0, a 0 memory limit is unset).
     if cpu_lim is not None and cpu_millis(cpu_lim) > 0 and node.cfs_period is not None:

@@ -7,7 +7,11 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from kubelet.cm.cgroup_manager import DEFAULT_CPU_PERIOD, MIN_SHARES, milli_cpu_to_quota
+from kubelet.cm.cgroup_manager import (
+    DEFAULT_CPU_PERIOD,
+    milli_cpu_to_quota,
+    milli_cpu_to_shares,
+)
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import RuntimeHelper, SandboxStatus
 from kubelet.cri import errors
@@ -245,7 +249,7 @@ def overhead_resources(overhead: ResourceList) -> pb.LinuxContainerResources:
     runtimes that size a VM by it (convertOverheadToLinuxResources)."""
     cpu_m = cpu_millis(overhead.get("cpu") or 0)
     return pb.LinuxContainerResources(
-        cpu_shares=max(2, cpu_m * 1024 // 1000),
+        cpu_shares=milli_cpu_to_shares(cpu_m),
         cpu_period=100000,
         cpu_quota=max(1000, cpu_m * 100) if cpu_m else 0,
         memory_limit_in_bytes=to_bytes(overhead.get("memory") or 0),
@@ -262,7 +266,7 @@ def sandbox_resources(
     req, lim = pod_requests(pod, overhead=False), pod_limits(pod, overhead=False)
     cpu_lim = lim.get("cpu", 0)
     shares_from = req["cpu"] if "cpu" in req else cpu_lim
-    out = pb.LinuxContainerResources(cpu_shares=max(MIN_SHARES, shares_from * 1024 // 1000))
+    out = pb.LinuxContainerResources(cpu_shares=milli_cpu_to_shares(shares_from))
     if cfs_period is not None:  # cpuCFSQuota
         out.cpu_period = cfs_period
         out.cpu_quota = -1 if no_quota else milli_cpu_to_quota(cpu_lim, cfs_period)
@@ -292,9 +296,7 @@ def sandbox_resources_update(
         res.cpu_period = period
         res.cpu_quota = quota - milli_cpu_to_quota(o_cpu, period) if quota > 0 else quota
     if shares is not None:
-        res.cpu_shares = (
-            max(2, (_shares_to_milli(shares) - o_cpu) * 1024 // 1000) if o_cpu else shares
-        )
+        res.cpu_shares = milli_cpu_to_shares(_shares_to_milli(shares) - o_cpu) if o_cpu else shares
     if memory is not None and memory > 0:
         res.memory_limit_in_bytes = memory - o_mem
     return (overhead_resources(overhead) if overhead else pb.LinuxContainerResources()), res
