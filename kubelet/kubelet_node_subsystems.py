@@ -18,7 +18,7 @@ from kubelet.cm.resource_managers import ResourceManagers
 from kubelet.core_v1 import NodeFeatures, ResourceList
 from kubelet.core_v1 import NodeStatus as NodeObjectStatus
 from kubelet.cri.errors import CRIError
-from kubelet.eviction.eviction_manager import EvictionManager, Reclaimers
+from kubelet.eviction.eviction_manager import EvictionManager, EvictionSources, Reclaimers
 from kubelet.eviction.memcg_notifier import MemcgCgroups
 from kubelet.eviction.signals import NodeSignals
 from kubelet.features import Feature
@@ -206,11 +206,12 @@ def _build_eviction(
         runtime.state.images.image_fs_info,
         separate_disk_gc=node.features.enabled(Feature.KubeletSeparateDiskGC),
     )  # fmt: skip
+    sources = EvictionSources(
+        target.active_pods, signals.observe, stats.pod_working_sets, ephemeral.measure,
+        layout=signals.layout, processes=stats.pod_process_counts,
+    )  # fmt: skip
     return EvictionManager(
-        cfg, target.active_pods, target.evict, stats.pod_working_sets, node.root_dir,
-        signals.observe, recorder=node.recorder, volume_usage=volumes.bytes_used,
-        local_storage_usage=ephemeral.measure, layout_fn=signals.layout,
-        node_event=node.event, processes=stats.pod_process_counts,
+        cfg, node.root_dir, sources, target.evict, recorder=node.recorder, node_event=node.event,
         memcg=(
             MemcgCgroups(stats.version, stats.hierarchy, kubepods)
             if cfg.kernel_memcg_notification

@@ -80,7 +80,15 @@ MONITORING_PERIOD = 10.0
 MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
 
 
-__all__ = ["EvictionManager", "Observation", "Reclaimers", "Threshold", "thresholds"]
+__all__ = [
+    "EvictionManager",
+    "EvictionSources",
+    "Observation",
+    "Reclaimers",
+    "Threshold",
+    "thresholds",
+    "volumes_only",
+]
 
 # Hard thresholds and local storage: how long an evicted pod gets to stop.
 IMMEDIATE_GRACE = local_storage.IMMEDIATE_GRACE
@@ -95,32 +103,42 @@ def eviction_grace(t: Threshold, pod: Pod, max_pod_grace: int) -> int:
     return min(max_pod_grace, int(own)) if own is not None else max_pod_grace
 
 
+@dataclass(frozen=True)
+class EvictionSources:
+    """What the manager reads each pass. `observe` reads every signal
+    (blocking: it runs in an executor); `usage` gives each pod UID's memory
+    working set from one stats pass (pods without figures are absent), so
+    ranking never reads stats once per pod; `layout` tells where the
+    filesystems are once known (None: one filesystem, the root directory's);
+    `processes` gives the tasks of each pod UID (PID pressure ranks by them)."""
+
+    pods: Callable[[], list[Pod]]  # active (admitted, not terminal) pods
+    observe: Callable[[], dict[str, Observation]]
+    usage: Callable[[], Mapping[str, int]]
+    local_storage: LocalStorageUsage
+    layout: Callable[[], Awaitable[DiskLayout | None]] | None = None
+    processes: Callable[[], Mapping[str, int]] | None = None
+
+
 class EvictionManager:
     def __init__(
         self,
         config: KubeletConfiguration,
-        pods: Callable[[], list[Pod]],
-        evict: EvictFn,
-        usage: Callable[[], Mapping[str, int]],
         root_dir: str,
-        observe_fn: Callable[[], dict[str, Observation]],
+        sources: EvictionSources,
+        evict: EvictFn,
+        *,
         recorder: Recorder | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        volume_usage: Callable[[str], Mapping[str, int]] = lambda _uid: {},
-        local_storage_usage: LocalStorageUsage | None = None,
-        layout_fn: Callable[[], Awaitable[DiskLayout | None]] | None = None,
         node_event: Callable[[str, str, str], None] | None = None,
-        processes: Callable[[], Mapping[str, int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
         memcg: MemcgCgroups | None = None,
     ) -> None:
-        """`observe_fn` reads every signal (blocking: it runs in an executor);
-        `layout_fn` tells where the filesystems are once known (None: one
-        filesystem, the root directory's); `node_event(type, reason, message)`
-        records an event on the Node; `processes` gives the tasks of each pod
-        UID (PID pressure ranks by them); `memcg`: where the kernel memcg
-        notifier watches (kernelMemcgNotification), None for none."""
+        """`evict(pod, grace, reason, message[, condition])` kills a pod;
+        `node_event(type, reason, message)` records an event on the Node;
+        `memcg`: where the kernel memcg notifier watches
+        (kernelMemcgNotification), None for none."""
         self.config = config
-        self.local_storage_usage = local_storage_usage or _volumes_only(volume_usage)
+        self.sources = sources
         # localStorageCapacityIsolation: false turns local storage eviction off.
         self.local_storage_isolation = config.local_storage_capacity_isolation
         self.configured = thresholds(config)
@@ -128,15 +146,8 @@ class EvictionManager:
         self.layout: DiskLayout | None = None
         self.thresholds = with_container_fs(self.configured, shared_layout(root_dir))
         self.reclaim_plan = reclaim_plan(shared_layout(root_dir))
-        self.layout_fn = layout_fn
         self.node_event = node_event
-        self.processes = processes
-        self.pods = pods  # active (admitted, not terminal) pods
-        self.evict = evict  # (pod, grace, reason, message[, condition])
-        # pod UID -> memory working set bytes (pods without figures are absent),
-        # from one stats pass: ranking never reads stats once per pod.
-        self.usage = usage
-        self.observe = observe_fn
+        self.evict = evict
         self.recorder = recorder
         self.clock = clock
         self._met_since: dict[str, float] = {}  # soft thresholds: first seen met
@@ -222,7 +233,7 @@ class EvictionManager:
         ]
         if not candidates:
             return []
-        usage = await self.local_storage_usage(candidates)
+        usage = await self.sources.local_storage(candidates)
         evicted = []
         for p in candidates:
             measured = usage.get(uid(p))
@@ -242,9 +253,9 @@ class EvictionManager:
     async def _learn_layout(self) -> None:
         """Once the runtime has told where its filesystems are, containerfs
         thresholds and node-level reclaim follow that layout."""
-        if self.layout is not None or self.layout_fn is None:
+        if self.layout is not None or self.sources.layout is None:
             return
-        found = await self.layout_fn()
+        found = await self.sources.layout()
         if found is None:
             return
         self.layout = found
@@ -273,12 +284,12 @@ class EvictionManager:
         return met
 
     async def _observe(self) -> dict[str, Observation]:
-        return await asyncio.get_running_loop().run_in_executor(None, self.observe)
+        return await asyncio.get_running_loop().run_in_executor(None, self.sources.observe)
 
     async def synchronize(self, reclaim: Reclaimers | None = None) -> Pod | None:
         """One pass: update conditions; reclaim node-level resources or evict
         one pod if a threshold is met."""
-        pods = self.pods()
+        pods = self.sources.pods()
         self.evicted.intersection_update(uid(p) for p in pods)
         local = await self._evict_local_storage(pods)
         if local:
@@ -348,17 +359,19 @@ class EvictionManager:
             request = _no_request if RESOURCES.get(t.signal) == "inodes" else _ephemeral_request
             return self._rank(pods, await self._disk_usage(t, pods), request)
         loop = asyncio.get_running_loop()
-        if CONDITIONS.get(t.signal) == "PIDPressure" and self.processes is not None:
+        if CONDITIONS.get(t.signal) == "PIDPressure" and self.sources.processes is not None:
             # rankPIDPressure: lower priority first, then more processes.
-            return self._rank(pods, await loop.run_in_executor(None, self.processes), _no_request)
-        usage = await loop.run_in_executor(None, self.usage)
+            return self._rank(
+                pods, await loop.run_in_executor(None, self.sources.processes), _no_request
+            )
+        usage = await loop.run_in_executor(None, self.sources.usage)
         return self._rank(pods, usage, _memory_request)
 
     async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
         """Each candidate's bytes (inodes, for an inode signal) on the pressed
         filesystem (the layout says which part of its local storage is there)."""
         candidates = [p for p in pods if not is_critical(p) and uid(p) not in self.evicted]
-        measured = await self.local_storage_usage(candidates)
+        measured = await self.sources.local_storage(candidates)
         part = disk_rank(self.layout or shared_layout(""), t.signal)
         inodes = RESOURCES.get(t.signal) == "inodes"
         out: dict[str, int] = {}
@@ -457,7 +470,7 @@ def _local_volumes(pod: Pod, used: Mapping[str, int]) -> int:
     return sum(used.get(v.get("name", ""), 0) for v in volumes if is_local_ephemeral_volume(v))
 
 
-def _volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
+def volumes_only(volume_usage: Callable[[str], Mapping[str, int]]) -> LocalStorageUsage:
     """Usage from the volume stats alone (no runtime to ask: the containers'
     own bytes are unknown; the pod's total is its local volumes)."""
 

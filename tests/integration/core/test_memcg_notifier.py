@@ -16,7 +16,7 @@ import pytest
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction import eviction_manager
 from kubelet.eviction import signals as sig
-from kubelet.eviction.eviction_manager import EvictionManager
+from kubelet.eviction.eviction_manager import EvictionManager, EvictionSources, volumes_only
 from kubelet.eviction.memcg_notifier import CgroupNotifier, MemcgCgroups
 from kubelet.eviction.signals import Observation
 from kubelet.testing.wait import wait_for, wait_for_async
@@ -91,7 +91,7 @@ async def test_a_crossing_brings_an_eviction_pass_before_the_period(
         return None
 
     m = EvictionManager(
-        config, list, evict, dict, "/", observe,
+        config, "/", EvictionSources(list, observe, dict, volumes_only(lambda _u: {})), evict,
         memcg=MemcgCgroups(1, str(ROOT), memcg.name),
     )  # fmt: skip
     assert [n.cgroup for n in m.notifiers] == [str(ROOT / "memory"), str(memcg)]

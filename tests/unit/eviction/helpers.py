@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
-from kubelet.eviction.eviction_manager import EvictionManager, Observation
+from kubelet.eviction.eviction_manager import (
+    EvictionManager,
+    EvictionSources,
+    Observation,
+    volumes_only,
+)
 
 GiB = 2**30
 MiB = 2**20
@@ -37,13 +42,10 @@ class Harness:
             self.evictions.append((p["metadata"]["name"], grace, reason, message))
             self.pods.remove(p)
 
-        self.m = EvictionManager(
-            self.config,
+        sources = EvictionSources(
             lambda: list(self.pods),
-            evict,
+            lambda: {"memory.available": Observation(self.available, 8 * GiB)},
             lambda: self.usage,
-            "/",
-            observe_fn=lambda: {"memory.available": Observation(self.available, 8 * GiB)},
-            clock=lambda: self.now,
-            volume_usage=lambda u: self.volumes.get(u, {}),
+            volumes_only(lambda u: self.volumes.get(u, {})),
         )
+        self.m = EvictionManager(self.config, "/", sources, evict, clock=lambda: self.now)

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
-from kubelet.eviction.eviction_manager import EvictionManager, Observation
+from kubelet.eviction.eviction_manager import (
+    EvictionManager,
+    EvictionSources,
+    Observation,
+    volumes_only,
+)
 from kubelet.stats.ephemeral import Inodes, PodStorage
 
 GiB = 2**30
@@ -52,16 +57,13 @@ async def test_disk_pressure_evicts_the_pod_filling_the_disk() -> None:
         evicted.append((p["metadata"]["name"], message))
         pods.remove(p)
 
-    m = EvictionManager(
-        cfg,
+    sources = EvictionSources(
         lambda: list(pods),
-        evict,
+        lambda: {"nodefs.available": Observation(1 * GiB, 100 * GiB)},
         lambda: {"memory-hog": 4 * GiB},
-        "/",
-        observe_fn=lambda: {"nodefs.available": Observation(1 * GiB, 100 * GiB)},
-        clock=lambda: 1000.0,
-        volume_usage=lambda u: volumes.get(u, {}),
+        volumes_only(lambda u: volumes.get(u, {})),
     )
+    m = EvictionManager(cfg, "/", sources, evict, clock=lambda: 1000.0)
     await m.synchronize()
     assert [n for n, _ in evicted] == ["disk-hog"]
     assert "ephemeral-storage" in evicted[0][1]
@@ -91,11 +93,8 @@ async def _evicted_under(signal: str, observed: Observation) -> list[str]:
     async def measure(ps: list[dict]) -> dict[str, PodStorage]:
         return {p["metadata"]["uid"]: INODE_USAGE[p["metadata"]["uid"]] for p in ps}
 
-    m = EvictionManager(
-        cfg, lambda: list(pods), evict, lambda: {}, "/",
-        observe_fn=lambda: {signal: observed}, clock=lambda: 1000.0,
-        local_storage_usage=measure,
-    )  # fmt: skip
+    sources = EvictionSources(lambda: list(pods), lambda: {signal: observed}, dict, measure)
+    m = EvictionManager(cfg, "/", sources, evict, clock=lambda: 1000.0)
     await m.synchronize()
     return evicted
 

@@ -14,7 +14,11 @@ from kubelet.apis.config import KubeletConfiguration
 from kubelet.container.runtime import RUNNING, ContainerStatus, PodStatus, SandboxStatus
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import UnavailableError
-from kubelet.eviction.eviction_manager import EvictionManager, Observation
+from kubelet.eviction.eviction_manager import (
+    EvictionManager,
+    EvictionSources,
+    Observation,
+)
 from kubelet.eviction.local_storage import has_limits, pod_ephemeral_limit, violation
 from kubelet.stats.ephemeral import EphemeralStorageStats, PodStorage
 
@@ -148,11 +152,11 @@ class Harness:
             return {p["metadata"]["uid"]: self.storage[p["metadata"]["uid"]] for p in pods
                     if p["metadata"]["uid"] in self.storage}  # fmt: skip
 
-        self.m = EvictionManager(
-            self.config, lambda: list(self.pods), evict, dict, "/",
-            observe_fn=lambda: {"memory.available": Observation(4 * GiB, 8 * GiB)},
-            local_storage_usage=measure,
+        sources = EvictionSources(
+            lambda: list(self.pods),
+            lambda: {"memory.available": Observation(4 * GiB, 8 * GiB)}, dict, measure,
         )  # fmt: skip
+        self.m = EvictionManager(self.config, "/", sources, evict)
 
 
 async def test_every_pod_over_a_limit_is_evicted_in_one_pass_with_a_1s_grace() -> None:

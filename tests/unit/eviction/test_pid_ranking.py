@@ -6,7 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from kubelet.eviction import signals as sig
-from kubelet.eviction.eviction_manager import EvictionManager, Observation
+from kubelet.eviction.eviction_manager import (
+    EvictionManager,
+    EvictionSources,
+    Observation,
+    volumes_only,
+)
 from kubelet.stats import provider as prov
 from tests.unit.eviction.helpers import Harness, pod
 
@@ -16,11 +21,11 @@ async def test_pid_pressure_evicts_by_priority_then_process_count() -> None:
     h.pods = [pod("many", priority=1000), pod("few"), pod("more"), pod("static", static=True)]
     h.usage = {"few": 10 * 2**30}  # memory would pick "few"
     processes = {"many": 5000, "few": 10, "more": 400, "static": 9000}
-    m = EvictionManager(
-        h.config, lambda: list(h.pods), h.m.evict, lambda: h.usage, "/",
-        lambda: {sig.PID: Observation(100, 32768)}, clock=lambda: h.now,
-        processes=lambda: processes,
+    sources = EvictionSources(
+        lambda: list(h.pods), lambda: {sig.PID: Observation(100, 32768)}, lambda: h.usage,
+        volumes_only(lambda _u: {}), processes=lambda: processes,
     )  # fmt: skip
+    m = EvictionManager(h.config, "/", sources, h.m.evict, clock=lambda: h.now)
     for _ in range(4):
         await m.synchronize()
     assert [e[0] for e in h.evictions] == ["more", "few", "many"]

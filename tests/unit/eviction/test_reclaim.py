@@ -4,11 +4,18 @@ evicted, and the signals read again after it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.eviction import signals as sig
-from kubelet.eviction.eviction_manager import EvictionManager, Observation, Reclaimers
+from kubelet.eviction.eviction_manager import (
+    EvictionManager,
+    EvictionSources,
+    Observation,
+    Reclaimers,
+    volumes_only,
+)
 from kubelet.eviction.signals import DiskLayout
 from kubelet.eviction.thresholds import Threshold, reclaim_plan, thresholds, with_container_fs
 from kubelet.stats.ephemeral import PodStorage
@@ -102,10 +109,13 @@ class Node:
         async def layout_fn() -> DiskLayout | None:
             return self.layout
 
+        sources = EvictionSources(
+            lambda: list(self.pods), self.observe, dict,
+            volumes_only(lambda u: {"d": GiB if u == "a" else 1}), layout=layout_fn,
+        )  # fmt: skip
         self.m = EvictionManager(
-            config(**cfg), lambda: list(self.pods), evict, dict, "/kubelet", self.observe,
-            clock=lambda: 1000.0, volume_usage=lambda u: {"d": GiB if u == "a" else 1},
-            layout_fn=layout_fn, node_event=lambda *e: self.events.append(e),
+            config(**cfg), "/kubelet", sources, evict, clock=lambda: 1000.0,
+            node_event=lambda *e: self.events.append(e),
         )  # fmt: skip
         self.reclaim = Reclaimers(self._step("containers"), self._step("images"))
 
@@ -197,7 +207,7 @@ async def test_without_garbage_collectors_disk_pressure_evicts() -> None:
 
 async def test_memory_pressure_never_runs_disk_reclaim() -> None:
     n = Node(SHARED, {"images": 50 * GiB}, eviction_hard={"memory.available": "1Gi"})
-    n.m.observe = lambda: {sig.MEMORY: Observation(10, 8 * GiB)}
+    n.m.sources = replace(n.m.sources, observe=lambda: {sig.MEMORY: Observation(10, 8 * GiB)})
     await n.m.synchronize(n.reclaim)
     assert n.ran == [] and n.evicted == ["a"]
 
@@ -226,7 +236,7 @@ async def ranked(layout: DiskLayout, signal: str) -> list[str]:
     async def measure(pods: list[dict[str, Any]]) -> dict[str, PodStorage]:
         return {p["metadata"]["uid"]: usage[p["metadata"]["uid"]] for p in pods}
 
-    n.m.local_storage_usage = measure
+    n.m.sources = replace(n.m.sources, local_storage=measure)
     for _ in range(3):
         await n.m.synchronize(n.reclaim)
     return n.evicted
