@@ -376,6 +376,14 @@ EVICTIONS = Counter(
     ["eviction_signal"],
     registry=REGISTRY,
 )
+EVICTION_STATS_AGE = Histogram(
+    "kubelet_eviction_stats_age_seconds",
+    "Time between when stats are collected, and when pod is evicted based on those stats "
+    "by eviction signal",
+    ["eviction_signal"],
+    buckets=_DEF,
+    registry=REGISTRY,
+)
 PREEMPTIONS = Counter(
     "kubelet_preemptions",
     "Pods preempted to admit a critical pod, by the first resource it lacked",

@@ -295,6 +295,7 @@ class EvictionManager:
         if local:
             return local[0]
         await self._learn_layout()
+        observed_at = self.clock()
         obs = await self._observe()
         self._refresh_notifiers(obs, self.clock())
         met = self._met(obs, self.clock())
@@ -322,6 +323,7 @@ class EvictionManager:
         self.evicted.add(uid(victim))
         metrics.EVICTIONS.labels(t.signal).inc()
         await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
+        metrics.EVICTION_STATS_AGE.labels(t.signal).observe(max(0.0, self.clock() - observed_at))
         return victim
 
     async def _reclaim_node_level(self, t: Threshold, reclaim: Reclaimers | None) -> bool:

@@ -99,6 +99,15 @@ def shutdown_periods(
     ]
 
 
+def register_metrics(gates: FeatureGate) -> None:
+    """The start and end gauges, served whenever both shutdown gates are on,
+    shutdown configured or not, as upstream registers them."""
+    if gates.enabled(Feature.GracefulNodeShutdown) and gates.enabled(
+        Feature.GracefulNodeShutdownBasedOnPodPriority
+    ):
+        metrics.register_once(START_TIME, END_TIME)
+
+
 class NodeShutdownManager:
     def __init__(
         self,
@@ -138,6 +147,7 @@ class NodeShutdownManager:
         node_event: Callable[[str, str, str], None],
     ) -> NodeShutdownManager | None:
         """None (as upstream's stub) when the gate is off or no period is configured."""
+        register_metrics(gates)
         if not gates.enabled(Feature.GracefulNodeShutdown):
             return None
         periods = shutdown_periods(config, gates)

@@ -16,6 +16,7 @@ import kubelet.server.httpmetrics  # noqa: F401 (registers the HTTP families)
 from benches import metric_parity as mp
 from kubelet import metrics
 from kubelet.features import FeatureGate
+from kubelet.nodeshutdown.manager import register_metrics
 from kubelet.stats.volumes import VolumeStatsCollector
 from kubelet.volume.metrics import VolumeUsage
 
@@ -25,6 +26,7 @@ FIXTURE = Path(__file__).parents[2] / "fixtures/metrics/upstream-kubelet-v1.34.4
 def ours() -> dict[str, mp.Family]:
     """Every family our registry serves, with label names even where no series
     exists yet (read from the metric objects), plus the scrape-time collector."""
+    register_metrics(FeatureGate())  # as the kubelet's start-up does with default gates
     fams = mp.families(generate_latest(metrics.REGISTRY).decode())
     node = metrics.NodeInfo("n", 1, "v1.34.4", FeatureGate().metric_rows())
     extra = CollectorRegistry()

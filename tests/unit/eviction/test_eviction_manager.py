@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from kubelet.eviction.signals import Observation
+from kubelet.metrics import REGISTRY
 from tests.unit.eviction.helpers import GiB, Harness, MiB, pod
 
 
@@ -139,3 +142,29 @@ async def test_a_pressure_eviction_adds_the_disruption_target_condition() -> Non
         "DisruptionTarget", "True", "TerminationByKubelet"
     )  # fmt: skip
     assert c["message"].startswith("The node was low on resource: memory.")
+
+
+async def test_an_eviction_observes_the_age_of_the_stats_it_was_decided_on() -> None:
+    """kubelet_eviction_stats_age_seconds: from the signals' read to the eviction,
+    by signal (the read here takes 3 s of the harness's clock)."""
+    h = Harness()
+    h.pods = [pod("besteffort")]
+    h.usage = {"besteffort": 30 * MiB}
+    h.available = 50 * MiB
+
+    def slow_read() -> dict[str, Observation]:
+        h.now += 3
+        return {"memory.available": Observation(h.available, 8 * GiB)}
+
+    h.m.sources = replace(h.m.sources, observe=slow_read)
+    before = _age_sum("memory.available")
+    await h.m.synchronize()
+    assert [e[0] for e in h.evictions] == ["besteffort"]
+    assert _age_sum("memory.available") - before == 3.0
+
+
+def _age_sum(signal: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "kubelet_eviction_stats_age_seconds_sum", {"eviction_signal": signal}
+    )
+    return value or 0.0
