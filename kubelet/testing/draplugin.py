@@ -52,6 +52,7 @@ class FakeDRAPlugin:
         self.prepared: list[list[str]] = []  # claim names per NodePrepareResources
         self.unprepared: list[list[str]] = []
         self.registration: _Registration | None = None
+        self.reg_socket = ""
         self._servers: list[grpc.aio.Server] = []
 
     async def _prepare(self, req: pb.NodePrepareResourcesRequest, ctx: Any) -> Any:
@@ -111,7 +112,8 @@ class FakeDRAPlugin:
         srv = grpc.aio.server()
         reg_grpc.add_RegistrationServicer_to_server(self.registration, srv)
         os.makedirs(registry_dir, exist_ok=True)
-        srv.add_insecure_port(f"unix://{os.path.join(registry_dir, self.driver + '-reg.sock')}")
+        self.reg_socket = os.path.join(registry_dir, self.driver + "-reg.sock")
+        srv.add_insecure_port(f"unix://{self.reg_socket}")
         await srv.start()
         self._servers.append(srv)
         return self

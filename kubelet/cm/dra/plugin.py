@@ -134,6 +134,8 @@ class DRAPluginManager:
     async def deregister_plugin(self, name: str, endpoint: str) -> None:
         plugins = self.store.get(name, [])
         gone = [p for p in plugins if p.endpoint == endpoint]
+        if not gone:
+            return
         self.store[name] = [p for p in plugins if p.endpoint != endpoint]
         for p in gone:
             await p.channel.close()
