@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import grpc
 
+from kubelet.apis.podresources.types import ClaimDevice, DynamicClaim
 from kubelet.checkpointmanager import CheckpointError, CheckpointStore
 from kubelet.client.rest import API_ERRORS, APIClient
 from kubelet.cm.dra import claims as cl
@@ -233,17 +234,25 @@ class DRAManager:
                     out.append(dev)
         return out
 
-    def container_claims(self, pod: Pod, c: Container) -> list[st.ClaimInfoState]:
-        """GetContainerClaimInfos (for the pod resources API): skips what is unknown."""
-        out = []
+    def dynamic_resources(self, pod: Pod, c: Container) -> list[DynamicClaim]:
+        """GetDynamicResources (pod resources API): the claims the container
+        names that this node knows, each once, with all their devices."""
         try:
             wanted = cl.container_claims(pod, c)
         except cl.ClaimError:
             return []
-        for name, _ in wanted:
+        out: list[DynamicClaim] = []
+        for name in dict.fromkeys(n for n, _ in wanted):
             info = self.cache.get(_key(namespace(pod), name))
-            if info is not None and info.state not in out:
-                out.append(info.state)
+            if info is None:
+                continue
+            s = info.state
+            devices = tuple(
+                ClaimDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids or ()))
+                for driver in sorted(s.driver_state)
+                for d in s.driver_state[driver] or []
+            )
+            out.append(DynamicClaim(s.claim_name, s.namespace, devices))
         return out
 
     # ------------------------------------------------------------- loops

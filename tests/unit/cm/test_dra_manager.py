@@ -68,6 +68,13 @@ async def test_one_prepare_call_per_driver_with_all_its_claims(root: str) -> Non
         # A second sync prepares nothing again.
         await m.prepare_resources(p)
         assert gpu.prepared == [["a", "b"]]
+        # The pod resources API's view: each claim once, every device of it.
+        [ca, cb] = m.dynamic_resources(p, c)
+        assert (ca.name, [x.cdi_ids for x in ca.devices]) == ("a", [("gpu.example.com/gpu=0",)])
+        assert [(x.driver, x.cdi_ids) for x in cb.devices] == [
+            (GPU, ("gpu.example.com/gpu=1",)),
+            (NIC, ("nic.example.com/nic=eth1",)),
+        ]
         names = [(e["ClaimName"], sorted(e["DriverState"])) for e in stored(root)]
         assert names == [("a", [GPU]), ("b", [GPU, NIC])]
     finally:
