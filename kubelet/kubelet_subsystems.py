@@ -294,6 +294,9 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     dra = None
     if node.features.enabled(Feature.DynamicResourceAllocation):
         dra = DRAPluginManager(node.kube_client, node.name)
+        if node.features.value("ResourceHealthStatus"):
+            log.warning("ResourceHealthStatus is on but the health of DRA devices (the drivers' "
+                        "NodeWatchResources stream) is not watched by this kubelet")  # fmt: skip
     return new_resource_managers(
         cfg,
         ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
