@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import grpc
@@ -51,6 +51,32 @@ def _key(ns: str, name: str) -> str:
 
 def _pb_claim(s: st.ClaimInfoState) -> pb.Claim:
     return pb.Claim(namespace=s.namespace, uid=s.claim_uid, name=s.claim_name)
+
+
+class _Result(Protocol):
+    error: str
+
+
+R = TypeVar("R", bound=_Result)
+
+
+def _results(
+    method: str, batch: list[st.ClaimInfoState], answers: Mapping[str, R]
+) -> list[tuple[st.ClaimInfoState, R]]:
+    """A driver's answer per claim of the batch; DRAError (upstream's texts)
+    for an unknown claim, a claim's error, or a claim left out."""
+    by_uid = {s.claim_uid: s for s in batch}
+    out = []
+    for claim_uid, result in answers.items():
+        s = by_uid.get(claim_uid)
+        if s is None:
+            raise DRAError(f"{method} returned result for unknown claim UID {claim_uid}")
+        if result.error:
+            raise DRAError(f"{method} failed for ResourceClaim {s.claim_name}: {result.error}")
+        out.append((s, result))
+    if len(batch) != len(answers):
+        raise DRAError(f"{method} skipped {len(batch) - len(answers)} ResourceClaims")
+    return out
 
 
 class DRAManager:
@@ -137,30 +163,17 @@ class DRAManager:
         self._checkpoint()
 
     async def _prepare_batch(self, plugin: DRAPlugin, batch: list[st.ClaimInfoState]) -> None:
-        by_uid = {s.claim_uid: s for s in batch}
         try:
             resp = await plugin.prepare([_pb_claim(s) for s in batch])
         except grpc.aio.AioRpcError as err:
             raise DRAError(f"NodePrepareResources: {err.details() or err.code().name}") from err
-        for claim_uid, result in resp.claims.items():
-            s = by_uid.get(claim_uid)
-            if s is None:
-                raise DRAError(
-                    f"NodePrepareResources returned result for unknown claim UID {claim_uid}"
-                )
-            if result.error:
-                raise DRAError(
-                    f"NodePrepareResources failed for ResourceClaim {s.claim_name}: {result.error}"
-                )
+        for s, result in _results("NodePrepareResources", batch, resp.claims):
             # One answer carries all of the driver's devices for the claim.
             s.driver_state[plugin.driver] = [
                 st.Device(d.pool_name, d.device_name, list(d.request_names) or None,
                           list(d.cdi_device_ids) or None)
                 for d in result.devices
             ]  # fmt: skip
-        missing = len(batch) - len(resp.claims)
-        if missing:
-            raise DRAError(f"NodePrepareResources skipped {missing} ResourceClaims")
 
     # --------------------------------------------------------- unprepare
     async def unprepare_resources(self, pod: Pod) -> None:
@@ -192,22 +205,7 @@ class DRAManager:
                 raise DRAError(
                     f"NodeUnprepareResources: {err.details() or err.code().name}"
                 ) from err
-            by_uid = {s.claim_uid: s for s in batch}
-            for claim_uid, result in resp.claims.items():
-                s = by_uid.get(claim_uid)
-                if s is None:
-                    raise DRAError(
-                        f"NodeUnprepareResources returned result for unknown claim UID {claim_uid}"
-                    )
-                if result.error:
-                    raise DRAError(
-                        f"NodeUnprepareResources failed for ResourceClaim {s.claim_name}: "
-                        f"{result.error}"
-                    )
-            if len(batch) != len(resp.claims):
-                raise DRAError(
-                    f"NodeUnprepareResources skipped {len(batch) - len(resp.claims)} ResourceClaims"
-                )
+            _results("NodeUnprepareResources", batch, resp.claims)
         for key in done:
             self.cache.pop(key, None)
         self._checkpoint()

@@ -15,9 +15,11 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import quote
 
 import grpc
+from google.protobuf.message import Message
 
 from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.cm.dra.api import api_pb2 as pb
@@ -25,6 +27,8 @@ from kubelet.cm.dra.claims import ClaimError, valid_name
 from kubelet.pluginmanager import PluginError
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
 
 V1_SERVICE = "v1.DRAPlugin"
 V1BETA1_SERVICE = "v1beta1.DRAPlugin"
@@ -49,27 +53,28 @@ class DRAPlugin:
     timeout: float
     channel: grpc.aio.Channel = field(repr=False)
 
-    async def prepare(self, claims: list[pb.Claim]) -> pb.NodePrepareResourcesResponse:
+    async def _call(self, method: str, req: Message, answer: type[M]) -> M:
         call = self.channel.unary_unary(
-            _METHOD_PREFIX[self.service] + "NodePrepareResources",
-            request_serializer=pb.NodePrepareResourcesRequest.SerializeToString,
-            response_deserializer=pb.NodePrepareResourcesResponse.FromString,
+            _METHOD_PREFIX[self.service] + method,
+            request_serializer=type(req).SerializeToString,
+            response_deserializer=answer.FromString,
         )
-        resp: pb.NodePrepareResourcesResponse = await call(
-            pb.NodePrepareResourcesRequest(claims=claims), timeout=self.timeout
-        )
+        resp: M = await call(req, timeout=self.timeout)
         return resp
 
+    async def prepare(self, claims: list[pb.Claim]) -> pb.NodePrepareResourcesResponse:
+        return await self._call(
+            "NodePrepareResources",
+            pb.NodePrepareResourcesRequest(claims=claims),
+            pb.NodePrepareResourcesResponse,
+        )
+
     async def unprepare(self, claims: list[pb.Claim]) -> pb.NodeUnprepareResourcesResponse:
-        call = self.channel.unary_unary(
-            _METHOD_PREFIX[self.service] + "NodeUnprepareResources",
-            request_serializer=pb.NodeUnprepareResourcesRequest.SerializeToString,
-            response_deserializer=pb.NodeUnprepareResourcesResponse.FromString,
+        return await self._call(
+            "NodeUnprepareResources",
+            pb.NodeUnprepareResourcesRequest(claims=claims),
+            pb.NodeUnprepareResourcesResponse,
         )
-        resp: pb.NodeUnprepareResourcesResponse = await call(
-            pb.NodeUnprepareResourcesRequest(claims=claims), timeout=self.timeout
-        )
-        return resp
 
 
 def choose_service(driver: str, endpoint: str, services: list[str]) -> str:

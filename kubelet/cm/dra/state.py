@@ -25,6 +25,7 @@ from kubelet.checkpointmanager import (
     go_string,
     go_uint,
     load_json,
+    opt_strings,
     struct_fields,
 )
 
@@ -97,21 +98,13 @@ def encode(claims: list[ClaimInfoState] | None) -> bytes:
 # ------------------------------------------------------------------ reading
 
 
-def _opt_strings(v: object, where: str) -> list[str] | None:
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise CheckpointError(f"{where}: want a list")
-    return [clean_string(s, where) for s in v]
-
-
 def _device(obj: object, where: str) -> Device:
     f = struct_fields(obj, ("PoolName", "DeviceName", "RequestNames", "CDIDeviceIDs"), where)
     return Device(
         clean_string(f.get("PoolName", ""), where),
         clean_string(f.get("DeviceName", ""), where),
-        _opt_strings(f.get("RequestNames"), where),
-        _opt_strings(f.get("CDIDeviceIDs"), where),
+        opt_strings(f.get("RequestNames"), where),
+        opt_strings(f.get("CDIDeviceIDs"), where),
     )
 
 
