@@ -201,9 +201,12 @@ class ResourceManagers:
             await self.cpu.run(stop, runtime)  # returns at once without a policy
             await stop.wait()
         finally:
-            if dra is not None:
-                await asyncio.gather(dra, return_exceptions=True)
-            await self.devices.stop()
+            try:
+                await self.devices.stop()
+            finally:
+                if dra is not None:
+                    dra.cancel()
+                    await asyncio.gather(dra, return_exceptions=True)
 
 
 @contextlib.contextmanager
