@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -24,6 +25,7 @@ from kubelet.apis.podresources.types import ClaimDevice, DynamicClaim
 from kubelet.checkpointmanager import CheckpointError, CheckpointStore
 from kubelet.client.rest import API_ERRORS, APIClient
 from kubelet.cm.dra import claims as cl
+from kubelet.cm.dra import metrics as dm
 from kubelet.cm.dra import state as st
 from kubelet.cm.dra.api import api_pb2 as pb
 from kubelet.cm.dra.plugin import DRAPlugin, DRAPluginManager
@@ -51,6 +53,11 @@ def _key(ns: str, name: str) -> str:
 
 def _pb_claim(s: st.ClaimInfoState) -> pb.Claim:
     return pb.Claim(namespace=s.namespace, uid=s.claim_uid, name=s.claim_name)
+
+
+def _observe(operation: str, failed: bool, start: float) -> None:
+    is_error = "true" if failed else "false"
+    dm.OPERATIONS.labels(operation, is_error).observe(time.perf_counter() - start)
 
 
 class _Result(Protocol):
@@ -107,10 +114,14 @@ class DRAManager:
 
     # ----------------------------------------------------------- prepare
     async def prepare_resources(self, pod: Pod) -> None:
+        start, failed = time.perf_counter(), True
         try:
             await self._prepare(pod)
+            failed = False
         except (cl.ClaimError, DRAError, CheckpointError, OSError) as err:
             raise DRAError(f"prepare dynamic resources: {err}") from err
+        finally:
+            _observe("PrepareResources", failed, start)
 
     async def _fetch(self, pod: Pod, pod_claim: Mapping[str, Any]) -> cl.ResourceClaim | None:
         name, must_own = cl.claim_name(pod, pod_claim)
@@ -178,11 +189,15 @@ class DRAManager:
     # --------------------------------------------------------- unprepare
     async def unprepare_resources(self, pod: Pod) -> None:
         """After the pod's containers stopped: claims only it used go back."""
+        start, failed = time.perf_counter(), True
         try:
             names = cl.pod_claim_names(pod)
             await self._unprepare(uid(pod), namespace(pod), names)
+            failed = False
         except (cl.ClaimError, DRAError, CheckpointError, OSError) as err:
             raise DRAError(f"unprepare dynamic resources: {err}") from err
+        finally:
+            _observe("UnprepareResources", failed, start)
 
     async def _unprepare(self, pod_uid: str, ns: str, names: list[str]) -> None:
         batches: dict[str, list[st.ClaimInfoState]] = {}
@@ -257,6 +272,12 @@ class DRAManager:
     def _checkpoint(self) -> None:
         items = sorted(self.cache.items())
         self.store.write(st.CHECKPOINT_NAME, st.encode([i.state for _, i in items]))
+        in_use = [i.state for _, i in items if i.prepared]
+        counts = {dm.ANY_DRIVER: len(in_use)}
+        for s in in_use:
+            for driver in s.driver_state:
+                counts[driver] = counts.get(driver, 0) + 1
+        dm.set_claims_in_use(counts)
 
     async def reconcile(self) -> None:
         """Unprepare the claims of pods no longer active (a pod force-deleted,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import quote
@@ -22,6 +23,7 @@ import grpc
 from google.protobuf.message import Message
 
 from kubelet.client.rest import API_ERRORS, APIClient, APIError
+from kubelet.cm.dra import metrics as dm
 from kubelet.cm.dra.api import api_pb2 as pb
 from kubelet.cm.dra.claims import ClaimError, valid_name
 from kubelet.pluginmanager import PluginError
@@ -54,12 +56,22 @@ class DRAPlugin:
     channel: grpc.aio.Channel = field(repr=False)
 
     async def _call(self, method: str, req: Message, answer: type[M]) -> M:
+        path = _METHOD_PREFIX[self.service] + method
         call = self.channel.unary_unary(
-            _METHOD_PREFIX[self.service] + method,
+            path,
             request_serializer=type(req).SerializeToString,
             response_deserializer=answer.FromString,
         )
-        resp: M = await call(req, timeout=self.timeout)
+        start, code = time.perf_counter(), grpc.StatusCode.OK
+        try:
+            resp: M = await call(req, timeout=self.timeout)
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            raise
+        finally:
+            dm.GRPC_OPERATIONS.labels(self.driver, path, dm.code_name(code)).observe(
+                time.perf_counter() - start
+            )
         return resp
 
     async def prepare(self, claims: list[pb.Claim]) -> pb.NodePrepareResourcesResponse:

@@ -16,11 +16,25 @@ import pytest
 
 from kubelet.cm.dra.manager import DRAError, DRAManager
 from kubelet.cm.dra.state import CHECKPOINT_NAME
+from kubelet.metrics import REGISTRY
 from kubelet.testing.draplugin import FakeDRAPlugin
 from tests.unit.cm.dra_fixtures import FakeAPI, add_driver, claim, new_manager, pod
 from tests.unit.cm.fixtures import Pods
 
 GPU, NIC = "gpu.example.com", "nic.example.com"
+OPS, GRPC = "dra_operations_duration_seconds_count", "dra_grpc_operations_duration_seconds_count"
+IN_USE = "dra_resource_claims_in_use"
+PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
+_LABELS = {
+    OPS: ("operation_name", "is_error"),
+    GRPC: ("driver_name", "method_name", "grpc_status_code"),
+    IN_USE: ("driver_name",),
+}
+
+
+def sample(name: str, *values: str) -> float | None:
+    value = REGISTRY.get_sample_value(name, dict(zip(_LABELS[name], values, strict=True)))
+    return value if value is not None or name == IN_USE else 0.0
 
 
 @pytest.fixture
@@ -91,9 +105,13 @@ async def test_a_shared_claim_is_prepared_once_and_unprepared_after_the_last_pod
     try:
         p1 = pod("p1", {"x": "s"}, {"c": [("x", "")]})
         p2 = pod("p2", {"y": "s"}, {"c": [("y", "r")]})
+        ops, calls = sample(OPS, "PrepareResources", "false"), sample(GRPC, GPU, PREPARE, "OK")
         await m.prepare_resources(p1)
         await m.prepare_resources(p2)
         assert gpu.prepared == [["s"]]
+        assert sample(OPS, "PrepareResources", "false") == ops + 2
+        assert sample(GRPC, GPU, PREPARE, "OK") == calls + 1
+        assert sample(IN_USE, GPU) == sample(IN_USE, "<any>") == 1
         assert stored(root)[0]["PodUIDs"] == {"p1": {}, "p2": {}}
         assert m.container_cdi_devices(p2, p2["spec"]["containers"][0]) == ["gpu.example.com/gpu=0"]
         await m.unprepare_resources(p1)
@@ -101,6 +119,7 @@ async def test_a_shared_claim_is_prepared_once_and_unprepared_after_the_last_pod
         assert not m.pod_might_need_unprepare("p1")
         await m.unprepare_resources(p2)
         assert gpu.unprepared == [["s"]]
+        assert sample(IN_USE, GPU) is None and sample(IN_USE, "<any>") == 0
         assert stored(root) == [] and not m.pod_might_need_unprepare("p2")
     finally:
         await stop(m, gpu)
