@@ -162,15 +162,19 @@ class DRAManager:
                     f"{have.state.claim_uid} still exists (previous pod force-deleted?!)"
                 )
             have.state.pod_uids.add(uid(pod))
-            self._checkpoint()
             if not have.prepared:
                 for driver in have.state.driver_state:
                     batches.setdefault(driver, []).append(have.state)
+        # The pod counts on its claims before any driver is called: its
+        # termination then unprepares them even if this prepare fails.
+        self._checkpoint()
         for driver, batch in sorted(batches.items()):
             await self._prepare_batch(self.plugins.get(driver), batch)
         for batch in batches.values():
             for s in batch:
-                self.cache[_key(s.namespace, s.claim_name)].prepared = True
+                info = self.cache.get(_key(s.namespace, s.claim_name))
+                if info is not None and info.state is s:  # not unprepared meanwhile
+                    info.prepared = True
         self._checkpoint()
 
     async def _prepare_batch(self, plugin: DRAPlugin, batch: list[st.ClaimInfoState]) -> None:
