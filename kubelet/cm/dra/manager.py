@@ -172,9 +172,9 @@ class DRAManager:
             await self._prepare_batch(self.plugins.get(driver), batch)
         for batch in batches.values():
             for s in batch:
-                info = self.cache.get(_key(s.namespace, s.claim_name))
-                if info is not None and info.state is s:  # not unprepared meanwhile
-                    info.prepared = True
+                entry = self.cache.get(_key(s.namespace, s.claim_name))
+                if entry is not None and entry.state is s:  # not unprepared meanwhile
+                    entry.prepared = True
         self._checkpoint()
 
     async def _prepare_batch(self, plugin: DRAPlugin, batch: list[st.ClaimInfoState]) -> None:
