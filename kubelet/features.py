@@ -28,6 +28,9 @@ class Feature(enum.StrEnum):
     CPUManagerPolicyAlphaOptions = "CPUManagerPolicyAlphaOptions"
     CPUManagerPolicyBetaOptions = "CPUManagerPolicyBetaOptions"
     DisableCPUQuotaWithExclusiveCPUs = "DisableCPUQuotaWithExclusiveCPUs"
+    # Pods' ResourceClaims prepared by DRA drivers (cm/dra); off, spec.resourceClaims
+    # is named as not implemented on the pod.
+    DynamicResourceAllocation = "DynamicResourceAllocation"
     EventedPLEG = "EventedPLEG"
     GracefulNodeShutdown = "GracefulNodeShutdown"
     GracefulNodeShutdownBasedOnPodPriority = "GracefulNodeShutdownBasedOnPodPriority"

@@ -463,5 +463,7 @@ def build_pod_resources(node: Node, pods: Pods, resources: ResourceManagers) -> 
         dynamic_resources=node.features.enabled(Feature.KubeletPodResourcesDynamicResources),
         list_active_pods=node.features.enabled(Feature.KubeletPodResourcesListUseActivePods),
     )
-    providers = Providers(_PodsView(pods), resources.devices, resources.cpu, resources.memory)
+    providers = Providers(
+        _PodsView(pods), resources.devices, resources.cpu, resources.memory, resources.dra
+    )
     return PodResourcesServer(node.root_dir, providers, gates)

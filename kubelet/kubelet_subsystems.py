@@ -26,6 +26,7 @@ from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.server import WatcherHandler
+from kubelet.cm.dra.plugin import DRAPluginManager
 from kubelet.cm.resource_managers import (
     ResourceManagerConfig,
     ResourceManagers,
@@ -66,7 +67,7 @@ from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.pleg.differ import RelistDiffer
 from kubelet.pleg.evented import EventedPLEG
 from kubelet.pleg.generic import GenericPLEG
-from kubelet.pluginmanager import CSI_PLUGIN, DEVICE_PLUGIN
+from kubelet.pluginmanager import CSI_PLUGIN, DEVICE_PLUGIN, DRA_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.pod_workers import PodWorkers, PodWorkerStates, SyncRequests
@@ -290,12 +291,20 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     )
     # Before the sources start nothing is admitted; after, ready once each delivered.
     has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
+    dra = None
+    if node.features.enabled(Feature.DynamicResourceAllocation):
+        dra = DRAPluginManager(node.kube_client, node.name)
+        if node.features.value("ResourceHealthStatus"):
+            log.warning("ResourceHealthStatus is on but the health of DRA devices (the drivers' "
+                        "NodeWatchResources stream) is not watched by this kubelet")  # fmt: skip
     return new_resource_managers(
         cfg,
         ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
         node.features,
         active,
         lambda: pods.sources_ready.is_set() or not has_sources,
+        dra_plugins=dra,
+        kube_client=node.kube_client,
     )
 
 
@@ -306,7 +315,7 @@ class Volumes:
     manager: VolumeManagerImpl
     # Volume usage per pod, measured every volumeStatsAggPeriod off the loop.
     stats: VolumeStatsCalculator
-    # Node plugins (CSI drivers, device plugins; DRA drivers later) register
+    # Node plugins (CSI drivers, device plugins, DRA drivers) register
     # through sockets in <root>/plugins_registry.
     plugins: PluginManager
     csi: CSIHost
@@ -332,6 +341,8 @@ def build_volumes(
     plugins = PluginManager(registry_dir(node.root_dir), clock=node.clock)
     plugins.add_handler(CSI_PLUGIN, csi.handler)
     plugins.add_handler(DEVICE_PLUGIN, WatcherHandler(resources.devices.server))
+    if resources.dra is not None:
+        plugins.add_handler(DRA_PLUGIN, resources.dra.plugins)
     manager = VolumeManagerImpl(
         VolumeHost(node.root_dir, node.name),
         [
@@ -579,7 +590,7 @@ def build_workers(
         pods.cache, pods.work_queue, pods.admitter, volumes.manager,
         pod_cgroups=pod_cgroups, mirror_client=mirror_client,
         recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
-        userns=runtime.userns,
+        userns=runtime.userns, dra=resources.dra,
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

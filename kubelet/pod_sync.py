@@ -20,6 +20,7 @@ from kubelet import types as v1
 from kubelet.allocation.allocation_manager import TRIGGER_POD_RESIZED, AllocationManager
 from kubelet.client.rest import API_ERRORS
 from kubelet.cm.cgroup_manager import CgroupError, PodContainerManager
+from kubelet.cm.dra.manager import DRAManager
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import RUNNING, PodStatus
 from kubelet.events import Recorder
@@ -86,8 +87,11 @@ class KubeletPodSyncer:
         clock: Clock = REAL_CLOCK,
         allocation: AllocationManager | None = None,
         userns: UsernsManager | None = None,
+        dra: DRAManager | None = None,
     ) -> None:
         self.root_dir = root_dir
+        # Claims are unprepared once the pod's containers stopped; None: DRA off.
+        self.dra = dra
         # Pods' user namespace ranges: freed when the pod has terminated.
         self.userns = userns
         self.node_ips = node_ips
@@ -309,7 +313,7 @@ class KubeletPodSyncer:
     def _warn_unsupported(self, pod: Pod) -> None:
         """Nothing silently ignored: name every field this kubelet does not
         implement yet, once per pod, as a Warning event and a log line."""
-        fields = unsupported_fields(pod)
+        fields = unsupported_fields(pod, dra=self.dra is not None)
         if not fields:
             return
         msg = "Fields not implemented by this kubelet, ignored: " + ", ".join(fields)
@@ -361,6 +365,10 @@ class KubeletPodSyncer:
             disruption.mark_disruption(evicted, api)
             self.status_manager.set_pod_status(u, api)
         await rm.kill_pod(pod, status, grace, remove=False)
+        if self.dra is not None:
+            # After the containers stopped, before the status says so (the
+            # claim's deallocation waits on it); a failure retries the kill.
+            await self.dra.unprepare_resources(pod)
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)

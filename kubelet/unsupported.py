@@ -17,7 +17,9 @@ from kubelet.types import Pod
 from kubelet.util.validation import is_extended_resource_name
 
 # Pod-level fields, when set to anything but their zero value.
-_POD_FIELDS = ("resourceClaims",)
+_POD_FIELDS: tuple[str, ...] = ()
+# Prepared by the DRA manager (cm/dra) unless DynamicResourceAllocation is off.
+_DRA_FIELD = "resourceClaims"
 _POD_SECURITY = ("seLinuxChangePolicy",)
 _CONTAINER_FIELDS = ("volumeDevices",)
 # Container resources the kubelet turns into cgroup settings (hugepages-<size>
@@ -29,13 +31,19 @@ _RESOURCES = ("cpu", "memory")
 _HUGEPAGES = "hugepages-"
 
 
-def unsupported_fields(pod: Pod) -> list[str]:
+def unsupported_fields(pod: Pod, dra: bool = False) -> list[str]:
+    """The fields to name; `dra`: the DRA manager prepares spec.resourceClaims."""
     # Read as the JSON it came as: these are the fields the typed Pod leaves out.
     spec: Mapping[str, Any] = pod["spec"]
     out: list[str] = []
-    for f in _POD_FIELDS:
+    for f in _POD_FIELDS if dra else (*_POD_FIELDS, _DRA_FIELD):
         if spec.get(f):
             out.append(f"spec.{f}")
+    # The scheduler's claim for extended resources backed by DRA
+    # (DRAExtendedResource): its devices are not prepared by this kubelet.
+    raw: Mapping[str, Any] = pod
+    if (raw.get("status") or {}).get("extendedResourceClaimStatus"):
+        out.append("status.extendedResourceClaimStatus")
     # Overhead is added to the pod cgroup; only the resources it has settings for.
     out += [
         f"spec.overhead[{r}]"

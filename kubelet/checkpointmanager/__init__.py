@@ -129,6 +129,15 @@ def clean_string(v: object, where: str) -> str:
     return v.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def opt_strings(v: object, where: str) -> list[str] | None:
+    """A []string field: null stays None (Go's nil slice)."""
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise CheckpointError(f"{where}: want a list")
+    return [clean_string(s, where) for s in v]
+
+
 def go_uint(v: object, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= UINT64_MAX:
         raise CheckpointError(f"{where}: want an unsigned 64-bit integer, got {v!r}")

@@ -78,7 +78,10 @@ class ContainerResourceManager(Protocol):
 
     async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
         """The container's devices for its CRI config; AllocationError when a
-        device plugin cannot give them."""
+        device plugin cannot give them, DRAError when a claim is not prepared."""
+
+    async def prepare_dynamic_resources(self, pod: Pod) -> None:
+        """PrepareDynamicResources before the sandbox; DRAError when it fails."""
 
     def container_created(self, pod: Pod, container: Container, container_id: str) -> None: ...
 

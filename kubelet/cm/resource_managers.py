@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.client.rest import APIClient
 from kubelet.cm import node_container_manager as nac
 from kubelet.cm.cpumanager.cpu_manager import CPUManager, Reservation, new_cpu_manager
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
+from kubelet.cm.dra.manager import DRAManager
+from kubelet.cm.dra.plugin import DRAPluginManager
 from kubelet.cm.interfaces import (
     ContainerManagerError,
     ContainerUpdater,
@@ -41,6 +44,7 @@ from kubelet.cm.topologymanager.topology_manager import (
     all_containers,
     new_topology_manager,
 )
+from kubelet.cri.api import api_pb2 as cri
 from kubelet.features import Feature, FeatureGate
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.types import Container, Pod, uid
@@ -118,11 +122,15 @@ class ResourceManagers:
         memory: MemoryManager,
         devices: DeviceManager,
         unlimited_quota_when_pinned: bool = True,
+        dra: DRAManager | None = None,
     ) -> None:
         self.topology = topology
         self.cpu = cpu
         self.memory = memory
         self.devices = devices
+        # None when DynamicResourceAllocation is off (the pod syncer then names
+        # spec.resourceClaims as not implemented).
+        self.dra = dra
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
@@ -131,7 +139,21 @@ class ResourceManagers:
         return self.topology.admit(pod)
 
     async def device_options(self, pod: Pod, container: Container) -> DeviceRunOptions:
-        return await self.devices.container_options(pod, container)
+        """Device plugin devices, then the CDI devices of its DRA claims
+        (upstream appends DRA's to the device manager's); AllocationError or
+        DRAError when they cannot be given."""
+        opts = await self.devices.container_options(pod, container)
+        if self.dra is not None:
+            have = {d.name for d in opts.cdi_devices}
+            for name in self.dra.container_cdi_devices(pod, container):
+                if name not in have:
+                    opts.cdi_devices.append(cri.CDIDevice(name=name))
+        return opts
+
+    async def prepare_dynamic_resources(self, pod: Pod) -> None:
+        """Before the pod's sandbox: its ResourceClaims prepared by their drivers."""
+        if self.dra is not None:
+            await self.dra.prepare_resources(pod)
 
     def container_cpuset(self, pod: Pod, container: Container) -> CPUPinning:
         """PreCreateContainer: its exclusive CPUs or the shared pool, its memory nodes."""
@@ -174,11 +196,17 @@ class ResourceManagers:
             # and the node has no device plugin resources. Said loudly.
             log.error("Device plugin registration server failed, no device plugin "
                       "can register: %s", err)  # fmt: skip
+        dra = asyncio.ensure_future(self.dra.run(stop)) if self.dra is not None else None
         try:
             await self.cpu.run(stop, runtime)  # returns at once without a policy
             await stop.wait()
         finally:
-            await self.devices.stop()
+            try:
+                await self.devices.stop()
+            finally:
+                if dra is not None:
+                    dra.cancel()
+                    await asyncio.gather(dra, return_exceptions=True)
 
 
 @contextlib.contextmanager
@@ -215,6 +243,8 @@ def new_resource_managers(
     gates: FeatureGate,
     pods: PodLookup,
     sources_ready: Callable[[], bool],
+    dra_plugins: DRAPluginManager | None = None,
+    kube_client: APIClient | None = None,
 ) -> ResourceManagers:
     """NewContainerManager's part and Start: ContainerManagerError with upstream's
     message, prefixed as the Go kubelet prefixes it, for anything it refuses."""
@@ -253,6 +283,11 @@ def new_resource_managers(
     # allocation, and so which error a pod gets, follows it).
     for provider in (devices, cpu, memory):
         topology.add_hint_provider(provider)
+    dra = None
+    if dra_plugins is not None:
+        with _refused("start dra manager error: "):
+            dra = DRAManager(rc.state_dir, kube_client, dra_plugins, pods, sources_ready)
     return ResourceManagers(
-        topology, cpu, memory, devices, gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs)
-    )
+        topology, cpu, memory, devices,
+        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra,
+    )  # fmt: skip

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from kubelet import metrics
 from kubelet.cm.devicemanager.pod_devices import AllocationError
+from kubelet.cm.dra.manager import DRAError
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     CREATED,
@@ -283,7 +284,13 @@ class ContainerManager:
                 if pin.unlimited_quota and lr.cpu_quota:
                     lr.cpu_quota = -1
                 (await self.resources.device_options(pod, c)).apply(cfg)
-        except (ContainerConfigError, SecurityContextError, AllocationError, errors.CRIError) as e:
+        except (
+            ContainerConfigError,
+            SecurityContextError,
+            AllocationError,
+            DRAError,
+            errors.CRIError,
+        ) as e:
             msg = e.message if isinstance(e, errors.CRIError) else str(e)
             raise _StartError(ContainerConfigError.reason, msg) from e
         target_name = _target_container(c)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from kubelet import metrics
+from kubelet.cm.dra.manager import DRAError
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     RUNNING,
@@ -105,6 +106,7 @@ class RuntimeManager:
         self.runtime = runtime
         self.helper = helper
         self.reporter = PodReporter(recorder)
+        self.container_resources = container_resources
         self.crash_backoff = crash_backoff or Backoff(10, 300)
         self.image_backoff = image_backoff or Backoff(10, 300)
         self.pull_secrets = credentials.pod_secrets
@@ -226,6 +228,8 @@ class RuntimeManager:
             # come with it) is not needed. Most syncs of a running pod end here.
             _clear_running_waiting(status, waiting, set())
             return
+        if a.create_sandbox and not await self._prepare_dynamic_resources(pod, res):
+            return
         try:
             sandbox_cfg = await self.sandboxes.config_for_sync(pod, a.attempt, a.create_sandbox)
             sid = a.sandbox_id
@@ -248,6 +252,21 @@ class RuntimeManager:
         started = await self._start_containers(pod, a, start, res)
         if started is not None:
             _clear_running_waiting(status, waiting, started)
+
+    async def _prepare_dynamic_resources(self, pod: Pod, res: SyncResult) -> bool:
+        """The pod's ResourceClaims prepared before its sandbox (upstream's
+        SyncPod); a failure is an event and a sync error, retried with back-off."""
+        if self.container_resources is None:
+            return True
+        try:
+            await self.container_resources.prepare_dynamic_resources(pod)
+        except DRAError as err:
+            msg = f"Failed to prepare dynamic resources: {err}"
+            self.reporter.event(pod, "Warning", "FailedPrepareDynamicResources", msg)
+            log.error("Failed to prepare dynamic resources for pod %s: %s", uid(pod), err)
+            res.errors.append(msg)
+            return False
+        return True
 
     async def _kill_step(self, pod: Pod, status: PodStatus, a: PodActions) -> None:
         if a.kill_pod:

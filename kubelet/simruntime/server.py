@@ -255,7 +255,12 @@ class SimRuntime:
         self, req: pb.ContainerStatusRequest, ctx: aio.ServicerContext
     ) -> pb.ContainerStatusResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
-        return pb.ContainerStatusResponse(status=c.status())
+        if not req.verbose:
+            return pb.ContainerStatusResponse(status=c.status())
+        # Verbose: the config it was created with (CDI devices, mounts...), as
+        # containerd's "info" holds it.
+        info = {"info": json.dumps({"config": json_format.MessageToDict(c.config)})}
+        return pb.ContainerStatusResponse(status=c.status(), info=info)
 
     async def UpdateContainerResources(
         self, req: pb.UpdateContainerResourcesRequest, ctx: aio.ServicerContext

@@ -101,10 +101,9 @@ class PodResourcesServer:
         """Raises OSError or RuntimeError when the socket cannot be served."""
         log.info("Setting rate limiting for endpoint podresources: qps %d, burst tokens %d",
                  self.limiter.qps, self.limiter.burst)  # fmt: skip
-        if self.gates.dynamic_resources:
-            log.warning("KubeletPodResourcesDynamicResources is on but this kubelet has no "
-                        "dynamic resource allocation (DRA): pod-resources answers report no "
-                        "dynamic_resources for any container")  # fmt: skip
+        if self.gates.dynamic_resources and self.providers.dynamic is None:
+            log.warning("KubeletPodResourcesDynamicResources is on but DynamicResourceAllocation "
+                        "is off: pod-resources answers report no dynamic_resources")  # fmt: skip
         server = grpc.aio.server(interceptors=[RateLimitInterceptor(self.limiter)])
         v1alpha1_grpc.add_PodResourcesListerServicer_to_server(
             V1Alpha1Server(self.providers), server

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import grpc
 
 from kubelet import metrics
-from kubelet.apis.podresources.types import DeviceInstances, MemoryBlock, Providers
+from kubelet.apis.podresources.types import (
+    DeviceInstances,
+    DynamicClaim,
+    MemoryBlock,
+    Providers,
+)
 from kubelet.apis.podresources.v1 import api_pb2 as pb
 from kubelet.apis.podresources.v1 import api_pb2_grpc as pb_grpc
 from kubelet.types import Container, Pod, name, namespace, uid
@@ -70,6 +75,26 @@ def memory_message(blocks: Iterable[MemoryBlock]) -> list[pb.ContainerMemory]:
     ]
 
 
+def dynamic_message(claims: Iterable[DynamicClaim]) -> list[pb.DynamicResource]:
+    """One ClaimResource per prepared device, each with its own CDI devices."""
+    return [
+        pb.DynamicResource(
+            claim_name=c.name,
+            claim_namespace=c.namespace,
+            claim_resources=[
+                pb.ClaimResource(
+                    cdi_devices=[pb.CDIDevice(name=i) for i in d.cdi_ids],
+                    driver_name=d.driver,
+                    pool_name=d.pool,
+                    device_name=d.device,
+                )
+                for d in c.devices
+            ],
+        )
+        for c in claims
+    ]
+
+
 def reported_containers(pod: Pod) -> list[Container]:
     """Sidecars (init containers with restartPolicy Always), then the app containers."""
     spec = pod.get("spec") or {}
@@ -86,13 +111,15 @@ class ResourceReader:
 
     def container(self, pod: Pod, c: Container) -> pb.ContainerResources:
         p, pod_uid, cname = self.providers, uid(pod), c["name"]
-        # dynamic_resources stays empty: this kubelet allocates no DRA claims
-        # (said once at start by PodResourcesServer, and in docs/pod-resources.md).
+        dynamic: list[pb.DynamicResource] = []
+        if self.gates.dynamic_resources and p.dynamic is not None:
+            dynamic = dynamic_message(p.dynamic.dynamic_resources(pod, c))
         return pb.ContainerResources(
             name=cname,
             devices=devices_message(p.devices.container_devices(pod_uid, cname)),
             cpu_ids=sorted(p.cpus.exclusive_cpus(pod_uid, cname)),
             memory=memory_message(p.memory.memory_blocks(pod_uid, cname)),
+            dynamic_resources=dynamic,
         )
 
     def pod(self, pod: Pod) -> pb.PodResources:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kubelet.types import Pod
+from kubelet.types import Container, Pod
 
 # resource name -> device ID -> the device's NUMA nodes (empty: no topology).
 DeviceInstances = Mapping[str, Mapping[str, Sequence[int]]]
@@ -63,8 +63,35 @@ class MemoryProvider(Protocol):
 
 
 @dataclass(frozen=True)
+class ClaimDevice:
+    """One device a DRA driver prepared for a claim."""
+
+    driver: str
+    pool: str
+    device: str
+    cdi_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DynamicClaim:
+    """A prepared ResourceClaim a container uses, with its devices."""
+
+    name: str
+    namespace: str
+    devices: tuple[ClaimDevice, ...]
+
+
+class DynamicResourcesProvider(Protocol):
+    def dynamic_resources(self, pod: Pod, container: Container) -> Sequence[DynamicClaim]:
+        """The prepared claims the container names (GetDynamicResources)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Providers:
     pods: PodsProvider
     devices: DevicesProvider
     cpus: CPUsProvider
     memory: MemoryProvider
+    # The DRA manager; None when DynamicResourceAllocation is off.
+    dynamic: DynamicResourcesProvider | None = None

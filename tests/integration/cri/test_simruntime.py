@@ -262,3 +262,25 @@ async def test_a_runtime_without_update_pod_sandbox_resources_answers_unimplemen
     finally:
         await rt.close()
         sim.stop()
+
+
+async def test_a_containers_cdi_devices_are_shown_in_its_verbose_status(
+    simruntime, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """CDI_devices (field 17) kept with the container and shown, as containerd
+    shows its config, so a test of DRA can read what a container was given."""
+    rt = RemoteRuntimeService(simruntime.endpoint, timeout=5)
+    img = RemoteImageService(simruntime.endpoint, timeout=5)
+    try:
+        await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
+        cfg = sandbox_config(tmp_path)
+        sid = await rt.run_pod_sandbox(cfg)
+        ccfg = container_config("c", "sleep 1")
+        ccfg.CDI_devices.add(name="gpu.example.com/gpu=0")
+        cid = await rt.create_container(sid, ccfg, cfg)
+        assert "info" not in (await rt.container_status(cid)).info  # verbose only
+        info = json.loads((await rt.container_status(cid, verbose=True)).info["info"])
+        assert info["config"]["CDIDevices"] == [{"name": "gpu.example.com/gpu=0"}]
+    finally:
+        await rt.close()
+        await img.close()

@@ -12,6 +12,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import kubelet.certificate.metrics
 import kubelet.client.metrics
+import kubelet.cm.dra.metrics
 import kubelet.server.httpmetrics  # noqa: F401 (registers the HTTP families)
 from benches import metric_parity as mp
 from kubelet import metrics

@@ -79,3 +79,15 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
         # the request a left-out request defaults to (the limit)
         "spec.containers[app].resources.requests[ephemeral-storage]",
     ]
+
+
+def test_resource_claims_are_named_only_when_dra_is_off() -> None:
+    p = pod(
+        resourceClaims=[{"name": "g", "resourceClaimName": "gpus"}],
+        containers=[{"name": "app", "image": "busybox:1.36"}],
+    )
+    assert unsupported_fields(p, dra=True) == []
+    assert unsupported_fields(p, dra=False) == ["spec.resourceClaims"]
+    # The scheduler's claim for DRA-backed extended resources (DRAExtendedResource).
+    p["status"] = {"extendedResourceClaimStatus": {"resourceClaimName": "x"}}
+    assert unsupported_fields(p, dra=True) == ["status.extendedResourceClaimStatus"]

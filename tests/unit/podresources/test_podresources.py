@@ -6,14 +6,16 @@ v1alpha1, the gates, and the token bucket."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import cast
 
 from kubelet.apis.podresources.server import TokenBucket
 from kubelet.apis.podresources.server_v1 import Gates, ResourceReader
 from kubelet.apis.podresources.server_v1alpha1 import list_response
+from kubelet.apis.podresources.types import ClaimDevice, DynamicClaim
 from kubelet.apis.podresources.v1 import api_pb2 as pb
 from kubelet.cm.memorymanager.state import Block
-from kubelet.types import Pod, uid
+from kubelet.types import Container, Pod, uid
 from tests.unit.podresources.fixtures import (
     RUNNING,
     FakeDevices,
@@ -80,6 +82,30 @@ def test_dynamic_resources_are_empty_without_dra() -> None:
     for gates in (Gates(dynamic_resources=True), Gates(dynamic_resources=False)):
         got = ResourceReader(providers(), gates).list()
         assert all(not c.dynamic_resources for c in got.pod_resources[0].containers)
+
+
+class FakeDRA:
+    def dynamic_resources(self, pod: Pod, container: Container) -> list[DynamicClaim]:
+        if container["name"] != "app":
+            return []
+        devs = (ClaimDevice("gpu.example.com", "pool", "g0", ("gpu.example.com/gpu=0",)),
+                ClaimDevice("gpu.example.com", "pool", "g1", ("gpu.example.com/gpu=1",)))  # fmt: skip
+        return [DynamicClaim("gpus", "ns", devs)]
+
+
+def test_dynamic_resources_come_from_the_dra_manager_when_the_gate_is_on() -> None:
+    p = dataclasses.replace(providers(), dynamic=FakeDRA())
+    proxy, app = ResourceReader(p, Gates()).list().pod_resources[0].containers
+    assert not proxy.dynamic_resources
+    assert list(app.dynamic_resources) == [
+        pb.DynamicResource(claim_name="gpus", claim_namespace="ns", claim_resources=[
+            pb.ClaimResource(cdi_devices=[pb.CDIDevice(name=f"gpu.example.com/gpu={i}")],
+                             driver_name="gpu.example.com", pool_name="pool", device_name=f"g{i}")
+            for i in (0, 1)
+        ])
+    ]  # fmt: skip
+    off = ResourceReader(p, Gates(dynamic_resources=False)).list()
+    assert all(not c.dynamic_resources for c in off.pod_resources[0].containers)
 
 
 def test_allocatable_devices_cpus_and_memory() -> None:

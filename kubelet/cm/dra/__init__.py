@@ -1,0 +1,1 @@
+"""Dynamic Resource Allocation (pkg/kubelet/cm/dra upstream): see manager.py."""

@@ -1,0 +1,218 @@
+"""DRA driver registration and the gRPC client (cm/dra/plugin upstream).
+
+A driver registers through the plugin watcher (type DRAPlugin) naming the
+gRPC services it serves; the kubelet picks the first it supports (v1 or
+v1beta1, whose messages are the same on the wire) and keeps one client per
+(driver, endpoint), the newest used. When a driver has no registration left
+for WIPE_DELAY, its ResourceSlices for this node are deleted (they describe
+devices nobody serves any more); at start the slices of every driver for this
+node are deleted, as upstream does, since a driver re-publishes on register.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import quote
+
+import grpc
+from google.protobuf.message import Message
+
+from kubelet.client.rest import API_ERRORS, APIClient, APIError
+from kubelet.cm.dra import metrics as dm
+from kubelet.cm.dra.api import api_pb2 as pb
+from kubelet.cm.dra.claims import ClaimError, valid_name
+from kubelet.pluginmanager import PluginError
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=Message)
+
+V1_SERVICE = "v1.DRAPlugin"
+V1BETA1_SERVICE = "v1beta1.DRAPlugin"
+SUPPORTED_SERVICES = (V1_SERVICE, V1BETA1_SERVICE)
+_METHOD_PREFIX = {
+    V1_SERVICE: "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/",
+    V1BETA1_SERVICE: "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/",
+}
+CALL_TIMEOUT = 45.0  # defaultClientCallTimeout
+WIPE_DELAY = 30.0  # defaultWipingDelay
+_WIPE_BACKOFF = (1.0, 300.0, 100)  # first, cap, steps
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+@dataclass
+class DRAPlugin:
+    """One registered endpoint of a driver."""
+
+    driver: str
+    endpoint: str
+    service: str
+    timeout: float
+    channel: grpc.aio.Channel = field(repr=False)
+
+    async def _call(self, method: str, req: Message, answer: type[M]) -> M:
+        path = _METHOD_PREFIX[self.service] + method
+        call = self.channel.unary_unary(
+            path,
+            request_serializer=type(req).SerializeToString,
+            response_deserializer=answer.FromString,
+        )
+        start, code = time.perf_counter(), grpc.StatusCode.OK
+        try:
+            resp: M = await call(req, timeout=self.timeout)
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            raise
+        finally:
+            dm.GRPC_OPERATIONS.labels(self.driver, path, dm.code_name(code)).observe(
+                time.perf_counter() - start
+            )
+        return resp
+
+    async def prepare(self, claims: list[pb.Claim]) -> pb.NodePrepareResourcesResponse:
+        return await self._call(
+            "NodePrepareResources",
+            pb.NodePrepareResourcesRequest(claims=claims),
+            pb.NodePrepareResourcesResponse,
+        )
+
+    async def unprepare(self, claims: list[pb.Claim]) -> pb.NodeUnprepareResourcesResponse:
+        return await self._call(
+            "NodeUnprepareResources",
+            pb.NodeUnprepareResourcesRequest(claims=claims),
+            pb.NodeUnprepareResourcesResponse,
+        )
+
+
+def choose_service(driver: str, endpoint: str, services: list[str]) -> str:
+    """validateSupportedServices, with upstream's messages."""
+    where = f"invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}"
+    if not services:
+        raise PluginError(
+            f"{where}: empty list of supported gRPC services (aka supported versions)"
+        )
+    for s in services:
+        if s in SUPPORTED_SERVICES:
+            return s
+    raise PluginError(
+        f"{where}: none of services supported by the plugin ({services}) are supported by "
+        f"the kubelet ({list(SUPPORTED_SERVICES)})"
+    )
+
+
+class DRAPluginManager:
+    """The plugin watcher's handler for DRAPlugin, and the drivers' clients."""
+
+    def __init__(
+        self,
+        client: APIClient | None,
+        node_name: str,
+        wipe_delay: float = WIPE_DELAY,
+        wipe_backoff: tuple[float, float, int] = _WIPE_BACKOFF,
+    ) -> None:
+        self.client = client
+        self.node_name = node_name
+        self.wipe_delay = wipe_delay
+        self.wipe_backoff = wipe_backoff
+        self.store: dict[str, list[DRAPlugin]] = {}
+        self._wipes: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------- PluginHandler
+    def validate_plugin(self, name: str, endpoint: str, versions: list[str]) -> None:
+        if not valid_name(name):
+            raise PluginError(f"invalid DRA driver name {name!r}: not a DNS subdomain")
+        if not os.path.isabs(endpoint):
+            raise PluginError(f"DRA driver {name}: endpoint {endpoint!r} is not an absolute path")
+        choose_service(name, endpoint, versions)
+
+    async def register_plugin(
+        self, name: str, endpoint: str, versions: list[str], timeout: float | None
+    ) -> None:
+        self.validate_plugin(name, endpoint, versions)
+        service = choose_service(name, endpoint, versions)
+        plugins = self.store.setdefault(name, [])
+        if any(p.endpoint == endpoint for p in plugins):
+            raise PluginError(
+                f"endpoint {endpoint} already registered for DRA driver plugin {name}"
+            )
+        channel = grpc.aio.insecure_channel(f"unix://{endpoint}")
+        plugins.append(DRAPlugin(name, endpoint, service, timeout or CALL_TIMEOUT, channel))
+        log.info("Registered DRA plugin %s at %s (service %s, %d endpoints)",
+                 name, endpoint, service, len(plugins))  # fmt: skip
+        wipe = self._wipes.pop(name, None)
+        if wipe is not None:
+            wipe.cancel()
+
+    async def deregister_plugin(self, name: str, endpoint: str) -> None:
+        plugins = self.store.get(name, [])
+        gone = [p for p in plugins if p.endpoint == endpoint]
+        if not gone:
+            return
+        self.store[name] = [p for p in plugins if p.endpoint != endpoint]
+        for p in gone:
+            await p.channel.close()
+        log.info("Unregistered DRA plugin %s at %s (%d endpoints left)",
+                 name, endpoint, len(self.store[name]))  # fmt: skip
+        if not self.store[name]:
+            del self.store[name]
+            if self.client is not None and name not in self._wipes:
+                self._wipes[name] = asyncio.ensure_future(self._wipe_later(name))
+
+    # ------------------------------------------------------------- clients
+    def get(self, driver: str) -> DRAPlugin:
+        """GetPlugin: the newest registration of the driver."""
+        if not driver:
+            raise ClaimError("DRA driver name is empty")
+        plugins = self.store.get(driver)
+        if not plugins:
+            raise ClaimError(f"DRA driver {driver} is not registered")
+        return plugins[-1]
+
+    # ----------------------------------------------------- ResourceSlices
+    async def _wipe_later(self, driver: str) -> None:
+        try:
+            await asyncio.sleep(self.wipe_delay)
+            if driver not in self.store:
+                await self.wipe_slices(driver)
+        finally:
+            if self._wipes.get(driver) is asyncio.current_task():
+                del self._wipes[driver]
+
+    async def wipe_slices(self, driver: str = "") -> bool:
+        """Delete this node's ResourceSlices (of one driver, or all), retried
+        with upstream's back-off; True once the API server took it."""
+        if self.client is None:
+            return False
+        selector = f"spec.nodeName={self.node_name}"
+        if driver:
+            selector += f",spec.driver={driver}"
+        path = f"{SLICES_PATH}?fieldSelector={quote(selector, safe='=,')}"
+        delay, cap, steps = self.wipe_backoff
+        for _ in range(steps):
+            try:
+                await self.client.delete(path)
+                log.info("Deleted ResourceSlices (%s)", selector)
+                return True
+            except APIError as err:
+                if err.not_found:
+                    return True
+                log.info("Deleting ResourceSlices (%s) failed, retrying: %s", selector, err)
+            except API_ERRORS as err:
+                log.info("Deleting ResourceSlices (%s) failed, retrying: %s", selector, err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, cap)
+        return False
+
+    async def close(self) -> None:
+        for task in self._wipes.values():
+            task.cancel()
+        await asyncio.gather(*self._wipes.values(), return_exceptions=True)
+        self._wipes.clear()
+        for plugins in self.store.values():
+            for p in plugins:
+                await p.channel.close()
