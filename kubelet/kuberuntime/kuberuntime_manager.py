@@ -128,10 +128,8 @@ class RuntimeManager:
             user_namespaces_support=node.user_namespaces_support, userns=userns,
             resources=container_resources, cfs_period=node.cfs_period,
         )  # fmt: skip
-        self.image_manager = ImageManager(
-            images, self.reporter, self.image_backoff, image_puller or ImagePuller(), credentials,
-            startup,
-        )  # fmt: skip
+        self.image_manager = ImageManager(images, self.reporter, self.image_backoff,
+                                          image_puller or ImagePuller(), credentials, startup)  # fmt: skip
         self.containers = ContainerManager(
             runtime, images, helper, self.reporter, self.image_manager, self.hooks,
             self.crash_backoff, node, identity, container_resources,
