@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import part_groups
-from tests.unit.testing.generated import REPO
+from tests.unit.testing.generated import BROKEN_SCRIPT, REPO, run_lib_sh
 
 TESTS = """
 import pytest
@@ -131,25 +131,15 @@ group() {
 def run_groups(tmp_path: Path, ci: str | None, *groups: str) -> subprocess.CompletedProcess[str]:
     """prepare_parts in the background on a slow part (`slow`, which leaves a
     file behind when done) and a broken one, then run_groups over `groups`."""
-    parts = tmp_path / "parts"
-    parts.mkdir(exist_ok=True)
-    (parts / "slow.sh").write_text(f"sleep 2\ntouch {tmp_path}/slow.done\n")
-    (parts / "broken.sh").write_text(
-        "echo 'fetching the part'\necho 'broken on purpose' >&2\nexit 7\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env["KUBELET_CACHE"] = str(tmp_path / "cache")
-    if ci is not None:
-        env["CI"] = ci
+    parts = {"slow": f"sleep 2\ntouch {tmp_path}/slow.done\n", "broken": BROKEN_SCRIPT}
+    d = tmp_path / "parts"
     quoted = " ".join(f"'{g}'" for g in groups)
     script = (
-        f"source {REPO}/hack/lib.sh\n{GROUP_CMD}\n"
-        f"prepare_parts {tmp_path}/log {parts}/slow.sh {parts}/broken.sh &\n"
+        f"{GROUP_CMD}\n"
+        f"prepare_parts {tmp_path}/log {d}/slow.sh {d}/broken.sh &\n"
         f"run_groups {tmp_path}/log $! group {quoted}\n"
     )
-    return subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_lib_sh(tmp_path, ci, parts, script)
 
 
 def test_a_group_starts_once_its_parts_are_done(tmp_path: Path) -> None:
