@@ -114,14 +114,15 @@ else
         [ -z "$3" ] || sel+=(--parts-earlier="$3")
         step "pytest: $1 (native kernels)"
         # KPY_TEST_PATHS: only these test paths (a quick run of the groups).
+        # -rfEs: each group ends with its failures and errors listed (and skips).
         # shellcheck disable=SC2086
-        python -m pytest -q -rs -p no:cacheprovider "${durations[@]}" -m "not slow" "${sel[@]}" \
+        python -m pytest -q -rfEs -p no:cacheprovider "${durations[@]}" -m "not slow" "${sel[@]}" \
             ${KPY_TEST_PATHS:-} || rc=$?
         if [ -z "$3" ]; then
             log "pytest (reference kernels: KUBELET_IMPL=reference, unit tests) in the background, log in $ref_log"
             (
                 t0=$SECONDS rrc=0
-                KUBELET_IMPL=reference nice python -m pytest -q -rs -p no:cacheprovider \
+                KUBELET_IMPL=reference nice python -m pytest -q -rfEs -p no:cacheprovider \
                     -m "not containerd and not cluster and not slow" "${sel[@]}" tests/unit \
                     >"$ref_log" 2>&1 || rrc=$?
                 echo "$rrc $((SECONDS - t0))" >"$ref_log.rc"
