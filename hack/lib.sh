@@ -20,12 +20,25 @@ apt_install() {
     [ ${#missing[@]} -eq 0 ] && return 0
     log "apt-get install ${missing[*]}"
     # hack/test.sh sets up parts while it builds the venv: one apt at a time.
+    # The package lists are fetched once an hour, not by every part that
+    # installs something (on a new machine each fetch takes tens of seconds);
+    # an install that fails on older lists fetches them and tries again.
     (
         flock 8
-        as_root apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
-            --no-install-recommends "${missing[@]}" >/dev/null
+        local stamp="$KUBELET_CACHE/.apt-lists-updated"
+        if [ -z "$(find "$stamp" -mmin -60 2>/dev/null)" ]; then
+            as_root apt-get update -qq && touch "$stamp"
+        fi
+        apt_get_install "${missing[@]}" || {
+            as_root apt-get update -qq && touch "$stamp"
+            apt_get_install "${missing[@]}"
+        }
     ) 8>"$KUBELET_CACHE/.apt.lock"
+}
+
+apt_get_install() {
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq -o DPkg::Lock::Timeout=600 \
+        --no-install-recommends "$@" >/dev/null
 }
 
 find_python() {
@@ -100,10 +113,12 @@ build_native() {
 
 is_ci() { case "${CI:-}" in "" | 0 | false | FALSE | False | no) return 1 ;; *) return 0 ;; esac; }
 
-# prepare_parts LOGDIR SCRIPT... runs each part's set-up script, its output in
-# LOGDIR/<part>.log and "<exit code> <seconds>" in LOGDIR/<part>.rc.
+# prepare_parts LOGDIR SCRIPT... runs each part's set-up script in the order
+# given, its output in LOGDIR/<part>.log and "<exit code> <seconds> <started
+# at>" (the last in this shell's $SECONDS) in LOGDIR/<part>.rc, written once
+# the part is done: the .rc appearing is what wait_parts waits for.
 prepare_parts() {
-    local logdir="$1" prep name t0
+    local logdir="$1" prep name t0 code
     shift
     mkdir -p "$logdir"
     rm -f "$logdir"/*.log "$logdir"/*.rc
@@ -111,24 +126,45 @@ prepare_parts() {
         [ -e "$prep" ] || continue
         name="$(basename "$prep" .sh)"
         t0=$SECONDS
-        if bash "$prep" >"$logdir/$name.log" 2>&1; then
-            echo "0 $((SECONDS - t0))" >"$logdir/$name.rc"
-        else
-            echo "$? $((SECONDS - t0))" >"$logdir/$name.rc"
-        fi
+        code=0
+        bash "$prep" >"$logdir/$name.log" 2>&1 || code=$?
+        echo "$code $((SECONDS - t0)) $t0" >"$logdir/$name.rc.tmp"
+        mv "$logdir/$name.rc.tmp" "$logdir/$name.rc"
     done
 }
 
-# report_parts LOGDIR says how each part's set-up went, with the tail of the
-# log of each that failed. Under CI=true any failure returns 1: a real part
-# that cannot be set up fails the run. Locally the tests that need it skip
-# and say why.
+# wait_parts LOGDIR PID NAME... returns once each part NAME has its .rc in
+# LOGDIR, or once PID (the prepare_parts running them) has ended.
+wait_parts() {
+    local logdir="$1" pid="$2" name
+    shift 2
+    for name in "$@"; do
+        while [ ! -e "$logdir/$name.rc" ] && kill -0 "$pid" 2>/dev/null; do sleep 2; done
+    done
+}
+
+# report_parts LOGDIR [NAME...] says how each part's set-up went (those named,
+# else every one with a .rc), with the tail of the log of each that failed. A
+# named part without a .rc did not finish: a failure too. Under CI=true any
+# failure returns 1: a real part that cannot be set up fails the run. Locally
+# the tests that need it skip and say why.
 report_parts() {
-    local logdir="$1" rc name code took failed=()
-    for rc in "$logdir"/*.rc; do
-        [ -e "$rc" ] || continue
-        name="$(basename "$rc" .rc)"
-        read -r code took <"$rc"
+    local logdir="$1" name code took failed=()
+    shift
+    local names=("$@")
+    if [ ${#names[@]} -eq 0 ]; then
+        for name in "$logdir"/*.rc; do
+            [ -e "$name" ] && names+=("$(basename "$name" .rc)")
+        done
+    fi
+    for name in "${names[@]}"; do
+        if [ ! -e "$logdir/$name.rc" ]; then
+            failed+=("$name")
+            log "part $name: set-up did not finish; last lines of $logdir/$name.log:"
+            tail -n 40 "$logdir/$name.log" >&2 2>/dev/null || true
+            continue
+        fi
+        read -r code took _ <"$logdir/$name.rc"
         if [ "$code" = 0 ]; then
             log "part $name ready (${took}s)"
         else
@@ -143,4 +179,35 @@ report_parts() {
         return 1
     fi
     log "WARNING: ${failed[*]} not set up; tests that need them will skip and say why"
+}
+
+# run_groups LOGDIR PID CMD GROUP... runs groups of tests as their parts get
+# ready. GROUP is "name:part part ...": it waits (wait_parts) for those parts,
+# reports them (report_parts), then runs `CMD NAME READY EARLIER`, READY the
+# comma-separated parts of this and the earlier groups ("all" for the last
+# group) and EARLIER those of the earlier groups only. Under CI=true a group
+# whose parts failed is not run; every other group runs whatever the ones
+# before did. Returns 1 if any group failed or did not run.
+run_groups() {
+    local logdir="$1" pid="$2" cmd="$3" group name part parts ready="" earlier="" failed=() n=0
+    shift 3
+    for group in "$@"; do
+        n=$((n + 1))
+        name="${group%%:*}"
+        read -r -a parts <<<"${group#*:}"
+        if declare -F step >/dev/null; then step "waiting for the parts of $name: ${parts[*]:-none}"; fi
+        wait_parts "$logdir" "$pid" "${parts[@]}"
+        earlier="$ready"
+        for part in "${parts[@]}"; do ready="$ready${ready:+,}$part"; done
+        if [ ${#parts[@]} -gt 0 ] && ! report_parts "$logdir" "${parts[@]}"; then
+            log "tests of $name NOT RUN: their parts failed to set up (above)"
+            failed+=("$name")
+            continue
+        fi
+        [ "$n" -eq $# ] && ready=all
+        "$cmd" "$name" "$ready" "$earlier" || failed+=("$name")
+    done
+    [ ${#failed[@]} -eq 0 ] && return 0
+    log "FAILED: ${failed[*]}"
+    return 1
 }

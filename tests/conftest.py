@@ -18,6 +18,7 @@ pytest_plugins: list[str] = [
     "tests.fixtures.containerd",
     "tests.fixtures.conformance",
     "tests.fixtures.dbus",
+    "tests.fixtures.part_groups",
 ]
 
 # CI runs a fixed set of examples (the same on every run); developers get fresh

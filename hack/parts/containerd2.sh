@@ -65,7 +65,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         # is not used here; the shim serves ttrpc only, as upstream builds it.
         tags="urfave_cli_no_docs no_btrfs no_devmapper"
         [ "$b" = containerd-shim-runc-v2 ] && tags="$tags no_grpc"
-        CGO_ENABLED=0 nice go build -trimpath -tags "$tags" -ldflags "$ldflags" \
+        CGO_ENABLED=0 nice go build -trimpath -gcflags=all=-dwarf=false -tags "$tags" -ldflags "$ldflags" \
             -o "$ctd/bin/$b.tmp" "$pkg/cmd/$b"
         mv "$ctd/bin/$b.tmp" "$ctd/bin/$b"
     done

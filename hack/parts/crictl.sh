@@ -27,6 +27,6 @@ log "building crictl $CRICTL_VERSION"
 # proxy; everything else it pulls in is verified as usual.
 export GONOSUMDB=sigs.k8s.io/cri-tools GOFLAGS=-mod=mod
 go mod tidy -e >/dev/null 2>&1 || true
-CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+CGO_ENABLED=0 nice go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
     -o "$dir/crictl.tmp" sigs.k8s.io/cri-tools/cmd/crictl
 mv "$dir/crictl.tmp" "$dir/crictl"

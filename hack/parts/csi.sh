@@ -34,7 +34,7 @@ build_module() {
     rm -rf "$src"
     cp -r "$dir" "$src"
     chmod -R u+w "$src"
-    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod nice go build -trimpath \
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod nice go build -trimpath -gcflags=all=-dwarf=false \
         -ldflags "-s -w -X main.version=$ver" -o "$OUT/bin/$name.tmp" "$pkg")
     mv "$OUT/bin/$name.tmp" "$OUT/bin/$name"
     echo "$mod@$ver" >"$OUT/bin/.$name.version"
@@ -47,7 +47,7 @@ stamp="$(cd "$ours" && find . -type f \( -name '*.go' -o -name go.mod -o -name g
 if [ "$(cat "$OUT/bin/.ours.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$OUT/bin/csi-hostpath" ] \
     || [ ! -x "$OUT/bin/csi-registrar" ]; then
     log "building csi-hostpath and csi-registrar (hack/parts/csi)"
-    (cd "$ours" && CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" -o "$OUT/bin/" ./cmd/...)
+    (cd "$ours" && CGO_ENABLED=0 nice go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$OUT/bin/" ./cmd/...)
     echo "$stamp" >"$OUT/bin/.ours.stamp"
 fi
 build_module github.com/kubernetes-csi/csi-test/v5 "$CSI_TEST_VERSION" ./cmd/csi-sanity csi-sanity

@@ -19,6 +19,6 @@ log "building metrics-server $METRICS_SERVER_VERSION"
 # everything it pulls in is verified as usual.
 export GONOSUMDB=sigs.k8s.io/metrics-server GOFLAGS=-mod=mod
 go mod tidy -e >/dev/null 2>&1 || true
-CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" \
+CGO_ENABLED=0 nice go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
     -o "$dir/metrics-server.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server
 mv "$dir/metrics-server.tmp" "$dir/metrics-server"

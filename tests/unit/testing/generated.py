@@ -25,3 +25,25 @@ def run_generated(tmp_path: Path, source: str, ci: str | None, conftest: str = "
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     return r.stdout + r.stderr
+
+
+BROKEN_SCRIPT = "echo 'fetching the part'\necho 'broken on purpose' >&2\nexit 7\n"
+
+
+def run_lib_sh(
+    tmp_path: Path, ci: str | None, parts: dict[str, str], script: str
+) -> subprocess.CompletedProcess[str]:
+    """`script` in bash after sourcing hack/lib.sh, with CI set to `ci`, the
+    part scripts `parts` (name: body) written to tmp_path/parts/<name>.sh."""
+    d = tmp_path / "parts"
+    d.mkdir(exist_ok=True)
+    for name, body in parts.items():
+        (d / f"{name}.sh").write_text(body)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["KUBELET_CACHE"] = str(tmp_path / "cache")
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run(
+        ["bash", "-c", f"source {REPO}/hack/lib.sh\n{script}"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip

@@ -6,14 +6,13 @@ seen is pytest's own."""
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from kubelet.testing.parts import on_ci
-from tests.unit.testing.generated import REPO, run_generated
+from tests.unit.testing.generated import BROKEN_SCRIPT, REPO, run_generated, run_lib_sh
 
 BROKEN_PART = """
 from kubelet.testing.parts import starting
@@ -126,20 +125,10 @@ def test_every_other_skip_goes_through_the_part_mechanism() -> None:
 
 def run_parts(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     """hack/lib.sh's prepare_parts + report_parts on a part that sets up and one that fails."""
-    parts = tmp_path / "parts"
-    parts.mkdir(exist_ok=True)
-    (parts / "fine.sh").write_text("echo fine\n")
-    (parts / "broken.sh").write_text(
-        "echo 'fetching the part'\necho 'broken on purpose' >&2\nexit 7\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env["KUBELET_CACHE"] = str(tmp_path / "cache")
-    if ci is not None:
-        env["CI"] = ci
-    script = f"source {REPO}/hack/lib.sh && prepare_parts {tmp_path}/log {parts}/*.sh && report_parts {tmp_path}/log"
-    return subprocess.run(
-        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60
-    )
+    parts = {"fine": "echo fine\n", "broken": BROKEN_SCRIPT}
+    d = tmp_path / "parts"
+    script = f"prepare_parts {tmp_path}/log {d}/*.sh && report_parts {tmp_path}/log"
+    return run_lib_sh(tmp_path, ci, parts, script)
 
 
 def test_hack_fails_under_ci_when_a_part_cannot_be_set_up(tmp_path: Path) -> None:
