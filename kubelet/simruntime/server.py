@@ -255,7 +255,9 @@ class SimRuntime:
         self, req: pb.ContainerStatusRequest, ctx: aio.ServicerContext
     ) -> pb.ContainerStatusResponse:
         c = await self._guard(lambda: self.rt._container(req.container_id), ctx)
-        return pb.ContainerStatusResponse(status=c.status())
+        # Verbose: the container's config, as containerd's "info" holds it.
+        info = {"info": json.dumps({"config": json_format.MessageToDict(c.config)})}
+        return pb.ContainerStatusResponse(status=c.status(), info=info if req.verbose else None)
 
     async def UpdateContainerResources(
         self, req: pb.UpdateContainerResourcesRequest, ctx: aio.ServicerContext
