@@ -347,16 +347,23 @@ class CSIPlugin:
     def volume_stats(
         self, name: str, path: str
     ) -> Callable[[], Coroutine[Any, Any, VolumeUsage | None]] | None:
-        """The query of a CSI volume's usage from its driver, None for other volumes."""
-        if os.path.basename(path) != paths.TARGET:
+        """The query of a CSI volume's usage from its driver, None for other
+        volumes. A block volume's is asked at its publish file (upstream asks
+        at its global map path, which this kubelet does not make)."""
+        if os.path.basename(path) == paths.TARGET:
+            if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
+                return None
+            return functools.partial(self._stats, name, path, os.path.dirname(path))
+        pv_dir, uid = os.path.split(path)
+        publish_root, pv = os.path.split(pv_dir)
+        if publish_root != os.path.join(paths.block_dir(self.root), "publish"):
             return None
-        if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
-            return None
-        return functools.partial(self._stats, name, path)
+        record = os.path.join(self.root, "pods", uid, "volumes", _ESCAPED_PLUGIN, pv)
+        return functools.partial(self._stats, name, path, record)
 
-    async def _stats(self, name: str, path: str) -> VolumeUsage | None:
+    async def _stats(self, name: str, path: str, record: str) -> VolumeUsage | None:
         loop = asyncio.get_running_loop()
-        data = await loop.run_in_executor(None, paths.load_vol_data, os.path.dirname(path))
+        data = await loop.run_in_executor(None, paths.load_vol_data, record)
         d = self.drivers.get(data[paths.DRIVER_NAME])
         if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
             return None  # as upstream: no usage for a driver that does not report it

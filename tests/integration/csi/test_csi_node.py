@@ -463,6 +463,10 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
     vol = n.vm.get_mounted_volumes("b1")["data"]
     assert (vol.block, vol.host_path, vol.read_only) == (True, str(publish), False)
     assert n.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{handle}"]
+    query = n.csi.plugin.volume_stats("data", str(publish))
+    assert query is not None
+    usage = await query()
+    assert usage is not None and usage.capacity_bytes == 8 << 20  # the driver's figure
 
     # What the container gets, through the simulated runtime.
     devices = make_block_devices(p["spec"]["containers"][0], n.vm.get_mounted_volumes("b1"))
