@@ -150,7 +150,8 @@ class PVCPlugin:
         if mode != "Filesystem":
             raise VolumeError(
                 f'{prefix}: volume "{spec["name"]}" has volumeMode "{mode}": '
-                "block volumes are not supported by this kubelet"
+                "block volumes are not supported by this kubelet for hostPath and local PVs "
+                "(only for CSI ones)"
             )
         loop = asyncio.get_running_loop()
         if "hostPath" in pv_spec:
