@@ -173,5 +173,10 @@ def unmount_all_under(directory: str) -> None:
         (p for p in points if p == top or p.startswith(top + "/")), key=len, reverse=True
     ):
         subprocess.run(["umount", "-l", p], capture_output=True, check=False)
+    detach_loops_under(directory)
+
+
+def detach_loops_under(directory: str) -> None:
+    """Detach the loop devices a driver left attached to files under `directory`."""
     for dev in loop_devices_under(directory):
         subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)
