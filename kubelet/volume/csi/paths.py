@@ -15,9 +15,11 @@ block mapper lays it out (csi_block.go):
     <root>/plugins/kubernetes.io/csi/volumeDevices/<pv>/data/vol_data.json
     <root>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/vol_data.json       (volumeMode: Block)
 
-The pod's record stays in the pod's volumes dir (upstream keeps a link under
-`pods/<uid>/volumeDevices/` instead), so tear-down and reconstruction find
-it as they find a mounted volume's.
+    <root>/pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>               link to the publish file
+
+The pod's record stays in the pod's volumes dir (upstream has only the link
+under `pods/<uid>/volumeDevices/`), so tear-down and reconstruction find it
+as they find a mounted volume's; the link is made for tools that look there.
 
 <name> is the PV's name for a persistent volume and the pod's volume name for
 an inline one. The driver controls what is at `globalmount` and `mount` (it
@@ -61,6 +63,7 @@ VOLUME_MODE = "volumeMode"
 BLOCK = "Block"
 
 VOLUME_DEVICES = "volumeDevices"
+_ESCAPED_PLUGIN = PLUGIN_NAME.replace("/", "~")
 
 
 def plugin_dir(root_dir: str) -> str:
@@ -100,6 +103,36 @@ def block_publish_path(root_dir: str, pv_name: str, pod_uid: str) -> str:
 def block_data_dir(root_dir: str, pv_name: str) -> str:
     """Where the staged block volume's vol_data.json lives."""
     return os.path.join(block_dir(root_dir), check_dir_name(pv_name), "data")
+
+
+def pod_device_link(root_dir: str, pod_uid: str, pv_name: str) -> str:
+    """The pod's link to its block volume (GetPodDeviceMapPath upstream)."""
+    uid, pv = check_dir_name(pod_uid), check_dir_name(pv_name)
+    return os.path.join(root_dir, "pods", uid, VOLUME_DEVICES, _ESCAPED_PLUGIN, pv)
+
+
+def make_pod_device_link(link: str, target: str) -> None:
+    """(Re)make the link; anything there that is not a link is left and refused."""
+    os.makedirs(os.path.dirname(link), mode=0o750, exist_ok=True)
+    try:
+        if not stat.S_ISLNK(os.lstat(link).st_mode):
+            raise VolumeError(f"{link} exists and is not a symbolic link")
+        os.unlink(link)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, link)
+
+
+def remove_pod_device_link(link: str) -> None:
+    """Unlink the link (never what it points at) and the empty dirs above it
+    up to the pod's dir."""
+    try:
+        if stat.S_ISLNK(os.lstat(link).st_mode):
+            os.unlink(link)
+    except FileNotFoundError:
+        pass
+    pod_dir = os.path.dirname(os.path.dirname(os.path.dirname(link)))
+    mountutil.remove_empty_parents(link, pod_dir)
 
 
 def is_block_device(path: str) -> bool:

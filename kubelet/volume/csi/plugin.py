@@ -176,6 +176,11 @@ class CSIPlugin:
                 raise VolumeError(f"{publish} is not a block device after NodePublishVolume")
         except VolumeError as err:
             raise VolumeError(str(err), "MapVolume.MapPodDevice") from err
+        link = paths.pod_device_link(self.root, uid, vol.dir_name)
+        try:
+            await loop.run_in_executor(None, paths.make_pod_device_link, link, publish)
+        except (OSError, VolumeError) as err:
+            raise VolumeError(str(err), "MapVolume.MapBlockVolume") from err
 
     def _write_vol_data(self, dir: str, vol: CSIVolume) -> None:
         os.makedirs(dir, mode=0o750, exist_ok=True)
@@ -333,6 +338,8 @@ class CSIPlugin:
                 "CSI drivers: cannot unpublish"
             )
         if block:
+            link = paths.pod_device_link(self.root, pod_uid, os.path.basename(dir))
+            await loop.run_in_executor(None, paths.remove_pod_device_link, link)
             await loop.run_in_executor(None, paths.remove_block_target, target, self.mountinfo)
             await loop.run_in_executor(None, paths.remove_record, dir)
         else:

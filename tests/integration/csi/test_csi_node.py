@@ -458,6 +458,8 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
     pod_record = json.loads((pod_dir(root, "b1", "pv-blk") / "vol_data.json").read_text())
     assert pod_record["volumeMode"] == "Block" and pod_record["specVolID"] == "pv-blk"
     assert not (pod_dir(root, "b1", "pv-blk") / "mount").exists()
+    link = root / "pods/b1/volumeDevices/kubernetes.io~csi/pv-blk"
+    assert os.readlink(link) == str(publish)
     loops = parts.loop_devices_under(driver.state)
     assert len(loops) == 1 and os.stat(loops[0]).st_rdev == os.lstat(publish).st_rdev
     vol = n.vm.get_mounted_volumes("b1")["data"]
@@ -484,6 +486,7 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
     await wait_for_async("the block dirs removed", lambda: not staging.exists(), 60.0, 0.05)
     assert not publish.parent.exists() and not record.parent.exists()
     assert not pod_dir(root, "b1", "pv-blk").exists()
+    assert not (root / "pods/b1/volumeDevices").exists()
     assert driver.calls("NodeUnpublishVolume") == 1 and driver.calls("NodeUnstageVolume") == 1
     assert parts.loop_devices_under(driver.state) == []
     assert n.csi.volumes_in_use() == []

@@ -200,3 +200,20 @@ def test_reconstruction_finds_block_volumes(device: str, tmp_path: Path):
     os.link(device, publish)  # the same device node, as the driver's bind mount shows it
     found, _ = scan_disk(root, "/dev/null")
     assert found[str(pod_dir)].mounted
+
+
+def test_pod_device_link_never_replaces_or_follows_anything_else(tmp_path: Path):
+    root = str(tmp_path)
+    link = Path(paths.pod_device_link(root, "u1", "pv"))
+    assert str(link) == f"{root}/pods/u1/volumeDevices/kubernetes.io~csi/pv"
+    paths.make_pod_device_link(str(link), "/publish/a")
+    paths.make_pod_device_link(str(link), "/publish/b")  # a stale link is replaced
+    assert os.readlink(link) == "/publish/b"
+    paths.remove_pod_device_link(str(link))
+    assert not (tmp_path / "pods/u1/volumeDevices").exists() and (tmp_path / "pods/u1").is_dir()
+    link.parent.mkdir(parents=True)
+    link.write_text("not ours")
+    with pytest.raises(VolumeError, match="not a symbolic link"):
+        paths.make_pod_device_link(str(link), "/publish/a")
+    paths.remove_pod_device_link(str(link))
+    assert link.read_text() == "not ours"
