@@ -435,7 +435,10 @@ class CSIPlugin:
                     name if found.data.get(paths.VOLUME_MODE) == paths.BLOCK else "",
                 )
         for driver, handle, path, block_pv in staged:
-            self.staging.found_staged(driver, handle, path, block_pv)
+            # A block volume's staging leaves no mount to tell whether it is
+            # still staged (a reboot detaches it): unstaged if unused, and
+            # staged again (NodeStage is idempotent) before its next publish.
+            self.staging.found_staged(driver, handle, "" if block_pv else path, block_pv)
         log.info("CSI: %d pod volume dirs and %d staged volumes found on disk",
                  len(pods), len(staged))  # fmt: skip
 

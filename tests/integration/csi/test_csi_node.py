@@ -597,8 +597,15 @@ async def test_block_volume_adopted_after_restart_and_orphan_unmapped(env):
     assert len(parts.loop_devices_under(driver.state)) == 1
     keep_handle = api.objects["/api/v1/persistentvolumes/pv-bkeep"]["spec"]["csi"]["volumeHandle"]
     assert second.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{keep_handle}"]
-    second.vm.remove_pod("k1")
-    assert await second.vm.wait_for_unmount("k1", 30)
+    # Whether a block volume is still staged cannot be read off the disk (a
+    # reboot detaches it): the next pod to use it stages it again first.
+    other = block_pod("k2", "claim-bkeep")
+    second.vm.add_pod(other)
+    await all_mounted(second.vm, other)
+    assert driver.calls("NodeStageVolume") == stages + 1
+    for uid in ("k1", "k2"):
+        second.vm.remove_pod(uid)
+        assert await second.vm.wait_for_unmount(uid, 30)
     await wait_for_async(
         "every loop device detached",
         lambda: not parts.loop_devices_under(driver.state),
