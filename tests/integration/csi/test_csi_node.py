@@ -493,7 +493,8 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
 
 
 async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict[str, str]]:
-    sim = start_simruntime(short_dir("simblk"))
+    sim_dir = short_dir("simblk")
+    sim = start_simruntime(sim_dir)
     rt = RemoteRuntimeService(sim.endpoint, timeout=10)
     img = RemoteImageService(sim.endpoint, timeout=10)
     try:
@@ -518,6 +519,7 @@ async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict
         await rt.close()
         await img.close()
         sim.stop()
+        shutil.rmtree(sim_dir, ignore_errors=True)
 
 
 async def test_block_volume_mode_mismatches_refused(env):
