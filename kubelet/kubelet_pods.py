@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from kubelet.container.env import EnvContext, make_environment_variables
 from kubelet.container.expansion import expand_subpath_expr
 from kubelet.container.hosts import make_hosts_mount
-from kubelet.container.mounts import make_mounts
+from kubelet.container.mounts import make_block_devices, make_mounts
 from kubelet.container.runtime import (
     ContainerConfigError,
+    Device,
     DNSSettings,
     Mount,
     RunContainerOptions,
@@ -98,10 +99,10 @@ class PodRuntimeHelper:
         # Sub-path preparation, the hosts file and the termination-log file all
         # touch the disk: one hop off the event loop for the lot, so a slow disk
         # (a journal stalled by someone's fsync) never stalls probes and relists.
-        mounts = await asyncio.get_running_loop().run_in_executor(
+        mounts, devices = await asyncio.get_running_loop().run_in_executor(
             None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain
         )
-        return RunContainerOptions(envs=envs, mounts=mounts, hostname=hostname)
+        return RunContainerOptions(envs=envs, mounts=mounts, devices=devices, hostname=hostname)
 
     def _mounts(
         self,
@@ -112,7 +113,7 @@ class PodRuntimeHelper:
         pod_ips: list[str],
         hostname: str,
         domain: str,
-    ) -> list[Mount]:
+    ) -> tuple[list[Mount], list[Device]]:
         try:
             # The syncer made them; cheap to be sure.
             pod_dir = make_pod_data_dirs(self.root_dir, uid(pod))
@@ -137,7 +138,7 @@ class PodRuntimeHelper:
             host = create_termination_log_file(pod_dir, container["name"])
             if host:
                 mounts.append(Mount(container_path=path, host_path=host, selinux_relabel=True))
-        return mounts
+        return mounts, make_block_devices(container, volumes)
 
     def generate_pod_hostname_and_domain(self, pod: Pod) -> tuple[str, str]:
         return generate_pod_hostname_and_domain(pod, self.cluster_domain)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from benches.conformance.harness import BIN, Run, RunFailed, log_tail
+from kubelet.testing import csi as csi_parts
 from kubelet.testing import csi_deploy
 from kubelet.testing.controlplane import STORAGE_CONTROLLERS, ControlPlane
 
@@ -65,6 +66,11 @@ class StorageRun(Run):
                     + log_tail(self.kubelet_log)
                 )
             time.sleep(2)
+
+    def stop(self) -> None:
+        super().stop()
+        # Block volumes the driver had no time to unstage: their loop devices.
+        csi_parts.detach_loops_under(str(self.dir))
 
 
 def _statuses(pods_json: str) -> str:

@@ -24,7 +24,7 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 
-from kubelet.container.runtime import ContainerConfigError, Mount
+from kubelet.container.runtime import ContainerConfigError, Device, Mount
 from kubelet.types import Container, Pod
 from kubelet.util import filesystem
 from kubelet.volume import MountedVolume
@@ -63,7 +63,9 @@ def make_mounts(
     for index, vm in enumerate(container.get("volumeMounts") or []):
         name = vm.get("name", "")
         vol = volumes.get(name)
-        if vol is None:
+        if vol is None or vol.block:
+            # A block volume in volumeMounts is refused when it is set up; never
+            # bind-mount a raw device as if it were a directory.
             raise ContainerConfigError(
                 f'cannot find volume "{name}" to mount into container "{cname}"'
             )
@@ -101,6 +103,38 @@ def make_mounts(
                 propagation=propagation,
             )
         )
+    return out
+
+
+def make_block_devices(container: Container, volumes: Mapping[str, MountedVolume]) -> list[Device]:
+    """A container's volumeDevices as CRI devices (makeBlockVolumes upstream).
+    The device path is the pod's: absolute and without '..', as upstream's
+    validation and kubelet ask. The host side is the volume's publish file,
+    which must itself be a block device (never followed if it is a link).
+    Blocking (an lstat per device)."""
+    cname = container.get("name", "")
+    out: list[Device] = []
+    for vd in container.get("volumeDevices") or []:
+        name, path = str(vd.get("name") or ""), str(vd.get("devicePath") or "")
+        if not path.startswith("/"):
+            raise ContainerConfigError(f"error DevicePath `{path}` must be an absolute path")
+        if ".." in path.split("/"):
+            raise ContainerConfigError(f"error DevicePath `{path}` must not contain '..'")
+        vol = volumes.get(name)
+        if vol is None or not vol.block:
+            raise ContainerConfigError(
+                f'cannot find volume "{name}" to pass into container "{cname}"'
+            )
+        try:
+            is_blk = stat.S_ISBLK(os.lstat(vol.host_path).st_mode)
+        except OSError:
+            is_blk = False
+        if not is_blk:
+            raise ContainerConfigError(
+                f'volume "{name}" of container "{cname}" is not mapped to a block device'
+            )
+        # readOnly of the claim: read access only (no mknod, no write).
+        out.append(Device(path, vol.host_path, "r" if vol.read_only else "mrw"))
     return out
 
 

@@ -133,12 +133,22 @@ class Mount:
     propagation: str = ""
 
 
+@dataclass(frozen=True)
+class Device:
+    """One device node given to a container (CRI Device): a raw block volume."""
+
+    container_path: str
+    host_path: str
+    permissions: str  # cgroup device access: "mrw", or "r" for a read-only volume
+
+
 @dataclass
 class RunContainerOptions:
     """GenerateRunContainerOptions' answer for one container."""
 
     envs: list[tuple[str, str]] = field(default_factory=list)
     mounts: list[Mount] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
     # Host file the runtime mounts at terminationMessagePath ("" for none).
     termination_message_host_path: str = ""
     hostname: str = ""

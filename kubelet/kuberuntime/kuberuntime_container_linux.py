@@ -105,6 +105,12 @@ def container_config(
         working_dir=c.get("workingDir", ""),
         envs=envs,
         mounts=mounts,
+        devices=[
+            pb.Device(
+                container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
+            )
+            for d in opts.devices
+        ],
         labels=L.container_labels(pod, c),
         annotations=L.container_annotations(pod, c, restart, chash),
         log_path=f"{filesystem.component(c['name'], 'container name')}/{restart}.log",

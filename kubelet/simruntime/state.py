@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import secrets
+import stat
 import tarfile
 import time
 from collections.abc import Callable
@@ -354,6 +355,8 @@ class Runtime:
                     f'{config.metadata.attempt}": '
                     f'name is reserved for "{cid}"',
                 )
+        for d in config.devices:
+            _check_device(d.host_path)
         ref = normalize_image(config.image.image)
         img = self.images.get(ref) or self._image_by_id(config.image.image)
         if img is None:
@@ -540,3 +543,22 @@ class Runtime:
         )
         self.images[norm] = img
         return img
+
+
+def _check_device(path: str) -> None:
+    """As runc does for a container's devices: the host path (followed, as
+    runc stats it) must be a device node."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise SimError(
+            "UNKNOWN",
+            f"failed to generate container spec: error gathering device information while "
+            f'adding custom device "{path}": {err.strerror}',
+        ) from err
+    if not (stat.S_ISBLK(mode) or stat.S_ISCHR(mode)):
+        raise SimError(
+            "UNKNOWN",
+            f"failed to generate container spec: error gathering device information while "
+            f'adding custom device "{path}": not a device node',
+        )

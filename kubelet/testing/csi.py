@@ -7,6 +7,7 @@ without a cluster. In a cluster they run as pods (kubelet.testing.csi_deploy).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
 import subprocess
@@ -108,11 +109,12 @@ class HostpathDriver(_Process):
         _wait_socket(self.socket, self.proc, self.log, timeout)
         return self
 
-    def create_volume(self, name: str, size: int = 1 << 30) -> str:
-        """A provisioned volume, as CreateVolume makes it; returns its ID."""
+    def create_volume(self, name: str, size: int = 1 << 30, block: bool = False) -> str:
+        """A provisioned volume, as CreateVolume makes it; returns its ID. A
+        block volume is a file, attached to a loop device while staged."""
         r = subprocess.run(
             [binary("csi-hostpath"), f"--statedir={self.state}", f"--create-volume={name}",
-             f"--size={size}"],
+             f"--size={size}", f"--block={'true' if block else 'false'}"],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         return r.stdout.strip()
@@ -146,8 +148,24 @@ class Registrar(_Process):
         return self
 
 
+def loop_devices_under(directory: str) -> list[str]:
+    """The loop devices (/dev/loopN) backed by a file at or under `directory`."""
+    top = os.path.realpath(directory).rstrip("/")
+    out = []
+    for sysdir in sorted(glob.glob("/sys/block/loop*")):
+        try:
+            with open(os.path.join(sysdir, "loop", "backing_file")) as fh:
+                backing = fh.read().strip()
+        except OSError:
+            continue  # not bound
+        if backing.startswith(top + "/"):
+            out.append("/dev/" + os.path.basename(sysdir))
+    return out
+
+
 def unmount_all_under(directory: str) -> None:
-    """Lazily unmount whatever a test left mounted at or under `directory` (deepest first)."""
+    """Lazily unmount whatever a test left mounted at or under `directory`
+    (deepest first), then detach the loop devices backed by files there."""
     top = os.path.realpath(directory).rstrip("/")
     with open("/proc/self/mountinfo") as fh:
         points = [line.split()[4] for line in fh]
@@ -155,3 +173,10 @@ def unmount_all_under(directory: str) -> None:
         (p for p in points if p == top or p.startswith(top + "/")), key=len, reverse=True
     ):
         subprocess.run(["umount", "-l", p], capture_output=True, check=False)
+    detach_loops_under(directory)
+
+
+def detach_loops_under(directory: str) -> None:
+    """Detach the loop devices a driver left attached to files under `directory`."""
+    for dev in loop_devices_under(directory):
+        subprocess.run(["losetup", "-d", dev], capture_output=True, check=False)

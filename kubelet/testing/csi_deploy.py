@@ -111,6 +111,9 @@ class Deployment:
                     host("registration", os.path.join(self.root_dir, "plugins_registry")),
                     host("state", self.state_dir),
                     host("kube", kube_dir, "Directory"),
+                    # Block volumes are loop devices: a new one's node must
+                    # reach the driver (a container's /dev is a copy).
+                    host("dev", "/dev", "Directory"),
                 ],
             },
         }
@@ -139,7 +142,12 @@ class Deployment:
                 "command": ["/bin/csi-hostpath"],
                 "args": driver_args,
                 "securityContext": {"privileged": True},
-                "volumeMounts": [socket, root, {"name": "state", "mountPath": self.state_dir}],
+                "volumeMounts": [
+                    socket,
+                    root,
+                    {"name": "state", "mountPath": self.state_dir},
+                    {"name": "dev", "mountPath": "/dev"},
+                ],
             },
             {
                 "name": "registrar",

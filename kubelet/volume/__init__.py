@@ -26,6 +26,9 @@ class MountedVolume:
     read_only: bool = False  # the volume itself is read-only (e.g. PVC readOnly)
     # For tmpfs and other real mounts: the selinux relabel hint upstream passes on.
     selinux_relabel: bool = False
+    # A raw block volume: host_path is a block device, which containers get
+    # through their volumeDevices (CRI devices), never as a bind mount.
+    block: bool = False
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,16 @@ class Resolution:
 class VolumeError(Exception):
     """A volume could not be set up or torn down. The message is what the
     FailedMount / FailedUnMount event says after the volume name, as upstream
-    (`MountVolume.SetUp failed for volume "v" : <message>`)."""
+    (`MountVolume.SetUp failed for volume "v" : <message>`). `operation` is
+    that prefix: a raw block volume's set-up says `MapVolume.SetUpDevice` or
+    `MapVolume.MapPodDevice` there, as upstream's operation generator does."""
+
+    operation = "MountVolume.SetUp"
+
+    def __init__(self, message: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        if operation:
+            self.operation = operation
 
 
 @dataclass(frozen=True)

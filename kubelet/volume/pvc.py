@@ -60,6 +60,7 @@ class PVCPlugin:
         """A claim bound to a CSI PV goes to the CSI plugin; others stay here."""
         claim, read_only = _claim_of(pod, spec)
         pv, _ = await self._bound_pv(pod, spec, claim)
+        check_volume_mode(pod, str(spec["name"]), pv)
         if "csi" not in (pv.get("spec") or {}):
             return None
         pv_name = str(pv["metadata"]["name"])
@@ -149,7 +150,8 @@ class PVCPlugin:
         if mode != "Filesystem":
             raise VolumeError(
                 f'{prefix}: volume "{spec["name"]}" has volumeMode "{mode}": '
-                "block volumes are not supported by this kubelet"
+                "block volumes are not supported by this kubelet for hostPath and local PVs "
+                "(only for CSI ones)"
             )
         loop = asyncio.get_running_loop()
         if "hostPath" in pv_spec:
@@ -185,6 +187,25 @@ class PVCPlugin:
 
     async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
         return None  # the PV's path is used in place: nothing was made for the pod
+
+
+def check_volume_mode(pod: Pod, name: str, pv: PersistentVolume) -> None:
+    """A Block PV only through volumeDevices, a Filesystem one only through
+    volumeMounts, in any container of the pod (the populator's check upstream,
+    with its messages)."""
+    mode = str((pv.get("spec") or {}).get("volumeMode") or "Filesystem")
+    spec = pod.get("spec") or {}
+    containers = [
+        *(spec.get("initContainers") or []),
+        *(spec.get("containers") or []),
+        *(spec.get("ephemeralContainers") or []),
+    ]
+    mounts = any(m.get("name") == name for c in containers for m in c.get("volumeMounts") or [])
+    devices = any(d.get("name") == name for c in containers for d in c.get("volumeDevices") or [])
+    if mounts and mode != "Filesystem":
+        raise VolumeError(f"volume {name} has volumeMode {mode}, but is specified in volumeMounts")
+    if devices and mode != "Block":
+        raise VolumeError(f"volume {name} has volumeMode {mode}, but is specified in volumeDevices")
 
 
 def _claim_of(pod: Pod, spec: VolumeSpec) -> tuple[str, bool]:

@@ -364,19 +364,19 @@ class VolumeManagerImpl:
         self, key: OpKey, want: PodToMount, vol: VolumeToMount, remount: bool
     ) -> None:
         mounted: MountedVolume | None = None
-        error = ""
+        error, operation = "", VolumeError.operation
         try:
             mounted = await set_up(want.pod, vol, remount)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise
         except VolumeError as err:
-            error = str(err)
+            error, operation = str(err), err.operation
         except Exception as err:  # a plugin bug must not kill the reconciler
             log.exception("volume %s of pod %s: set-up raised", vol.name, want.uid)
             error = str(err) or type(err).__name__
         self.ops.observe(key, MOUNT, error, self.ops.finish(key))
-        self._set_up_done(key, want, vol, mounted if not error else None, error, remount)
+        self._set_up_done(key, want, vol, mounted if not error else None, error, operation)
 
     def _set_up_done(
         self,
@@ -385,7 +385,7 @@ class VolumeManagerImpl:
         vol: VolumeToMount,
         mounted: MountedVolume | None,
         error: str,
-        remount: bool,
+        operation: str,
     ) -> None:
         uid = want.uid
         still_wanted = self.dsw.pods.get(uid) is want
@@ -413,7 +413,7 @@ class VolumeManagerImpl:
                 entry = MountedEntry(vol.plugin_name, vol.key[1], vol.dir, State.UNCERTAIN)
                 have.entries[vol.key] = entry
             if still_wanted:
-                until = self._mount_failed(key, want, vol, error)
+                until = self._mount_failed(key, want, vol, error, operation=operation)
                 if entry is not None and entry.state is State.MOUNTED:
                     entry.remount_at = until  # a failed remount is retried
             else:
@@ -427,14 +427,18 @@ class VolumeManagerImpl:
         vol: VolumeToMount,
         error: str,
         backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
+        operation: str = VolumeError.operation,
     ) -> float:
-        """Back-off, log line and FailedMount event; returns the retry time."""
+        """Back-off, log line and FailedMount event; returns the retry time.
+        Both name the volume as upstream's spec name does: the PV's name for
+        a claim resolved to its PV, the pod's volume name otherwise."""
         b = self.ops.failed(key, MOUNT, error, *backoff)
+        name = vol.dir_name or vol.name
         log.warning(
-            "MountVolume.SetUp failed for volume %r of pod %s (retry in %.1fs): %s",
-            vol.name, want.uid, b.duration, error,
+            "%s failed for volume %r of pod %s (retry in %.1fs): %s",
+            operation, name, want.uid, b.duration, error,
         )  # fmt: skip
-        self._event(want.pod, vol.name, error)
+        self._event(want.pod, name, error, operation)
         self._schedule(want.uid, b.until)
         return b.until
 
@@ -573,10 +577,12 @@ class VolumeManagerImpl:
         (podVolumesExist upstream, negated)."""
         return self.states.volumes_torn_down(pod_uid)
 
-    def _event(self, pod: Pod, volume: str, error: str) -> None:
+    def _event(
+        self, pod: Pod, volume: str, error: str, operation: str = VolumeError.operation
+    ) -> None:
         if self.recorder is None:
             return
-        msg = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
+        msg = f'{operation} failed for volume "{volume}" : {error}'
         self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
 
     def _mark_dirty(self, uid: str) -> None:

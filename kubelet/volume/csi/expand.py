@@ -66,6 +66,12 @@ class Expander:
         if resize not in (NODE_RESIZE_PENDING, NODE_RESIZE_IN_PROGRESS):
             log.info("NodeExpandVolume of %s/%s waits: resize status %r", ns, name, resize)
             return
+        if vol.volume_mode == paths.BLOCK:
+            log.warning(
+                "NodeExpandVolume of %s/%s not done: expanding raw block volumes on the node "
+                "is not implemented by this kubelet", ns, name,
+            )  # fmt: skip
+            return
         rv = (pvc.get("metadata") or {}).get("resourceVersion")
         pvc = await self._patch_status(
             pvc_path,

@@ -7,6 +7,20 @@ these in an executor.
     <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/mount
     <root>/pods/<uid>/volumes/kubernetes.io~csi/<name>/vol_data.json
 
+A raw block volume (a PV with volumeMode Block) is laid out as upstream's
+block mapper lays it out (csi_block.go):
+
+    <root>/plugins/kubernetes.io/csi/volumeDevices/staging/<pv>          NodeStage's path
+    <root>/plugins/kubernetes.io/csi/volumeDevices/publish/<pv>/<uid>    NodePublish's file
+    <root>/plugins/kubernetes.io/csi/volumeDevices/<pv>/data/vol_data.json
+    <root>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/vol_data.json       (volumeMode: Block)
+
+    <root>/pods/<uid>/volumeDevices/kubernetes.io~csi/<pv>               link to the publish file
+
+The pod's record stays in the pod's volumes dir (upstream has only the link
+under `pods/<uid>/volumeDevices/`), so tear-down and reconstruction find it
+as they find a mounted volume's; the link is made for tools that look there.
+
 <name> is the PV's name for a persistent volume and the pod's volume name for
 an inline one. The driver controls what is at `globalmount` and `mount` (it
 mounts there, and may leave anything behind): tear-down only unmounts and
@@ -23,6 +37,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 
 from kubelet.util import mountutil
 from kubelet.volume import VolumeError
@@ -43,6 +58,12 @@ ATTACHMENT_ID = "attachmentID"
 LIFECYCLE_MODE = "volumeLifecycleMode"
 PERSISTENT = "Persistent"
 EPHEMERAL = "Ephemeral"
+# Ours, in the pod's record only: "Block" for a raw block volume.
+VOLUME_MODE = "volumeMode"
+BLOCK = "Block"
+
+VOLUME_DEVICES = "volumeDevices"
+_ESCAPED_PLUGIN = PLUGIN_NAME.replace("/", "~")
 
 
 def plugin_dir(root_dir: str) -> str:
@@ -61,6 +82,66 @@ def device_mount_path(root_dir: str, driver: str, volume_handle: str) -> str:
     if not volume_handle:
         raise VolumeError("makeDeviceMountPath failed, volume handle is empty")
     return os.path.join(plugin_dir(root_dir), driver, handle_digest(volume_handle), GLOBAL_MOUNT)
+
+
+def block_dir(root_dir: str) -> str:
+    return os.path.join(plugin_dir(root_dir), VOLUME_DEVICES)
+
+
+def block_staging_path(root_dir: str, pv_name: str) -> str:
+    """NodeStageVolume's staging_target_path for a block volume (GetStagingPath)."""
+    return os.path.join(block_dir(root_dir), "staging", check_dir_name(pv_name))
+
+
+def block_publish_path(root_dir: str, pv_name: str, pod_uid: str) -> str:
+    """NodePublishVolume's target_path for a block volume: a file the driver
+    puts the device at (getPublishPath)."""
+    pv, uid = check_dir_name(pv_name), check_dir_name(pod_uid)
+    return os.path.join(block_dir(root_dir), "publish", pv, uid)
+
+
+def block_data_dir(root_dir: str, pv_name: str) -> str:
+    """Where the staged block volume's vol_data.json lives."""
+    return os.path.join(block_dir(root_dir), check_dir_name(pv_name), "data")
+
+
+def pod_device_link(root_dir: str, pod_uid: str, pv_name: str) -> str:
+    """The pod's link to its block volume (GetPodDeviceMapPath upstream)."""
+    uid, pv = check_dir_name(pod_uid), check_dir_name(pv_name)
+    return os.path.join(root_dir, "pods", uid, VOLUME_DEVICES, _ESCAPED_PLUGIN, pv)
+
+
+def make_pod_device_link(link: str, target: str) -> None:
+    """(Re)make the link; anything there that is not a link is left and refused."""
+    os.makedirs(os.path.dirname(link), mode=0o750, exist_ok=True)
+    try:
+        if not stat.S_ISLNK(os.lstat(link).st_mode):
+            raise VolumeError(f"{link} exists and is not a symbolic link")
+        os.unlink(link)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, link)
+
+
+def remove_pod_device_link(link: str) -> None:
+    """Unlink the link (never what it points at) and the empty dirs above it
+    up to the pod's dir."""
+    try:
+        if stat.S_ISLNK(os.lstat(link).st_mode):
+            os.unlink(link)
+    except FileNotFoundError:
+        pass
+    pod_dir = os.path.dirname(os.path.dirname(os.path.dirname(link)))
+    mountutil.remove_empty_parents(link, pod_dir)
+
+
+def is_block_device(path: str) -> bool:
+    """Whether `path` itself is a block device: a link there is not one,
+    whatever it points at."""
+    try:
+        return stat.S_ISBLK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def attachment_name(volume_handle: str, driver: str, node: str) -> str:
@@ -187,13 +268,34 @@ def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
         raise VolumeError(
             f"failed to remove dir [{path}]: {mountutil.lowercase_strerror(err)}"
         ) from err
-    parent = os.path.dirname(path)
-    leftovers = (
-        (os.path.join(parent, VOL_DATA), os.unlink),
-        (os.path.join(parent, "." + VOL_DATA + ".tmp"), os.unlink),
-        (parent, os.rmdir),
+    remove_record(os.path.dirname(path))
+
+
+def remove_block_target(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+    """The publish file of a block volume, once nothing is mounted there: the
+    driver removes it on NodeUnpublish; one it left (or made before failing)
+    is unlinked, never followed. Anything but a file or a device node is left."""
+    if is_mount_point(path, mountutil.mount_table(mountinfo)):
+        raise VolumeError(f"{path} is still mounted")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISLNK(st.st_mode):
+        _remove_each((path, os.unlink))
+
+
+def remove_record(dir: str) -> None:
+    """dir's vol_data.json (and a temporary one), then dir, which must be empty."""
+    _remove_each(
+        (os.path.join(dir, VOL_DATA), os.unlink),
+        (os.path.join(dir, "." + VOL_DATA + ".tmp"), os.unlink),
+        (dir, os.rmdir),
     )
-    for p, remove in leftovers:
+
+
+def _remove_each(*steps: tuple[str, Callable[[str], None]]) -> None:
+    for p, remove in steps:
         try:
             remove(p)
         except FileNotFoundError:
@@ -202,3 +304,19 @@ def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
             raise VolumeError(
                 f"failed to remove [{p}]: {mountutil.lowercase_strerror(err)}"
             ) from err
+
+
+def remove_block_dirs(root_dir: str, pv_name: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+    """After NodeUnstage of a block volume (cleanupOrphanDeviceFiles): the
+    staging and publish dirs, empty by now, and the volume's record. Content
+    left in them is an error, never deleted."""
+    table = mountutil.mount_table(mountinfo)
+    staging = block_staging_path(root_dir, pv_name)
+    publish = os.path.dirname(block_publish_path(root_dir, pv_name, "x"))
+    data = block_data_dir(root_dir, pv_name)
+    for d in (staging, publish):
+        if is_mount_point(d, table) or mounts_below(d, table):
+            raise VolumeError(f"{d} is still mounted")
+    _remove_each((staging, os.rmdir), (publish, os.rmdir))
+    remove_record(data)
+    _remove_each((os.path.dirname(data), os.rmdir))

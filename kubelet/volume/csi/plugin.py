@@ -99,17 +99,19 @@ class CSIPlugin:
         vol = source.from_spec(pod, spec)
         if os.path.basename(dir) != vol.dir_name:
             raise VolumeError(f"CSI volume dir {dir} does not match volume {vol.dir_name}")
-        target = os.path.join(dir, paths.TARGET)
-        mounted = MountedVolume(name=str(spec["name"]), host_path=target, read_only=vol.read_only)
+        block = vol.volume_mode == paths.BLOCK
+        target = (
+            paths.block_publish_path(self.root, vol.dir_name, _uid(pod))
+            if block
+            else os.path.join(dir, paths.TARGET)
+        )
+        mounted = MountedVolume(
+            name=str(spec["name"]), host_path=target, read_only=vol.read_only, block=block
+        )
         driver = await self.csidrivers.get(vol.driver)
         if remount:
             await self._remount(pod, vol, driver, target)
             return mounted
-        if vol.volume_mode == "Block":
-            raise VolumeError(
-                f"volume {vol.dir_name} has volumeMode Block: raw block CSI volumes are not "
-                "supported by this kubelet yet"
-            )
         modes = csidriver.lifecycle_modes(driver)
         if vol.mode not in modes:
             why = " (no CSIDriver object)" if driver is None else f" (only supports {modes})"
@@ -127,6 +129,9 @@ class CSIPlugin:
         caps = await client.node_capabilities()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self._write_vol_data, dir, vol)
+        if block:
+            await self._map(pod, vol, driver, client, caps, target)
+            return mounted
         staging_path, ctx = "", dict[str, str]()
         if vol.persistent:
             staged = self.staging.add_user(vol.driver, vol.handle, (_uid(pod), vol.dir_name))
@@ -144,20 +149,53 @@ class CSIPlugin:
         self._warn_unimplemented(vol.driver, driver)
         return mounted
 
+    async def _map(
+        self,
+        pod: Pod,
+        vol: CSIVolume,
+        driver: csidriver.CSIDriverSpec | None,
+        client: CSIClient,
+        caps: frozenset[int],
+        publish: str,
+    ) -> None:
+        """A raw block volume (csi_block.go's SetUpDevice and MapPodDevice):
+        staged at volumeDevices/staging/<pv>, published as the file
+        volumeDevices/publish/<pv>/<pod uid>, which must then be a block
+        device; that device is what the containers' volumeDevices get."""
+        uid = _uid(pod)
+        staged = self.staging.add_user(vol.driver, vol.handle, (uid, vol.dir_name), vol.pv_name)
+        try:
+            staging_path, ctx = await self._stage(pod, vol, driver, client, caps, staged)
+        except VolumeError as err:
+            raise VolumeError(str(err), "MapVolume.SetUpDevice") from err
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, _make_publish_dir, publish)
+            await self._publish(pod, vol, driver, client, caps, staging_path, ctx, publish)
+            if not await loop.run_in_executor(None, paths.is_block_device, publish):
+                raise VolumeError(f"{publish} is not a block device after NodePublishVolume")
+        except VolumeError as err:
+            raise VolumeError(str(err), "MapVolume.MapPodDevice") from err
+        link = paths.pod_device_link(self.root, uid, vol.dir_name)
+        try:
+            await loop.run_in_executor(None, paths.make_pod_device_link, link, publish)
+        except (OSError, VolumeError) as err:
+            raise VolumeError(str(err), "MapVolume.MapBlockVolume") from err
+
     def _write_vol_data(self, dir: str, vol: CSIVolume) -> None:
         os.makedirs(dir, mode=0o750, exist_ok=True)
         node = self.host.node_name
-        paths.save_vol_data(
-            dir,
-            {
-                paths.SPEC_VOL_ID: vol.dir_name,
-                paths.VOLUME_HANDLE: vol.handle,
-                paths.DRIVER_NAME: vol.driver,
-                paths.NODE_NAME: node,
-                paths.ATTACHMENT_ID: paths.attachment_name(vol.handle, vol.driver, node),
-                paths.LIFECYCLE_MODE: vol.mode,
-            },
-        )
+        data = {
+            paths.SPEC_VOL_ID: vol.dir_name,
+            paths.VOLUME_HANDLE: vol.handle,
+            paths.DRIVER_NAME: vol.driver,
+            paths.NODE_NAME: node,
+            paths.ATTACHMENT_ID: paths.attachment_name(vol.handle, vol.driver, node),
+            paths.LIFECYCLE_MODE: vol.mode,
+        }
+        if vol.volume_mode == paths.BLOCK:
+            data[paths.VOLUME_MODE] = paths.BLOCK
+        paths.save_vol_data(dir, data)
 
     async def _stage(
         self,
@@ -232,10 +270,18 @@ class CSIPlugin:
             if err.final:
                 # Nothing is mounted: the target the driver may have made goes;
                 # vol_data.json stays for the tear-down to find the volume by.
-                await asyncio.get_running_loop().run_in_executor(None, self._remove_target, target)
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self._remove_target, target, vol.volume_mode == paths.BLOCK
+                )
             raise
 
-    def _remove_target(self, target: str) -> None:
+    def _remove_target(self, target: str, block: bool) -> None:
+        if block:
+            try:
+                paths.remove_block_target(target, self.mountinfo)
+            except VolumeError as err:
+                log.warning("Could not remove %s after a failed NodePublish: %s", target, err)
+            return
         table = mountutil.mount_table(self.mountinfo)
         if paths.is_mount_point(target, table) or paths.mounts_below(target, table):
             return
@@ -280,6 +326,9 @@ class CSIPlugin:
             await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
             return
         driver, handle = data[paths.DRIVER_NAME], data.get(paths.VOLUME_HANDLE, "")
+        block = data.get(paths.VOLUME_MODE) == paths.BLOCK
+        if block:
+            target = paths.block_publish_path(self.root, os.path.basename(dir), pod_uid)
         d = self.drivers.get(driver)
         if d is not None:
             await d.client.node_unpublish(handle, target)
@@ -288,7 +337,13 @@ class CSIPlugin:
                 f"kubernetes.io/csi: driver name {driver} not found in the list of registered "
                 "CSI drivers: cannot unpublish"
             )
-        await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
+        if block:
+            link = paths.pod_device_link(self.root, pod_uid, os.path.basename(dir))
+            await loop.run_in_executor(None, paths.remove_pod_device_link, link)
+            await loop.run_in_executor(None, paths.remove_block_target, target, self.mountinfo)
+            await loop.run_in_executor(None, paths.remove_record, dir)
+        else:
+            await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
         self._found.pop(dir, None)
         if data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
             user = (pod_uid, os.path.basename(dir))
@@ -299,16 +354,23 @@ class CSIPlugin:
     def volume_stats(
         self, name: str, path: str
     ) -> Callable[[], Coroutine[Any, Any, VolumeUsage | None]] | None:
-        """The query of a CSI volume's usage from its driver, None for other volumes."""
-        if os.path.basename(path) != paths.TARGET:
+        """The query of a CSI volume's usage from its driver, None for other
+        volumes. A block volume's is asked at its publish file (upstream asks
+        at its global map path, which this kubelet does not make)."""
+        if os.path.basename(path) == paths.TARGET:
+            if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
+                return None
+            return functools.partial(self._stats, name, path, os.path.dirname(path))
+        pv_dir, uid = os.path.split(path)
+        publish_root, pv = os.path.split(pv_dir)
+        if publish_root != os.path.join(paths.block_dir(self.root), "publish"):
             return None
-        if os.path.basename(os.path.dirname(os.path.dirname(path))) != _ESCAPED_PLUGIN:
-            return None
-        return functools.partial(self._stats, name, path)
+        record = os.path.join(self.root, "pods", uid, "volumes", _ESCAPED_PLUGIN, pv)
+        return functools.partial(self._stats, name, path, record)
 
-    async def _stats(self, name: str, path: str) -> VolumeUsage | None:
+    async def _stats(self, name: str, path: str, record: str) -> VolumeUsage | None:
         loop = asyncio.get_running_loop()
-        data = await loop.run_in_executor(None, paths.load_vol_data, os.path.dirname(path))
+        data = await loop.run_in_executor(None, paths.load_vol_data, record)
         d = self.drivers.get(data[paths.DRIVER_NAME])
         if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
             return None  # as upstream: no usage for a driver that does not report it
@@ -342,10 +404,17 @@ class CSIPlugin:
         d = found.data
         if d.get(paths.DRIVER_NAME) != vol.driver or d.get(paths.VOLUME_HANDLE) != vol.handle:
             return None
+        block = d.get(paths.VOLUME_MODE) == paths.BLOCK
+        if block != (vol.volume_mode == paths.BLOCK):
+            return None
+        uid = _pod_uid_of(dir, self.host.root_dir)
         return MountedVolume(
             name=str(spec["name"]),
-            host_path=os.path.join(dir, paths.TARGET),
+            host_path=paths.block_publish_path(self.root, vol.dir_name, uid)
+            if block
+            else os.path.join(dir, paths.TARGET),
             read_only=vol.read_only,
+            block=block,
         )
 
     async def reconstruct(self) -> None:
@@ -358,13 +427,18 @@ class CSIPlugin:
             self._found[dir] = found
             if found.data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
                 uid = _pod_uid_of(dir, self.host.root_dir)
+                name = os.path.basename(dir)
                 self.staging.add_user(
                     found.data[paths.DRIVER_NAME],
                     found.data.get(paths.VOLUME_HANDLE, ""),
-                    (uid, os.path.basename(dir)),
+                    (uid, name),
+                    name if found.data.get(paths.VOLUME_MODE) == paths.BLOCK else "",
                 )
-        for driver, handle, path in staged:
-            self.staging.found_staged(driver, handle, path)
+        for driver, handle, path, block_pv in staged:
+            # A block volume's staging leaves no mount to tell whether it is
+            # still staged (a reboot detaches it): unstaged if unused, and
+            # staged again (NodeStage is idempotent) before its next publish.
+            self.staging.found_staged(driver, handle, "" if block_pv else path, block_pv)
         log.info("CSI: %d pod volume dirs and %d staged volumes found on disk",
                  len(pods), len(staged))  # fmt: skip
 
@@ -400,11 +474,16 @@ def _pod_uid_of(dir: str, root_dir: str) -> str:
     return rel.split("/", 1)[0]
 
 
+# A staged volume found on disk: (driver, handle, staging path, PV name of a block volume).
+Staged = tuple[str, str, str, str]
+
+
 def scan_disk(
     root_dir: str, mountinfo: str = mountutil.MOUNTINFO
-) -> tuple[dict[str, FoundDir], list[tuple[str, str, str]]]:
+) -> tuple[dict[str, FoundDir], list[Staged]]:
     """Pod CSI volume dirs with a readable vol_data.json (and whether their
-    `mount` is mounted), and staging dirs with theirs: (driver, handle, path)."""
+    `mount` is mounted, or for a block volume whether its publish file is a
+    block device), and staging dirs with theirs."""
     table = mountutil.mount_table(mountinfo)
     pods: dict[str, FoundDir] = {}
     escaped = PLUGIN_NAME.replace("/", "~")
@@ -418,10 +497,20 @@ def scan_disk(
             except (FileNotFoundError, VolumeError) as err:
                 log.warning("CSI volume dir %s has no usable vol_data.json: %s", dir, err)
                 continue
+            if data.get(paths.VOLUME_MODE) == paths.BLOCK:
+                try:
+                    publish = paths.block_publish_path(root_dir, name, uid)
+                except VolumeError as err:
+                    log.warning("CSI block volume dir %s left alone: %s", dir, err)
+                    continue
+                pods[dir] = FoundDir(data, paths.is_block_device(publish))
+                continue
             pods[dir] = FoundDir(data, paths.is_mount_point(os.path.join(dir, paths.TARGET), table))
-    staged: list[tuple[str, str, str]] = []
+    staged = _scan_block_staged(root_dir)
     pdir = paths.plugin_dir(root_dir)
     for driver in _subdirs(pdir):
+        if driver == paths.VOLUME_DEVICES:
+            continue
         for digest in _subdirs(os.path.join(pdir, driver)):
             dir = os.path.join(pdir, driver, digest)
             try:
@@ -432,8 +521,26 @@ def scan_disk(
             if data[paths.DRIVER_NAME] != driver or paths.handle_digest(handle) != digest:
                 log.warning("Staging dir %s does not match its vol_data.json; left alone", dir)
                 continue
-            staged.append((driver, handle, os.path.join(dir, paths.GLOBAL_MOUNT)))
+            staged.append((driver, handle, os.path.join(dir, paths.GLOBAL_MOUNT), ""))
     return pods, staged
+
+
+def _scan_block_staged(root_dir: str) -> list[Staged]:
+    """Block volumes staged: volumeDevices/<pv>/data/vol_data.json with its
+    volumeDevices/staging/<pv> still there."""
+    out: list[Staged] = []
+    bdir = paths.block_dir(root_dir)
+    for pv in _subdirs(bdir):
+        if pv in ("staging", "publish"):
+            continue
+        try:
+            data = paths.load_vol_data(paths.block_data_dir(root_dir, pv))
+        except (FileNotFoundError, VolumeError):
+            continue
+        staging = paths.block_staging_path(root_dir, pv)
+        if os.path.isdir(staging):
+            out.append((data[paths.DRIVER_NAME], data.get(paths.VOLUME_HANDLE, ""), staging, pv))
+    return out
 
 
 def _subdirs(path: str) -> list[str]:
@@ -442,3 +549,8 @@ def _subdirs(path: str) -> list[str]:
             return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _make_publish_dir(publish: str) -> None:
+    # The CO makes the publish file's dir; the driver makes the file.
+    os.makedirs(os.path.dirname(publish), mode=0o750, exist_ok=True)

@@ -15,7 +15,7 @@ from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.token.manager import BoundObjectRef, TokenManager, TokenRequestSpec
 from kubelet.types import Pod
 from kubelet.volume import VolumeError
-from kubelet.volume.csi import csidriver
+from kubelet.volume.csi import csidriver, paths
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.source import CSIVolume, SecretRef
 
@@ -31,6 +31,12 @@ def capability(
     vol: CSIVolume, single_node_multi_writer: bool, mount_group: str = ""
 ) -> pb.VolumeCapability:
     mode = vol.csi_access_mode(single_node_multi_writer)
+    if vol.volume_mode == paths.BLOCK:
+        # A raw device: no filesystem, mount flags or group (csi_block.go).
+        return pb.VolumeCapability(
+            block=pb.VolumeCapability.BlockVolume(),
+            access_mode=pb.VolumeCapability.AccessMode(mode=mode),
+        )
     return pb.VolumeCapability(
         mount=pb.VolumeCapability.MountVolume(
             fs_type=vol.fs_type,

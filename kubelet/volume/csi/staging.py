@@ -46,6 +46,8 @@ def unique_name(driver: str, handle: str) -> str:
 class StagedVolume:
     driver: str
     handle: str
+    # A raw block volume is staged at a path named after its PV, not its handle.
+    block_pv: str = ""
     users: set[User] = field(default_factory=set)
     # NodeStage succeeded, or may have (a timeout), or the mount was found on disk.
     staged: bool = False
@@ -110,15 +112,15 @@ class StagingManager:
 
     # ------------------------------------------------------------ users
 
-    def _entry(self, driver: str, handle: str) -> StagedVolume:
+    def _entry(self, driver: str, handle: str, block_pv: str) -> StagedVolume:
         key = (driver, handle)
         v = self.volumes.get(key)
         if v is None:
-            v = self.volumes[key] = StagedVolume(driver, handle)
+            v = self.volumes[key] = StagedVolume(driver, handle, block_pv)
         return v
 
-    def add_user(self, driver: str, handle: str, user: User) -> StagedVolume:
-        v = self._entry(driver, handle)
+    def add_user(self, driver: str, handle: str, user: User, block_pv: str = "") -> StagedVolume:
+        v = self._entry(driver, handle, block_pv)
         v.users.add(user)
         return v
 
@@ -126,9 +128,9 @@ class StagingManager:
         v = self.volumes.get((driver, handle))
         return v is not None and any(u != uid for u, _ in v.users)
 
-    def found_staged(self, driver: str, handle: str, staging_path: str) -> None:
+    def found_staged(self, driver: str, handle: str, staging_path: str, block_pv: str = "") -> None:
         """A staging dir with its vol_data.json found on disk at start."""
-        v = self._entry(driver, handle)
+        v = self._entry(driver, handle, block_pv)
         v.staged, v.staging_path = True, staging_path
 
     async def stage(
@@ -138,19 +140,19 @@ class StagingManager:
         async with v.lock:
             if v.staged and v.staging_path:
                 return v.staging_path, v.publish_context
-            path = paths.device_mount_path(self.root_dir, v.driver, v.handle)
+            path = self._staging_path(v)
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, _prepare_staging_dir, path, v.driver, v.handle)
+            await loop.run_in_executor(None, self._prepare_staging_dir, v, path)
             try:
                 v.publish_context = await stage(path)
             except CSIError as err:
                 if err.final:
-                    await loop.run_in_executor(None, paths.remove_mount_dir, path, self.mountinfo)
+                    await loop.run_in_executor(None, self._remove_staging_dirs, v, path)
                 else:
                     v.staged, v.staging_path = True, path  # may be staged: unstage later
                 raise
             except VolumeError:
-                await loop.run_in_executor(None, paths.remove_mount_dir, path, self.mountinfo)
+                await loop.run_in_executor(None, self._remove_staging_dirs, v, path)
                 raise
             v.staged, v.staging_path = True, path
             return path, v.publish_context
@@ -182,10 +184,10 @@ class StagingManager:
             if v.staged:
                 if client is None:
                     raise VolumeError(f"driver {v.driver} is not registered: cannot unstage")
-                path = v.staging_path or paths.device_mount_path(self.root_dir, v.driver, v.handle)
+                path = v.staging_path or self._staging_path(v)
                 await client.node_unstage(v.handle, path)
                 await asyncio.get_running_loop().run_in_executor(
-                    None, paths.remove_mount_dir, path, self.mountinfo
+                    None, self._remove_staging_dirs, v, path
                 )
                 v.staged = False
                 log.info("Volume %s unstaged from %s", unique_name(v.driver, v.handle), path)
@@ -220,11 +222,26 @@ class StagingManager:
                 nxt = v.retry_at if nxt is None else min(nxt, v.retry_at)
         return None if nxt is None else max(0.0, nxt - self.clock.monotonic())
 
+    # ------------------------------------------------------------ disk
 
-def _prepare_staging_dir(path: str, driver: str, handle: str) -> None:
-    # The CO makes the staging target dir; vol_data.json beside it says whose
-    # it is, for the tear-down after a restart.
-    os.makedirs(path, mode=0o750, exist_ok=True)
-    paths.save_vol_data(
-        os.path.dirname(path), {paths.VOLUME_HANDLE: handle, paths.DRIVER_NAME: driver}
-    )
+    def _staging_path(self, v: StagedVolume) -> str:
+        if v.block_pv:
+            return paths.block_staging_path(self.root_dir, v.block_pv)
+        return paths.device_mount_path(self.root_dir, v.driver, v.handle)
+
+    def _prepare_staging_dir(self, v: StagedVolume, path: str) -> None:
+        # The CO makes the staging target dir; a vol_data.json says whose it
+        # is, for the tear-down after a restart (beside it, or for a block
+        # volume under volumeDevices/<pv>/data, as upstream).
+        os.makedirs(path, mode=0o750, exist_ok=True)
+        record = os.path.dirname(path)
+        if v.block_pv:
+            record = paths.block_data_dir(self.root_dir, v.block_pv)
+            os.makedirs(record, mode=0o750, exist_ok=True)
+        paths.save_vol_data(record, {paths.VOLUME_HANDLE: v.handle, paths.DRIVER_NAME: v.driver})
+
+    def _remove_staging_dirs(self, v: StagedVolume, path: str) -> None:
+        if v.block_pv:
+            paths.remove_block_dirs(self.root_dir, v.block_pv, self.mountinfo)
+        else:
+            paths.remove_mount_dir(path, self.mountinfo)

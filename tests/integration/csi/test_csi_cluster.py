@@ -242,3 +242,59 @@ def test_generic_ephemeral_and_inline_volumes(env: Env) -> None:
     wait_for(
         "the claim to be collected", lambda: gone(env, "pvc", "eph-data", "-n", "default"), 120
     )
+
+
+def test_block_volume_is_a_device_in_the_container(env: Env) -> None:
+    """A Block claim through volumeDevices: the container (runc) sees a block
+    device at devicePath of the claim's size, and what it writes there is in
+    the driver's backing file; deleting the pod unpublishes, unstages and
+    detaches the loop device, deleting the claim removes the volume."""
+    claim_obj = pvc("blk")
+    claim_obj["spec"]["volumeMode"] = "Block"
+    claim_obj["spec"]["resources"]["requests"]["storage"] = "4Mi"
+    env.apply(claim_obj)
+    claim = wait_for(
+        "the block claim to be bound",
+        lambda: (
+            (c := env.json("get", "pvc", "blk", "-n", "default"))["status"].get("phase") == "Bound"
+            and c
+        ),
+        timeout=120,
+    )
+    pv_name = claim["spec"]["volumeName"]
+    handle = env.json("get", "pv", pv_name)["spec"]["csi"]["volumeHandle"]
+    script = (
+        "test -b /dev/xvda && blockdev --getsize64 /dev/xvda && "
+        "echo blockdata | dd of=/dev/xvda bs=512 count=1 conv=sync,fsync 2>/dev/null && "
+        "echo written && sleep 3600"
+    )
+    p = pod("blk", "blk", script)
+    del p["spec"]["containers"][0]["volumeMounts"]
+    p["spec"]["containers"][0]["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
+    env.apply(p)
+    wait_for("the block pod to run", lambda: phase(env, "blk") == "Running", timeout=180)
+    wait_for(
+        "the pod to write",
+        lambda: "written" in env.cp.kubectl("logs", "blk", "-n", "default").stdout,
+        timeout=60,
+    )
+    assert env.cp.kubectl("logs", "blk", "-n", "default").stdout == f"{4 << 20}\nwritten\n"
+    r = env.cp.kubectl("exec", "blk", "-n", "default", "--", "test", "-b", "/dev/xvda", check=False)
+    assert r.returncode == 0
+    uid = env.json("get", "pod", "blk", "-n", "default")["metadata"]["uid"]
+    base = env.root / "plugins/kubernetes.io/csi/volumeDevices"
+    publish = base / "publish" / pv_name / uid
+    assert os.path.exists(publish) and mounted(publish)
+    assert (base / "staging" / pv_name).is_dir()
+    backing = env.state / "volumes" / handle / "disk.img"
+    with open(backing, "rb") as fh:
+        assert fh.read(10) == b"blockdata\n"
+    assert len(parts.loop_devices_under(str(env.state))) == 1
+
+    env.cp.kubectl("delete", "pod", "blk", "-n", "default", "--wait=true", "--timeout=50s")
+    assert not os.path.lexists(publish)
+    assert not (base / "staging" / pv_name).exists() and not (base / pv_name).exists()
+    assert parts.loop_devices_under(str(env.state)) == []
+    env.cp.kubectl("delete", "pvc", "blk", "-n", "default", "--wait=true", "--timeout=50s")
+    wait_for("the PV to be deleted", lambda: gone(env, "pv", pv_name), timeout=120)
+    wait_for("the driver to delete the volume", lambda: not backing.parent.exists(), timeout=60)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,10 +21,18 @@ from typing import Any
 import pytest
 
 from kubelet.client.rest import APIError
+from kubelet.container.mounts import make_block_devices
+from kubelet.container.runtime import Device, RunContainerOptions
+from kubelet.cri.api import api_pb2 as pb
+from kubelet.cri.errors import CRIError
+from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
+from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
 from kubelet.pluginmanager import CSI_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
+from kubelet.testing.process import short_dir
+from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import wait_for_async
 from kubelet.types import Pod
 from kubelet.util import mountutil
@@ -52,7 +61,7 @@ class FakeAPI:
             raise APIError(404, "NotFound", f"{path} not found")
         return self.objects[path]
 
-    def bind(self, claim: str, pv: str, handle: str) -> None:
+    def bind(self, claim: str, pv: str, handle: str, volume_mode: str = "Filesystem") -> None:
         self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{claim}"] = {
             "metadata": {"name": claim, "namespace": "ns", "uid": f"uid-{claim}"},
             "spec": {"volumeName": pv},
@@ -64,6 +73,7 @@ class FakeAPI:
                 "claimRef": {"namespace": "ns", "name": claim, "uid": f"uid-{claim}"},
                 "accessModes": ["ReadWriteOnce"],
                 "capacity": {"storage": "1Gi"},
+                "volumeMode": volume_mode,
                 "csi": {"driver": DRIVER, "volumeHandle": handle},
             },
         }
@@ -394,7 +404,7 @@ async def test_read_write_once_pod_volume_refused_to_a_second_pod_until_the_firs
     n.vm.add_pod(second)
     await wait_for_async("FailedMount of the second pod", lambda: n.events)
     assert n.events[0] == (
-        'MountVolume.SetUp failed for volume "v" : volume uses the ReadWriteOncePod '
+        'MountVolume.SetUp failed for volume "pv-rwop" : volume uses the ReadWriteOncePod '
         "access mode and is already in use by another pod"
     )
     assert not pod_dir(root, "r2", "pv-rwop").exists()
@@ -403,3 +413,204 @@ async def test_read_write_once_pod_volume_refused_to_a_second_pod_until_the_firs
     assert await n.vm.wait_for_unmount("r1", 30)
     await wait_for_async("second pod's volume", lambda: not n.vm.unmounted_volumes(second), 60)
     assert mounted(pod_dir(root, "r2", "pv-rwop") / "mount")
+
+
+# ------------------------------------------------------------ raw block volumes
+
+
+def block_pod(uid: str, claim: str, device: str = "/dev/xvda") -> dict[str, Any]:
+    p = pod(uid, claim_vol("data", claim))
+    p["spec"]["containers"] = [
+        {
+            "name": "c",
+            "image": "busybox:1.36",
+            "volumeDevices": [{"name": "data", "devicePath": device}],
+        }
+    ]
+    return p
+
+
+def block_paths(root: Path, pv: str, uid: str) -> tuple[Path, Path, Path]:
+    """(staging dir, publish file, the staged volume's record dir), as upstream lays them out."""
+    base = root / "plugins" / "kubernetes.io" / "csi" / "volumeDevices"
+    return base / "staging" / pv, base / "publish" / pv / uid, base / pv / "data"
+
+
+async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path: Path):
+    """Block PV -> NodeStage (block access) at volumeDevices/staging/<pv> ->
+    NodePublish of the file volumeDevices/publish/<pv>/<uid>, a block device
+    (the driver's loop device) -> the container's CRI device at devicePath,
+    accepted by the simulated runtime -> unpublish, unstage, loop detached."""
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-blk", size=8 << 20, block=True)
+    api.bind("claim-blk", "pv-blk", handle, volume_mode="Block")
+    n = await node()
+    p = block_pod("b1", "claim-blk")
+    n.vm.add_pod(p)
+    await all_mounted(n.vm, p)
+    staging, publish, record = block_paths(root, "pv-blk", "b1")
+    assert staging.is_dir()
+    assert stat.S_ISBLK(os.lstat(publish).st_mode)
+    assert json.loads((record / "vol_data.json").read_text()) == {
+        "driverName": DRIVER,
+        "volumeHandle": handle,
+    }
+    pod_record = json.loads((pod_dir(root, "b1", "pv-blk") / "vol_data.json").read_text())
+    assert pod_record["volumeMode"] == "Block" and pod_record["specVolID"] == "pv-blk"
+    assert not (pod_dir(root, "b1", "pv-blk") / "mount").exists()
+    link = root / "pods/b1/volumeDevices/kubernetes.io~csi/pv-blk"
+    assert os.readlink(link) == str(publish)
+    loops = parts.loop_devices_under(driver.state)
+    assert len(loops) == 1 and os.stat(loops[0]).st_rdev == os.lstat(publish).st_rdev
+    vol = n.vm.get_mounted_volumes("b1")["data"]
+    assert (vol.block, vol.host_path, vol.read_only) == (True, str(publish), False)
+    assert n.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{handle}"]
+    query = n.csi.plugin.volume_stats("data", str(publish))
+    assert query is not None
+    usage = await query()
+    assert usage is not None and usage.capacity_bytes == 8 << 20  # the driver's figure
+
+    # What the container gets, through the simulated runtime.
+    devices = make_block_devices(p["spec"]["containers"][0], n.vm.get_mounted_volumes("b1"))
+    assert devices == [Device("/dev/xvda", str(publish), "mrw")]
+    cfg = container_config(
+        NodeSettings(), p, p["spec"]["containers"][0], 0, "busybox:1.36", "h",
+        RunContainerOptions(devices=devices),
+    )  # fmt: skip
+    assert await _created_devices(tmp_path, cfg) == [
+        {"containerPath": "/dev/xvda", "hostPath": str(publish), "permissions": "mrw"}
+    ]
+
+    n.vm.remove_pod("b1")
+    assert await n.vm.wait_for_unmount("b1", 30)
+    await wait_for_async("the block dirs removed", lambda: not staging.exists(), 60.0, 0.05)
+    assert not publish.parent.exists() and not record.parent.exists()
+    assert not pod_dir(root, "b1", "pv-blk").exists()
+    assert not (root / "pods/b1/volumeDevices").exists()
+    assert driver.calls("NodeUnpublishVolume") == 1 and driver.calls("NodeUnstageVolume") == 1
+    assert parts.loop_devices_under(driver.state) == []
+    assert n.csi.volumes_in_use() == []
+
+
+async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict[str, str]]:
+    sim_dir = short_dir("simblk")
+    sim = start_simruntime(sim_dir)
+    rt = RemoteRuntimeService(sim.endpoint, timeout=10)
+    img = RemoteImageService(sim.endpoint, timeout=10)
+    try:
+        await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
+        sb = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name="p", uid="b1", namespace="ns"),
+            log_directory=str(tmp_path / "logs"),
+        )
+        sid = await rt.run_pod_sandbox(sb)
+        cid = await rt.create_container(sid, cfg, sb)
+        info = json.loads((await rt.container_status(cid, verbose=True)).info["info"])
+        devices: list[dict[str, str]] = info["config"]["devices"]
+        # A host path that is not a device node is refused, as runc does.
+        bad = pb.ContainerConfig()
+        bad.CopyFrom(cfg)
+        bad.metadata.name = "bad"
+        bad.devices[0].host_path = str(tmp_path)
+        with pytest.raises(CRIError, match="not a device node"):
+            await rt.create_container(sid, bad, sb)
+        return devices
+    finally:
+        await rt.close()
+        await img.close()
+        sim.stop()
+        shutil.rmtree(sim_dir, ignore_errors=True)
+
+
+async def test_block_volume_mode_mismatches_refused(env):
+    """Upstream's messages: a Block claim in volumeMounts, a Filesystem claim
+    in volumeDevices; nothing is staged or published for either."""
+    root, driver, api, node = env
+    api.bind("claim-b", "pv-b", driver.create_volume("pv-b", block=True), volume_mode="Block")
+    api.bind("claim-f", "pv-f", driver.create_volume("pv-f"))
+    n = await node()
+    mounts_block = pod("m1", claim_vol("data", "claim-b"))
+    mounts_block["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    n.vm.add_pod(mounts_block)
+    n.vm.add_pod(block_pod("m2", "claim-f"))
+    await wait_for_async("both refused", lambda: len(set(n.events)) >= 2, 60.0, 0.05)
+    assert set(n.events) == {
+        'MountVolume.SetUp failed for volume "data" : volume data has volumeMode Block, '
+        "but is specified in volumeMounts",
+        'MountVolume.SetUp failed for volume "data" : volume data has volumeMode Filesystem, '
+        "but is specified in volumeDevices",
+    }
+    assert driver.calls("NodeStageVolume") == 0 and driver.calls("NodePublishVolume") == 0
+    assert not (root / "pods" / "m1" / "volumes").exists() or not any(
+        (root / "pods" / "m1" / "volumes").rglob("vol_data.json")
+    )
+
+
+async def test_block_claim_on_a_volume_the_driver_cannot_map(env):
+    """A driver that refuses block access (here: the volume is not a block
+    volume) fails NodeStage: upstream's MapVolume.SetUpDevice event, nothing
+    left staged."""
+    root, driver, api, node = env
+    api.bind("claim-x", "pv-x", driver.create_volume("pv-x"), volume_mode="Block")
+    n = await node()
+    n.vm.add_pod(block_pod("x1", "claim-x"))
+    await wait_for_async("the refusal", lambda: n.events, 60.0, 0.05)
+    assert n.events[0].startswith(
+        'MapVolume.SetUpDevice failed for volume "pv-x" : rpc error: code = InvalidArgument '
+    )
+    assert "access type must be mount" in n.events[0]
+    staging, _publish, record = block_paths(root, "pv-x", "x1")
+    assert not staging.exists() and not record.exists()
+    assert parts.loop_devices_under(driver.state) == []
+
+
+async def test_block_volume_adopted_after_restart_and_orphan_unmapped(env):
+    root, driver, api, node = env
+    for name in ("bkeep", "bgone"):
+        h = driver.create_volume(f"pv-{name}", size=4 << 20, block=True)
+        api.bind(f"claim-{name}", f"pv-{name}", h, volume_mode="Block")
+    first = await node()
+    kept, gone = block_pod("k1", "claim-bkeep"), block_pod("g1", "claim-bgone")
+    for p in (kept, gone):
+        first.vm.add_pod(p)
+    await wait_for_async(
+        "both pods' volumes mapped",
+        lambda: not first.vm.unmounted_volumes(kept) and not first.vm.unmounted_volumes(gone),
+        60.0,
+        0.05,
+    )
+    await first.shutdown()
+    publishes, stages = driver.calls("NodePublishVolume"), driver.calls("NodeStageVolume")
+    assert len(parts.loop_devices_under(driver.state)) == 2
+
+    second = await node()
+    second.vm.add_pod(kept)
+    await all_mounted(second.vm, kept)
+    assert await second.vm.cleanup_orphaned_pods({"k1"}) == []
+    assert await second.vm.wait_for_unmount("g1", 30)
+    assert driver.calls("NodePublishVolume") == publishes  # adopted, not published again
+    assert driver.calls("NodeStageVolume") == stages
+    vol = second.vm.get_mounted_volumes("k1")["data"]
+    _s, publish, _r = block_paths(root, "pv-bkeep", "k1")
+    assert vol.block and vol.host_path == str(publish)
+    gone_staging, gone_publish, _r = block_paths(root, "pv-bgone", "g1")
+    await wait_for_async("the orphan unstaged", lambda: not gone_staging.exists(), 60.0, 0.05)
+    assert not gone_publish.exists()
+    assert len(parts.loop_devices_under(driver.state)) == 1
+    keep_handle = api.objects["/api/v1/persistentvolumes/pv-bkeep"]["spec"]["csi"]["volumeHandle"]
+    assert second.csi.volumes_in_use() == [f"kubernetes.io/csi/{DRIVER}^{keep_handle}"]
+    # Whether a block volume is still staged cannot be read off the disk (a
+    # reboot detaches it): the next pod to use it stages it again first.
+    other = block_pod("k2", "claim-bkeep")
+    second.vm.add_pod(other)
+    await all_mounted(second.vm, other)
+    assert driver.calls("NodeStageVolume") == stages + 1
+    for uid in ("k1", "k2"):
+        second.vm.remove_pod(uid)
+        assert await second.vm.wait_for_unmount(uid, 30)
+    await wait_for_async(
+        "every loop device detached",
+        lambda: not parts.loop_devices_under(driver.state),
+        60.0,
+        0.05,
+    )

@@ -1,7 +1,8 @@
 """The project's csi-hostpath driver against csi-sanity, csi-test's CSI
 protocol conformance suite (built from github.com/kubernetes-csi/csi-test/v5
 by hack/parts/csi.sh): every spec the driver's capabilities select passes,
-without and with attach (ControllerPublishVolume). The kubelet's own CSI
+without and with attach (ControllerPublishVolume), and with block access
+(volumes on loop devices, which the run must leave detached). The kubelet's own CSI
 tests rely on the driver behaving as the spec says; this is what shows it."""
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
 
 
-@pytest.mark.parametrize("attach", [False, True], ids=["no-attach", "attach"])
-def test_driver_passes_csi_sanity(attach: bool) -> None:
+@pytest.mark.parametrize(
+    ("attach", "access"),
+    [(False, "mount"), (True, "mount"), (False, "block")],
+    ids=["no-attach", "attach", "block"],
+)
+def test_driver_passes_csi_sanity(attach: bool, access: str) -> None:
     if os.geteuid() != 0:
         part_unavailable("csi-hostpath", "it bind-mounts: needs root")
     with starting("CSI test parts", parts.Unavailable):
@@ -36,6 +41,7 @@ def test_driver_passes_csi_sanity(attach: bool) -> None:
                 f"--csi.endpoint=unix://{driver.socket}",
                 f"--csi.stagingdir={tmp / 'staging'}",
                 f"--csi.mountdir={tmp / 'mount'}",
+                f"--csi.testvolumeaccesstype={access}",
                 f"--ginkgo.junit-report={junit}",
                 "--ginkgo.no-color",
             ],
@@ -52,6 +58,7 @@ def test_driver_passes_csi_sanity(attach: bool) -> None:
         assert r.returncode == 0
         # The driver's capabilities select the node, controller and expansion specs.
         assert len(passed) >= (50 if attach else 40)
+        assert parts.loop_devices_under(str(tmp)) == []
     finally:
         driver.stop()
         parts.unmount_all_under(str(tmp))

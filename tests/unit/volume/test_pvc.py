@@ -158,7 +158,9 @@ async def test_unsupported_pv_types():
         "persistent volumes are supported by this kubelet"
     )
     objects[PV_PATH] = pv({"local": {"path": "/tmp"}}, volumeMode="Block")
-    assert "block volumes are not supported by this kubelet" in await fails(objects)
+    assert "block volumes are not supported by this kubelet for hostPath and local PVs" in (
+        await fails(objects)
+    )
 
 
 async def test_claim_problems():

@@ -62,6 +62,7 @@ class DirMount:
         self.adoptable: set[str] = set()
         self.gate: asyncio.Event | None = None
         self.fail = ""
+        self.fail_operation = ""
 
     def can_support(self, spec: dict[str, Any]) -> bool:
         return "pv" in spec
@@ -77,7 +78,7 @@ class DirMount:
             await self.gate.wait()
         os.makedirs(os.path.join(dir, "mount"), exist_ok=True)
         if self.fail:
-            raise VolumeError(self.fail)
+            raise VolumeError(self.fail, self.fail_operation)
         return MountedVolume(spec["name"], os.path.join(dir, "mount"), read_only=True)
 
     def adopt(self, spec: dict[str, Any], dir: str) -> MountedVolume | None:
@@ -217,3 +218,17 @@ async def test_tear_down_waits_for_a_set_up_in_flight(tmp_path: Path):
     await env.settle()
     assert dm.tear_downs == ["pv-1"]
     assert not pv_dir(tmp_path, "a", "pv-1").exists()
+
+
+async def test_set_up_failure_of_a_resolved_claim_names_the_pv(tmp_path: Path):
+    # Upstream's event names the volume spec, which for a claim is its PV;
+    # the operation is the plugin's (MapVolume.* for a raw block volume).
+    env, _claims, dm = env_with(tmp_path)
+    dm.fail = "driver says no"
+    pod = mkpod("a", claim("data", "pv-1"))
+    env.mgr.add_pod(pod)
+    await env.settle()
+    assert env.messages() == ['MountVolume.SetUp failed for volume "pv-1" : driver says no']
+    dm.fail, dm.fail_operation = "no device", "MapVolume.MapPodDevice"
+    await env.step(0.5)
+    assert env.messages()[-1] == 'MapVolume.MapPodDevice failed for volume "pv-1" : no device'

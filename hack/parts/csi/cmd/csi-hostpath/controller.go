@@ -20,17 +20,40 @@ var singleNodeModes = map[csi.VolumeCapability_AccessMode_Mode]bool{
 // checkCapabilities returns "" when every capability can be served, else why not.
 func checkCapabilities(caps []*csi.VolumeCapability) string {
 	for _, c := range caps {
-		if c.GetBlock() != nil {
-			return "block access is not offered by this driver"
-		}
-		if c.GetMount() == nil {
-			return "access type must be mount"
+		if c.GetMount() == nil && c.GetBlock() == nil {
+			return "access type must be mount or block"
 		}
 		if c.GetAccessMode() == nil || !singleNodeModes[c.GetAccessMode().GetMode()] {
 			return "only single-node access modes are offered"
 		}
 	}
 	return ""
+}
+
+// blockAccess says whether the capabilities ask for a block volume; a volume
+// is one or the other, so a mix is refused.
+func blockAccess(caps []*csi.VolumeCapability) (bool, string) {
+	block := 0
+	for _, c := range caps {
+		if c.GetBlock() != nil {
+			block++
+		}
+	}
+	if block > 0 && block < len(caps) {
+		return false, "a volume is either block or mount, not both"
+	}
+	return block > 0, ""
+}
+
+// checkAccessType refuses a capability whose access type is not the volume's.
+func checkAccessType(v *volumeRecord, c *csi.VolumeCapability) error {
+	if v.Block && c.GetBlock() == nil {
+		return status.Errorf(codes.InvalidArgument, "volume %s is a block volume: access type must be block", v.ID)
+	}
+	if !v.Block && c.GetBlock() != nil {
+		return status.Errorf(codes.InvalidArgument, "volume %s is not a block volume: access type must be mount", v.ID)
+	}
+	return nil
 }
 
 func (d *driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
@@ -81,6 +104,10 @@ func (d *driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "snapshots and clones are not offered by this driver")
 	}
+	block, why := blockAccess(req.GetVolumeCapabilities())
+	if why != "" {
+		return nil, status.Error(codes.InvalidArgument, why)
+	}
 	size, err := requestedSize(req.GetCapacityRange(), d.defaultSize)
 	if err != nil {
 		return nil, err
@@ -95,8 +122,11 @@ func (d *driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 		if v.Capacity < size || (lim > 0 && v.Capacity > lim) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with capacity %d", req.GetName(), v.Capacity)
 		}
+		if v.Block != block {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with another access type", req.GetName())
+		}
 	case errors.Is(err, errNoVolume):
-		v = &volumeRecord{ID: id, Name: req.GetName(), Capacity: size}
+		v = &volumeRecord{ID: id, Name: req.GetName(), Capacity: size, Block: block}
 		if err := d.store.create(v); err != nil {
 			return nil, status.Errorf(codes.Internal, "creating volume: %v", err)
 		}
@@ -120,6 +150,12 @@ func (d *driver) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (
 	err := d.ifExists(req.GetVolumeId(), func(v *volumeRecord) error {
 		if v.AttachedTo != "" {
 			return status.Errorf(codes.FailedPrecondition, "volume %s is still attached to %s", v.ID, v.AttachedTo)
+		}
+		if v.Block {
+			// Unstaging detached it; one left by a crash goes now.
+			if err := detachLoop(d.store.blockPath(v.ID)); err != nil {
+				return status.Errorf(codes.Internal, "detaching volume %s: %v", v.ID, err)
+			}
 		}
 		if err := d.store.remove(v.ID); err != nil {
 			return status.Errorf(codes.Internal, "deleting volume %s: %v", v.ID, err)
@@ -192,7 +228,7 @@ func (d *driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_capabilities are required")
 	}
 	d.store.mu.Lock()
-	_, err := d.store.get(req.GetVolumeId())
+	v, err := d.store.get(req.GetVolumeId())
 	d.store.mu.Unlock()
 	if errors.Is(err, errNoVolume) {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetVolumeId())
@@ -202,6 +238,11 @@ func (d *driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 	}
 	if why := checkCapabilities(req.GetVolumeCapabilities()); why != "" {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: why}, nil
+	}
+	for _, c := range req.GetVolumeCapabilities() {
+		if err := checkAccessType(v, c); err != nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+		}
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext:      req.GetVolumeContext(),

@@ -50,6 +50,7 @@ func main() {
 	topologyKey := flag.String("topology-key", "topology.hostpath.csi.kubeletpy.local/node", "the topology segment key")
 	createVolume := flag.String("create-volume", "", "create a volume of this name in the state dir, print its ID and exit (for tests without a provisioner)")
 	size := flag.Int64("size", 1<<30, "with --create-volume: its capacity in bytes")
+	block := flag.Bool("block", false, "with --create-volume: a block volume (a file attached to a loop device while staged)")
 	flag.Parse()
 	st, err := newStore(*stateDir)
 	if err != nil {
@@ -57,7 +58,7 @@ func main() {
 	}
 	if *createVolume != "" {
 		st.mu.Lock()
-		v := &volumeRecord{ID: idForName(*createVolume), Name: *createVolume, Capacity: *size}
+		v := &volumeRecord{ID: idForName(*createVolume), Name: *createVolume, Capacity: *size, Block: *block}
 		if err := st.create(v); err != nil {
 			log.Fatalf("creating volume: %v", err)
 		}

@@ -85,6 +85,16 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 	if err := requireSecret(req.GetVolumeContext(), req.GetSecrets(), requireStageSecret); err != nil {
 		return nil, err
 	}
+	if err := checkAccessType(v, req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	if v.Block {
+		// Staged: attached to a loop device, which NodePublish bind-mounts.
+		if _, err := attachLoop(d.store.blockPath(v.ID)); err != nil {
+			return nil, status.Errorf(codes.Internal, "attaching volume %s: %v", v.ID, err)
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
 	target := req.GetStagingTargetPath()
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging path: %v", err)
@@ -107,6 +117,14 @@ func (d *driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 	}
 	if err := unmountIfMounted(req.GetStagingTargetPath()); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	d.store.mu.Lock()
+	v, err := d.store.get(req.GetVolumeId())
+	d.store.mu.Unlock()
+	if err == nil && v.Block {
+		if err := detachLoop(d.store.blockPath(v.ID)); err != nil {
+			return nil, status.Errorf(codes.Internal, "detaching volume %s: %v", v.ID, err)
+		}
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
@@ -136,6 +154,19 @@ func (d *driver) publishSource(req *csi.NodePublishVolumeRequest) (string, error
 	v, err := d.lookup(id)
 	if err != nil {
 		return "", err
+	}
+	if err := checkAccessType(v, req.GetVolumeCapability()); err != nil {
+		return "", err
+	}
+	if v.Block {
+		dev, err := findLoop(d.store.blockPath(v.ID))
+		if err != nil {
+			return "", status.Error(codes.Internal, err.Error())
+		}
+		if dev == "" {
+			return "", status.Errorf(codes.FailedPrecondition, "volume %s is not staged (no loop device)", id)
+		}
+		return dev, nil
 	}
 	if staging := req.GetStagingTargetPath(); staging != "" {
 		mounted, err := isMountPoint(staging)
@@ -168,7 +199,7 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	if err := d.claimTarget(req.GetVolumeId(), target, req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(target, 0o750); err != nil {
+	if err := makeTarget(target, isBlockDevice(source)); err != nil {
 		return nil, status.Errorf(codes.Internal, "target path: %v", err)
 	}
 	if mounted, err := isMountPoint(target); err != nil {
@@ -186,6 +217,19 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// makeTarget makes the publish target: a directory, or for a block volume a
+// file the device is bind-mounted on (its parent is the CO's, as the spec says).
+func makeTarget(target string, block bool) error {
+	if !block {
+		return os.MkdirAll(target, 0o750)
+	}
+	f, err := os.OpenFile(target, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o640)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // claimTarget records a publish target; a SINGLE_NODE_SINGLE_WRITER volume
@@ -234,7 +278,8 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 	if err := unmountIfMounted(target); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	// The target is the directory NodePublish made: remove only it, never its content.
+	// The target is the directory (or, for a block volume, the file) NodePublish
+	// made: remove only it, never its content.
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "removing %s: %v", target, err)
 	}
@@ -266,6 +311,13 @@ func (d *driver) NodeGetVolumeStats(_ context.Context, req *csi.NodeGetVolumeSta
 	}
 	if _, err := os.Stat(req.GetVolumePath()); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	}
+	if v.Block {
+		// A raw device has a size, not a filesystem's usage.
+		return &csi.NodeGetVolumeStatsResponse{
+			Usage:           []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: v.Capacity}},
+			VolumeCondition: &csi.VolumeCondition{Message: "volume is healthy"},
+		}, nil
 	}
 	cond := &csi.VolumeCondition{Message: "volume is healthy"}
 	dir := d.store.dataDir(v.ID)

@@ -114,6 +114,11 @@ func (s *store) create(v *volumeRecord) error {
 	if err := os.Chmod(s.dataDir(v.ID), 0o777); err != nil {
 		return err
 	}
+	if v.Block {
+		if err := createBlockFile(s.blockPath(v.ID), v.Capacity); err != nil {
+			return err
+		}
+	}
 	return s.put(v)
 }
 
