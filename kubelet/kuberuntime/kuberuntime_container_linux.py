@@ -75,18 +75,6 @@ def container_config(
     mount carries its mappings so the runtime makes it an idmapped mount."""
     envs = [pb.KeyValue(key=k, value=v) for k, v in opts.envs]
     command, args = expand_command_and_args(c, opts.envs)
-    mounts = [
-        pb.Mount(
-            container_path=m.container_path,
-            host_path=m.host_path,
-            readonly=m.read_only,
-            selinux_relabel=m.selinux_relabel,
-            propagation=_PROPAGATION[m.propagation],
-            uidMappings=userns.uids if userns is not None else (),
-            gidMappings=userns.gids if userns is not None else (),
-        )
-        for m in opts.mounts
-    ]
     lsc = container_security_context(
         pod,
         c,
@@ -104,7 +92,7 @@ def container_config(
         args=args,
         working_dir=c.get("workingDir", ""),
         envs=envs,
-        mounts=mounts,
+        mounts=_cri_mounts(opts, userns),
         devices=[
             pb.Device(
                 container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
@@ -121,6 +109,23 @@ def container_config(
             resources=container_resources(pod, c, node), security_context=lsc
         ),
     )
+
+
+def _cri_mounts(opts: RunContainerOptions, userns: pb.UserNamespace | None) -> list[pb.Mount]:
+    """The container's mounts; each carries the pod's ID mappings when it has
+    a user namespace, so the runtime makes it an idmapped mount."""
+    return [
+        pb.Mount(
+            container_path=m.container_path,
+            host_path=m.host_path,
+            readonly=m.read_only,
+            selinux_relabel=m.selinux_relabel,
+            propagation=_PROPAGATION[m.propagation],
+            uidMappings=userns.uids if userns is not None else (),
+            gidMappings=userns.gids if userns is not None else (),
+        )
+        for m in opts.mounts
+    ]
 
 
 def sandbox_userns(sandbox_cfg: pb.PodSandboxConfig) -> pb.UserNamespace | None:

@@ -429,9 +429,8 @@ class VolumeManagerImpl:
         backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
         operation: str = VolumeError.operation,
     ) -> float:
-        """Back-off, log line and FailedMount event; returns the retry time.
-        Both name the volume as upstream's spec name does: the PV's name for
-        a claim resolved to its PV, the pod's volume name otherwise."""
+        """Back-off, log line and FailedMount event (naming the PV of a claim
+        resolved to one, as upstream does); returns the retry time."""
         b = self.ops.failed(key, MOUNT, error, *backoff)
         name = vol.dir_name or vol.name
         log.warning(
@@ -577,12 +576,10 @@ class VolumeManagerImpl:
         (podVolumesExist upstream, negated)."""
         return self.states.volumes_torn_down(pod_uid)
 
-    def _event(
-        self, pod: Pod, volume: str, error: str, operation: str = VolumeError.operation
-    ) -> None:
+    def _event(self, pod: Pod, volume: str, error: str, op: str = VolumeError.operation) -> None:
         if self.recorder is None:
             return
-        msg = f'{operation} failed for volume "{volume}" : {error}'
+        msg = f'{op} failed for volume "{volume}" : {error}'
         self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
 
     def _mark_dirty(self, uid: str) -> None:
