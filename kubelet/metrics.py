@@ -400,6 +400,36 @@ CONTAINERS_PER_POD = Histogram(
     buckets=(1.0, 2.0, 4.0, 8.0, 16.0),  # ExponentialBuckets(1, 2, 5)
     registry=REGISTRY,
 )
+RESTARTED_PODS = Counter(
+    "kubelet_restarted_pods",
+    "Pods started again because they were removed and added back with the same UID "
+    "while the kubelet watched them (common for static pods)",
+    ["static"],
+    registry=REGISTRY,
+)
+WORKING_PODS = Gauge(
+    "kubelet_working_pods",
+    "Pods the kubelet works on, by lifecycle (sync, terminating, terminated), whether "
+    "a source still wants them (desired), not any more (orphan) or only the runtime "
+    "knows them (runtime_only), and whether they are static",
+    ["lifecycle", "config", "static"],
+    registry=REGISTRY,
+)
+# Every (config, static) pair upstream reports; a pair with no pod reads 0.
+_WORKING_CONFIGS = (
+    ("desired", "true"), ("desired", ""), ("orphan", "true"), ("orphan", ""),
+    ("runtime_only", "unknown"),
+)  # fmt: skip
+
+
+def set_working_pods(counts: dict[tuple[str, str, str], int]) -> None:
+    """kubelet_working_pods from one housekeeping pass's counts, keyed by
+    (lifecycle, config, static)."""
+    for config, static in _WORKING_CONFIGS:
+        for life in ("sync", "terminating", "terminated"):
+            WORKING_PODS.labels(life, config, static).set(counts.get((life, config, static), 0))
+
+
 ORPHANED_RUNTIME_PODS = Counter(
     "kubelet_orphaned_runtime_pods",
     "Pods found in the runtime that no pod worker knew of",

@@ -58,6 +58,7 @@ def test_every_upstream_family_is_served_alike_or_listed() -> None:
         "kubelet_running_containers", "kubelet_evictions_total",
         "kubelet_http_requests_total", "kubelet_http_requests_duration_seconds",
         "kubelet_http_inflight_requests", "storage_operation_duration_seconds",
+        "kubelet_restarted_pods_total", "kubelet_working_pods",
     ):  # fmt: skip
         assert name in report.served, name
 
