@@ -430,6 +430,32 @@ def set_working_pods(counts: dict[tuple[str, str, str], int]) -> None:
             WORKING_PODS.labels(life, config, static).set(counts.get((life, config, static), 0))
 
 
+# Node start-up phases (util/node_startup_latency.py): gauges, set once.
+NODE_STARTUP_PRE_KUBELET = Gauge(
+    "kubelet_node_startup_pre_kubelet_duration_seconds",
+    "Seconds from the machine's boot to the kubelet's start",
+    registry=REGISTRY,
+)
+NODE_STARTUP_PRE_REGISTRATION = Gauge(
+    "kubelet_node_startup_pre_registration_duration_seconds",
+    "Seconds from the kubelet's start to its first attempt to register the node",
+    registry=REGISTRY,
+)
+NODE_STARTUP_REGISTRATION = Gauge(
+    "kubelet_node_startup_registration_duration_seconds",
+    "Seconds from the first registration attempt to the Node being created",
+    registry=REGISTRY,
+)
+NODE_STARTUP_POST_REGISTRATION = Gauge(
+    "kubelet_node_startup_post_registration_duration_seconds",
+    "Seconds from the Node being created to it first being Ready",
+    registry=REGISTRY,
+)
+NODE_STARTUP = Gauge(
+    "kubelet_node_startup_duration_seconds",
+    "Seconds from the machine's boot to the Node first being Ready",
+    registry=REGISTRY,
+)
 ORPHANED_RUNTIME_PODS = Counter(
     "kubelet_orphaned_runtime_pods",
     "Pods found in the runtime that no pod worker knew of",
