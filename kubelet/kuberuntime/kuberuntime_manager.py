@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from kubelet import metrics
+from kubelet.allocation.allocation_manager import restarts_for
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
     RUNNING,
@@ -270,9 +271,11 @@ class RuntimeManager:
             return False
         actuated = best_actuated(self.actuation, pod, c, running)
         if actuated is None:
-            log.warning("Pod %s/%s: container %s: neither a record nor the runtime says what it "
-                        "runs with; a resize is not judged for a restart", namespace(pod),
-                        name(pod), c["name"])  # fmt: skip
+            if restarts_for(c, "memory") or restarts_for(c, "cpu"):
+                log.warning("Pod %s/%s: container %s: neither a record nor the runtime says "
+                            "what it runs with; its allocation is applied in place, not by "
+                            "the RestartContainer policy", namespace(pod), name(pod),
+                            c["name"])  # fmt: skip
             return False
         return needs_restart(c, actuated)
 
