@@ -55,7 +55,7 @@ from kubelet.kuberuntime import legacy
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.mirror_client import is_mirror
 from kubelet.pleg.pleg import PodLifecycleEvent
-from kubelet.pod_workers import PodWork, UpdateType
+from kubelet.pod_workers import PodWork, UpdateType, WorkerSync, working_pod_counts
 from kubelet.runtime_orphans import RuntimeOrphans
 from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.status import generate
@@ -476,14 +476,15 @@ class Kubelet:
     async def housekeeping(self) -> None:
         """HandlePodCleanups: stop what no source wants any more, clean up after it."""
         desired = self.pod_manager.uids()
-        self.pod_workers.sync_known_pods(desired)
+        working = self.pod_workers.sync_known_pods(desired)
         if not self.pods.sources_ready.is_set() and self._sources:
             return  # never judge runtime pods before every source has spoken
-        workers = self.pod_workers.known()
-        self._restart_reused_uids(desired - workers - self.pods.rejected)
+        self._restart_reused_uids(desired - working.keys() - self.pods.rejected, working)
+        workers = set(working)
         self.orphans.kill(
             desired, workers, self.pod_manager.generation, self.pod_workers.generation
         )
+        metrics.set_working_pods(working_pod_counts(working.values(), len(self.orphans.killing)))
         # User namespace ranges of pods nothing knows any more (their dirs gone).
         self.runtime.userns.cleanup_orphans(desired | workers, self.pleg.differ.pod_ids)
         self.pods.allocation.remove_orphans(desired | workers)
@@ -511,19 +512,22 @@ class Kubelet:
         self.runtime_manager.crash_backoff.gc()
         self.runtime_manager.image_backoff.gc()
 
-    def _restart_reused_uids(self, unknown: set[str]) -> None:
-        """Pods a source wants whose worker is gone: removed and added again with
-        the same UID (a static pod's manifest deleted and written back) while the
-        old one was stopping, so the add found it terminating. They start again
-        (HandlePodCleanups), handled as a new addition: the old pod's cleanup
-        released its admission."""
+    def _restart_reused_uids(self, unknown: set[str], working: dict[str, WorkerSync]) -> None:
+        """Pods a source wants that no worker knows: removed and added again
+        with the same UID (a static pod's manifest deleted and written back),
+        their finished worker just purged. They start again (HandlePodCleanups),
+        handled as a new addition: the old pod's cleanup released its admission.
+        The only path on which a UID runs a second time."""
         for u in unknown:
             pod = self.pod_manager.get(u)
-            if pod is not None:
-                log.info(
-                    "Pod %s/%s restarts: added again with UID %s", namespace(pod), name(pod), u
-                )
-                self._handle_add(pod)
+            if pod is None:
+                continue
+            log.info("Pod %s/%s restarts: added again with UID %s", namespace(pod), name(pod), u)
+            self._handle_add(pod)
+            if u in self.pod_workers.known():  # not refused by admission this time
+                static = is_static(pod)
+                metrics.RESTARTED_PODS.labels("true" if static else "").inc()
+                working[u] = WorkerSync("sync", False, static)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """A one-off task the loop does not wait for."""

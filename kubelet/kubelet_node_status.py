@@ -18,6 +18,7 @@ from kubelet.client.rest import APIClient, APIError
 from kubelet.events import Recorder
 from kubelet.nodestatus.setters import NodeInputs, compute_status, initial_node, status_changed
 from kubelet.types import Node, NodeStatus, ObjectReference
+from kubelet.util.node_startup_latency import NodeStartupLatencyTracker
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,12 @@ _DEFAULT_LABELS = (
     "beta.kubernetes.io/os",
     "beta.kubernetes.io/arch",
 )
+
+
+def _ready(node: Node) -> bool:
+    """The Node as the API server returned it is Ready."""
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 class RegisteredNode:
@@ -54,10 +61,12 @@ class NodeStatusManager:
         registered: RegisteredNode | None = None,
         wake: asyncio.Event | None = None,
         current: Callable[[], Node | None] = lambda: None,
+        startup: NodeStartupLatencyTracker | None = None,
     ) -> None:
         """current: the Node as the API server has it now (the node watch), so
         what others set there (extended resources in capacity) is seen within
-        a period, not only when this kubelet's own patch returns it."""
+        a period, not only when this kubelet's own patch returns it.
+        startup: times the node's start-up (None: not timed)."""
         self.client = client
         self.inp = inputs
         self.recorder = recorder
@@ -70,6 +79,7 @@ class NodeStatusManager:
         self._last_ready: str | None = None
         self.last_sent: NodeStatus | None = None
         self.current = current
+        self.startup = startup
 
     @property
     def path(self) -> str:
@@ -78,10 +88,14 @@ class NodeStatusManager:
     async def register(self) -> dict[str, Any]:
         """registerWithAPIServer: loops with backoff (100ms doubling to 7s) until it works."""
         delay = 0.1
+        if self.startup is not None:
+            self.startup.attempt_register()
         while True:
             node = initial_node(self.inp)
             try:
                 self.node = await self.client.create("/api/v1/nodes", node)
+                if self.startup is not None:
+                    self.startup.registered_new_node()
                 self.last_sent = node["status"]
                 self.inp.volumes_reported(list(node["status"].get("volumesInUse") or []))
                 log.info("Successfully registered node %s", self.inp.name)
@@ -135,6 +149,8 @@ class NodeStatusManager:
         self.patches += 1
         self.last_report = time.monotonic()
         self._note_ready(status)
+        if self.startup is not None and _ready(node):
+            self.startup.node_ready()
         return dict(node)
 
     def _note_ready(self, status: NodeStatus) -> None:

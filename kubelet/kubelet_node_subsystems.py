@@ -52,6 +52,7 @@ from kubelet.types import (
     object_ref,
     uid,
 )
+from kubelet.util.node_startup_latency import NodeStartupLatencyTracker
 
 
 # ----------------------------------------------------------- node status
@@ -254,8 +255,9 @@ def _node_reporter(
         device_resources=resources.devices.capacity,
     )
     return NodeStatusManager(
-        node.kube_client, readers, node.recorder, registered, wake=due, current=lister.watched
-    )
+        node.kube_client, readers, node.recorder, registered, wake=due, current=lister.watched,
+        startup=NodeStartupLatencyTracker.from_host(),
+    )  # fmt: skip
 
 
 def build_node_status(

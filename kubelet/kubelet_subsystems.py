@@ -263,7 +263,7 @@ def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
     on = node.features.enabled(Feature.InPlacePodVerticalScaling)
     swap = _swap_config(cfg)
     return AllocationManager(
-        limits, admitter.refit, ResizeConditions(generate.now),
+        limits, admitter, ResizeConditions(generate.now),
         CheckpointStore(node.root_dir) if on else None,
         swaps=lambda pod, c: container_swap_behavior(swap, pod, c) != NO_SWAP, enabled=on,
     )  # fmt: skip

@@ -408,6 +408,62 @@ CONTAINERS_PER_POD = Histogram(
     buckets=(1.0, 2.0, 4.0, 8.0, 16.0),  # ExponentialBuckets(1, 2, 5)
     registry=REGISTRY,
 )
+RESTARTED_PODS = Counter(
+    "kubelet_restarted_pods",
+    "Pods started again because they were removed and added back with the same UID "
+    "while the kubelet watched them (common for static pods)",
+    ["static"],
+    registry=REGISTRY,
+)
+WORKING_PODS = Gauge(
+    "kubelet_working_pods",
+    "Pods the kubelet works on, by lifecycle (sync, terminating, terminated), whether "
+    "a source still wants them (desired), not any more (orphan) or only the runtime "
+    "knows them (runtime_only), and whether they are static",
+    ["lifecycle", "config", "static"],
+    registry=REGISTRY,
+)
+# Every (config, static) pair upstream reports; a pair with no pod reads 0.
+_WORKING_CONFIGS = (
+    ("desired", "true"), ("desired", ""), ("orphan", "true"), ("orphan", ""),
+    ("runtime_only", "unknown"),
+)  # fmt: skip
+
+
+def set_working_pods(counts: dict[tuple[str, str, str], int]) -> None:
+    """kubelet_working_pods from one housekeeping pass's counts, keyed by
+    (lifecycle, config, static)."""
+    for config, static in _WORKING_CONFIGS:
+        for life in ("sync", "terminating", "terminated"):
+            WORKING_PODS.labels(life, config, static).set(counts.get((life, config, static), 0))
+
+
+# Node start-up phases (util/node_startup_latency.py): gauges, set once.
+NODE_STARTUP_PRE_KUBELET = Gauge(
+    "kubelet_node_startup_pre_kubelet_duration_seconds",
+    "Seconds from the machine's boot to the kubelet's start",
+    registry=REGISTRY,
+)
+NODE_STARTUP_PRE_REGISTRATION = Gauge(
+    "kubelet_node_startup_pre_registration_duration_seconds",
+    "Seconds from the kubelet's start to its first attempt to register the node",
+    registry=REGISTRY,
+)
+NODE_STARTUP_REGISTRATION = Gauge(
+    "kubelet_node_startup_registration_duration_seconds",
+    "Seconds from the first registration attempt to the Node being created",
+    registry=REGISTRY,
+)
+NODE_STARTUP_POST_REGISTRATION = Gauge(
+    "kubelet_node_startup_post_registration_duration_seconds",
+    "Seconds from the Node being created to it first being Ready",
+    registry=REGISTRY,
+)
+NODE_STARTUP = Gauge(
+    "kubelet_node_startup_duration_seconds",
+    "Seconds from the machine's boot to the Node first being Ready",
+    registry=REGISTRY,
+)
 ORPHANED_RUNTIME_PODS = Counter(
     "kubelet_orphaned_runtime_pods",
     "Pods found in the runtime that no pod worker knew of",

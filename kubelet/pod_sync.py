@@ -306,7 +306,7 @@ class KubeletPodSyncer:
         if self.recorder is not None:
             self.recorder.event(object_ref(pod), "Normal", "ResizeCompleted", done)
         # What a shrink freed counts from now on: deferred resizes may fit.
-        if self.admitter.settle(uid(pod), pod):
+        if self.allocation.settle(pod):
             for u in self.allocation.retry_pending(self.pod_manager.get, TRIGGER_POD_RESIZED):
                 self.work_queue.enqueue(u, 0.0)
 

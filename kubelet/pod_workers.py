@@ -7,6 +7,13 @@ its grace period can only shrink. Before each sync the worker waits until the
 pod cache holds a status newer than its previous sync, so it acts on what the
 runtime did, not on what it asked for.
 
+A worker that has finished (stopped and cleaned up a pod gone from its
+source) keeps its state until housekeeping purges it: no later update for that
+UID starts anything. A pod added again with the same UID (a static pod's
+manifest removed and written back) is marked to restart; housekeeping purges
+the finished worker and starts it again, as a new addition (SyncKnownPods and
+HandlePodCleanups upstream). That is the only way a UID runs a second time.
+
 Static pods with the same full name (an edited manifest is a new pod with a
 new UID) run one at a time, in the order they came: a new one starts only
 once the one before it has been stopped and forgotten, so the old one gets
@@ -19,7 +26,8 @@ import asyncio
 import enum
 import logging
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -99,6 +107,29 @@ class PodSyncer(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class WorkerSync:
+    """Where a known worker is, for housekeeping (PodWorkerSync upstream)."""
+
+    lifecycle: str  # sync, terminating or terminated
+    orphan: bool  # its pod is gone from every source
+    static: bool
+
+
+def working_pod_counts(
+    workers: Iterable[WorkerSync], runtime_only: int
+) -> dict[tuple[str, str, str], int]:
+    """kubelet_working_pods by (lifecycle, config, static), counted once per
+    housekeeping pass. Pods only the runtime knows are being killed by the
+    orphan killer, not by a worker: they are counted as terminating."""
+    counts: Counter[tuple[str, str, str]] = Counter(
+        (w.lifecycle, "orphan" if w.orphan else "desired", "true" if w.static else "")
+        for w in workers
+    )
+    counts["terminating", "runtime_only", "unknown"] += runtime_only
+    return dict(counts)
+
+
 @dataclass
 class _State:
     pod: Pod
@@ -108,6 +139,11 @@ class _State:
     terminating: bool = False
     terminated: bool = False
     removed: bool = False
+    # sync_terminated_pod ran: the UID takes no updates until housekeeping
+    # purges it (ShouldPodBeFinished upstream).
+    finished: bool = False
+    # Added again with the same UID while stopping or finished.
+    restart_requested: bool = False
     grace: int | None = None
     last_sync: float = 0.0
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -151,6 +187,16 @@ class PodWorkerStates:
         st = self._states.get(pod_uid)
         return st is not None and (st.terminating or st.terminated)
 
+    def is_pod_known_terminated(self, pod_uid: str) -> bool:
+        """Every container of the pod is stopped (IsPodKnownTerminated)."""
+        st = self._states.get(pod_uid)
+        return st is not None and st.terminated
+
+    def should_pod_be_finished(self, pod_uid: str) -> bool:
+        """The pod was stopped and cleaned up (ShouldPodBeFinished)."""
+        st = self._states.get(pod_uid)
+        return st is not None and st.finished
+
     def known(self) -> set[str]:
         return set(self._states)
 
@@ -192,6 +238,10 @@ class PodWorkers:
     def update_pod(self, work: PodWork) -> None:
         u = uid(work.pod)
         st = self.states.get(u)
+        if st is not None and st.finished:
+            # Nothing restarts a finished UID but housekeeping, once purged.
+            st.restart_requested |= work.type is UpdateType.CREATE
+            return
         if st is None:
             # A kill for a pod never synced still runs: after a restart its
             # containers may be running in the runtime.
@@ -212,7 +262,10 @@ class PodWorkers:
                 st.grace = work.grace if st.grace is None else min(st.grace, work.grace)
             st.removed = st.removed or work.removed
         elif st.terminating or st.terminated:
-            return  # a pod being killed is not synced again
+            # A pod being killed is not synced again; added again with its
+            # UID, it restarts once stopped and purged.
+            st.restart_requested |= work.type is UpdateType.CREATE
+            return
         else:
             st.pod = work.pod
         st.pending = work
@@ -262,13 +315,24 @@ class PodWorkers:
         st = self.states.get(u) if u is not None else None
         return st is not None and st.terminating and not st.terminated
 
-    def sync_known_pods(self, desired: set[str]) -> None:
+    def sync_known_pods(self, desired: set[str]) -> dict[str, WorkerSync]:
         """Workers of pods that no source wants any more are told to stop for
-        good (SyncKnownPods upstream)."""
-        for u in self.known() - desired:
-            st = self.states.get(u)
-            if st is not None and not st.removed:
+        good; finished workers of such pods, or of pods added again with their
+        UID, are forgotten (SyncKnownPods upstream). Returns the workers left:
+        a desired pod missing from them is one to restart."""
+        out: dict[str, WorkerSync] = {}
+        for st in self.states.all():
+            u = uid(st.pod)
+            orphan = u not in desired
+            if st.finished and (orphan or st.restart_requested):
+                self.states.pop(u)
+                self.generation += 1
+                continue
+            if orphan and not st.removed:
                 self.update_pod(PodWork(st.pod, UpdateType.KILL, removed=True))
+            life = "terminated" if st.terminated else "terminating" if st.terminating else "sync"
+            out[u] = WorkerSync(life, orphan, is_static(st.pod))
+        return out
 
     async def _worker(self, u: str, st: _State) -> None:
         while True:
@@ -312,9 +376,8 @@ class PodWorkers:
                         await self.syncer.sync_terminated_pod(st.pod)
                     except Exception:  # housekeeping removes what is left of it
                         log.exception("cleanup of pod %s failed; forgetting it anyway", u)
-                self.states.pop(u)
+                st.finished = True  # kept until housekeeping purges it
                 self._start_after.pop(u, None)
-                self.generation += 1
                 self._forget_static(u, st.pod)
                 st.done.set()
                 return

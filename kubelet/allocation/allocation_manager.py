@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from kubelet import metrics
 from kubelet.allocation.state import (
@@ -75,8 +75,20 @@ TRIGGER_PODS_ADDED = "pods_added"
 TRIGGER_PODS_REMOVED = "pods_removed"
 TRIGGER_PERIODIC = "periodic_retry"
 
-# A resize's fit among the other admitted pods (canAdmitPod for the new size).
-Refit = Callable[[str, Pod], Rejection | None]
+
+class Admission(Protocol):
+    """The admitted pods' totals (the admission code keeps them; this manager
+    says what size a resized pod holds)."""
+
+    def refit(self, uid: str, pod: Pod) -> Rejection | None:
+        """A resize's fit among the other admitted pods (canAdmitPod for the new size)."""
+        ...
+
+    def recount(self, uid: str, pod: Pod) -> bool:
+        """The pod counts at these requests from now on; True when that freed some."""
+        ...
+
+
 # Does a container of the pod swap (GetContainerSwapBehavior != NoSwap)?
 Swaps = Callable[[Pod, Container], bool]
 
@@ -290,13 +302,14 @@ class AllocationManager:
     def __init__(
         self,
         node: NodeLimits,
-        refit: Refit,
+        admission: Admission,
         conditions: ResizeConditions,
         store: CheckpointStore | None = None,
         swaps: Swaps = lambda _pod, _c: False,
         enabled: bool = True,
     ) -> None:
-        self.node, self.refit, self.conditions, self.swaps = node, refit, conditions, swaps
+        self.node, self.admission, self.conditions = node, admission, conditions
+        self.swaps = swaps
         # InPlacePodVerticalScaling off: nothing is allocated apart from the
         # spec, a changed spec is not looked at (as upstream's no-op state).
         self.enabled = enabled
@@ -313,18 +326,21 @@ class AllocationManager:
         """UpdatePodFromAllocation: the pod as the kubelet runs it."""
         return update_pod_from_allocation(pod, self.allocated.get_pod(uid(pod)))[0]
 
-    def admitted_size(self, pod: Pod) -> Pod:
-        """The pod as admission counts it after a restart: its allocation, with
-        a container's actuated cpu or memory request where larger (a shrink
-        the runtime has not done yet still holds the old size, as upstream's
-        fit reads the status resources); `settle` brings it down once done."""
+    def admitted_size(self, pod: Pod, before: PodResources | None = None) -> Pod:
+        """The pod as admission counts it (after a restart, and while a resize
+        is actuated): its allocation, with a container's actuated cpu or memory
+        request where larger, or, for one with nothing actuated, its allocation
+        `before` the resize (a shrink the runtime has not done yet still holds
+        the old size, as upstream's fit reads the status resources); `settle`
+        brings it down once done."""
         allocated = self.allocated_pod(pod)
         actuated = self.actuated.get_pod(uid(pod)) or {}
         out: Pod | None = None
         for key in CONTAINER_LISTS:
             cs = allocated["spec"].get(key) or []
             for i, c in enumerate(cs):
-                bigger = _larger_requests(c, actuated.get(c["name"]))
+                held = actuated.get(c["name"]) or (before or {}).get(c["name"])
+                bigger = _larger_requests(c, held)
                 if not bigger:
                     continue
                 if out is None:
@@ -333,6 +349,11 @@ class AllocationManager:
                 res = target.setdefault("resources", {})
                 res.setdefault("requests", {}).update(bigger)
         return allocated if out is None else out
+
+    def settle(self, pod: Pod) -> bool:
+        """The pod's resize was actuated: it counts at its allocation now.
+        Answers whether that freed cpu or memory."""
+        return self.admission.recount(uid(pod), self.allocated_pod(pod))
 
     def set_allocated(self, pod: Pod) -> None:
         """The pod was admitted (or resized) at these resources."""
@@ -387,6 +408,8 @@ class AllocationManager:
                 self._unqueue(u)
             return False
         self.set_allocated(pod)
+        # The new size counts at once, the old where larger until `settle`.
+        self.admission.recount(u, self.admitted_size(pod, alloc))
         self._unqueue(u)
         if was_deferred:
             metrics.POD_DEFERRED_ACCEPTED_RESIZES.labels(trigger).inc()
@@ -404,7 +427,7 @@ class AllocationManager:
         infeasible = feasibility(desired, alloc, self.node)
         if infeasible is not None:
             return infeasible
-        rejected = self.refit(uid(desired), desired)
+        rejected = self.admission.refit(uid(desired), desired)
         if rejected is not None:
             return Decision(False, DEFERRED, rejected.message)
         return Decision(True)

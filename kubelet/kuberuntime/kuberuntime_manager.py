@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from kubelet import metrics
+from kubelet.allocation.allocation_manager import restarts_for
 from kubelet.cm.dra.manager import DRAError
 from kubelet.cm.interfaces import ContainerResourceManager
 from kubelet.container.runtime import (
@@ -60,6 +61,7 @@ from kubelet.kuberuntime.pod_resize import (
     PodCgroups,
     PodResizer,
     ResizeError,
+    best_actuated,
     compute_resize,
     needs_restart,
 )
@@ -277,14 +279,22 @@ class RuntimeManager:
             )
         )
 
-    def _resize_restart(self, pod: Pod, c: Container) -> bool:
-        """Does the running container restart to take its allocation? Never
-        without a record of what it runs with (a pod from before the record
-        was kept is not restarted on a guess)."""
+    def _resize_restart(self, pod: Pod, c: Container, running: ContainerStatus) -> bool:
+        """Does the running container restart to take its allocation? Judged
+        against what it was last set to, or, without a record of that (a pod
+        from before the record was kept), what the runtime reports it runs
+        with; never on a guess when neither knows."""
         if self.actuation is None or is_static(pod):
             return False
-        actuated = self.actuation.get_actuated(uid(pod), c["name"])
-        return actuated is not None and needs_restart(c, actuated)
+        actuated = best_actuated(self.actuation, pod, c, running)
+        if actuated is None:
+            if restarts_for(c, "memory") or restarts_for(c, "cpu"):
+                log.warning("Pod %s/%s: container %s: neither a record nor the runtime says "
+                            "what it runs with; its allocation is applied in place, not by "
+                            "the RestartContainer policy", namespace(pod), name(pod),
+                            c["name"])  # fmt: skip
+            return False
+        return needs_restart(c, actuated)
 
     async def _resize_step(
         self, pod: Pod, status: PodStatus, a: PodActions, res: SyncResult
@@ -297,6 +307,8 @@ class RuntimeManager:
         # resize restart) come back with their allocation: not updated here.
         killed = {st.name for st, _ in a.containers_to_kill.values()}
         actions = compute_resize(pod, status, self.actuation, killed, bool(a.resize_restarts))
+        for c in actions.adopted:
+            self.actuation.set_actuated(pod, c)
         if not actions:
             return
         res.resized = True

@@ -19,9 +19,10 @@ from kubelet.types import Container, EphemeralContainer, Pod, host_network, rest
 MustRestart = Callable[[str], str | None]
 # (container spec, container ID) -> has its startup probe succeeded (True without one).
 IsStarted = Callable[[Container, str], bool]
-# (pod, container spec) -> must the container restart to take its allocated
-# resources (a changed resource whose resizePolicy is RestartContainer)?
-ResizeRestart = Callable[[Pod, Container], bool]
+# (pod, container spec, its running status) -> must the container restart to
+# take its allocated resources (a changed resource whose resizePolicy is
+# RestartContainer)?
+ResizeRestart = Callable[[Pod, Container, ContainerStatus], bool]
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Probes:
 
     must_restart: MustRestart
     is_started: IsStarted
-    resize_restart: ResizeRestart = lambda _pod, _c: False
+    resize_restart: ResizeRestart = lambda _pod, _c, _st: False
 
 
 def compute_pod_actions(pod: Pod, status: PodStatus, probes: Probes) -> PodActions:
@@ -168,7 +169,7 @@ def _container_actions(pod: Pod, status: PodStatus, probes: Probes, a: PodAction
         elif why:
             msg = f"Container {c['name']} {why}"
             _probe_grace(pod, c, why, prev.id, a)
-        elif probes.resize_restart(pod, c):
+        elif probes.resize_restart(pod, c, prev):
             # Whatever the restart policy: the container comes back resized.
             a.resize_restarts.add(c["name"])
             a.containers_to_start.append(i)
@@ -279,7 +280,7 @@ class _InitWalk:
             _probe_grace(self.pod, c, why, st.id, a)
             a.kill(st, f"Init container {c['name']} failed liveness probe")
             self.start.append(i)
-        elif self.probes.resize_restart(self.pod, c):
+        elif self.probes.resize_restart(self.pod, c, st):
             a.kill(st, f"Container {c['name']} resize requires restart")
             a.resize_restarts.add(c["name"])
             self.start.append(i)

@@ -20,14 +20,15 @@ from typing import Protocol
 
 from kubelet import metrics
 from kubelet.allocation.allocation_manager import resizable_containers, restarts_for
-from kubelet.allocation.state import Requirements, Resources, resources_of
+from kubelet.allocation.state import Requirements, Resources, normalize, resources_of
 from kubelet.cm.cgroup_manager import CgroupError
-from kubelet.container.runtime import RUNNING, PodStatus
+from kubelet.container.runtime import RUNNING, ContainerStatus, PodStatus
 from kubelet.core_v1 import ResourceList
 from kubelet.cri import errors
 from kubelet.cri.types import RuntimeService
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_resources
 from kubelet.kuberuntime.kuberuntime_sandbox import sandbox_resources_update
+from kubelet.status.resize_status import with_runtime_resources
 from kubelet.types import Container, Pod, is_static, uid
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,20 @@ def _changed(desired: Resources, current: Resources, resource: str) -> tuple[int
     return next(((d, c) for d, c in pairs if d != c), None)
 
 
+def best_actuated(
+    actuation: Actuation, pod: Pod, c: Container, running: ContainerStatus
+) -> Requirements | None:
+    """What the running container was last set to: the record, or for one
+    started before the record was kept (a kubelet upgraded from a version
+    without it, the checkpoint lost) what the runtime reports it runs with, as
+    the pod's status shows it (the memory request, which no runtime reports,
+    as allocated). None when neither knows."""
+    recorded = actuation.get_actuated(uid(pod), c["name"])
+    if recorded is not None or running.resources is None:
+        return recorded
+    return normalize(with_runtime_resources(normalize(c.get("resources")), running.resources))
+
+
 def needs_restart(c: Container, actuated: Requirements | None) -> bool:
     """A resource whose allocation changed has resizePolicy RestartContainer."""
     desired, current = resources_of(c.get("resources")), resources_of(actuated)
@@ -88,6 +103,9 @@ class ResizeActions:
     # A container restarts to resize (RestartContainer): the pod cgroup
     # still follows the allocation.
     restarting: bool = False
+    # Running at their allocation as the runtime reports, with no record of
+    # it (started before the record was kept): recorded now, nothing to do.
+    adopted: list[Container] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.updates) or self.restarting
@@ -109,8 +127,10 @@ def compute_resize(
         if st is None or st.state != RUNNING or c["name"] in killed:
             continue
         desired = resources_of(c.get("resources"))
-        current = resources_of(actuation.get_actuated(uid(pod), c["name"]))
+        current = resources_of(best_actuated(actuation, pod, c, st))
         if desired == current:
+            if actuation.get_actuated(uid(pod), c["name"]) is None:
+                out.adopted.append(c)
             continue
         upd = ContainerUpdate(c, st.id, desired, current)
         for r in (MEMORY, CPU):

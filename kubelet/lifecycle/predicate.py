@@ -180,11 +180,9 @@ class Admitter:
         return out
 
     def refit(self, uid: str, pod: Pod) -> Rejection | None:
-        """An in-place resize of an admitted pod: do its new requests fit beside
-        the other pods'? When they do, they count from now on, together with
-        the old ones where larger until `settle`: the pod runs at its old size
-        until the runtime has resized it (upstream's fit counts the larger of
-        spec and status resources)."""
+        """An in-place resize of an admitted pod: do its new requests fit
+        beside the other pods'? Counts nothing: once the resize is accepted,
+        the allocation manager says what size the pod holds (`recount`)."""
         old = self._admitted.get(uid)
         if old is None:
             return None
@@ -194,13 +192,11 @@ class Admitter:
             return _insufficient("cpu", r.cpu_m, cpu, self.cpu_m)
         if r.memory and mem + r.memory > self.memory:
             return _insufficient("memory", r.memory, mem, self.memory)
-        kept = Requests(max(old.cpu_m, r.cpu_m), max(old.memory, r.memory))
-        self._admitted[uid] = kept
-        self.used = Requests(cpu + kept.cpu_m, mem + kept.memory)
         return None
 
-    def settle(self, uid: str, pod: Pod) -> bool:
-        """The pod's resize was actuated: it counts at its allocated size now.
+    def recount(self, uid: str, pod: Pod) -> bool:
+        """An admitted pod counts at `pod`'s requests from now on (the size
+        the allocation manager says it holds during and after a resize).
         Answers whether that freed cpu or memory."""
         old = self._admitted.get(uid)
         if old is None:

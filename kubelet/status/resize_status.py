@@ -10,7 +10,7 @@ import copy
 
 from kubelet import types as v1
 from kubelet.allocation.state import PodResources, Requirements
-from kubelet.container.runtime import RUNNING, PodStatus
+from kubelet.container.runtime import RUNNING, ContainerResources, PodStatus
 from kubelet.core_v1 import ResourceList, ResourceRequirements
 from kubelet.util.quantity import BINARY_SI, cpu_millis, format_quantity
 
@@ -26,11 +26,19 @@ def status_resources(
     """The allocation, with what the runtime reports for a running container
     in place of its cpu limit, memory limit and cpu request, and the memory
     request last actuated."""
+    st = runtime.find(name)
+    actual = st.resources if st is not None and st.state == RUNNING else None
+    return with_runtime_resources(alloc, actual, actuated)
+
+
+def with_runtime_resources(
+    alloc: Requirements, actual: ContainerResources | None, actuated: Requirements | None = None
+) -> ResourceRequirements:
+    """`alloc` with what the runtime reports (`actual`) in place wherever the
+    runtime can tell the values apart, and the memory request last actuated."""
     out: ResourceRequirements = {}
     limits: ResourceList = dict(alloc.get("limits") or {})
     requests: ResourceList = dict(alloc.get("requests") or {})
-    st = runtime.find(name)
-    actual = st.resources if st is not None and st.state == RUNNING else None
     if actual is not None and limits:
         if actual.cpu_limit_m and (
             actual.cpu_limit_m > MIN_MILLI_CPU_LIMIT

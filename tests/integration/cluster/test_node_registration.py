@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from kubelet.nodelease import NodeLeaseController
 from kubelet.nodestatus.machine import machine_info
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.testing.controlplane import ControlPlane
+from kubelet.util.node_startup_latency import NodeStartupLatencyTracker
 
 pytestmark = pytest.mark.cluster
 
@@ -46,13 +48,16 @@ async def test_node_registers_reports_ready_and_renews_lease(control_plane: Cont
     client = APIClient(conn, qps=50, burst=100)
     heartbeat = APIClient(conn, qps=0, burst=1, timeout=10)
     ready: list[str | None] = [None]
-    mgr = NodeStatusManager(client, inputs(name, ready))
+    # Start-up durations: only a Node this kubelet created is timed.
+    startup = NodeStartupLatencyTracker(None, time.time())
+    mgr = NodeStatusManager(client, inputs(name, ready), startup=startup)
     lease = NodeLeaseController(
         heartbeat, name, 40, node_uid=lambda: (mgr.node or {}).get("metadata", {}).get("uid")
     )
     stop = asyncio.Event()
     try:
         await mgr.register()
+        assert startup.registered_new is not None and startup.ready is None
         await lease.renew()
         first_renew = lease.lease["spec"]["renewTime"]  # type: ignore[index]
         await asyncio.sleep(0.01)
@@ -96,11 +101,19 @@ async def test_node_registers_reports_ready_and_renews_lease(control_plane: Cont
         cond = {c["type"]: c for c in node["status"]["conditions"]}
         assert cond["Ready"]["status"] == "False"
         assert cond["Ready"]["message"] == "container runtime is down"
+        assert startup.ready is None  # no patch has answered Ready yet
+        ready[0] = None
+        assert await mgr.sync_once() is True
+        assert startup.ready is not None and startup.ready >= startup.registered_new
 
         # a restarted kubelet adopts the existing Node
-        mgr2 = NodeStatusManager(client, inputs(name, [None]))
+        again = NodeStartupLatencyTracker(None, time.time())
+        mgr2 = NodeStatusManager(client, inputs(name, [None]), startup=again)
         await mgr2.register()
         assert mgr2.node["metadata"]["uid"] == node["metadata"]["uid"]  # type: ignore[index]
+        # Adopted (its status patched Ready): not a new node's start-up.
+        assert again.first_attempt is not None
+        assert again.registered_new is None and again.ready is None
     finally:
         stop.set()
         await client.close()

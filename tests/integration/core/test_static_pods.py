@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.metrics import REGISTRY
 from kubelet.pod_workers import PodWork, UpdateType
 from kubelet.testing.wait import wait_for_async
 
@@ -190,6 +191,8 @@ async def test_a_manifest_removed_and_written_back_restarts_its_pod(node) -> Non
     """Node e2e 'MirrorPod ... should successfully recreate when file is removed
     and recreated': the same manifest again (same UID) while the old pod is still
     stopping runs the pod again once it has stopped, with restart count 1."""
+    restarted = ("kubelet_restarted_pods_total", {"static": "true"})
+    before = REGISTRY.get_sample_value(*restarted) or 0.0
     path = node.write("again", [forever()])
     await node.wait(lambda: node.phase("again") == "Running", what="again Running")
     first = node.container("again", "c")["containerID"]
@@ -204,6 +207,29 @@ async def test_a_manifest_removed_and_written_back_restarts_its_pod(node) -> Non
         what="again restarted",
     )
     assert node.container("again", "c")["restartCount"] == 1
+    # Started again on housekeeping's one path (re-admitted, counted), never
+    # by a sync for the old UID (the old container's death seen by the PLEG).
+    assert REGISTRY.get_sample_value(*restarted) == before + 1
+
+
+async def test_working_pods_are_counted_each_housekeeping_pass(node) -> None:  # type: ignore[no-untyped-def]
+    """kubelet_working_pods: a running static pod is sync/desired/static; once
+    its manifest is gone and it has stopped, housekeeping forgets it."""
+
+    def working(life: str, config: str = "desired", static: str = "true") -> float | None:
+        labels = {"lifecycle": life, "config": config, "static": static}
+        return REGISTRY.get_sample_value("kubelet_working_pods", labels)
+
+    path = node.write("counted", [forever()])
+    await node.wait(lambda: working("sync") == 1, what="one static pod working")
+    assert working("sync", static="") == 0 and working("terminated") == 0
+    assert working("terminating", "runtime_only", "unknown") == 0
+    path.unlink()
+    await node.wait(
+        lambda: working("sync") == 0 and working("terminated") == 0
+        and working("terminated", "orphan") == 0 and working("terminating", "orphan") == 0,
+        what="the removed pod stopped and forgotten",
+    )  # fmt: skip
 
 
 async def test_container_ids_name_the_runtime_as_its_version_answer_does(node) -> None:  # type: ignore[no-untyped-def]

@@ -40,9 +40,7 @@ def manager(
     ticks = itertools.count()
     conds = ResizeConditions(lambda: f"2026-01-01T00:00:{next(ticks) % 60:02d}Z")
     store = CheckpointStore(str(tmp)) if tmp is not None else None
-    return AllocationManager(
-        NodeLimits(cpu_m, memory, **limits), admitter.refit, conds, store
-    ), admitter
+    return AllocationManager(NodeLimits(cpu_m, memory, **limits), admitter, conds, store), admitter
 
 
 def admit(m: AllocationManager, a: Admitter, p: Pod) -> None:

@@ -188,7 +188,7 @@ def test_the_allocation_survives_a_restart(tmp_path: Path) -> None:
 def test_off_nothing_is_allocated_and_a_changed_spec_is_not_looked_at() -> None:
     admitter = Admitter(110, 1000, GI)
     m = AllocationManager(
-        NodeLimits(1000, GI), admitter.refit, ResizeConditions(lambda: "t"), enabled=False
+        NodeLimits(1000, GI), admitter, ResizeConditions(lambda: "t"), enabled=False
     )
     m.set_allocated(pod("a"))
     assert m.allocated.pods() == set()

@@ -143,7 +143,7 @@ def test_pending_gauge_follows_the_conditions_and_a_deferred_one_accepted_counts
         sample("kubelet_pod_deferred_accepted_resizes_total", retry_trigger="pod_updated")
         == updated
     )
-    a.settle("a", pod("a", cpu="600m"))  # the shrink was actuated
+    m.settle(pod("a", cpu="600m"))  # the shrink was actuated
     # A deferred one accepted on the pod's own update counts pod_updated.
     admit(m, a, pod("d", cpu="300m"))  # the node is full: 600 + 100 + 300
     m.handle_resize(pod("a", cpu="700m", gen=4))

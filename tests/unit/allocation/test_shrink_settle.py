@@ -12,6 +12,7 @@ from kubelet import metrics
 from kubelet.container.runtime import RUNNING, ContainerStatus, PodStatus
 from kubelet.pod_sync import KubeletPodSyncer
 from kubelet.podmanager import PodManager
+from kubelet.types import Pod
 from kubelet.util.workqueue import ReferenceWorkQueue
 from tests.unit.allocation.fixtures import NODE, admit, manager, pod
 
@@ -33,13 +34,13 @@ def test_a_shrink_counts_at_the_old_size_until_settled() -> None:
     assert a.used.cpu_m == 900  # a still runs with 600m
     assert not m.handle_resize(pod("b", cpu="700m", gen=2))
     assert m.conditions.is_reason("b", "Deferred")
-    assert a.settle("a", pod("a", cpu="200m"))
+    assert m.settle(pod("a", cpu="200m"))
     assert a.used.cpu_m == 500
     # A grow counts its new size at once; settling it frees nothing.
     assert m.handle_resize(pod("a", cpu="400m", gen=3))
     assert a.used.cpu_m == 700
-    assert not a.settle("a", pod("a", cpu="400m"))
-    assert not a.settle("gone", pod("gone"))
+    assert not m.settle(pod("a", cpu="400m"))
+    assert not m.settle(pod("gone"))
 
 
 def test_the_actuated_shrink_retries_the_deferred_resizes(tmp_path: Path) -> None:
@@ -89,7 +90,41 @@ def test_after_a_restart_a_shrink_not_yet_done_is_admitted_at_its_old_size(
     # As the kubelet's pod addition: admitted at that size, allocated as checkpointed.
     assert a2.admit("a", m2.admitted_size(wish), NODE) is None
     assert a2.used.cpu_m == 600
-    assert a2.settle("a", m2.allocated_pod(wish))
+    assert m2.settle(wish)
     assert a2.used.cpu_m == 200
     # Nothing actuated larger: the allocation as it is.
     assert m2.admitted_size(pod("b")) == pod("b")
+
+
+def _two(x: str, y: str, gen: int) -> Pod:
+    p = pod("t", gen=gen)
+    p["spec"]["containers"] = [
+        {"name": n, "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
+        for n, cpu in (("x", x), ("y", y))
+    ]
+    return p
+
+
+def test_one_rule_says_what_a_resized_pod_holds() -> None:
+    """The admission code keeps the totals; the allocation manager alone says
+    what size a pod holds: per container the larger of what it runs with and
+    its allocation (upstream's fit with status resources), during a resize as
+    after a restart. One container's shrink does not hide another's growth."""
+    m, a = manager(cpu_m=2000)
+    old, new = _two("400m", "100m", 1), _two("100m", "400m", 2)
+    admit(m, a, old)
+    for c in old["spec"]["containers"]:
+        m.set_actuated(old, c)
+    assert m.handle_resize(new)
+    held = m.admitted_size(new)
+    assert (
+        a.used.cpu_m
+        == 800
+        == sum(
+            int(c["resources"]["requests"]["cpu"].removesuffix("m"))
+            for c in held["spec"]["containers"]
+        )
+    )  # x still runs at 400m, y counts its 400m at once
+    for c in new["spec"]["containers"]:
+        m.set_actuated(new, c)
+    assert m.settle(new) and a.used.cpu_m == 500

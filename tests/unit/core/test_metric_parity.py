@@ -61,6 +61,12 @@ def test_every_upstream_family_is_served_alike_or_listed() -> None:
         "kubelet_running_containers", "kubelet_evictions_total",
         "kubelet_http_requests_total", "kubelet_http_requests_duration_seconds",
         "kubelet_http_inflight_requests", "storage_operation_duration_seconds",
+        "kubelet_restarted_pods_total", "kubelet_working_pods",
+        "kubelet_node_startup_pre_kubelet_duration_seconds",
+        "kubelet_node_startup_pre_registration_duration_seconds",
+        "kubelet_node_startup_registration_duration_seconds",
+        "kubelet_node_startup_post_registration_duration_seconds",
+        "kubelet_node_startup_duration_seconds",
     ):  # fmt: skip
         assert name in report.served, name
 

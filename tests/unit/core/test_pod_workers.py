@@ -7,7 +7,14 @@ from typing import Any
 
 from kubelet.container.cache import Cache
 from kubelet.container.runtime import PodStatus, empty_status
-from kubelet.pod_workers import PodSyncResult, PodWork, PodWorkers, UpdateType
+from kubelet.pod_workers import (
+    PodSyncResult,
+    PodWork,
+    PodWorkers,
+    UpdateType,
+    WorkerSync,
+    working_pod_counts,
+)
 from kubelet.util.clock import FakeClock
 from kubelet.util.workqueue import ReferenceWorkQueue, WorkQueue
 
@@ -74,7 +81,59 @@ async def test_newer_update_replaces_pending_and_kill_is_never_lost() -> None:
     await settle()
     assert r.syncs == [("a", 1)]  # gens 2..4 never synced: a kill came first
     assert r.kills == [("a", 5)]
-    assert r.cleanups == ["a"] and "a" not in w.states
+    assert r.cleanups == ["a"] and w.states.should_pod_be_finished("a")
+    assert w.sync_known_pods(set()) == {} and "a" not in w.states  # purged by housekeeping
+
+
+async def test_a_uid_added_again_while_stopping_restarts_only_through_housekeeping() -> None:
+    """A static pod's manifest removed and written back (same UID): nothing but
+    housekeeping (SyncKnownPods, then a new addition) starts it again, however
+    many syncs (PLEG events, resync ticks) ask for it meanwhile."""
+    r, cache = Recorder(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    w.update_pod(PodWork(pod("a"), UpdateType.CREATE))
+    await settle()
+    w.update_pod(PodWork(pod("a"), UpdateType.KILL, removed=True))
+    w.update_pod(PodWork(pod("a"), UpdateType.CREATE))  # written back while stopping
+    await settle()
+    assert w.states.is_pod_known_terminated("a") and w.states.should_pod_be_finished("a")
+    for t in (UpdateType.SYNC, UpdateType.UPDATE, UpdateType.CREATE):
+        w.update_pod(PodWork(pod("a"), t))  # the old container's death, a resync tick
+    await settle()
+    assert r.syncs == [("a", 0)]  # the finished UID never re-entered a worker
+    assert w.sync_known_pods({"a"}) == {}  # purged: housekeeping restarts it
+    w.update_pod(PodWork(pod("a"), UpdateType.CREATE))
+    await settle()
+    assert r.syncs == [("a", 0), ("a", 0)]
+    assert w.sync_known_pods({"a"}) == {"a": WorkerSync("sync", False, False)}
+
+
+async def test_a_finished_pod_still_wanted_is_kept_and_counted_terminated() -> None:
+    """Finished without being added again (say, refused on the way back): the
+    worker stays, so no sync can start the UID, until the source lets it go."""
+    r, cache = Recorder(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    w.update_pod(PodWork(static_pod("s"), UpdateType.CREATE))
+    w.update_pod(PodWork(pod("b"), UpdateType.CREATE))
+    await settle()
+    w.update_pod(PodWork(static_pod("s"), UpdateType.KILL, removed=True))
+    await settle()
+    known = w.sync_known_pods({"s", "b"})
+    assert known == {
+        "s": WorkerSync("terminated", False, True),
+        "b": WorkerSync("sync", False, False),
+    }
+    counts = working_pod_counts(known.values(), runtime_only=2)
+    assert counts == {
+        ("terminated", "desired", "true"): 1, ("sync", "desired", ""): 1,
+        ("terminating", "runtime_only", "unknown"): 2,
+    }  # fmt: skip
+    w.update_pod(PodWork(static_pod("s"), UpdateType.SYNC))
+    await settle()
+    assert [u for u, _ in r.syncs] == ["s", "b"]
+    assert set(w.sync_known_pods({"b"})) == {"b"}  # the source let it go: purged
 
 
 async def test_pods_sync_concurrently_but_each_sequentially() -> None:

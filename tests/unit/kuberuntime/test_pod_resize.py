@@ -10,8 +10,14 @@ from typing import Any
 import pytest
 
 from kubelet import metrics
-from kubelet.allocation.state import Requirements, normalize
-from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, PodStatus
+from kubelet.allocation.state import Requirements, normalize, resources_of
+from kubelet.container.runtime import (
+    EXITED,
+    RUNNING,
+    ContainerResources,
+    ContainerStatus,
+    PodStatus,
+)
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
@@ -22,6 +28,7 @@ from kubelet.kuberuntime.pod_resize import (
     ResizeActions,
     ResizeError,
     Resources,
+    best_actuated,
     compute_resize,
     memory_decrease_errors,
     needs_restart,
@@ -117,6 +124,40 @@ def test_restart_container_policy_is_per_resource() -> None:
     assert not needs_restart(ctr("a", "200m", "64Mi"), normalize(ctr("a", "1", "1Gi")["resources"]))
 
 
+def _reported(st: PodStatus, cpu_m: int, mem: int) -> PodStatus:
+    """What the runtime reports each container runs with (requests as shares)."""
+    for c in st.containers:
+        c.resources = ContainerResources(cpu_m, cpu_m, mem)
+    return st
+
+
+def test_without_a_record_the_runtime_says_what_a_container_runs_with() -> None:
+    """A pod from before the actuated record was kept (issue #33): what the
+    runtime reports stands in for it; the memory request no runtime reports is
+    taken as allocated."""
+    policy = [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]
+    c = ctr("a", "200m", "64Mi", resizePolicy=policy)
+    st = _reported(running("a"), 200, 32 * MI)
+    got = best_actuated(Actuated(), pod(c), c, st.containers[0])
+    assert resources_of(got) == Resources(200, 200, 32 * MI, 64 * MI)
+    assert needs_restart(c, got)  # the memory limit grew: RestartContainer restarts
+    rec = Actuated(a=ctr("a", "200m", "64Mi"))
+    assert best_actuated(rec, pod(c), c, st.containers[0]) == rec.by_name["a"]  # the record wins
+    # Neither the record nor the runtime knows: nothing to judge a restart on.
+    assert best_actuated(Actuated(), pod(c), c, running("a").containers[0]) is None
+
+
+def test_without_a_record_only_what_the_runtime_shows_changed_is_resized() -> None:
+    p = pod(ctr("a", "200m", "64Mi"), ctr("b", "1", "1Gi"))
+    st = _reported(running("a", "b"), 200, 64 * MI)
+    st.containers[1].resources = ContainerResources(500, 500, 1024 * MI)
+    got = compute_resize(p, st, Actuated(), set())
+    assert set(got.updates) == {"cpu"} and got.updates["cpu"][0].container["name"] == "b"
+    assert got.updates["cpu"][0].current == Resources(500, 500, 1024 * MI, 1024 * MI)
+    # The one at its allocation is recorded as such, nothing done to it.
+    assert [c["name"] for c in got.adopted] == ["a"]
+
+
 def test_a_container_restarted_for_its_resize_starts_again_whatever_the_restart_policy() -> None:
     policy = [{"resourceName": "memory", "restartPolicy": "RestartContainer"}]
     c = ctr("a", "200m", "64Mi", resizePolicy=policy)
@@ -124,7 +165,7 @@ def test_a_container_restarted_for_its_resize_starts_again_whatever_the_restart_
     st = running("a")
     st.containers[0].hash = L.container_hash(c)
     st.sandboxes.append(_sandbox())
-    probes = Probes(lambda _cid: None, lambda _c, _cid: True, lambda _p, _c: True)
+    probes = Probes(lambda _cid: None, lambda _c, _cid: True, lambda _p, _c, _st: True)
     a = compute_pod_actions(p, st, probes)
     assert a.containers_to_start == [0]
     assert a.containers_to_kill["id-a"][1] == "Container a resize requires restart"
