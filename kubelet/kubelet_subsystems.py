@@ -296,6 +296,8 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
         node.features,
         active,
         lambda: pods.sources_ready.is_set() or not has_sources,
+        # A device's health changed: its pods' statuses are synced now.
+        device_health_changed=pods.sync_requests.request,
     )
 
 
@@ -561,6 +563,16 @@ class Workers:
     workers: PodWorkers
 
 
+def _resource_health(node: Node, resources: ResourceManagers) -> generate.ResourceHealth | None:
+    """ResourceHealthStatus: containers' allocatedResourcesStatus from the device
+    manager. DRA, the KEP's other half, is not implemented by this kubelet."""
+    if not node.features.enabled(Feature.ResourceHealthStatus):
+        return None
+    log.info("ResourceHealthStatus: device plugin devices' health is reported in "
+             "allocatedResourcesStatus; DRA resource health is not (no DRA here)")  # fmt: skip
+    return resources.devices.allocated_resources_status
+
+
 def build_workers(
     node: Node,
     pods: Pods,
@@ -579,7 +591,7 @@ def build_workers(
         pods.cache, pods.work_queue, pods.admitter, volumes.manager,
         pod_cgroups=pod_cgroups, mirror_client=mirror_client,
         recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
-        userns=runtime.userns,
+        userns=runtime.userns, resource_health=_resource_health(node, resources),
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,
