@@ -18,7 +18,6 @@ from kubelet.kuberuntime.termination import (
 from kubelet.status.generation import condition_observed_generation, generation
 from kubelet.types import Container, Pod, host_network, qos_class, restart_policy, uid
 
-
 # (pod UID, container name) -> the health of the devices the container holds
 # (the device manager's, with ResourceHealthStatus on).
 ResourceHealth = Callable[[str, str], list[v1.ResourceStatus]]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.server import PluginClient
 
+
 @dataclass
 class Endpoint:
     """A plugin as the manager uses it (endpointImpl): its client and options;

@@ -49,9 +49,7 @@ def resources_status(
     return [
         {
             "name": resource,
-            "resources": [
-                {"resourceID": d, "health": health(resource, d)} for d in sorted(ids)
-            ],
+            "resources": [{"resourceID": d, "health": health(resource, d)} for d in sorted(ids)],
         }
         for resource, ids in sorted(devices.items())
         if ids

@@ -22,6 +22,9 @@ from kubelet.testing.kubelets import InProcessKubelet, in_process_kubelet
 from kubelet.testing.simruntime import SimRuntimeProc
 
 R = "example.com/gpu"
+# Within any /etc/subuid range for "kubelet" (the default maxPods): the
+# fixture's 500 would need more user namespace IDs than a node may give.
+MAX_PODS = 110
 CONTAINER = {
     "name": "c",
     "image": "busybox",
@@ -58,13 +61,16 @@ async def test_an_unhealthy_device_reaches_the_container_status(
     simruntime: SimRuntimeProc, short_root: Path
 ) -> None:
     async with in_process_kubelet(
-        simruntime.endpoint, short_root, sync_frequency=300.0,
+        simruntime.endpoint, short_root, sync_frequency=300.0, max_pods=MAX_PODS,
         feature_gates={"ResourceHealthStatus": True},
     ) as node:  # fmt: skip
         plugin = await started(node)
         try:
             want = [{"name": R, "resources": [{"resourceID": "d0", "health": HEALTHY}]}]
             await node.wait(lambda: health(node) == want, 30, "d0 Healthy in the status")
+            # The syncs of the start (the PLEG's ContainerStarted) are over: no
+            # sync but the device manager's asks for one before the resync.
+            await node.wait(lambda: node.container("gpu", "c")["ready"], 30, "c ready")
             plugin.update({"d0": UNHEALTHY})
             want[0]["resources"][0]["health"] = UNHEALTHY
             await node.wait(lambda: health(node) == want, 30, "d0 Unhealthy in the status")
@@ -76,7 +82,7 @@ async def test_an_unhealthy_device_reaches_the_container_status(
 async def test_with_the_gate_off_the_status_has_no_device_health(
     simruntime: SimRuntimeProc, short_root: Path
 ) -> None:
-    async with in_process_kubelet(simruntime.endpoint, short_root) as node:
+    async with in_process_kubelet(simruntime.endpoint, short_root, max_pods=MAX_PODS) as node:
         plugin = await started(node)
         try:
             # Running: its status was made while the container held d0.
