@@ -50,6 +50,9 @@ class Feature(enum.StrEnum):
     # (kubelet/resourcehelper.py); off, a pod that sets it is refused at admission.
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
+    # containerStatuses[].allocatedResourcesStatus: the health of device plugin
+    # devices (kubelet/cm/devicemanager/health.py); DRA is not implemented here.
+    ResourceHealthStatus = "ResourceHealthStatus"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     # Node.status.features and containerStatuses[].user from the runtime (the
     # admission check of Strict pods does not depend on it, as upstream).

@@ -82,7 +82,7 @@ from kubelet.status.resize_conditions import ResizeConditions
 from kubelet.status.status_manager import StatusManager
 from kubelet.sysctl import SysctlAllowlist
 from kubelet.token.manager import TokenManager
-from kubelet.types import ObjectReference, Pod, name, namespace
+from kubelet.types import ObjectReference
 from kubelet.userns import idrange
 from kubelet.userns.userns_manager import UsernsManager
 from kubelet.util import filesystem
@@ -97,7 +97,7 @@ from kubelet.volume.downwardapi import DownwardAPIPlugin
 from kubelet.volume.emptydir import EmptyDirPlugin
 from kubelet.volume.hostpath import HostPathPlugin
 from kubelet.volume.projected import ProjectedPlugin
-from kubelet.volume.pvc import PVCPlugin
+from kubelet.volume.pvc import PVCPlugin, claim_refs
 from kubelet.volume.secret import SecretPlugin
 from kubelet.volumemanager.manager import PodVolumeStates, VolumeManagerImpl
 
@@ -305,6 +305,8 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
         lambda: pods.sources_ready.is_set() or not has_sources,
         dra_plugins=dra,
         kube_client=node.kube_client,
+        # A device's health changed: its pods' statuses are synced now.
+        device_health_changed=pods.sync_requests.request,
     )
 
 
@@ -373,19 +375,6 @@ def build_volumes(
         claims=lambda u: claim_refs(pods.manager.get(u)),
     )
     return Volumes(tokens, manager, stats, plugins, csi)
-
-
-def claim_refs(pod: Pod | None) -> dict[str, tuple[str, str]]:
-    """The pod's claim volumes: name -> (namespace, claim), for pvcRef."""
-    if pod is None:
-        return {}
-    out = {}
-    for v in pod["spec"].get("volumes") or []:
-        if "persistentVolumeClaim" in v:
-            out[v["name"]] = (namespace(pod), str(v["persistentVolumeClaim"].get("claimName", "")))
-        elif "ephemeral" in v:
-            out[v["name"]] = (namespace(pod), f"{name(pod)}-{v['name']}")
-    return out
 
 
 # ---------------------------------------------------------------- probes
@@ -572,6 +561,16 @@ class Workers:
     workers: PodWorkers
 
 
+def _resource_health(node: Node, resources: ResourceManagers) -> generate.ResourceHealth | None:
+    """ResourceHealthStatus: containers' allocatedResourcesStatus from the device
+    manager. DRA, the KEP's other half, is not implemented by this kubelet."""
+    if not node.features.enabled(Feature.ResourceHealthStatus):
+        return None
+    log.info("ResourceHealthStatus: device plugin devices' health is reported in "
+             "allocatedResourcesStatus; DRA resource health is not (no DRA here)")  # fmt: skip
+    return resources.devices.allocated_resources_status
+
+
 def build_workers(
     node: Node,
     pods: Pods,
@@ -591,6 +590,7 @@ def build_workers(
         pod_cgroups=pod_cgroups, mirror_client=mirror_client,
         recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
         userns=runtime.userns, dra=resources.dra,
+        resource_health=_resource_health(node, resources),
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

@@ -88,6 +88,7 @@ class KubeletPodSyncer:
         allocation: AllocationManager | None = None,
         userns: UsernsManager | None = None,
         dra: DRAManager | None = None,
+        resource_health: generate.ResourceHealth | None = None,
     ) -> None:
         self.root_dir = root_dir
         # Claims are unprepared once the pod's containers stopped; None: DRA off.
@@ -108,6 +109,7 @@ class KubeletPodSyncer:
         self.recorder = recorder
         self.clock = clock
         self.allocation = allocation
+        self.resource_health = resource_health  # ResourceHealthStatus on
         self._pod_dirs: set[str] = set()
         self._cgroups_made: set[str] = set()
         self._warned: set[str] = set()  # pods told which of their fields are not implemented
@@ -189,10 +191,7 @@ class KubeletPodSyncer:
     def _fail_for_deadline(self, pod: Pod, status: PodStatus, old: v1.PodStatus) -> PodSyncResult:
         """Failed before anything more is started; the worker then kills it."""
         u = uid(pod)
-        api = generate.generate(
-            pod, status, self.runtime_manager.waiting.get(u, {}), self.node_ips, old,
-            tracking=self.status_manager.tracking,
-        )  # fmt: skip
+        api = self._api_status(pod, status, self.runtime_manager.waiting.get(u, {}), old)
         self._fail_past_deadline(pod, api)
         self.status_manager.set_pod_status(u, api, pod)
         self.admitter.release(u)
@@ -260,10 +259,7 @@ class KubeletPodSyncer:
         """The pod's status from the runtime's, on the previous status read now,
         not at the start of the sync: an eviction may have made the pod Failed
         while the runtime was busy, and that must not be written over."""
-        api = generate.generate(
-            pod, status, waiting, self.node_ips, self._previous_status(pod), self.probes,
-            tracking=self.status_manager.tracking,
-        )  # fmt: skip
+        api = self._api_status(pod, status, waiting, self._previous_status(pod), self.probes)
         if self.allocation is not None and self.allocation.enabled:
             u = uid(pod)
             alloc = self.allocation.allocated.get_pod(u)
@@ -272,6 +268,19 @@ class KubeletPodSyncer:
                 self.allocation.actuated.get_pod(u),
             )  # fmt: skip
         return api
+
+    def _api_status(
+        self,
+        pod: Pod,
+        status: PodStatus,
+        waiting: dict[str, tuple[str, str]],
+        old: v1.PodStatus | None,
+        probes: ProbeManager | None = None,
+    ) -> v1.PodStatus:
+        return generate.generate(
+            pod, status, waiting, self.node_ips, old, probes,
+            tracking=self.status_manager.tracking, resource_health=self.resource_health,
+        )  # fmt: skip
 
     def _allocated(self, pod: Pod, status: PodStatus) -> Pod:
         """The pod runs with what was allocated; a resize not accepted yet is
@@ -358,10 +367,7 @@ class KubeletPodSyncer:
             # DisruptionTarget is told before the containers stop, as upstream;
             # the phase turns Failed only once nothing runs (never Failed and
             # Ready at once: upstream issue 108594).
-            api = generate.generate(
-                pod, status, {}, self.node_ips, self._previous_status(pod),
-                tracking=self.status_manager.tracking,
-            )  # fmt: skip
+            api = self._api_status(pod, status, {}, self._previous_status(pod))
             disruption.mark_disruption(evicted, api)
             self.status_manager.set_pod_status(u, api)
         await rm.kill_pod(pod, status, grace, remove=False)
@@ -372,9 +378,7 @@ class KubeletPodSyncer:
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)
-        api = generate.generate(
-            pod, final, {}, self.node_ips, old, tracking=self.status_manager.tracking
-        )
+        api = self._api_status(pod, final, {}, old)
         # Its containers are stopped: its volumes may go now (upstream unmounts
         # a terminated pod's volumes before its object is deleted).
         self.volumes.remove_pod(u)

@@ -245,9 +245,12 @@ def new_resource_managers(
     sources_ready: Callable[[], bool],
     dra_plugins: DRAPluginManager | None = None,
     kube_client: APIClient | None = None,
+    device_health_changed: Callable[[str], None] | None = None,
 ) -> ResourceManagers:
     """NewContainerManager's part and Start: ContainerManagerError with upstream's
-    message, prefixed as the Go kubelet prefixes it, for anything it refuses."""
+    message, prefixed as the Go kubelet prefixes it, for anything it refuses.
+    device_health_changed: asked to sync a pod whose devices' health changed
+    (with ResourceHealthStatus on; upstream's device manager update channel)."""
     with _refused():
         topology = _new_topology(cfg, rc.machine, gates)
     with _refused("start cpu manager error: "):
@@ -276,9 +279,11 @@ def new_resource_managers(
             gates.enabled(Feature.PodLevelResources),
         )
     numa_nodes = [n.id for n in rc.machine.nodes]
+    health = gates.enabled(Feature.ResourceHealthStatus)
     devices = DeviceManager(
-        rc.state_dir, pods, sources_ready, numa_nodes=numa_nodes, affinity=topology
-    )
+        rc.state_dir, pods, sources_ready, numa_nodes=numa_nodes, affinity=topology,
+        health_changed=device_health_changed if health else None,
+    )  # fmt: skip
     # Upstream's order: devices, CPUs, memory (hints merge in any order, but
     # allocation, and so which error a pod gets, follows it).
     for provider in (devices, cpu, memory):

@@ -178,6 +178,18 @@ class ContainerUser(TypedDict, total=False):
     linux: LinuxContainerUser
 
 
+class ResourceHealth(TypedDict):
+    resourceID: str
+    health: str  # Healthy, Unhealthy or Unknown
+
+
+class ResourceStatus(TypedDict, total=False):
+    """One resource of a container's allocatedResourcesStatus (ResourceHealthStatus)."""
+
+    name: Required[str]
+    resources: list[ResourceHealth]
+
+
 class ContainerStatus(TypedDict, total=False):
     name: Required[str]
     state: ContainerState
@@ -190,6 +202,7 @@ class ContainerStatus(TypedDict, total=False):
     started: bool
     resources: ResourceRequirements
     allocatedResources: ResourceList
+    allocatedResourcesStatus: list[ResourceStatus]
     stopSignal: str
     user: ContainerUser
 

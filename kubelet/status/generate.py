@@ -4,7 +4,7 @@ getPhase, and the status package's condition generators)."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,7 +16,11 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Container, Pod, host_network, qos_class, restart_policy
+from kubelet.types import Container, Pod, host_network, qos_class, restart_policy, uid
+
+# (pod UID, container name) -> the health of the devices the container holds
+# (the device manager's, with ResourceHealthStatus on).
+ResourceHealth = Callable[[str, str], list[v1.ResourceStatus]]
 
 
 class ProbeResults(Protocol):
@@ -477,12 +481,19 @@ def generate(
     old: v1.PodStatus | None,
     probes: ProbeResults | None = None,
     tracking: bool = True,
+    resource_health: ResourceHealth | None = None,
 ) -> v1.PodStatus:
     """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
-    kubelet condition then reports the pod generation the status was made from)."""
+    kubelet condition then reports the pod generation the status was made from).
+    resource_health: ResourceHealthStatus is on; regular containers holding
+    devices get allocatedResourcesStatus (as upstream, not init containers)."""
     old = old or {}
     init_specs = pod["spec"].get("initContainers") or []
     init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
+    if resource_health is not None:
+        for cs in st:
+            if health := resource_health(uid(pod), cs["name"]):
+                cs["allocatedResourcesStatus"] = health
     phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
     # Terminal is terminal: a pod never leaves Succeeded or Failed.
     if old.get("phase") in ("Succeeded", "Failed"):

@@ -217,6 +217,18 @@ def _claim_of(pod: Pod, spec: VolumeSpec) -> tuple[str, bool]:
     return str(src.get("claimName") or ""), bool(src.get("readOnly"))
 
 
+def claim_refs(pod: Pod | None) -> dict[str, tuple[str, str]]:
+    """The pod's claim volumes: name -> (namespace, claim), for pvcRef."""
+    if pod is None:
+        return {}
+    ns = pod["metadata"].get("namespace", "")
+    return {
+        v["name"]: (ns, _claim_of(pod, v)[0])
+        for v in pod["spec"].get("volumes") or []
+        if "persistentVolumeClaim" in v or "ephemeral" in v
+    }
+
+
 def _check_owner(pod: Pod, pvc: PersistentVolumeClaim, ns: str, claim: str, prefix: str) -> None:
     # VolumeIsForPod: the claim must be controlled by this very pod, else a
     # claim someone made under the same name would be mounted into it.

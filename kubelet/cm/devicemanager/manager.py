@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import grpc
@@ -32,6 +31,8 @@ from kubelet.cm.devicemanager import (
 )
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.checkpoint import DeviceCheckpoint, Entry, marshal, unmarshal
+from kubelet.cm.devicemanager.endpoint import Endpoint, ResourceDevices
+from kubelet.cm.devicemanager.health import DeviceHealth
 from kubelet.cm.devicemanager.pod_devices import (
     Allocation,
     AllocationError,
@@ -59,7 +60,7 @@ from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
 from kubelet.cm.topologymanager.topology_manager import Store, admission_rejection, all_containers
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.resourcehelper import pod_limits
-from kubelet.types import Container, Pod, uid
+from kubelet.types import Container, Pod, ResourceStatus, uid
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.quantity import parse_quantity
 
@@ -80,28 +81,6 @@ def device_requests(c: Container, is_device_resource: Callable[[str], bool]) -> 
         if is_device_resource(resource):
             out[resource] = int(parse_quantity(qty))
     return {r: n for r, n in out.items() if n > 0}
-
-
-@dataclass
-class Endpoint:
-    """A plugin as the manager uses it (endpointImpl): its client and options;
-    stopped_at is set once its stream ended (or it is known only from the
-    checkpoint of a previous run)."""
-
-    resource: str
-    client: PluginClient | None
-    options: pb.DevicePluginOptions
-    stopped_at: float | None = None
-
-
-@dataclass
-class ResourceDevices:
-    """The devices of one resource, as its plugin last listed them."""
-
-    healthy: set[str] = field(default_factory=set)
-    unhealthy: set[str] = field(default_factory=set)
-    # Device ID -> NUMA nodes (its topology), for allocation and the checkpoint.
-    numa: dict[str, list[int]] = field(default_factory=dict)
 
 
 class Capacity(NamedTuple):
@@ -125,7 +104,10 @@ class DeviceManager:
         dial_timeout: float = DIAL_TIMEOUT,
         numa_nodes: Sequence[int] = (),
         affinity: Store | None = None,
+        health_changed: Callable[[str], None] | None = None,
     ) -> None:
+        """health_changed (ResourceHealthStatus on): told the UID of each pod
+        holding a device whose health changed, so its status is synced."""
         self.socket_dir = os.path.join(root_dir, DEVICE_PLUGINS_DIR)
         self.clock = clock
         self.grace_period = grace_period
@@ -141,6 +123,7 @@ class DeviceManager:
         # (None: allocation ignores NUMA, as with the topology policy none).
         self.numa_nodes = list(numa_nodes)
         self.affinity = affinity
+        self.health = DeviceHealth(self.endpoints, self.devices, self.pod_devices, health_changed)
         self._store = CheckpointStore(self.socket_dir)
         self.server = RegistrationServer(self.socket_dir, self, dial_timeout)
 
@@ -160,9 +143,10 @@ class DeviceManager:
             raise PluginConnectError(
                 f"failed to get device plugin options: {rpc_error(err)}"
             ) from None
-        self.endpoints[client.resource] = Endpoint(client.resource, client, options)
-        # Until its first list the resource has no devices, but it exists.
-        self.devices.setdefault(client.resource, ResourceDevices())
+        with self.health.watch(client.resource):
+            self.endpoints[client.resource] = Endpoint(client.resource, client, options)
+            # Until its first list the resource has no devices, but it exists.
+            self.devices.setdefault(client.resource, ResourceDevices())
         self._removed.discard(client.resource)
         log.info("Device plugin connected: %s", client.resource)
         self._changed.set()
@@ -171,8 +155,9 @@ class DeviceManager:
         ep = self.endpoints.get(client.resource)
         if ep is None or ep.client is not client:
             return
-        self._mark_unhealthy(client.resource)
-        ep.stopped_at = self.clock.monotonic()
+        with self.health.watch(client.resource):
+            self._mark_unhealthy(client.resource)
+            ep.stopped_at = self.clock.monotonic()
         log.info("Device plugin %s stopped: its devices are unhealthy; the resource "
                  "leaves the node's capacity in %.0fs unless it registers again",
                  client.resource, self.grace_period)  # fmt: skip
@@ -186,7 +171,9 @@ class DeviceManager:
         for d in devices:
             (rd.healthy if d.health == HEALTHY else rd.unhealthy).add(d.ID)
             rd.numa[d.ID] = [n.ID for n in d.topology.nodes] if d.HasField("topology") else []
-        self.devices[client.resource] = rd
+        with self.health.watch(client.resource):
+            self.devices[client.resource] = rd
+            ep.listed = True
         self._write_checkpoint()
         log.info("Processed device updates for resource %s: %d devices, %d healthy",
                  client.resource, len(devices), len(rd.healthy))  # fmt: skip
@@ -392,6 +379,9 @@ class DeviceManager:
 
     # --------------------------------------------------------- pod-resources
 
+    def allocated_resources_status(self, pod_uid: str, name: str) -> list[ResourceStatus]:
+        return self.health.container_status(pod_uid, name)
+
     def update_allocated_devices(self) -> None:
         self._release_inactive(keep="")
 
@@ -522,7 +512,7 @@ class DeviceManager:
         chosen = choose(need, [*groups, still.unaligned, still.no_topology])
         chosen += [d for d in alloc.ids if d not in chosen][: need - len(chosen)]
         fresh = self._allocation(resource, chosen)
-        alloc.ids, alloc.numa = fresh.ids, fresh.numa
+        self.pod_devices.set_ids(pod_uid, name, resource, alloc, fresh)
 
     async def _pre_start(self, ep: Endpoint, resource: str, ids: list[str]) -> None:
         assert ep.client is not None

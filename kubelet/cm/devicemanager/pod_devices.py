@@ -36,8 +36,15 @@ PodMap = dict[str, dict[str, dict[str, Allocation]]]
 
 
 class PodDevices:
+    """The allocations, and an index of who holds each device: a device's
+    health change reaches its pods, and a resource's devices in use are
+    known, without a walk over every pod. Allocations change only through
+    insert, set_ids and delete, which keep the index."""
+
     def __init__(self) -> None:
         self.pods: PodMap = {}
+        # resource -> device ID -> the (pod UID, container) pairs holding it
+        self._holders: dict[str, dict[str, set[tuple[str, str]]]] = {}
 
     def get(self, pod_uid: str, container: str, resource: str) -> Allocation | None:
         return self.pods.get(pod_uid, {}).get(container, {}).get(resource)
@@ -46,10 +53,54 @@ class PodDevices:
         return self.pods.get(pod_uid, {}).get(container, {})
 
     def insert(self, pod_uid: str, container: str, resource: str, alloc: Allocation) -> None:
+        old = self.get(pod_uid, container, resource)
+        if old is not None:
+            self._unindex(pod_uid, container, resource, old.ids)
         self.pods.setdefault(pod_uid, {}).setdefault(container, {})[resource] = alloc
+        self._index(pod_uid, container, resource, alloc.ids)
+
+    def set_ids(self, pod_uid: str, container: str, resource: str, alloc: Allocation,
+                fresh: Allocation) -> None:  # fmt: skip
+        """Another pick of devices for alloc (the plugin's preference); indexed
+        only if alloc is still the container's (the pod may have gone meanwhile)."""
+        current = self.get(pod_uid, container, resource) is alloc
+        if current:
+            self._unindex(pod_uid, container, resource, alloc.ids)
+        alloc.ids, alloc.numa = fresh.ids, fresh.numa
+        if current:
+            self._index(pod_uid, container, resource, alloc.ids)
 
     def delete(self, pod_uid: str) -> bool:
-        return self.pods.pop(pod_uid, None) is not None
+        containers = self.pods.pop(pod_uid, None)
+        for name, resources in (containers or {}).items():
+            for resource, alloc in resources.items():
+                self._unindex(pod_uid, name, resource, alloc.ids)
+        return containers is not None
+
+    def _index(self, pod_uid: str, container: str, resource: str, ids: list[str]) -> None:
+        devices = self._holders.setdefault(resource, {})
+        for d in ids:
+            devices.setdefault(d, set()).add((pod_uid, container))
+
+    def _unindex(self, pod_uid: str, container: str, resource: str, ids: list[str]) -> None:
+        devices = self._holders.get(resource, {})
+        for d in ids:
+            holders = devices.get(d)
+            if holders is None:
+                continue
+            holders.discard((pod_uid, container))
+            if not holders:
+                del devices[d]
+        if not devices:
+            self._holders.pop(resource, None)
+
+    def held(self, resource: str) -> list[str]:
+        """The devices of resource some container holds."""
+        return list(self._holders.get(resource, {}))
+
+    def holders(self, resource: str, device_id: str) -> set[str]:
+        """The pods holding the device."""
+        return {pod_uid for pod_uid, _ in self._holders.get(resource, {}).get(device_id, ())}
 
     def pod_ids(self, pod_uid: str, resource: str) -> set[str]:
         """Devices of resource held by any container of the pod."""
@@ -79,15 +130,10 @@ class PodDevices:
 
     def in_use(self, resource: str, skip: set[tuple[str, str]] | None = None) -> set[str]:
         """Devices of resource held by any container except the (pod, container) pairs in skip."""
-        out: set[str] = set()
-        for pod_uid, containers in self.pods.items():
-            for name, resources in containers.items():
-                if skip and (pod_uid, name) in skip:
-                    continue
-                alloc = resources.get(resource)
-                if alloc is not None:
-                    out.update(alloc.ids)
-        return out
+        devices = self._holders.get(resource, {})
+        if not skip:
+            return set(devices)
+        return {d for d, holders in devices.items() if holders - skip}
 
 
 @dataclass

@@ -171,14 +171,18 @@ class RegistrationServer(pb_grpc.RegistrationServicer):
         )
 
     async def stop(self) -> None:
-        for client in list(self.clients.values()):
-            await self._disconnect(client)
-        for t in list(self._tasks):
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.stop(None)
-            self._server = None
+        # The server stops even when closing a plugin's stream is cancelled
+        # (as during the kubelet's shutdown), or it outlives the event loop.
+        server, self._server = self._server, None
+        try:
+            for client in list(self.clients.values()):
+                await self._disconnect(client)
+            for t in list(self._tasks):
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        finally:
+            if server is not None:
+                await server.stop(None)
 
     async def Register(
         self, request: pb.RegisterRequest, context: grpc.aio.ServicerContext
