@@ -265,7 +265,10 @@ class PodWorkers:
             # A pod being killed is not synced again; added again with its
             # UID, it restarts once stopped and purged.
             st.restart_requested |= work.type is UpdateType.CREATE
-            return
+            if st.terminated:
+                return
+            # Still stopping: the wake-up retries a kill that failed (the work
+            # queue's back-off brings a sync for it), never a sync.
         else:
             st.pod = work.pod
         st.pending = work

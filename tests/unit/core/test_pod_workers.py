@@ -304,3 +304,28 @@ async def test_a_stopping_static_pod_keeps_its_mirror_until_it_has_stopped() -> 
     await settle()
     assert r.kills == [("old", None)]
     assert not w.is_pod_for_mirror_pod_terminating_by_full_name(fn)
+
+
+class FailingOnce(Recorder):
+    async def sync_terminating_pod(self, p: dict[str, Any], grace: int | None) -> None:
+        await super().sync_terminating_pod(p, grace)
+        if len(self.kills) == 1:
+            raise RuntimeError("unprepare failed")
+
+
+async def test_a_kill_that_failed_is_retried_when_the_work_queue_brings_the_pod_back() -> None:
+    """A failed SyncTerminatingPod (a runtime error, a DRA driver refusing to
+    unprepare) goes back on the work queue; the sync the loop then sends for
+    it runs the kill again, never a sync."""
+    r, cache = FailingOnce(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    w.update_pod(PodWork(pod("a"), UpdateType.CREATE))
+    await settle()
+    w.update_pod(PodWork(pod("a"), UpdateType.KILL, grace=0))
+    await settle()
+    assert len(r.kills) == 1 and not w.states.is_pod_known_terminated("a")
+    w.update_pod(PodWork(pod("a"), UpdateType.SYNC))  # the work queue's retry
+    await settle()
+    assert len(r.kills) == 2 and w.states.is_pod_known_terminated("a")
+    assert len(r.syncs) == 1  # only the first, before the kill
