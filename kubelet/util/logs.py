@@ -36,6 +36,10 @@ _RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
 }
 
 
+# Libraries whose debug output stays out of the log below V(10).
+LIBRARY_LOGGERS = ("grpc",)
+
+
 def level_for(v: int) -> int:
     """The Python level of klog's V(v)."""
     if v <= 0:
@@ -124,6 +128,10 @@ def setup(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level_for(verbosity))
+    # gRPC's own debug lines (one per call at V(4)) are the library's, not
+    # the kubelet's; the Go kubelet keeps grpc-go's logger quiet too.
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbosity < 10 else logging.NOTSET)
     warnings = []
     if vmodule:
         warnings.append("logging.vmodule: not implemented by this kubelet, ignored")

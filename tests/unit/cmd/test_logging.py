@@ -128,3 +128,23 @@ def test_a_running_kubelet_logs_json(simruntime, tmp_path) -> None:  # type: ign
         assert re.fullmatch(r"[\w.-]+/[\w.-]+\.py:\d+", d["caller"]), d
         assert "v" in d or "err" in d or d.get("msg")
     assert any(d["msg"].startswith("Kubelet ") and "started on node" in d["msg"] for d in docs)
+
+
+def test_grpc_debug_lines_stay_out_of_the_kubelet_log_below_v10(restore_root: None) -> None:
+    """At V(4) the kubelet's own debug lines show; gRPC's one-per-call debug
+    lines ("Loaded running loop") do not, as grpc-go's stay quiet upstream."""
+    out = io.StringIO()
+    grpc_log = logging.getLogger("grpc._cython.cygrpc")
+    try:
+        logs.setup("text", 4, stream=out)
+        logging.getLogger("kubelet.test").debug("ours")
+        grpc_log.debug("Loaded running loop")
+        grpc_log.warning("a real gRPC problem")
+        text = out.getvalue()
+        assert "ours" in text and "a real gRPC problem" in text
+        assert "Loaded running loop" not in text
+        logs.setup("text", 10, stream=out)
+        grpc_log.debug("now shown")
+        assert "now shown" in out.getvalue()
+    finally:
+        logging.getLogger("grpc").setLevel(logging.NOTSET)
