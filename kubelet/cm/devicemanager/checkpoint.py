@@ -22,6 +22,7 @@ from kubelet.checkpointmanager import (
     go_string,
     go_uint,
     load_json,
+    opt_strings,
     struct_fields,
 )
 from kubelet.checkpointmanager.checksum import GoMap, GoScalar, GoSlice, GoStruct, GoValue, checksum
@@ -115,14 +116,6 @@ def marshal(cp: DeviceCheckpoint) -> bytes:
     return go_object((("Data", data), ("Checksum", str(cp.checksum)))).encode()
 
 
-def _read_strings(v: Any, where: str) -> list[str] | None:
-    if v is None:
-        return None
-    if not isinstance(v, list):
-        raise CheckpointError(f"{where}: want a list")
-    return [clean_string(s, where) for s in v]
-
-
 def _read_entry(raw: Any, where: str) -> Entry:
     f = struct_fields(
         raw, ("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp"), where
@@ -137,7 +130,7 @@ def _read_entry(raw: Any, where: str) -> Entry:
                 node = go_int(int(k), f"{where}.DeviceIDs")
             except ValueError:
                 raise CheckpointError(f"{where}.DeviceIDs: key {k!r} is not an int64") from None
-            ids[node] = _read_strings(v, f"{where}.DeviceIDs")
+            ids[node] = opt_strings(v, f"{where}.DeviceIDs")
     resp: bytes | None = None
     if f.get("AllocResp") is not None:
         try:
@@ -177,7 +170,7 @@ def unmarshal(blob: bytes) -> DeviceCheckpoint:
             registered = None
         elif isinstance(raw_reg, dict):
             registered = {
-                clean_string(k, "RegisteredDevices"): _read_strings(v, "RegisteredDevices")
+                clean_string(k, "RegisteredDevices"): opt_strings(v, "RegisteredDevices")
                 for k, v in raw_reg.items()
             }
         else:
