@@ -75,6 +75,7 @@ from kubelet.types import (
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
 from kubelet.volumemanager.manager import PodVolumeStates
+from kubelet.volumemanager.metrics import ORPHAN_POD_CLEANED_VOLUMES_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -496,7 +497,8 @@ class Kubelet:
         loop = asyncio.get_running_loop()
         removable = await self.volume_manager.cleanup_orphaned_pods(desired | workers)
         if removable:
-            await loop.run_in_executor(None, self._remove_pod_dirs, removable)
+            failed = await loop.run_in_executor(None, self._remove_pod_dirs, removable)
+            ORPHAN_POD_CLEANED_VOLUMES_ERRORS.inc(failed)
         if self.pod_cgroups is not None:
             # Cgroups of pods that are gone, including what runtimes leave behind.
             pc = self.pod_cgroups
@@ -535,13 +537,17 @@ class Kubelet:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _remove_pod_dirs(self, uids: list[str]) -> None:
+    def _remove_pod_dirs(self, uids: list[str]) -> int:
+        """Remove the pods' dirs; answers how many could not be removed."""
+        failed = 0
         for u in uids:
             # Never through a mount point: one left under a pod dir may be a hostPath.
             try:
                 remove_all_one_filesystem(os.path.join(self.root_dir, "pods", u))
             except OSError as err:
+                failed += 1
                 log.warning("Failed removing the directory of pod %s: %s", u, err)
+        return failed
 
     # -------------------------------------------------------------- runonce
     async def run_once(self, timeout: float = 60.0) -> list[Pod]:

@@ -66,6 +66,19 @@ TOPOLOGY_MANAGER_ADMISSION_DURATION = Histogram(
     registry=REGISTRY,
 )
 
+# Every Create, Update and Destroy of the cgroup manager (pod, QoS and node
+# allocatable cgroups alike), failed ones included, as upstream times them.
+CGROUP_MANAGER_DURATION = Histogram(
+    "kubelet_cgroup_manager_duration_seconds",
+    "Seconds of one cgroup manager operation (create, update, destroy) on a cgroup.",
+    ["operation_type"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),  # DefBuckets
+    registry=REGISTRY,
+)
+CGROUP_CREATE = CGROUP_MANAGER_DURATION.labels("create")
+CGROUP_UPDATE = CGROUP_MANAGER_DURATION.labels("update")
+CGROUP_DESTROY = CGROUP_MANAGER_DURATION.labels("destroy")
+
 # container_aligned_compute_resources_count: the scope label's values, and the
 # boundary's (numa_node, physical_cpu, uncore_cache).
 ALIGN_SCOPE_POD = "pod"

@@ -14,7 +14,7 @@ Containers do nothing by themselves; tests move them with `set_exited(id, code)`
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kubelet.cri import errors
@@ -349,7 +349,9 @@ class FakeRuntimeService(_Recorder):
             for s in self.sandboxes.values()
         ]
 
-    async def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]:
+    async def get_container_events(
+        self, on_connected: Callable[[], None] | None = None
+    ) -> AsyncIterator[pb.ContainerEventResponse]:
         self._call("get_container_events")
         raise errors.UnimplementedError("GetContainerEvents", "the fake runtime sends no events")
         yield  # pragma: no cover  (makes this an async generator)

@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kubelet.util import filesystem
-from kubelet.volume.metrics import VolumeUsage
+from kubelet.volume.metrics import DU_DURATION, VolumeUsage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ def measure(name: str, path: str) -> VolumeUsage | None:
         fs = os.statvfs(path)
     except OSError:
         return None
-    used, inodes = du(path)
+    with DU_DURATION.time():
+        used, inodes = du(path)
     return VolumeUsage(
         name=name,
         used_bytes=used,

@@ -13,7 +13,12 @@ from prometheus_client.metrics import MetricWrapperBase
 import kubelet.certificate.metrics
 import kubelet.client.metrics
 import kubelet.cm.dra.metrics
-import kubelet.server.httpmetrics  # noqa: F401 (registers the HTTP families)
+import kubelet.cm.metrics
+import kubelet.lifecycle.metrics
+import kubelet.pleg.metrics
+import kubelet.server.httpmetrics
+import kubelet.volume.metrics
+import kubelet.volumemanager.metrics  # noqa: F401 (each registers its families)
 from benches import metric_parity as mp
 from kubelet import metrics
 from kubelet.features import FeatureGate
