@@ -381,7 +381,10 @@ class FakeImageService(_Recorder):
 
     async def image_status(self, image: pb.ImageSpec, verbose: bool = False) -> pb.Image | None:
         self._call("image_status", image.image)
-        return self.images.get(image.image)
+        found = self.images.get(image.image)
+        if found is None:  # as a runtime, by ID too (what PullImage answers)
+            found = next((i for i in self.images.values() if i.id == image.image), None)
+        return found
 
     async def pull_image(
         self,

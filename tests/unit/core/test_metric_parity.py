@@ -14,6 +14,7 @@ import kubelet.certificate.metrics
 import kubelet.client.metrics
 import kubelet.cm.dra.metrics
 import kubelet.cm.metrics
+import kubelet.images.metrics
 import kubelet.lifecycle.metrics
 import kubelet.pleg.metrics
 import kubelet.server.httpmetrics
