@@ -58,6 +58,7 @@ from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType, WorkerSync, working_pod_counts
 from kubelet.runtime_orphans import RuntimeOrphans
 from kubelet.server.checkpoint import CHECKPOINTS_DIR
+from kubelet.stats.logs import ContainerLogStats
 from kubelet.status import generate
 from kubelet.types import (
     API_SOURCE,
@@ -138,6 +139,10 @@ class Kubelet:
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         self.pod_resources = build_pod_resources(node, pods, resources)
+        # Container log usage for /metrics, measured as often as volume usage.
+        self.log_stats = ContainerLogStats(
+            pods.manager.pods, config.pod_logs_dir, config.volume_stats_agg_period
+        )
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
         self.runtime_manager, self.pleg = runtime.manager, runtime.pleg
@@ -263,6 +268,7 @@ class Kubelet:
             self.resource_managers.run(self._stop, self.runtime.manager.runtime), "cpu-manager"
         )
         self._spawn_task(self.volumes.stats.run(self._stop), "volume-stats")
+        self._spawn_task(self.log_stats.run(self._stop), "container-log-stats")
         self._spawn_task(self.pod_resources.run(self._stop), "pod-resources")
         if self.evented is not None:
             self._spawn_task(self.evented.run(self._stop), "evented-pleg")
