@@ -10,7 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from kubelet.metrics import REGISTRY
+from kubelet.metrics import DEF_BUCKETS, REGISTRY
 
 # The resource managers (cm/cpumanager, cm/memorymanager, cm/topologymanager).
 CPU_MANAGER_PINNING_REQUESTS = Counter(
@@ -72,7 +72,7 @@ CGROUP_MANAGER_DURATION = Histogram(
     "kubelet_cgroup_manager_duration_seconds",
     "Seconds of one cgroup manager operation (create, update, destroy) on a cgroup.",
     ["operation_type"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),  # DefBuckets
+    buckets=DEF_BUCKETS,
     registry=REGISTRY,
 )
 CGROUP_CREATE = CGROUP_MANAGER_DURATION.labels("create")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-from kubelet.metrics import REGISTRY
+from kubelet.metrics import DEF_BUCKETS, REGISTRY
 
 EVENTED_PLEG_CONN = Counter(
     "kubelet_evented_pleg_connection_success_count_total",
@@ -21,6 +21,6 @@ EVENTED_PLEG_CONN_ERR = Counter(
 EVENTED_PLEG_CONN_LATENCY = Histogram(
     "kubelet_evented_pleg_connection_latency_seconds",
     "Seconds from the runtime creating a container event to the kubelet reading it.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),  # DefBuckets
+    buckets=DEF_BUCKETS,
     registry=REGISTRY,
 )

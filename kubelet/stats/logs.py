@@ -11,7 +11,6 @@ pass and no disk; upstream measures at each scrape."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,9 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kubelet.stats.ephemeral import dir_files_usage
+from kubelet.stats.volumes import measure_every
 from kubelet.types import Pod, name, namespace, uid
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,20 +65,7 @@ class ContainerLogStats(Collector):
         self._usage = await loop.run_in_executor(None, measure_logs, self.logs_root, which)
 
     async def run(self, stop: asyncio.Event) -> None:
-        if self.period <= 0:
-            log.info(
-                "volumeStatsAggPeriod is %ss: container log usage is not measured", self.period
-            )
-            return
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception:  # the last figures stay; the next period measures again
-                log.exception("measuring container log usage failed")
-            try:
-                await asyncio.wait_for(stop.wait(), self.period)
-            except TimeoutError:
-                pass
+        await measure_every(self.period, self.refresh, stop, "container log usage")
 
     def collect(self) -> Iterator[Metric]:
         usage = self._usage

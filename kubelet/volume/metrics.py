@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Histogram
 
-from kubelet.metrics import REGISTRY
+from kubelet.metrics import DEF_BUCKETS, REGISTRY
 
 # Each measuring of one volume's usage, by how: "du" (the walk of a volume in the
 # pod's dir) or the CSI driver's name (its NodeGetVolumeStats), as upstream.
@@ -15,7 +15,7 @@ VOLUME_METRIC_COLLECTION_DURATION = Histogram(
     "kubelet_volume_metric_collection_duration_seconds",
     "Seconds spent measuring one volume's usage, by the way it was measured.",
     ["metric_source"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),  # DefBuckets
+    buckets=DEF_BUCKETS,
     registry=REGISTRY,
 )
 DU_DURATION = VOLUME_METRIC_COLLECTION_DURATION.labels("du")
