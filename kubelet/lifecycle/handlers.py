@@ -236,9 +236,15 @@ class _HTTPResponseToHTTPS(Exception):
     pass
 
 
+# What OpenSSL says when the answer to its hello is plain HTTP ("HTTP/1.1 ..."
+# read as a TLS record): upstream falls back only on an HTTP answer, never on
+# other TLS failures (a refused handshake must not send the request in clear).
+_PLAIN_HTTP_ANSWER = ("wrong version number", "record layer failure", "packet length too long")
+
+
 def _looks_like_plain_http(err: Exception) -> bool:
     text = str(err).lower()
-    return "wrong version number" in text or "record layer failure" in text or "ssl" in text
+    return any(s in text for s in _PLAIN_HTTP_ANSWER)
 
 
 def _dial_error(err: aiohttp.ClientConnectorError) -> str:

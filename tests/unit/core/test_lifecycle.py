@@ -207,6 +207,14 @@ async def test_https_hook_at_a_plain_http_server_falls_back_and_is_counted(  # t
     assert _sample("kubelet_lifecycle_handler_http_fallbacks_total") == before + 1
 
 
+def test_only_a_plain_http_answer_makes_an_https_hook_fall_back() -> None:
+    from kubelet.lifecycle.handlers import _looks_like_plain_http
+
+    assert _looks_like_plain_http(OSError("[SSL: WRONG_VERSION_NUMBER] wrong version number"))
+    assert not _looks_like_plain_http(OSError("[SSL: CERTIFICATE_VERIFY_FAILED] self-signed"))
+    assert not _looks_like_plain_http(OSError("[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] ssl alert"))
+
+
 async def test_http_hook_closed_port_and_no_ip() -> None:
     port = free_port()  # nothing listens there
     r = HandlerRunner(FakeRuntimeService(), local_ip)
