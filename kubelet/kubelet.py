@@ -58,6 +58,7 @@ from kubelet.pleg.pleg import PodLifecycleEvent
 from kubelet.pod_workers import PodWork, UpdateType, WorkerSync, working_pod_counts
 from kubelet.runtime_orphans import RuntimeOrphans
 from kubelet.server.checkpoint import CHECKPOINTS_DIR
+from kubelet.stats.logs import ContainerLogStats
 from kubelet.status import generate
 from kubelet.types import (
     API_SOURCE,
@@ -75,6 +76,7 @@ from kubelet.types import (
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
 from kubelet.volumemanager.manager import PodVolumeStates
+from kubelet.volumemanager.metrics import ORPHAN_POD_CLEANED_VOLUMES_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,10 @@ class Kubelet:
         self.heartbeat = SyncLoopHeartbeat()
         self.host = build_host(node, pods, runtime, self.node_status, self.heartbeat, resources)
         self.pod_resources = build_pod_resources(node, pods, resources)
+        # Container log usage for /metrics, measured as often as volume usage.
+        self.log_stats = ContainerLogStats(
+            pods.manager.pods, config.pod_logs_dir, config.volume_stats_agg_period
+        )
         # The names the loops below (and tests) use.
         self.pod_manager, self.status_manager = pods.manager, pods.status
         self.runtime_manager, self.pleg = runtime.manager, runtime.pleg
@@ -262,6 +268,7 @@ class Kubelet:
             self.resource_managers.run(self._stop, self.runtime.manager.runtime), "cpu-manager"
         )
         self._spawn_task(self.volumes.stats.run(self._stop), "volume-stats")
+        self._spawn_task(self.log_stats.run(self._stop), "container-log-stats")
         self._spawn_task(self.pod_resources.run(self._stop), "pod-resources")
         if self.evented is not None:
             self._spawn_task(self.evented.run(self._stop), "evented-pleg")
@@ -496,7 +503,8 @@ class Kubelet:
         loop = asyncio.get_running_loop()
         removable = await self.volume_manager.cleanup_orphaned_pods(desired | workers)
         if removable:
-            await loop.run_in_executor(None, self._remove_pod_dirs, removable)
+            failed = await loop.run_in_executor(None, self._remove_pod_dirs, removable)
+            ORPHAN_POD_CLEANED_VOLUMES_ERRORS.inc(failed)
         if self.pod_cgroups is not None:
             # Cgroups of pods that are gone, including what runtimes leave behind.
             pc = self.pod_cgroups
@@ -535,13 +543,17 @@ class Kubelet:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _remove_pod_dirs(self, uids: list[str]) -> None:
+    def _remove_pod_dirs(self, uids: list[str]) -> int:
+        """Remove the pods' dirs; answers how many could not be removed."""
+        failed = 0
         for u in uids:
             # Never through a mount point: one left under a pod dir may be a hostPath.
             try:
                 remove_all_one_filesystem(os.path.join(self.root_dir, "pods", u))
             except OSError as err:
+                failed += 1
                 log.warning("Failed removing the directory of pod %s: %s", u, err)
+        return failed
 
     # -------------------------------------------------------------- runonce
     async def run_once(self, timeout: float = 60.0) -> list[Pod]:

@@ -154,6 +154,7 @@ def register_once(*collectors: Collector) -> None:
 
 # metrics.DefBuckets and the kubelet's exponential buckets.
 _DEF = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+DEF_BUCKETS = _DEF  # for the families defined next to their component
 _RUNTIME_OP = tuple(0.005 * 2.5**i for i in range(14))  # ExponentialBuckets(.005, 2.5, 14)
 _POD_START = (
     0.5,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from kubelet.cm import hugepages
 from kubelet.cm.hugepages import KEY_PREFIX as HUGETLB_KEY
+from kubelet.cm.metrics import CGROUP_CREATE, CGROUP_DESTROY, CGROUP_UPDATE
 from kubelet.resourcehelper import pod_level_limits, pod_limits, pod_requests
 from kubelet.types import Pod, qos_class, uid
 
@@ -236,6 +237,10 @@ class CgroupManager:
     def create(self, name: str, resources: dict[str, int] | None = None) -> None:
         """Make the cgroup where missing and set `resources`; raises CgroupError
         naming every setting the kernel refused."""
+        with CGROUP_CREATE.time():
+            self._create(name, resources)
+
+    def _create(self, name: str, resources: dict[str, int] | None) -> None:
         errs: list[str] = []
         for ctrl, path in self._paths(name):
             if not os.path.isdir(path):
@@ -291,6 +296,10 @@ class CgroupManager:
 
     def update(self, name: str, resources: dict[str, int]) -> None:
         """Set `resources` on an existing cgroup (Update); raises CgroupError."""
+        with CGROUP_UPDATE.time():
+            self._update(name, resources)
+
+    def _update(self, name: str, resources: dict[str, int]) -> None:
         self.validate(name)
         errs: list[str] = []
         for ctrl, path in self._paths(name):
@@ -333,6 +342,10 @@ class CgroupManager:
 
     def destroy(self, name: str) -> bool:
         """Remove the cgroup and any children the runtime left; False if some are busy."""
+        with CGROUP_DESTROY.time():
+            return self._destroy(name)
+
+    def _destroy(self, name: str) -> bool:
         ok = True
         rel = "/".join(p for p in (self.root, name.strip("/")) if p)
         extra = [("", os.path.join(m, rel)) for m in self.runtime_only]

@@ -10,7 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from kubelet.metrics import REGISTRY
+from kubelet.metrics import DEF_BUCKETS, REGISTRY
 
 # The resource managers (cm/cpumanager, cm/memorymanager, cm/topologymanager).
 CPU_MANAGER_PINNING_REQUESTS = Counter(
@@ -65,6 +65,19 @@ TOPOLOGY_MANAGER_ADMISSION_DURATION = Histogram(
     buckets=tuple(0.05 * 2**i for i in range(15)),  # ExponentialBuckets(.05, 2, 15)
     registry=REGISTRY,
 )
+
+# Every Create, Update and Destroy of the cgroup manager (pod, QoS and node
+# allocatable cgroups alike), failed ones included, as upstream times them.
+CGROUP_MANAGER_DURATION = Histogram(
+    "kubelet_cgroup_manager_duration_seconds",
+    "Seconds of one cgroup manager operation (create, update, destroy) on a cgroup.",
+    ["operation_type"],
+    buckets=DEF_BUCKETS,
+    registry=REGISTRY,
+)
+CGROUP_CREATE = CGROUP_MANAGER_DURATION.labels("create")
+CGROUP_UPDATE = CGROUP_MANAGER_DURATION.labels("update")
+CGROUP_DESTROY = CGROUP_MANAGER_DURATION.labels("destroy")
 
 # container_aligned_compute_resources_count: the scope label's values, and the
 # boundary's (numa_node, physical_cpu, uncore_cache).

@@ -421,6 +421,8 @@ async def _start_servers(
     claims = VolumeStatsCollector(node.volumes.stats.claims_usage)
     metrics.REGISTRY.register(claims)
     cleanups.append(lambda: metrics.REGISTRY.unregister(claims))
+    metrics.REGISTRY.register(node.log_stats)
+    cleanups.append(lambda: metrics.REGISTRY.unregister(node.log_stats))
     registries = [metrics.REGISTRY]
 
     def view() -> httpserver.NodeView:

@@ -14,7 +14,7 @@ Containers do nothing by themselves; tests move them with `set_exited(id, code)`
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kubelet.cri import errors
@@ -349,7 +349,9 @@ class FakeRuntimeService(_Recorder):
             for s in self.sandboxes.values()
         ]
 
-    async def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]:
+    async def get_container_events(
+        self, on_connected: Callable[[], None] | None = None
+    ) -> AsyncIterator[pb.ContainerEventResponse]:
         self._call("get_container_events")
         raise errors.UnimplementedError("GetContainerEvents", "the fake runtime sends no events")
         yield  # pragma: no cover  (makes this an async generator)
@@ -379,7 +381,10 @@ class FakeImageService(_Recorder):
 
     async def image_status(self, image: pb.ImageSpec, verbose: bool = False) -> pb.Image | None:
         self._call("image_status", image.image)
-        return self.images.get(image.image)
+        found = self.images.get(image.image)
+        if found is None:  # as a runtime, by ID too (what PullImage answers)
+            found = next((i for i in self.images.values() if i.id == image.image), None)
+        return found
 
     async def pull_image(
         self,

@@ -374,10 +374,17 @@ class RemoteRuntimeService(_Base):
         )
         return list(resp.stats)
 
-    async def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]:
-        """The runtime's event stream; raises a CRIError when it breaks."""
+    async def get_container_events(
+        self, on_connected: Callable[[], None] | None = None
+    ) -> AsyncIterator[pb.ContainerEventResponse]:
+        """The runtime's event stream; raises a CRIError when it breaks.
+        on_connected runs once the request is out on a connection, before any
+        event (upstream's connection callback: the evented PLEG counts it)."""
         call = self.stub.GetContainerEvents(pb.GetEventsRequest(), wait_for_ready=False)
         try:
+            await call.wait_for_connection()
+            if on_connected is not None:
+                on_connected()
             async for ev in call:
                 yield ev
         except grpc.RpcError as err:

@@ -7,7 +7,7 @@ implement these protocols.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from kubelet.cri.api import api_pb2 as pb
@@ -80,7 +80,9 @@ class RuntimeService(Protocol):
         self, filter: pb.PodSandboxStatsFilter | None = None
     ) -> list[pb.PodSandboxStats]: ...
 
-    def get_container_events(self) -> AsyncIterator[pb.ContainerEventResponse]: ...
+    def get_container_events(
+        self, on_connected: Callable[[], None] | None = None
+    ) -> AsyncIterator[pb.ContainerEventResponse]: ...
 
     async def close(self) -> None: ...
 

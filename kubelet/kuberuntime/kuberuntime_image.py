@@ -23,6 +23,7 @@ from kubelet.credentialprovider.secrets import make_docker_keyring
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import ImageService
+from kubelet.images.metrics import IMAGE_PULL_DURATION, image_size_bucket
 from kubelet.images.puller import ImagePuller, PullQPSExceeded
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.helpers import PodReporter, SyncResult
@@ -190,16 +191,17 @@ class ImageManager:
         lock = self._pull_locks.setdefault(image, asyncio.Lock())
         t = time.monotonic()
 
-        async def timed_pull() -> tuple[str, float]:
+        async def timed_pull() -> tuple[str, pb.Image | None, float]:
             start = time.monotonic()
             ref, _used = await pull_image(self.images, spec, credentials, sandbox_cfg)
-            return ref, time.monotonic() - start
+            pulled = await self._pulled_image(ref)
+            return ref, pulled, time.monotonic() - start
 
         if self.startup is not None:
             self.startup.record_image_started_pulling(pod_uid)
         try:
             async with lock:  # never two pulls of one image at once
-                ref, took = await self.puller.pull(timed_pull)
+                ref, pulled, took = await self.puller.pull(timed_pull)
             if self.startup is not None:
                 self.startup.record_image_finished_pulling(pod_uid)
         except (PullError, PullQPSExceeded) as err:
@@ -209,11 +211,25 @@ class ImageManager:
             self._prev_pull_err.setdefault(pod_uid, {})[image] = f"ErrImagePull: {err}"
             return self._fail(pod, cname, None, "ErrImagePull", str(err))
         waited = time.monotonic() - t
+        size = pulled.size if pulled is not None else 0
+        IMAGE_PULL_DURATION.labels(image_size_bucket(size)).observe(waited)
         msg = (
-            f'Successfully pulled image "{image}" in {took:.3f}s ({waited:.3f}s including waiting)'
+            f'Successfully pulled image "{image}" in {took:.3f}s ({waited:.3f}s including '
+            f"waiting). Image size: {size} bytes."
         )
         self.reporter.event(pod, "Normal", "Pulled", msg, cname)
-        return ref, None, None
+        return ref, pulled, None
+
+    async def _pulled_image(self, ref: str) -> pb.Image | None:
+        """The image just pulled, for its size (upstream's GetImageSize) and for the
+        container's config, which then asks no more; None when the runtime cannot
+        say (the config asks again and reports that)."""
+        if not ref:
+            return None
+        try:
+            return await self.images.image_status(pb.ImageSpec(image=ref))
+        except errors.CRIError:
+            return None
 
     def _fail(
         self, pod: Pod, cname: str, event_reason: str | None, reason: str, msg: str

@@ -21,6 +21,10 @@ import yarl
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.events import Recorder
+from kubelet.lifecycle.metrics import (
+    LIFECYCLE_HANDLER_HTTP_FALLBACKS,
+    SLEEP_ACTION_TERMINATED_EARLY,
+)
 from kubelet.probe.dial import join_host_port
 from kubelet.probe.http import HTTPGetter, RedirectError
 from kubelet.types import (
@@ -138,7 +142,11 @@ class HandlerRunner:
         if (sl := handler.get("sleep")) is not None:
             # Runs to its end: a caller that gives up cancels the task
             # (upstream: "container terminated before sleep hook finished").
-            await asyncio.sleep(max(0, int(sl.get("seconds") or 0)))
+            try:
+                await asyncio.sleep(max(0, int(sl.get("seconds") or 0)))
+            except asyncio.CancelledError:
+                SLEEP_ACTION_TERMINATED_EARLY.inc()
+                raise
             return None
         return f"Cannot run handler: invalid handler: {handler}"
 
@@ -188,6 +196,7 @@ class HandlerRunner:
             # A plain-HTTP server behind an https hook: retried over HTTP, as upstream.
             headers.pop("Authorization", None)
             await self._get(uid(pod), url.with_scheme("http"), headers)
+            LIFECYCLE_HANDLER_HTTP_FALLBACKS.inc()
             if self.recorder is not None:
                 self.recorder.event(
                     object_ref(pod),
@@ -202,11 +211,13 @@ class HandlerRunner:
         any response is a success, as upstream."""
         try:
             await self.http.get(owner, url, headers)
-        except aiohttp.ClientConnectorError as err:
-            raise HookError(f'Get "{url}": dial tcp {_dial_error(err)}') from err
         except aiohttp.ClientError as err:
+            # The TLS handshake is part of aiohttp's connect: a plain-HTTP answer
+            # to it comes as a connector error, so it is looked at first.
             if url.scheme == "https" and _looks_like_plain_http(err):
                 raise _HTTPResponseToHTTPS() from err
+            if isinstance(err, aiohttp.ClientConnectorError):
+                raise HookError(f'Get "{url}": dial tcp {_dial_error(err)}') from err
             raise HookError(f'Get "{url}": {err}') from err
         except RedirectError as err:
             raise HookError(str(err)) from err
@@ -225,9 +236,15 @@ class _HTTPResponseToHTTPS(Exception):
     pass
 
 
+# What OpenSSL says when the answer to its hello is plain HTTP ("HTTP/1.1 ..."
+# read as a TLS record): upstream falls back only on an HTTP answer, never on
+# other TLS failures (a refused handshake must not send the request in clear).
+_PLAIN_HTTP_ANSWER = ("wrong version number", "record layer failure", "packet length too long")
+
+
 def _looks_like_plain_http(err: Exception) -> bool:
     text = str(err).lower()
-    return "wrong version number" in text or "record layer failure" in text or "ssl" in text
+    return any(s in text for s in _PLAIN_HTTP_ANSWER)
 
 
 def _dial_error(err: aiohttp.ClientConnectorError) -> str:

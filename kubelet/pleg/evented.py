@@ -20,7 +20,13 @@ from kubelet.container.runtime import PodStatus
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.types import RuntimeService
+from kubelet.metrics import PLEG_DISCARD_EVENTS
 from kubelet.pleg.generic import GenericPLEG
+from kubelet.pleg.metrics import (
+    EVENTED_PLEG_CONN,
+    EVENTED_PLEG_CONN_ERR,
+    EVENTED_PLEG_CONN_LATENCY,
+)
 from kubelet.pleg.pleg import (
     CONTAINER_DIED,
     CONTAINER_REMOVED,
@@ -66,9 +72,11 @@ class EventedPLEG:
         self.last_event = 0.0
 
     async def _consume(self) -> None:
-        async for ev in self.runtime.get_container_events():
+        async for ev in self.runtime.get_container_events(EVENTED_PLEG_CONN.inc):
             self.events_seen += 1
             self.last_event = time.monotonic()
+            if ev.created_at:  # ns since the epoch; a runtime that leaves it out is not timed
+                EVENTED_PLEG_CONN_LATENCY.observe(max(0.0, time.time() - ev.created_at / 1e9))
             uid = ev.pod_sandbox_status.metadata.uid
             if not uid:
                 continue
@@ -88,6 +96,7 @@ class EventedPLEG:
                 try:
                     self.generic.events.put_nowait(PodLifecycleEvent(uid, kind, ev.container_id))
                 except asyncio.QueueFull:
+                    PLEG_DISCARD_EVENTS.inc()
                     log.error("PLEG event channel is full, discarding event for pod %s", uid)
 
     async def _global_time(self, stop: asyncio.Event) -> None:
@@ -117,6 +126,7 @@ class EventedPLEG:
                     await asyncio.gather(consumer, return_exceptions=True)
                     return
                 err = consumer.exception()
+                EVENTED_PLEG_CONN_ERR.inc()  # the stream ended (an EOF too), as upstream counts
                 if isinstance(err, errors.UnimplementedError):
                     log.warning(
                         "Evented PLEG: the runtime does not serve GetContainerEvents (%s); "

@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kubelet.util import filesystem
-from kubelet.volume.metrics import VolumeUsage
+from kubelet.volume.metrics import DU_DURATION, VolumeUsage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ def measure(name: str, path: str) -> VolumeUsage | None:
         fs = os.statvfs(path)
     except OSError:
         return None
-    used, inodes = du(path)
+    with DU_DURATION.time():
+        used, inodes = du(path)
     return VolumeUsage(
         name=name,
         used_bytes=used,
@@ -157,20 +158,26 @@ class VolumeStatsCalculator:
         self._usage = usage
 
     async def run(self, stop: asyncio.Event) -> None:
-        if self.period <= 0:
-            # A negative volumeStatsAggPeriod turns volume measuring off, as upstream
-            # (0 is defaulted to 1m before it gets here).
-            log.info("volumeStatsAggPeriod is %ss: volume usage is not measured", self.period)
-            return
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception:  # the last figures stay; the next period measures again
-                log.exception("measuring volume usage failed")
-            try:
-                await asyncio.wait_for(stop.wait(), self.period)
-            except TimeoutError:
-                pass
+        await measure_every(self.period, self.refresh, stop, "volume usage")
+
+
+async def measure_every(
+    period: float, refresh: Callable[[], Awaitable[None]], stop: asyncio.Event, what: str
+) -> None:
+    """refresh() now and every volumeStatsAggPeriod until stop. A negative period
+    turns the measuring off, as upstream (0 is defaulted to 1m before here)."""
+    if period <= 0:
+        log.info("volumeStatsAggPeriod is %ss: %s is not measured", period, what)
+        return
+    while not stop.is_set():
+        try:
+            await refresh()
+        except Exception:  # the last figures stay; the next period measures again
+            log.exception("measuring %s failed", what)
+        try:
+            await asyncio.wait_for(stop.wait(), period)
+        except TimeoutError:
+            pass
 
 
 async def _bounded(queries: list[tuple[str, RemoteQuery]]) -> list[tuple[str, VolumeUsage]]:

@@ -5,6 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client import Histogram
+
+from kubelet.metrics import DEF_BUCKETS, REGISTRY
+
+# Each measuring of one volume's usage, by how: "du" (the walk of a volume in the
+# pod's dir) or the CSI driver's name (its NodeGetVolumeStats), as upstream.
+VOLUME_METRIC_COLLECTION_DURATION = Histogram(
+    "kubelet_volume_metric_collection_duration_seconds",
+    "Seconds spent measuring one volume's usage, by the way it was measured.",
+    ["metric_source"],
+    buckets=DEF_BUCKETS,
+    registry=REGISTRY,
+)
+DU_DURATION = VOLUME_METRIC_COLLECTION_DURATION.labels("du")
+
 
 @dataclass(frozen=True)
 class VolumeUsage:

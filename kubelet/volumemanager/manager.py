@@ -38,6 +38,7 @@ from kubelet.volumemanager.cache import (
     VolumeToMount,
 )
 from kubelet.volumemanager.hooks import ExternalPathPlugin, ResolvingPlugin
+from kubelet.volumemanager.metrics import FailedReconstructions, force_clean_failed, orphan_sweep
 from kubelet.volumemanager.operation_generator import (
     adopt,
     apply_resolution,
@@ -126,6 +127,7 @@ class VolumeManagerImpl:
         self._wake = asyncio.Event()
         self._unmount_waiters: dict[str, asyncio.Event] = {}
         self._reconstructed = False
+        self._failed_reconstructions = FailedReconstructions()
 
     # ------------------------------------------------------------------ API
 
@@ -221,7 +223,11 @@ class VolumeManagerImpl:
         n = 0
         for vols in found.values():
             for fv in vols or []:
-                n += self._add_found(fv)
+                added = self._add_found(fv)
+                n += added
+                if added and fv.plugin_name:  # a subPath-only leftover is no volume
+                    key = (fv.pod_uid, fv.plugin_name, fv.name)
+                    self._failed_reconstructions.found(key, fv.plugin_name in self._by_name)
         log.info("volume manager: %d volume dirs found on disk in %d pods", n, len(found))
 
     async def cleanup_orphaned_pods(self, keep: Collection[str]) -> list[str]:
@@ -235,12 +241,10 @@ class VolumeManagerImpl:
                 self._mark_dirty(uid)
         loop = asyncio.get_running_loop()
         on_disk = await loop.run_in_executor(None, list_pod_uids, self.host.root_dir)
-        unknown = [
-            u
-            for u in on_disk
-            if u not in keep_set and u not in self.dsw.pods and u not in self.asw.pods
-        ]
+        orphaned = [u for u in on_disk if u not in keep_set and u not in self.dsw.pods]
+        unknown = [u for u in orphaned if u not in self.asw.pods]
         if not unknown:
+            orphan_sweep(len(orphaned), 0)
             return []
         found = await loop.run_in_executor(None, scan, self.host.root_dir, unknown, self.mountinfo)
         clean: list[str] = []
@@ -257,6 +261,7 @@ class VolumeManagerImpl:
                 continue
             orphan.release = True
             self._mark_dirty(uid)
+        orphan_sweep(len(orphaned), len(clean))
         return clean
 
     # ---------------------------------------------------------- reconciler
@@ -488,6 +493,7 @@ class VolumeManagerImpl:
 
     async def _tear_down(self, key: OpKey, uid: str, entry: MountedEntry) -> None:
         plugin = self._by_name.get(entry.plugin_name)
+        forced = self._failed_reconstructions.tear_down_started(key)
         error = ""
         try:
             await tear_down(plugin, uid, entry, self.host.root_dir, self.mountinfo)
@@ -502,6 +508,8 @@ class VolumeManagerImpl:
         self.ops.observe(key, UNMOUNT, error, self.ops.finish(key))
         have = self.asw.pods.get(uid)
         if error:
+            if forced:
+                force_clean_failed()
             b = self.ops.failed(key, UNMOUNT, error)
             log.warning(
                 "UnmountVolume.TearDown failed for volume %r of pod %s (retry in %.1fs): %s",

@@ -37,7 +37,7 @@ from kubelet.volume.csi.client import (
 from kubelet.volume.csi.drivers import DriversStore
 from kubelet.volume.csi.source import CSIVolume
 from kubelet.volume.csi.staging import StagedVolume, StagingManager
-from kubelet.volume.metrics import VolumeUsage
+from kubelet.volume.metrics import VOLUME_METRIC_COLLECTION_DURATION, VolumeUsage
 
 log = logging.getLogger(__name__)
 
@@ -371,10 +371,12 @@ class CSIPlugin:
     async def _stats(self, name: str, path: str, record: str) -> VolumeUsage | None:
         loop = asyncio.get_running_loop()
         data = await loop.run_in_executor(None, paths.load_vol_data, record)
-        d = self.drivers.get(data[paths.DRIVER_NAME])
-        if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
-            return None  # as upstream: no usage for a driver that does not report it
-        st = await d.client.node_get_volume_stats(data.get(paths.VOLUME_HANDLE, ""), path)
+        driver = data[paths.DRIVER_NAME]
+        with VOLUME_METRIC_COLLECTION_DURATION.labels(driver).time():
+            d = self.drivers.get(driver)
+            if d is None or GET_VOLUME_STATS not in await d.client.node_capabilities():
+                return None  # as upstream: no usage for a driver that does not report it
+            st = await d.client.node_get_volume_stats(data.get(paths.VOLUME_HANDLE, ""), path)
         return VolumeUsage(
             name=name,
             used_bytes=st.used_bytes or 0,

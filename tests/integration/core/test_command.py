@@ -127,7 +127,8 @@ def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     manifests.mkdir()
     (manifests / "talker.yaml").write_text(TALKER)
-    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests)
+    # Log usage on /metrics is measured each volumeStatsAggPeriod.
+    k = standalone_kubelet(tmp_path, simruntime.endpoint, manifests, "--volume-stats-agg-period=1s")
     base = f"https://127.0.0.1:{k.port}/containerLogs/default/talker-node-b"
     try:
 
@@ -148,6 +149,14 @@ def test_container_logs_on_the_kubelet_port(simruntime, tmp_path: Path) -> None:
             and text == b"hello"
             and len(stamp) == len(b"2026-01-02T03:04:05.123456789Z")
         )
+        used = 'kubelet_container_log_filesystem_used_bytes{container="c",namespace="default",'
+        metrics = f"http://127.0.0.1:{k.read_only_port}/metrics"
+
+        def log_usage() -> bool:
+            lines = get(metrics)[1].decode().splitlines()
+            return any(ln.startswith(used) and float(ln.split()[-1]) > 0 for ln in lines)
+
+        wait_for("the container's log usage on /metrics", log_usage, 30.0, 0.5, retry_on=())
         assert get(f"{base}/nope")[0] == 404
         assert get(f"https://127.0.0.1:{k.port}/containerLogs/default/ghost/c")[0] == 404
         assert get(f"{base}/c?limitBytes=0")[0] == 422

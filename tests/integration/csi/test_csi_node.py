@@ -27,6 +27,7 @@ from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError
 from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
+from kubelet.metrics import REGISTRY
 from kubelet.pluginmanager import CSI_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
@@ -359,7 +360,13 @@ async def test_volume_stats_come_from_the_driver(env):
     assert n.csi.plugin.volume_stats("data", str(root / "pods/u8/volumes/x~y/data")) is None
     query = n.csi.plugin.volume_stats("data", str(target))
     assert query is not None
+    timed = (
+        "kubelet_volume_metric_collection_duration_seconds_count",
+        {"metric_source": driver.name},
+    )
+    before = REGISTRY.get_sample_value(*timed) or 0.0
     usage = await query()
+    assert REGISTRY.get_sample_value(*timed) == before + 1  # as upstream, by the driver's name
     assert usage is not None
     assert usage.capacity_bytes == 64 << 20  # the driver's figure, not the host filesystem's
     assert usage.used_bytes >= 1 << 20

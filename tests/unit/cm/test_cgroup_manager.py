@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kubelet.cm.cgroup_manager import (
+    CgroupError,
     CgroupManager,
     PodContainerManager,
     cgroup_mounts,
     pod_resources,
 )
+from kubelet.metrics import REGISTRY
 from tests.unit.cm.helpers import mountinfo, pod
 
 
@@ -133,3 +137,20 @@ def test_read_gives_back_what_update_wrote(tmp_path: Path) -> None:
     }  # fmt: skip
     (tmp_path / "memory/kubepods/podr/memory.limit_in_bytes").write_text("9223372036854771712")
     assert mgr.read("kubepods/podr")["memory_limit"] == -1  # v1's "no limit"
+
+
+def _cgroup_ops(op: str) -> float:
+    name = "kubelet_cgroup_manager_duration_seconds_count"
+    return REGISTRY.get_sample_value(name, {"operation_type": op}) or 0.0
+
+
+def test_each_cgroup_operation_is_timed_failed_ones_too(tmp_path: Path) -> None:
+    mgr = CgroupManager("", mountinfo(tmp_path, v1=False))
+    before = {op: _cgroup_ops(op) for op in ("create", "update", "destroy")}
+    mgr.create("kubepods/podu3", {"cpu_shares": 1024})
+    mgr.update("kubepods/podu3", {"cpu_shares": 2048})
+    with pytest.raises(CgroupError):  # no such cgroup: timed all the same, as upstream
+        mgr.update("kubepods/podgone", {"cpu_shares": 2})
+    mgr.destroy("kubepods/podu3")
+    after = {op: _cgroup_ops(op) - before[op] for op in before}
+    assert after == {"create": 1, "update": 2, "destroy": 1}

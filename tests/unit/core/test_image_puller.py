@@ -15,7 +15,7 @@ from kubelet.images.puller import ImagePuller
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager, SyncResult
 from kubelet.util.clock import FakeClock
-from tests.unit.core.helpers import c, manager, pod
+from tests.unit.core.helpers import RecordingRecorder, c, manager, pod
 
 
 class SlowImages(FakeImageService):
@@ -118,3 +118,40 @@ def test_from_config_defaults_serialize_and_qps() -> None:
     assert ImagePuller.from_config(cfg).limit == 4
     cfg.registry_pull_qps = 0
     assert ImagePuller.from_config(cfg)._bucket is None  # 0: no limit
+
+
+def test_image_size_labels_are_upstreams() -> None:
+    from kubelet.images.metrics import image_size_bucket
+
+    mib, gib = 1 << 20, 1 << 30
+    assert image_size_bucket(0) == "N/A"  # the runtime did not say
+    assert image_size_bucket(1) == image_size_bucket(10 * mib) == "0-10MB"
+    assert image_size_bucket(10 * mib + 1) == "10MB-100MB"
+    assert image_size_bucket(700 * mib) == "500MB-1GB"
+    assert image_size_bucket(gib + 1) == "1GB-5GB"
+    assert image_size_bucket(100 * gib) == "60GB-100GB"
+    assert image_size_bucket(100 * gib + 1) == "GT100GB"
+
+
+async def test_a_pull_is_timed_by_the_pulled_images_size_with_no_extra_status_call(
+    tmp_path: Path,
+) -> None:
+    """Upstream asks the runtime for the image's size after each pull; here that
+    one ImageStatus also serves the container's config (the image's user), which
+    asked it anyway: the family costs no CRI call."""
+    from kubelet.metrics import REGISTRY
+
+    img = FakeImageService([])
+    rt = FakeRuntimeService()
+    rec = RecordingRecorder()
+    m: RuntimeManager = manager(tmp_path, rt, img, recorder=rec)
+    p = pod([c("c", image="registry.local/sized:v1")])
+    count = ("kubelet_image_pull_duration_seconds_count", {"image_size_in_bytes": "0-10MB"})
+    before = REGISTRY.get_sample_value(*count) or 0.0
+    await m.sync_pod(p, await m.get_pod_status(p["metadata"]["uid"]))
+    assert len(img.called("pull_image")) == 1
+    assert REGISTRY.get_sample_value(*count) == before + 1  # the fake's images are 1 KiB
+    statuses = [a for a in img.called("image_status") if a[0].startswith("sha256:")]
+    assert len(statuses) == 1  # after the pull; the config asked nothing more
+    pulled = [msg for _, _, reason, msg in rec.events if reason == "Pulled"]
+    assert len(pulled) == 1 and pulled[0].endswith("Image size: 1024 bytes.")  # as upstream's

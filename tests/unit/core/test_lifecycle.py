@@ -26,6 +26,7 @@ from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.kuberuntime import labels as L
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
 from kubelet.lifecycle.handlers import USER_AGENT, HandlerRunner
+from kubelet.metrics import REGISTRY
 from kubelet.status.generate import generate, get_phase
 from kubelet.testing.helpers import standalone_runtime_helper
 from kubelet.testing.net import free_port, serving
@@ -185,6 +186,35 @@ async def test_http_hook_defaults_and_named_port(http_server) -> None:  # type: 
         await r.close()
 
 
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+async def test_https_hook_at_a_plain_http_server_falls_back_and_is_counted(  # type: ignore[no-untyped-def]
+    http_server,
+) -> None:
+    port, seen = http_server
+    ev = Events()
+    r = HandlerRunner(FakeRuntimeService(), local_ip, recorder=ev)
+    p = pod([c("a")])
+    before = _sample("kubelet_lifecycle_handler_http_fallbacks_total")
+    hook = {"httpGet": {"path": "/x", "port": port, "scheme": "HTTPS"}}
+    try:
+        assert await r.run("c1", p, p["spec"]["containers"][0], hook) is None
+    finally:
+        await r.close()
+    assert seen[-1].path == "/x" and "LifecycleHTTPFallback" in ev.reasons()
+    assert _sample("kubelet_lifecycle_handler_http_fallbacks_total") == before + 1
+
+
+def test_only_a_plain_http_answer_makes_an_https_hook_fall_back() -> None:
+    from kubelet.lifecycle.handlers import _looks_like_plain_http
+
+    assert _looks_like_plain_http(OSError("[SSL: WRONG_VERSION_NUMBER] wrong version number"))
+    assert not _looks_like_plain_http(OSError("[SSL: CERTIFICATE_VERIFY_FAILED] self-signed"))
+    assert not _looks_like_plain_http(OSError("[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE] ssl alert"))
+
+
 async def test_http_hook_closed_port_and_no_ip() -> None:
     port = free_port()  # nothing listens there
     r = HandlerRunner(FakeRuntimeService(), local_ip)
@@ -215,9 +245,11 @@ async def test_sleep_hook_and_invalid_handler() -> None:
         r.run("c1", p, p["spec"]["containers"][0], {"sleep": {"seconds": 60}})
     )
     await asyncio.sleep(0.05)
+    early = _sample("kubelet_sleep_action_terminated_early_total")
     task.cancel()  # the caller gives up (the grace period ran out)
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert _sample("kubelet_sleep_action_terminated_early_total") == early + 1
     msg = await r.run("c1", p, p["spec"]["containers"][0], {})
     assert msg is not None and msg.startswith("Cannot run handler: invalid handler")
 

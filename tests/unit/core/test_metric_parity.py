@@ -13,11 +13,18 @@ from prometheus_client.metrics import MetricWrapperBase
 import kubelet.certificate.metrics
 import kubelet.client.metrics
 import kubelet.cm.dra.metrics
-import kubelet.server.httpmetrics  # noqa: F401 (registers the HTTP families)
+import kubelet.cm.metrics
+import kubelet.images.metrics
+import kubelet.lifecycle.metrics
+import kubelet.pleg.metrics
+import kubelet.server.httpmetrics
+import kubelet.volume.metrics
+import kubelet.volumemanager.metrics  # noqa: F401 (each registers its families)
 from benches import metric_parity as mp
 from kubelet import metrics
 from kubelet.features import FeatureGate
 from kubelet.nodeshutdown.manager import register_metrics
+from kubelet.stats.logs import ContainerLogStats, ContainerLogUsage
 from kubelet.stats.volumes import VolumeStatsCollector
 from kubelet.volume.metrics import VolumeUsage
 
@@ -35,6 +42,10 @@ def ours() -> dict[str, mp.Family]:
     # Volume stats exist per claim only: one claim with a health condition.
     claim = VolumeUsage("v", 1, 1, 10, 9, 100, 99, pvc_ref=("ns", "c"), abnormal=False)
     extra.register(VolumeStatsCollector(lambda: {("ns", "c"): claim}))
+    # Container log usage exists once a pass measured a container.
+    logs = ContainerLogStats(lambda: [], "", 60)
+    logs._usage = [ContainerLogUsage("u", "ns", "p", "c", 1)]  # test-only: a pass's result
+    extra.register(logs)
     fams |= mp.families(generate_latest(extra).decode())
     for collector in list(metrics.REGISTRY._collector_to_names):  # test-only internals
         if isinstance(collector, MetricWrapperBase):

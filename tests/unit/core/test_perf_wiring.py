@@ -60,3 +60,31 @@ def test_the_pod_manager_generation_moves_on_add_and_remove_only(tmp_path: Path)
     assert k.pod_manager.generation == g + 1
     k.pod_manager.remove(p)
     assert k.pod_manager.generation == g + 2
+
+
+async def test_housekeeping_sets_the_orphaned_pod_gauges_removal_failures_too(
+    tmp_path: Path,
+) -> None:
+    """Pod dirs of pods nothing knows: counted by each sweep; a dir whose removal
+    fails (a mount left inside stops it) counts as an error."""
+    import os
+
+    from kubelet.metrics import REGISTRY
+    from kubelet.util import mountutil
+
+    k = _kubelet(tmp_path)
+    (tmp_path / "pods" / "gone").mkdir(parents=True)
+    stuck = tmp_path / "pods" / "stuck" / "plugins" / "leak"
+    stuck.mkdir(parents=True)
+    mountutil.mount("tmpfs", str(stuck), "tmpfs", "size=65536")
+    try:
+        await k.housekeeping()
+        assert REGISTRY.get_sample_value("kubelet_orphan_pod_cleaned_volumes") == 2
+        assert REGISTRY.get_sample_value("kubelet_orphan_pod_cleaned_volumes_errors") == 1
+        assert not (tmp_path / "pods" / "gone").exists() and stuck.exists()
+    finally:
+        mountutil.umount(str(stuck))
+    await k.housekeeping()
+    assert not os.path.exists(tmp_path / "pods" / "stuck")
+    assert REGISTRY.get_sample_value("kubelet_orphan_pod_cleaned_volumes") == 1
+    assert REGISTRY.get_sample_value("kubelet_orphan_pod_cleaned_volumes_errors") == 0

@@ -33,6 +33,18 @@ def test_own_volumes_are_measured_without_following_links(tmp_path: Path) -> Non
     assert by_name["scratch"].capacity_bytes == fs.f_blocks * fs.f_frsize
 
 
+def test_each_walk_is_timed_as_upstreams_du_source(tmp_path: Path) -> None:
+    from kubelet.metrics import REGISTRY
+
+    timed = ("kubelet_volume_metric_collection_duration_seconds_count", {"metric_source": "du"})
+    v = tmp_path / "pods" / "u1" / "volumes" / "kubernetes.io~empty-dir"
+    (v / "a").mkdir(parents=True)
+    (v / "b").mkdir()
+    before = REGISTRY.get_sample_value(*timed) or 0.0
+    measure_pods(str(tmp_path / "pods"), {"u1": {"a": str(v / "a"), "b": str(v / "b")}})
+    assert REGISTRY.get_sample_value(*timed) == before + 2
+
+
 def test_du_of_a_missing_path_is_zero(tmp_path: Path) -> None:
     assert du(str(tmp_path / "nope")) == (0, 0)
 
