@@ -222,6 +222,7 @@ class Kubelet:
             self._spawn_task(self.pods.services.run(self._stop), "services")
         if self.pods.runtime_classes is not None:
             self._spawn_task(self.pods.runtime_classes.run(self._stop), "runtimeclasses")
+        await self.pleg.prime()  # before the first admission: see GenericPLEG.prime
         self._start_sources()
         self._spawn_task(self.pleg.run(self._stop), "pleg")
 

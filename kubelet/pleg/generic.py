@@ -15,6 +15,7 @@ from typing import Protocol
 from kubelet import metrics
 from kubelet.container.cache import PodCache
 from kubelet.container.runtime import PodStatus
+from kubelet.cri.errors import CRIError
 from kubelet.pleg.pleg import CONTAINER_CHANGED, CONTAINER_REMOVED, PodLifecycleEvent
 from kubelet.util.clock import REAL_CLOCK, Clock
 
@@ -86,7 +87,19 @@ class GenericPLEG:
         self.relists = 0
         self.dropped = 0
 
-    async def relist(self) -> None:
+    async def prime(self) -> None:
+        """The first relist, before any pod source starts: the cache then holds
+        what the runtime runs when the first pods are admitted (a restart
+        re-admits running pods; upstream's container manager reads its running
+        set from the runtime at start for the same reason). Its events are not
+        sent: each pod is synced from its source's first update anyway."""
+        try:
+            await self.relist(emit=False)
+        except CRIError as err:  # the relist loop tries again; admission goes on without
+            log.warning("PLEG: the first relist failed, pods are admitted without the "
+                        "runtime's view of their containers: %s", err)  # fmt: skip
+
+    async def relist(self, emit: bool = True) -> None:
         start_mono = self.clock.monotonic()
         start = self.clock.time()
         if self._last_start:
@@ -123,7 +136,7 @@ class GenericPLEG:
 
             await asyncio.gather(*(one(u) for u in todo))
         self.cache.update_time(start)
-        for ev in events:
+        for ev in events if emit else ():
             if ev.type in (CONTAINER_REMOVED, CONTAINER_CHANGED):
                 continue  # nothing to sync for these, as upstream
             for _ in range(8):
