@@ -7,9 +7,8 @@ v1beta1, whose messages are the same on the wire) and keeps one client per
 a driver is usable while one of its endpoints is connected, and the newest
 connected endpoint is called (else the newest). When a driver has been
 unusable for WIPE_DELAY (no registration left, its service stopped, or it
-never answered), its ResourceSlices for this node are deleted, once per
-outage: they describe devices nobody serves any more. A connection coming back
-cancels that. At start the slices of every driver for this node are deleted,
+never answered), its ResourceSlices for this node are deleted: they describe
+devices nobody serves any more. A connection coming back cancels that. At start the slices of every driver for this node are deleted,
 as upstream does, since a driver re-publishes them once it runs.
 """
 
@@ -129,8 +128,7 @@ class DRAPluginManager:
         self.store: dict[str, list[DRAPlugin]] = {}
         # (driver, endpoint) -> the task following that channel's state
         self._watchers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        # driver -> its slice wipe for the current outage; kept once done so
-        # that one outage wipes once, dropped when the driver is usable again
+        # driver -> its pending slice wipe
         self._wipes: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------- PluginHandler
@@ -208,12 +206,13 @@ class DRAPluginManager:
     def _sync(self, driver: str) -> None:
         """After any change of the driver's endpoints: a usable driver keeps its
         slices; an unusable one has them wiped after wipe_delay, counted from
-        the start of the outage (a later change does not restart the clock)."""
+        the first change that left it unusable (a later one does not restart a
+        pending wipe's clock; after the wipe, the next change starts another)."""
         if self.client is None:
             return  # standalone: no slices to wipe
         if self.usable(driver):
             wipe = self._wipes.pop(driver, None)
-            if wipe is not None and not wipe.done():
+            if wipe is not None:
                 wipe.cancel()
                 log.info("DRA driver %s is usable again: its ResourceSlices stay", driver)
             return
@@ -236,10 +235,14 @@ class DRAPluginManager:
 
     # ----------------------------------------------------- ResourceSlices
     async def _wipe_later(self, driver: str) -> None:
-        await asyncio.sleep(self.wipe_delay)
-        log.info("DRA driver %s unusable for %ss: deleting its ResourceSlices on this node",
-                 driver, self.wipe_delay)  # fmt: skip
-        await self.wipe_slices(driver)
+        try:
+            await asyncio.sleep(self.wipe_delay)
+            log.info("DRA driver %s unusable for %ss: deleting its ResourceSlices on this node",
+                     driver, self.wipe_delay)  # fmt: skip
+            await self.wipe_slices(driver)
+        finally:
+            if self._wipes.get(driver) is asyncio.current_task():
+                del self._wipes[driver]
 
     async def wipe_slices(self, driver: str = "") -> bool:
         """Delete this node's ResourceSlices (of one driver, or all), retried
