@@ -53,7 +53,9 @@ class FakeDRAPlugin:
         self.unprepared: list[list[str]] = []
         self.registration: _Registration | None = None
         self.reg_socket = ""
+        self.endpoint = ""
         self._servers: list[grpc.aio.Server] = []
+        self._service: grpc.aio.Server | None = None
 
     async def _prepare(self, req: pb.NodePrepareResourcesRequest, ctx: Any) -> Any:
         self.prepared.append([c.name for c in req.claims])
@@ -98,13 +100,26 @@ class FakeDRAPlugin:
             },
         )
 
-    async def start(self, registry_dir: str, endpoint: str) -> FakeDRAPlugin:
-        """Serve the driver at endpoint, then announce it in the registry."""
+    async def start_service(self) -> None:
+        """Serve the DRAPlugin service at the endpoint (again, after
+        stop_service: a driver restarting while its registration stays)."""
         drv = grpc.aio.server()
         drv.add_generic_rpc_handlers((self._handler(),))
-        drv.add_insecure_port(f"unix://{endpoint}")
+        drv.add_insecure_port(f"unix://{self.endpoint}")
         await drv.start()
-        self._servers.append(drv)
+        self._service = drv
+
+    async def stop_service(self) -> None:
+        """Stop serving DRAPlugin, closing its connections; the registration
+        socket stays."""
+        if self._service is not None:
+            await self._service.stop(None)
+            self._service = None
+
+    async def start(self, registry_dir: str, endpoint: str) -> FakeDRAPlugin:
+        """Serve the driver at endpoint, then announce it in the registry."""
+        self.endpoint = endpoint
+        await self.start_service()
         self.registration = _Registration(reg.PluginInfo(
             type=DRA_PLUGIN, name=self.driver, endpoint=endpoint,
             supported_versions=list(self.services),
@@ -119,6 +134,7 @@ class FakeDRAPlugin:
         return self
 
     async def stop(self) -> None:
+        await self.stop_service()
         for s in self._servers:
             await s.stop(None)
         self._servers.clear()

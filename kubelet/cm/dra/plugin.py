@@ -3,10 +3,13 @@
 A driver registers through the plugin watcher (type DRAPlugin) naming the
 gRPC services it serves; the kubelet picks the first it supports (v1 or
 v1beta1, whose messages are the same on the wire) and keeps one client per
-(driver, endpoint), the newest used. When a driver has no registration left
-for WIPE_DELAY, its ResourceSlices for this node are deleted (they describe
-devices nobody serves any more); at start the slices of every driver for this
-node are deleted, as upstream does, since a driver re-publishes on register.
+(driver, endpoint). Each client's connection is watched from registration on:
+a driver is usable while one of its endpoints is connected, and the newest
+connected endpoint is called (else the newest). When a driver has been
+unusable for WIPE_DELAY (no registration left, its service stopped, or it
+never answered), its ResourceSlices for this node are deleted: they describe
+devices nobody serves any more. A connection coming back cancels that. At start the slices of every driver for this node are deleted,
+as upstream does, since a driver re-publishes them once it runs.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class DRAPlugin:
     service: str
     timeout: float
     channel: grpc.aio.Channel = field(repr=False)
+    # The channel is READY; only the manager's connection watcher sets it.
+    connected: bool = False
 
     async def _call(self, method: str, req: Message, answer: type[M]) -> M:
         path = _METHOD_PREFIX[self.service] + method
@@ -119,7 +124,11 @@ class DRAPluginManager:
         self.node_name = node_name
         self.wipe_delay = wipe_delay
         self.wipe_backoff = wipe_backoff
+        # driver -> its endpoints in the order they registered
         self.store: dict[str, list[DRAPlugin]] = {}
+        # (driver, endpoint) -> the task following that channel's state
+        self._watchers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        # driver -> its pending slice wipe
         self._wipes: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------- PluginHandler
@@ -141,12 +150,14 @@ class DRAPluginManager:
                 f"endpoint {endpoint} already registered for DRA driver plugin {name}"
             )
         channel = grpc.aio.insecure_channel(f"unix://{endpoint}")
-        plugins.append(DRAPlugin(name, endpoint, service, timeout or CALL_TIMEOUT, channel))
+        plugin = DRAPlugin(name, endpoint, service, timeout or CALL_TIMEOUT, channel)
+        plugins.append(plugin)
+        # Connect now, not at the first call: a driver that never answers is
+        # found out (and its slices wiped) without a pod needing it.
+        self._watchers[(name, endpoint)] = asyncio.ensure_future(self._watch(plugin))
         log.info("Registered DRA plugin %s at %s (service %s, %d endpoints)",
                  name, endpoint, service, len(plugins))  # fmt: skip
-        wipe = self._wipes.pop(name, None)
-        if wipe is not None:
-            wipe.cancel()
+        self._sync(name)
 
     async def deregister_plugin(self, name: str, endpoint: str) -> None:
         plugins = self.store.get(name, [])
@@ -154,31 +165,81 @@ class DRAPluginManager:
         if not gone:
             return
         self.store[name] = [p for p in plugins if p.endpoint != endpoint]
-        for p in gone:
-            await p.channel.close()
-        log.info("Unregistered DRA plugin %s at %s (%d endpoints left)",
-                 name, endpoint, len(self.store[name]))  # fmt: skip
         if not self.store[name]:
             del self.store[name]
-            if self.client is not None and name not in self._wipes:
-                self._wipes[name] = asyncio.ensure_future(self._wipe_later(name))
+        watcher = self._watchers.pop((name, endpoint), None)
+        if watcher is not None:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        log.info("Unregistered DRA plugin %s at %s (%d endpoints left)",
+                 name, endpoint, len(self.store.get(name, [])))  # fmt: skip
+        self._sync(name)
+        for p in gone:
+            await p.channel.close()
+
+    # ---------------------------------------------------------- connection
+    async def _watch(self, plugin: DRAPlugin) -> None:
+        """Follow the channel's state until it is closed: READY is connected,
+        leaving READY is a lost connection. An idle channel (after a drop, or
+        gRPC's idle timeout) is asked to connect again, so a driver that comes
+        back is found without waiting for a call; gRPC's reconnect back-off
+        paces the attempts."""
+        ch = plugin.channel
+        state = ch.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.SHUTDOWN:
+            self._set_connected(plugin, state is grpc.ChannelConnectivity.READY)
+            await ch.wait_for_state_change(state)
+            state = ch.get_state(try_to_connect=True)
+
+    def _set_connected(self, plugin: DRAPlugin, connected: bool) -> None:
+        if plugin.connected == connected:
+            return
+        plugin.connected = connected
+        log.info("DRA plugin %s at %s: %s", plugin.driver, plugin.endpoint,
+                 "connected" if connected else "connection lost")  # fmt: skip
+        self._sync(plugin.driver)
+
+    def usable(self, driver: str) -> bool:
+        """One of the driver's endpoints is connected."""
+        return any(p.connected for p in self.store.get(driver, ()))
+
+    def _sync(self, driver: str) -> None:
+        """After any change of the driver's endpoints: a usable driver keeps its
+        slices; an unusable one has them wiped after wipe_delay, counted from
+        the first change that left it unusable (a later one does not restart a
+        pending wipe's clock; after the wipe, the next change starts another)."""
+        if self.client is None:
+            return  # standalone: no slices to wipe
+        if self.usable(driver):
+            wipe = self._wipes.pop(driver, None)
+            if wipe is not None:
+                wipe.cancel()
+                log.info("DRA driver %s is usable again: its ResourceSlices stay", driver)
+            return
+        if driver not in self._wipes:
+            self._wipes[driver] = asyncio.ensure_future(self._wipe_later(driver))
 
     # ------------------------------------------------------------- clients
     def get(self, driver: str) -> DRAPlugin:
-        """GetPlugin: the newest registration of the driver."""
+        """GetPlugin: the newest connected endpoint of the driver, else its
+        newest (a call then fails with gRPC's UNAVAILABLE and is retried)."""
         if not driver:
             raise ClaimError("DRA driver name is empty")
         plugins = self.store.get(driver)
         if not plugins:
             raise ClaimError(f"DRA driver {driver} is not registered")
+        for p in reversed(plugins):
+            if p.connected:
+                return p
         return plugins[-1]
 
     # ----------------------------------------------------- ResourceSlices
     async def _wipe_later(self, driver: str) -> None:
         try:
             await asyncio.sleep(self.wipe_delay)
-            if driver not in self.store:
-                await self.wipe_slices(driver)
+            log.info("DRA driver %s unusable for %ss: deleting its ResourceSlices on this node",
+                     driver, self.wipe_delay)  # fmt: skip
+            await self.wipe_slices(driver)
         finally:
             if self._wipes.get(driver) is asyncio.current_task():
                 del self._wipes[driver]
@@ -209,10 +270,12 @@ class DRAPluginManager:
         return False
 
     async def close(self) -> None:
-        for task in self._wipes.values():
+        tasks = [*self._wipes.values(), *self._watchers.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._wipes.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._wipes.clear()
+        self._watchers.clear()
         for plugins in self.store.values():
             for p in plugins:
                 await p.channel.close()

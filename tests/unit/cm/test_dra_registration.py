@@ -79,15 +79,16 @@ async def test_a_driver_registers_and_its_slices_go_when_it_stays_away(setup) ->
 async def test_a_driver_back_within_the_grace_period_keeps_its_slices(setup) -> None:
     root, api, m, _ = setup
     m.plugins.wipe_delay = 0.5
-    d = await FakeDRAPlugin(GPU, {}).start(os.path.join(root, "reg"), os.path.join(root, "g.sock"))
+    endpoint = os.path.join(root, "g.sock")
+    d = await FakeDRAPlugin(GPU, {}).start(os.path.join(root, "reg"), endpoint)
     await m.plugins.deregister_plugin(GPU, "/nowhere")  # an unknown endpoint: nothing changes
     assert GPU not in m.plugins._wipes
-    await wait_for_async(
-        "registered", lambda: m.plugins.store.get(GPU), 20, every=0.02, retry_on=()
-    )
-    await m.plugins.deregister_plugin(GPU, os.path.join(root, "g.sock"))
+    await wait_for_async("connected", lambda: m.plugins.usable(GPU), 20, every=0.02, retry_on=())
+    assert GPU not in m.plugins._wipes
+    await m.plugins.deregister_plugin(GPU, endpoint)
     assert GPU in m.plugins._wipes
-    await m.plugins.register_plugin(GPU, os.path.join(root, "g2.sock"), ["v1.DRAPlugin"], None)
+    await m.plugins.register_plugin(GPU, endpoint, ["v1.DRAPlugin"], None)
+    await wait_for_async("connected", lambda: m.plugins.usable(GPU), 20, every=0.02, retry_on=())
     assert GPU not in m.plugins._wipes
     await asyncio.sleep(0.7)
     assert api.deletes == []
