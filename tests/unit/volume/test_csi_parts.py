@@ -1,6 +1,6 @@
 """The CSI plugin's parts without a driver: version and name checks of
 registration, the node info written to the API (CSINode, Node), the wait for
-attach, node expansion's claim status, volume sources and request fields."""
+attach, volume sources and request fields."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from kubelet.client.rest import APIError
 from kubelet.pluginmanager import PluginError
 from kubelet.volume import VolumeError
 from kubelet.volume.csi import attach, paths, requests, source, validate_driver_name
-from kubelet.volume.csi.client import EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER, NodeInfo
+from kubelet.volume.csi.client import SINGLE_NODE_MULTI_WRITER, NodeInfo
 from kubelet.volume.csi.drivers import (
     DriversStore,
     RegistrationHandler,
     highest_supported,
     parse_version,
 )
-from kubelet.volume.csi.expand import Expander
 from kubelet.volume.csi.nodeinfo import NODE_ID_ANNOTATION, NodeInfoError, NodeInfoManager
 
 
@@ -235,83 +234,6 @@ async def test_wait_for_attach_polls_until_attached():
     assert ctx == {"attachedTo": "n1"}
     with pytest.raises(attach.AttachError, match="timed out waiting for attach: volume attachment"):
         await attach.wait_for_attach(api, "d.example.com", "other", "n1", timeout=0.5)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- expansion
-
-PVC = "/api/v1/namespaces/ns/persistentvolumeclaims/c"
-PV = "/api/v1/persistentvolumes/pv1"
-
-
-class ExpandingClient:
-    def __init__(self, caps: frozenset[int], fail: str = "") -> None:
-        self.caps, self.fail = caps, fail
-        self.requests: list[Any] = []
-
-    async def node_capabilities(self) -> frozenset[int]:
-        return self.caps
-
-    async def node_expand(self, req: Any) -> int:
-        self.requests.append(req)
-        if self.fail:
-            raise VolumeError(self.fail)
-        return int(req.capacity_range.required_bytes)
-
-
-def _expander(api: FakeAPI, client: ExpandingClient) -> Expander:
-    store = DriversStore()
-    store._drivers["d.example.com"] = type("D", (), {"client": client})()  # type: ignore[assignment]
-    return Expander(api, store, "/root")  # type: ignore[arg-type]
-
-
-def _claim_objects(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        PVC: {"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "1"},
-              "status": status},
-        PV: {"metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "2Gi"}}},
-    }  # fmt: skip
-
-
-VOL = source.CSIVolume(
-    driver="d.example.com", handle="h", mode=paths.PERSISTENT, dir_name="pv1",
-    access_modes=("ReadWriteOnce",), pv_name="pv1", claim=("ns", "c"),
-)  # fmt: skip
-POD = {"metadata": {"uid": "u", "name": "p", "namespace": "ns"}, "spec": {}}
-
-
-async def test_node_expansion_finishes_the_claims_resize():
-    api = FakeAPI(_claim_objects({
-        "capacity": {"storage": "1Gi"},
-        "allocatedResourceStatuses": {"storage": "NodeResizePending"},
-        "conditions": [{"type": "FileSystemResizePending", "status": "True"}],
-    }))  # fmt: skip
-    client = ExpandingClient(frozenset({EXPAND_VOLUME}))
-    await _expander(api, client).expand(POD, VOL, "/root/pods/u/v/mount")
-    assert client.requests[0].capacity_range.required_bytes == 2 * 1024**3
-    assert client.requests[0].volume_path == "/root/pods/u/v/mount"
-    assert [p[1]["status"] for p in api.patches] == [
-        {"allocatedResourceStatuses": {"storage": "NodeResizeInProgress"}},
-        {"capacity": {"storage": "2Gi"}, "allocatedResourceStatuses": {"storage": None},
-         "conditions": []},
-    ]  # fmt: skip
-    status = api.objects[PVC]["status"]
-    assert status["capacity"] == {"storage": "2Gi"} and status["allocatedResourceStatuses"] == {}
-    # Done: a later remount finds nothing to grow.
-    await _expander(api, client).expand(POD, VOL, "/root/pods/u/v/mount")
-    assert len(client.requests) == 1
-
-
-async def test_node_expansion_waits_for_the_controller_and_records_failures():
-    api = FakeAPI(_claim_objects({"capacity": {"storage": "1Gi"}}))
-    client = ExpandingClient(frozenset({EXPAND_VOLUME}), fail="rpc error: code = Internal desc = x")
-    await _expander(api, client).expand(POD, VOL, "/t")
-    assert client.requests == [] and api.patches == []  # the controller's part is not done
-    api.objects[PVC]["status"]["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
-    with pytest.raises(VolumeError):
-        await _expander(api, client).expand(POD, VOL, "/t")
-    cond = api.objects[PVC]["status"]["conditions"][-1]
-    assert cond["type"] == "NodeResizeError"
-    assert cond["message"] == "failed to expand pvc with rpc error: code = Internal desc = x"
 
 
 # ---------------------------------------------------------- sources, fields
