@@ -8,6 +8,7 @@ unstaged. Claims come from a fake API getter. Needs root (mounts)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import os
@@ -38,6 +39,7 @@ from kubelet.types import Pod
 from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
+from kubelet.volume.csi.expand import Expander
 from kubelet.volume.csi.host import CSIHost
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
@@ -61,11 +63,25 @@ class FakeAPI:
             raise APIError(404, "NotFound", f"{path} not found")
         return self.objects[path]
 
+    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
+        """A merge patch (status only here): null removes a key."""
+        obj = self.objects[path.removesuffix("/status")]
+        _merge(obj, body)
+        return copy.deepcopy(obj)
+
+    def resize(self, claim: str, pv: str, size: str) -> None:
+        """What the resizer leaves once ControllerExpandVolume is done: the
+        PV at the new size, the claim's node part pending."""
+        self.objects[f"/api/v1/persistentvolumes/{pv}"]["spec"]["capacity"] = {"storage": size}
+        status = self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{claim}"]["status"]
+        status["allocatedResources"] = {"storage": size}
+        status["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
+
     def bind(self, claim: str, pv: str, handle: str, volume_mode: str = "Filesystem") -> None:
         self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{claim}"] = {
             "metadata": {"name": claim, "namespace": "ns", "uid": f"uid-{claim}"},
             "spec": {"volumeName": pv},
-            "status": {"phase": "Bound"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}},
         }
         self.objects[f"/api/v1/persistentvolumes/{pv}"] = {
             "metadata": {"name": pv},
@@ -77,6 +93,16 @@ class FakeAPI:
                 "csi": {"driver": DRIVER, "volumeHandle": handle},
             },
         }
+
+
+def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            obj.pop(k, None)
+        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
+            _merge(obj[k], v)
+        else:
+            obj[k] = copy.deepcopy(v)
 
 
 def pod(uid: str, *volumes: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +120,12 @@ class Node:
     """One kubelet's CSI parts and volume manager on a root dir."""
 
     def __init__(
-        self, root: Path, api: FakeAPI, spec: dict[str, Any], volume_health: bool = False
+        self,
+        root: Path,
+        api: FakeAPI,
+        spec: dict[str, Any],
+        volume_health: bool = False,
+        expand: bool = False,
     ) -> None:
         self.root = root
         self.events: list[str] = []
@@ -105,6 +136,11 @@ class Node:
             csidrivers=CSIDrivers(None, {DRIVER: spec}),
             volume_health=volume_health,
         )
+        if expand:
+            # The expander only (CSIHost makes it with an API client, and
+            # then the CSINode writes too, which this fake API has not).
+            expander = Expander(api, self.csi.drivers, str(root))  # type: ignore[arg-type]
+            self.csi.plugin.expander = expander.expand
         self.pm = PluginManager(registry_dir(str(root)))
         self.pm.add_handler(CSI_PLUGIN, self.csi.handler)
         self.vm = VolumeManagerImpl(
@@ -177,8 +213,10 @@ async def env() -> AsyncIterator[tuple[Path, parts.HostpathDriver, FakeAPI, Any]
     api = FakeAPI()
     nodes: list[Node] = []
 
-    async def node(spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False) -> Node:
-        n = Node(root, api, spec, volume_health)
+    async def node(
+        spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False, expand: bool = False
+    ) -> Node:
+        n = Node(root, api, spec, volume_health, expand)
         nodes.append(n)
         await n.start()
         return n
@@ -520,6 +558,56 @@ async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict
         await img.close()
         sim.stop()
         shutil.rmtree(sim_dir, ignore_errors=True)
+
+
+def _device_size(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+async def test_block_volume_expanded_on_the_node(env):
+    """A Block claim whose PV grew with the node's part pending: the kubelet
+    calls NodeExpandVolume on the publish file with block access (the driver
+    refuses anything else), when the volume is mapped and again on a
+    remount while in use; the device the container gets grows (the driver's
+    loop device) and the claim's status records each size."""
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-grow", size=8 << 20, block=True)
+    api.bind("claim-grow", "pv-grow", handle, volume_mode="Block")
+    claim_status = api.objects["/api/v1/namespaces/ns/persistentvolumeclaims/claim-grow"]["status"]
+    claim_status["capacity"] = {"storage": "8Mi"}
+    api.resize("claim-grow", "pv-grow", "16Mi")
+    n = await node(expand=True)
+    p = block_pod("e1", "claim-grow")
+    n.vm.add_pod(p)
+    await all_mounted(n.vm, p)
+    _staging, publish, _record = block_paths(root, "pv-grow", "e1")
+    assert _device_size(publish) == 16 << 20
+    assert claim_status["capacity"] == {"storage": "16Mi"}
+    assert not claim_status.get("allocatedResourceStatuses")  # the node's part is done
+    assert driver.calls("NodeExpandVolume") == 1
+
+    api.resize("claim-grow", "pv-grow", "24Mi")
+    n.vm.remount("e1")
+    await wait_for_async(
+        "the claim at its new size",
+        lambda: claim_status["capacity"] == {"storage": "24Mi"},
+        60.0,
+        0.05,
+    )
+    assert _device_size(publish) == 24 << 20
+    assert driver.calls("NodeExpandVolume") == 2
+    n.vm.remove_pod("e1")
+    assert await n.vm.wait_for_unmount("e1", 30)
+    await wait_for_async(
+        "the loop device detached",
+        lambda: not parts.loop_devices_under(driver.state),
+        60.0,
+        0.05,
+    )
 
 
 async def test_block_volume_mode_mismatches_refused(env):
