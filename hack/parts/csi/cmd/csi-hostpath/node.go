@@ -370,10 +370,11 @@ func (d *driver) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRe
 
 // growDevice makes a block volume's device as large as its record: the
 // backing file grows, then its loop device (when staged) is told so. The
-// request must name the published device with block access, as a CO expanding
-// a raw block volume passes it.
+// request must name the published device, as a CO expanding a raw block
+// volume passes it.
 func (d *driver) growDevice(v *volumeRecord, req *csi.NodeExpandVolumeRequest) error {
-	if req.GetVolumeCapability().GetBlock() == nil {
+	// The capability is optional in the spec; given, it must be block access.
+	if c := req.GetVolumeCapability(); c != nil && c.GetBlock() == nil {
 		return status.Error(codes.InvalidArgument, "a block volume is expanded with block access")
 	}
 	if !isBlockDevice(req.GetVolumePath()) {
