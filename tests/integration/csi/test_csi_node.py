@@ -515,7 +515,7 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
         NodeSettings(), p, p["spec"]["containers"][0], 0, "busybox:1.36", "h",
         RunContainerOptions(devices=devices),
     )  # fmt: skip
-    assert await _created_devices(tmp_path, cfg) == [
+    assert await created_devices(tmp_path, cfg) == [
         {"containerPath": "/dev/xvda", "hostPath": str(publish), "permissions": "mrw"}
     ]
 
@@ -530,7 +530,7 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
     assert n.csi.volumes_in_use() == []
 
 
-async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict[str, str]]:
+async def created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict[str, str]]:
     sim_dir = short_dir("simblk")
     sim = start_simruntime(sim_dir)
     rt = RemoteRuntimeService(sim.endpoint, timeout=10)
