@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from kubelet.client.rest import APIError
 from kubelet.container.mounts import make_block_devices
 from kubelet.container.runtime import Device, RunContainerOptions
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
@@ -29,33 +28,25 @@ from kubelet.testing.wait import wait_for_async
 from kubelet.volume import VolumeHost
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
-from tests.integration.csi.test_csi_node import created_devices
+from tests.integration.csi.test_csi_node import FakeAPI, created_devices
 
 
-class FakeAPI:
-    def __init__(self) -> None:
-        self.objects: dict[str, Any] = {}
-
-    async def get(self, path: str) -> Any:
-        if path not in self.objects:
-            raise APIError(404, "NotFound", f"{path} not found")
-        return self.objects[path]
-
-    def bind(self, name: str, source: dict[str, Any]) -> None:
-        self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{name}"] = {
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
-            "spec": {"volumeName": f"pv-{name}"},
-            "status": {"phase": "Bound"},
-        }
-        self.objects[f"/api/v1/persistentvolumes/pv-{name}"] = {
-            "metadata": {"name": f"pv-{name}"},
-            "spec": {
-                "claimRef": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
-                "capacity": {"storage": "4Mi"},
-                "volumeMode": "Block",
-                **source,
-            },
-        }
+def bind(api: FakeAPI, name: str, source: dict[str, Any]) -> None:
+    """The claim `name` bound to the Block PV `pv-<name>` of that source."""
+    api.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{name}"] = {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+        "spec": {"volumeName": f"pv-{name}"},
+        "status": {"phase": "Bound"},
+    }
+    api.objects[f"/api/v1/persistentvolumes/pv-{name}"] = {
+        "metadata": {"name": f"pv-{name}"},
+        "spec": {
+            "claimRef": {"namespace": "ns", "name": name, "uid": f"uid-{name}"},
+            "capacity": {"storage": "4Mi"},
+            "volumeMode": "Block",
+            **source,
+        },
+    }
 
 
 def block_pod(uid: str, claim: str, read_only: bool = False) -> dict[str, Any]:
@@ -124,7 +115,7 @@ async def test_local_block_pv_reaches_the_container_as_its_device(volumes, tmp_p
     tmp, dev, api, vm, _events = volumes
     (tmp / "disks/by-id").mkdir(parents=True)
     os.symlink(dev, tmp / "disks/by-id/local-1")
-    api.bind("claim-1", {"local": {"path": str(tmp / "disks/by-id/local-1")}})
+    bind(api, "claim-1", {"local": {"path": str(tmp / "disks/by-id/local-1")}})
     p = block_pod("l1", "claim-1")
     vm.add_pod(p)
     await wait_for_async("the device mapped", lambda: not vm.unmounted_volumes(p), 30.0, 0.05)
@@ -154,8 +145,8 @@ async def test_planted_paths_and_block_host_path_refused(volumes):
     planted.mkdir(parents=True)
     os.symlink(dev, planted / "disk")
     os.symlink(str(planted / "disk"), tmp / "innocent")
-    api.bind("claim-p", {"local": {"path": str(tmp / "innocent")}})
-    api.bind("claim-h", {"hostPath": {"path": dev}})
+    bind(api, "claim-p", {"local": {"path": str(tmp / "innocent")}})
+    bind(api, "claim-h", {"hostPath": {"path": dev}})
     for uid, claim in (("p1", "claim-p"), ("h1", "claim-h")):
         vm.add_pod(block_pod(uid, claim))
     await wait_for_async("both refused", lambda: len(set(events)) >= 2, 30.0, 0.05)

@@ -8,7 +8,6 @@ unstaged. Claims come from a fake API getter. Needs root (mounts)."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
 import os
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kubelet.apis.config.loader import merge_patch
 from kubelet.client.rest import APIError
 from kubelet.container.mounts import make_block_devices
 from kubelet.container.runtime import Device, RunContainerOptions
@@ -65,9 +65,9 @@ class FakeAPI:
 
     async def patch(self, path: str, body: Any, **kw: Any) -> Any:
         """A merge patch (status only here): null removes a key."""
-        obj = self.objects[path.removesuffix("/status")]
-        _merge(obj, body)
-        return copy.deepcopy(obj)
+        key = path.removesuffix("/status")
+        self.objects[key] = merge_patch(self.objects[key], body)
+        return self.objects[key]
 
     def resize(self, claim: str, pv: str, size: str) -> None:
         """What the resizer leaves once ControllerExpandVolume is done: the
@@ -93,16 +93,6 @@ class FakeAPI:
                 "csi": {"driver": DRIVER, "volumeHandle": handle},
             },
         }
-
-
-def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
-    for k, v in patch.items():
-        if v is None:
-            obj.pop(k, None)
-        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
-            _merge(obj[k], v)
-        else:
-            obj[k] = copy.deepcopy(v)
 
 
 def pod(uid: str, *volumes: dict[str, Any]) -> dict[str, Any]:
@@ -577,8 +567,13 @@ async def test_block_volume_expanded_on_the_node(env):
     root, driver, api, node = env
     handle = driver.create_volume("pv-grow", size=8 << 20, block=True)
     api.bind("claim-grow", "pv-grow", handle, volume_mode="Block")
-    claim_status = api.objects["/api/v1/namespaces/ns/persistentvolumeclaims/claim-grow"]["status"]
-    claim_status["capacity"] = {"storage": "8Mi"}
+    claim = "/api/v1/namespaces/ns/persistentvolumeclaims/claim-grow"
+
+    def claim_status() -> dict[str, Any]:
+        status: dict[str, Any] = api.objects[claim]["status"]
+        return status
+
+    claim_status()["capacity"] = {"storage": "8Mi"}
     api.resize("claim-grow", "pv-grow", "16Mi")
     n = await node(expand=True)
     p = block_pod("e1", "claim-grow")
@@ -586,15 +581,15 @@ async def test_block_volume_expanded_on_the_node(env):
     await all_mounted(n.vm, p)
     _staging, publish, _record = block_paths(root, "pv-grow", "e1")
     assert _device_size(publish) == 16 << 20
-    assert claim_status["capacity"] == {"storage": "16Mi"}
-    assert not claim_status.get("allocatedResourceStatuses")  # the node's part is done
+    assert claim_status()["capacity"] == {"storage": "16Mi"}
+    assert not claim_status().get("allocatedResourceStatuses")  # the node's part is done
     assert driver.calls("NodeExpandVolume") == 1
 
     api.resize("claim-grow", "pv-grow", "24Mi")
     n.vm.remount("e1")
     await wait_for_async(
         "the claim at its new size",
-        lambda: claim_status["capacity"] == {"storage": "24Mi"},
+        lambda: claim_status()["capacity"] == {"storage": "24Mi"},
         60.0,
         0.05,
     )
