@@ -28,7 +28,7 @@ from kubelet.testing.wait import wait_for_async
 from kubelet.volume import VolumeHost
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
-from tests.integration.csi.test_csi_node import FakeAPI, created_devices
+from tests.integration.csi.helpers import FakeAPI, created_devices
 
 
 def bind(api: FakeAPI, name: str, source: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from kubelet.volume.csi import paths, source
 from kubelet.volume.csi.client import EXPAND_VOLUME, STAGE_UNSTAGE, CSIError
 from kubelet.volume.csi.drivers import DriversStore
 from kubelet.volume.csi.expand import Expander, Resize, node_resize
-from tests.unit.volume.test_csi_parts import FakeAPI
+from tests.unit.volume.helpers import ObjectsAPI
 
 PVC = "/api/v1/namespaces/ns/persistentvolumeclaims/c"
 PV = "/api/v1/persistentvolumes/pv1"
@@ -47,7 +47,7 @@ class Events:
         self.seen.append((ref["kind"], etype, reason, message))
 
 
-def _expander(api: FakeAPI, client: ExpandingClient, events: Events | None = None) -> Expander:
+def _expander(api: ObjectsAPI, client: ExpandingClient, events: Events | None = None) -> Expander:
     store = DriversStore()
     store._drivers["d.example.com"] = type("D", (), {"client": client})()  # type: ignore[assignment]
     return Expander(api, store, "/root", events)  # type: ignore[arg-type]
@@ -94,7 +94,7 @@ def test_what_a_claim_asks_of_the_node():
 
 
 async def test_filesystem_expansion_finishes_the_claims_resize():
-    api = FakeAPI(_objects(_pending(conditions=[
+    api = ObjectsAPI(_objects(_pending(conditions=[
         {"type": "FileSystemResizePending", "status": "True"},
         {"type": "ModifyingVolume", "status": "True"},
     ])))  # fmt: skip
@@ -123,7 +123,7 @@ async def test_filesystem_expansion_finishes_the_claims_resize():
 
 
 async def test_block_volume_expanded_at_its_device_with_block_access():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME, STAGE_UNSTAGE}))
     await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
     (req,) = client.requests
@@ -135,14 +135,14 @@ async def test_block_volume_expanded_at_its_device_with_block_access():
     assert req.volume_capability.access_mode.mode == 1  # SINGLE_NODE_WRITER
     assert api.objects[PVC]["status"]["capacity"] == {"storage": "2Gi"}
     # A driver that does not stage gets no staging path.
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}))
     await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
     assert client.requests[0].staging_target_path == ""
 
 
 async def test_older_resizer_gets_the_pv_size_and_only_the_capacity():
-    api = FakeAPI(_objects({"capacity": {"storage": "1Gi"}}))
+    api = ObjectsAPI(_objects({"capacity": {"storage": "1Gi"}}))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}))
     await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
     assert client.requests[0].capacity_range.required_bytes == 2 * 1024**3
@@ -152,7 +152,7 @@ async def test_older_resizer_gets_the_pv_size_and_only_the_capacity():
 
 
 async def test_waits_while_the_controller_has_not_finished():
-    api = FakeAPI(_objects(_pending(allocatedResourceStatuses={"storage": "ControllerResizeInProgress"})))  # fmt: skip
+    api = ObjectsAPI(_objects(_pending(allocatedResourceStatuses={"storage": "ControllerResizeInProgress"})))  # fmt: skip
     client = ExpandingClient(frozenset({EXPAND_VOLUME}))
     await _expander(api, client).expand(POD, VOL, FS_TARGET)
     assert client.requests == [] and api.patches == []
@@ -164,7 +164,7 @@ def _rpc(code: grpc.StatusCode, desc: str = "x") -> CSIError:
 
 
 async def test_final_failure_is_a_condition_and_is_raised():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}), _rpc(grpc.StatusCode.INTERNAL))
     with pytest.raises(VolumeError) as err:
         await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
@@ -177,7 +177,7 @@ async def test_final_failure_is_a_condition_and_is_raised():
 
 
 async def test_infeasible_size_marks_the_claim_infeasible():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}), _rpc(grpc.StatusCode.OUT_OF_RANGE))
     with pytest.raises(VolumeError):
         await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
@@ -189,7 +189,7 @@ async def test_infeasible_size_marks_the_claim_infeasible():
 async def test_failure_after_the_user_changed_the_size_again_is_infeasible():
     # A final failure, then the user asks for another size: the next failure
     # lets the controller take the new size (markExpansionInfeasibleOnFailure).
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}), _rpc(grpc.StatusCode.INTERNAL))
     expander = _expander(api, client)
     with pytest.raises(VolumeError):
@@ -206,7 +206,7 @@ async def test_failure_after_the_user_changed_the_size_again_is_infeasible():
 
 
 async def test_uncertain_failure_leaves_the_claim_alone_and_is_retried():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}), _rpc(grpc.StatusCode.DEADLINE_EXCEEDED))
     expander = _expander(api, client)
     with pytest.raises(VolumeError):
@@ -221,7 +221,7 @@ async def test_uncertain_failure_leaves_the_claim_alone_and_is_retried():
 
 
 async def test_in_use_refusal_does_not_fail_the_volume_and_is_not_retried():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({EXPAND_VOLUME}), _rpc(grpc.StatusCode.FAILED_PRECONDITION))
     expander = _expander(api, client)
     await expander.expand(POD, BLOCK_VOL, BLOCK_TARGET)  # no raise: the pod keeps its volume
@@ -231,7 +231,7 @@ async def test_in_use_refusal_does_not_fail_the_volume_and_is_not_retried():
 
 
 async def test_driver_without_node_expansion():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client = ExpandingClient(frozenset({STAGE_UNSTAGE}))
     with pytest.raises(VolumeError, match="NodeExpand is not supported by the CSI driver"):
         await _expander(api, client).expand(POD, BLOCK_VOL, BLOCK_TARGET)
@@ -239,7 +239,7 @@ async def test_driver_without_node_expansion():
 
 
 async def test_read_only_volume_is_not_expanded_and_warned_once():
-    api = FakeAPI(_objects(_pending()))
+    api = ObjectsAPI(_objects(_pending()))
     client, events = ExpandingClient(frozenset({EXPAND_VOLUME})), Events()
     expander = _expander(api, client, events)
     ro = dataclasses.replace(BLOCK_VOL, read_only=True)

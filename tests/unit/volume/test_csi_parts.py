@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from kubelet.client.rest import APIError
 from kubelet.pluginmanager import PluginError
 from kubelet.volume import VolumeError
 from kubelet.volume.csi import attach, paths, requests, source, validate_driver_name
@@ -23,61 +22,7 @@ from kubelet.volume.csi.drivers import (
     parse_version,
 )
 from kubelet.volume.csi.nodeinfo import NODE_ID_ANNOTATION, NodeInfoError, NodeInfoManager
-
-
-class FakeAPI:
-    """A dict of objects by path with the API's conflict check on patches."""
-
-    def __init__(self, objects: dict[str, Any] | None = None) -> None:
-        self.objects = objects or {}
-        self.patches: list[tuple[str, Any]] = []
-        self.rv = 1
-
-    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
-        return copy.deepcopy(obj)
-
-    async def get(self, path: str, **kw: Any) -> Any:
-        if path not in self.objects:
-            raise APIError(404, "NotFound", f"{path} not found")
-        return copy.deepcopy(self.objects[path])
-
-    async def create(self, path: str, obj: Any, **kw: Any) -> Any:
-        full = f"{path}/{obj['metadata']['name']}"
-        if full in self.objects:
-            raise APIError(409, "AlreadyExists", "exists")
-        self.objects[full] = copy.deepcopy(obj)
-        self.objects[full]["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
-        return self._bump(self.objects[full])
-
-    async def update(self, path: str, obj: Any, **kw: Any) -> Any:
-        have = self.objects[path]["metadata"].get("resourceVersion")
-        if obj["metadata"].get("resourceVersion") != have:
-            raise APIError(409, "Conflict", "the object has been modified")
-        self.objects[path] = copy.deepcopy(obj)
-        return self._bump(self.objects[path])
-
-    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        self.patches.append((path, body))
-        target_path = path.removesuffix("/status")
-        obj = self.objects[target_path]
-        want = (body.get("metadata") or {}).get("resourceVersion")
-        if want and want != obj["metadata"].get("resourceVersion"):
-            raise APIError(409, "Conflict", "the object has been modified")
-        _merge(obj, body)
-        return self._bump(obj)
-
-
-def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
-    for k, v in patch.items():
-        if v is None:
-            obj.pop(k, None)
-        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
-            _merge(obj[k], v)
-        else:
-            obj[k] = copy.deepcopy(v)
-
+from tests.unit.volume.helpers import ObjectsAPI
 
 # ------------------------------------------------------------- registration
 
@@ -167,7 +112,7 @@ async def test_registration_undone_when_node_get_info_fails():
 
 
 async def test_node_info_written_to_csinode_and_node():
-    api = FakeAPI({"/api/v1/nodes/n1": {"metadata": {"name": "n1", "uid": "node-uid"}}})
+    api = ObjectsAPI({"/api/v1/nodes/n1": {"metadata": {"name": "n1", "uid": "node-uid"}}})
     api.objects["/api/v1/nodes/n1"]["metadata"]["resourceVersion"] = "1"
     nim = NodeInfoManager(api, "n1")  # type: ignore[arg-type]
     stop = asyncio.Event()
@@ -197,7 +142,7 @@ async def test_node_info_written_to_csinode_and_node():
 
 
 async def test_node_info_refuses_an_empty_node_id():
-    nim = NodeInfoManager(FakeAPI(), "n1")  # type: ignore[arg-type]
+    nim = NodeInfoManager(ObjectsAPI(), "n1")  # type: ignore[arg-type]
     with pytest.raises(NodeInfoError, match="driverNodeID must not be empty"):
         await nim.install_driver("d.example.com", NodeInfo("", 0, {}))
 
@@ -217,7 +162,7 @@ def test_attachment_status():
 
 async def test_wait_for_attach_polls_until_attached():
     name = paths.attachment_name("h", "d.example.com", "n1")
-    api = FakeAPI()
+    api = ObjectsAPI()
 
     async def attach_later() -> None:
         await asyncio.sleep(0.3)
@@ -301,7 +246,7 @@ def test_request_fields():
 
 
 async def test_secrets_are_decoded_from_the_api():
-    api = FakeAPI({"/api/v1/namespaces/ns/secrets/s": {"data": {"key": "dmFsdWU="}}})
+    api = ObjectsAPI({"/api/v1/namespaces/ns/secrets/s": {"data": {"key": "dmFsdWU="}}})
     assert await requests.secrets(api, ("ns", "s"), "NodePublishSecretRef") == {"key": "value"}  # type: ignore[arg-type]
     with pytest.raises(VolumeError, match="fetching NodeStageSecretRef ns/missing failed"):
         await requests.secrets(api, ("ns", "missing"), "NodeStageSecretRef")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from kubelet.container.runtime import Device
 from kubelet.volume import VolumeError
 from kubelet.volume.local import block_device, resolve
 from kubelet.volume.pvc import PVCPlugin
-from tests.unit.volume.test_pvc import API, PV_PATH, PVC_PATH, claim, pv, vol
+from tests.unit.volume.helpers import ObjectsAPI
 
 
 @pytest.fixture
@@ -79,12 +79,27 @@ def test_refused_paths(node: Path):
 
 
 def _objects(path: str) -> dict[str, Any]:
-    return {PVC_PATH: claim(), PV_PATH: pv({"local": {"path": path}}, volumeMode="Block")}
+    """The claim ns/claim bound to the Block local PV pv1 at `path`."""
+    return {
+        "/api/v1/namespaces/ns/persistentvolumeclaims/claim": {
+            "metadata": {"name": "claim", "namespace": "ns", "uid": "c1"},
+            "spec": {"volumeName": "pv1"},
+            "status": {"phase": "Bound"},
+        },
+        "/api/v1/persistentvolumes/pv1": {
+            "metadata": {"name": "pv1"},
+            "spec": {"claimRef": {"uid": "c1"}, "volumeMode": "Block", "local": {"path": path}},
+        },
+    }
+
+
+def vol(read_only: bool = False) -> dict[str, Any]:
+    return {"name": "data", "persistentVolumeClaim": {"claimName": "claim", "readOnly": read_only}}
 
 
 async def test_block_local_pv_is_handed_to_volume_devices(node: Path):
     os.symlink(str(node / "dev/sdz"), node / "by-id")
-    plugin = PVCPlugin(API(_objects(str(node / "by-id"))).get, str(node / "kubelet"))
+    plugin = PVCPlugin(ObjectsAPI(_objects(str(node / "by-id"))).get, str(node / "kubelet"))
     mv = await plugin.set_up_volume({"metadata": {"namespace": "ns", "uid": "u"}}, vol(), "/x")
     assert (mv.host_path, mv.block, mv.read_only) == (str(node / "dev/sdz"), True, False)
     c = {"name": "c", "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}
