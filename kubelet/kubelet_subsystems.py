@@ -354,7 +354,7 @@ def build_volumes(
             ProjectedPlugin(pods.configmaps, pods.secrets, tokens, lambda: alloc),
             EmptyDirPlugin(lambda: to_bytes(alloc.get("memory", "0"))),
             HostPathPlugin(),
-            PVCPlugin(client.get if client is not None else None),
+            PVCPlugin(client.get if client is not None else None, node.root_dir),
             csi.plugin,
         ],
         # Every volume of the pod is set up: sync it now, not on its next retry.

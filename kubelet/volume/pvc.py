@@ -4,9 +4,12 @@ a `local` volume (the only PV types a kubelet without CSI can serve; anything
 else is a FailedMount saying so). The PV's path is bind-mounted as it is, as
 the hostPath plugin does; `readOnly` on the claim source makes every mount of
 it read-only. A `local` PV takes the pod's fsGroup (volume/ownership.py, with
-fsGroupChangePolicy); a hostPath PV does not, as upstream. Upstream resolves claims in the desired-state populator and
-hands the PV to the hostpath/local plugins; here it is one plugin so that a
-claim that becomes Bound later is picked up by the manager's retries.
+fsGroupChangePolicy); a hostPath PV does not, as upstream. A `local` PV with
+`volumeMode: Block` is its device, handed to the containers' volumeDevices
+(local.py); a Block hostPath PV is refused, as upstream has no block mapper
+for it. Upstream resolves claims in the desired-state populator and hands the
+PV to the hostpath/local plugins; here it is one plugin so that a claim that
+becomes Bound later is picked up by the manager's retries.
 
 A generic `ephemeral` volume is the claim `<pod>-<volume>` that the
 ephemeral-volume controller makes from its template; it is used only when the
@@ -25,7 +28,7 @@ from typing import Any
 from kubelet.client.rest import API_ERRORS, APIError
 from kubelet.types import PersistentVolume, PersistentVolumeClaim, Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeSpec, ownership
+from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeSpec, local, ownership
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
 
 CSI_PLUGIN_NAME = "kubernetes.io/csi"
@@ -46,9 +49,11 @@ class PVCPlugin:
     read_only = False
     selinux_relabel = False
 
-    def __init__(self, get: APIGetter | None) -> None:
+    def __init__(self, get: APIGetter | None, root_dir: str = "") -> None:
         # None in standalone mode: there is no API server to resolve claims.
         self._get = get
+        # A Block local PV's path may not pass through it (local.py).
+        self._root_dir = root_dir
 
     def can_support(self, spec: VolumeSpec) -> bool:
         return "persistentVolumeClaim" in spec or "ephemeral" in spec
@@ -144,15 +149,9 @@ class PVCPlugin:
         read_only: bool,
     ) -> MountedVolume:
         ns = pod["metadata"].get("namespace") or "default"
-        prefix = f"error processing PVC {ns}/{claim}"
         pv_spec = pv.get("spec") or {}
-        mode = pv_spec.get("volumeMode") or "Filesystem"
-        if mode != "Filesystem":
-            raise VolumeError(
-                f'{prefix}: volume "{spec["name"]}" has volumeMode "{mode}": '
-                "block volumes are not supported by this kubelet for hostPath and local PVs "
-                "(only for CSI ones)"
-            )
+        if (pv_spec.get("volumeMode") or "Filesystem") == "Block":
+            return await self._map_pv(spec, pv, pv_name, read_only)
         loop = asyncio.get_running_loop()
         if "hostPath" in pv_spec:
             hp = pv_spec["hostPath"] or {}
@@ -184,6 +183,28 @@ class PVCPlugin:
                 "only hostPath, local and CSI persistent volumes are supported by this kubelet"
             )
         return MountedVolume(name=spec["name"], host_path=path, read_only=read_only)
+
+    async def _map_pv(
+        self, spec: VolumeSpec, pv: PersistentVolume, pv_name: str, read_only: bool
+    ) -> MountedVolume:
+        """A Block PV: a local one is its device (local.py); no other PV
+        type this plugin serves has a block mode, as upstream (only the local
+        and CSI plugins map block volumes)."""
+        pv_spec = pv.get("spec") or {}
+        if "local" not in pv_spec:
+            kind = next((k for k in pv_spec if k not in _PV_FIELDS), "unknown")
+            raise VolumeError(
+                f'PersistentVolume {pv_name} is a {kind} volume with volumeMode "Block": '
+                "no volume plugin maps it as a block device (only local and CSI ones)",
+                "MapVolume.FindMapperPluginBySpec",
+            )
+        path = str((pv_spec["local"] or {}).get("path") or "")
+        if not path:
+            raise VolumeError(f'LocalVolume volume "{pv_name}" path is empty')
+        device = await asyncio.get_running_loop().run_in_executor(
+            None, local.block_device, pv_name, path, self._root_dir
+        )
+        return MountedVolume(name=spec["name"], host_path=device, read_only=read_only, block=True)
 
     async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
         return None  # the PV's path is used in place: nothing was made for the pod

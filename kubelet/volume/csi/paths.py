@@ -93,6 +93,14 @@ def block_staging_path(root_dir: str, pv_name: str) -> str:
     return os.path.join(block_dir(root_dir), "staging", check_dir_name(pv_name))
 
 
+def staging_path(root_dir: str, driver: str, volume_handle: str, block_pv: str = "") -> str:
+    """Where a volume is staged: a block volume by its PV's name, others by
+    driver and handle."""
+    if block_pv:
+        return block_staging_path(root_dir, block_pv)
+    return device_mount_path(root_dir, driver, volume_handle)
+
+
 def block_publish_path(root_dir: str, pv_name: str, pod_uid: str) -> str:
     """NodePublishVolume's target_path for a block volume: a file the driver
     puts the device at (getPublishPath)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from kubelet.client.rest import APIClient
 from kubelet.token.manager import TokenManager
-from kubelet.types import Pod
+from kubelet.types import PersistentVolume, Pod
 from kubelet.util import mountutil
 from kubelet.volume import MountedVolume, VolumeError, VolumeHost, VolumeSpec, ownership
 from kubelet.volume.csi import PLUGIN_NAME, attach, csidriver, paths, requests, source
@@ -131,6 +131,7 @@ class CSIPlugin:
         await loop.run_in_executor(None, self._write_vol_data, dir, vol)
         if block:
             await self._map(pod, vol, driver, client, caps, target)
+            await self._expand(pod, vol, target, spec.get("persistentVolume"))
             return mounted
         staging_path, ctx = "", dict[str, str]()
         if vol.persistent:
@@ -146,6 +147,7 @@ class CSIPlugin:
             await loop.run_in_executor(
                 None, ownership.set_volume_ownership, target, fs_group, change
             )
+        await self._expand(pod, vol, target, spec.get("persistentVolume"))
         self._warn_unimplemented(vol.driver, driver)
         return mounted
 
@@ -296,8 +298,16 @@ class CSIPlugin:
         self, pod: Pod, vol: CSIVolume, driver: csidriver.CSIDriverSpec | None, target: str
     ) -> None:
         """The periodic call on a mounted volume: finish a pending expansion."""
+        await self._expand(pod, vol, target)
+
+    async def _expand(
+        self, pod: Pod, vol: CSIVolume, target: str, pv: PersistentVolume | None = None
+    ) -> None:
+        # Once set up (with the PV the claim was just resolved to) and on each
+        # remount, for either volume mode: upstream's expansion during mount /
+        # map, then its in-use expansion.
         if self.expander is not None and vol.persistent:
-            await self.expander(pod, vol, target)
+            await self.expander(pod, vol, target, pv)
 
     def _warn_unimplemented(self, name: str, driver: csidriver.CSIDriverSpec | None) -> None:
         if name in self._warned:

@@ -225,9 +225,7 @@ class StagingManager:
     # ------------------------------------------------------------ disk
 
     def _staging_path(self, v: StagedVolume) -> str:
-        if v.block_pv:
-            return paths.block_staging_path(self.root_dir, v.block_pv)
-        return paths.device_mount_path(self.root_dir, v.driver, v.handle)
+        return paths.staging_path(self.root_dir, v.driver, v.handle, v.block_pv)
 
     def _prepare_staging_dir(self, v: StagedVolume, path: str) -> None:
         # The CO makes the staging target dir; a vol_data.json says whose it

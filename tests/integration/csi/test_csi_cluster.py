@@ -298,3 +298,79 @@ def test_block_volume_is_a_device_in_the_container(env: Env) -> None:
     env.cp.kubectl("delete", "pvc", "blk", "-n", "default", "--wait=true", "--timeout=50s")
     wait_for("the PV to be deleted", lambda: gone(env, "pv", pv_name), timeout=120)
     wait_for("the driver to delete the volume", lambda: not backing.parent.exists(), timeout=60)
+
+
+def _block_size(e: Env, pod_name: str) -> int:
+    r = e.cp.kubectl(
+        "exec", pod_name, "-n", "default", "--", "blockdev", "--getsize64", "/dev/xvda"
+    )
+    return int(r.stdout)
+
+
+def test_block_volume_grows_in_the_running_container(env: Env) -> None:
+    """Node expansion of a raw block volume on a real cluster: the claim is
+    grown and the resizer's part is played here (the external-resizer is not
+    served by the Go module proxy): the PV at the new size, the claim's
+    allocated size with its node part pending. Our kubelet then calls
+    NodeExpandVolume on the published device (the driver grows its loop
+    device), the runc container sees the new size on the same device, and the
+    kubelet (as the node, through the Node authorizer) records the size in
+    the claim's status and clears the pending state."""
+    claim_obj = pvc("grow")
+    claim_obj["spec"]["volumeMode"] = "Block"
+    claim_obj["spec"]["resources"]["requests"]["storage"] = "4Mi"
+    env.apply(claim_obj)
+    claim = wait_for(
+        "the block claim to be bound",
+        lambda: (
+            (c := env.json("get", "pvc", "grow", "-n", "default"))["status"].get("phase") == "Bound"
+            and c
+        ),
+        timeout=120,
+    )
+    pv_name = claim["spec"]["volumeName"]
+    p = pod("grow", "grow", "sleep 3600")
+    del p["spec"]["containers"][0]["volumeMounts"]
+    p["spec"]["containers"][0]["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
+    env.apply(p)
+    wait_for("the block pod to run", lambda: phase(env, "grow") == "Running", timeout=180)
+    assert _block_size(env, "grow") == 4 << 20
+
+    env.cp.kubectl(
+        "patch", "pvc", "grow", "-n", "default", "--type=merge",
+        "-p", json.dumps({"spec": {"resources": {"requests": {"storage": "8Mi"}}}}),
+    )  # fmt: skip
+    env.cp.kubectl(
+        "patch", "pv", pv_name, "--type=merge",
+        "-p", json.dumps({"spec": {"capacity": {"storage": "8Mi"}}}),
+    )  # fmt: skip
+    env.cp.kubectl(
+        "patch", "pvc", "grow", "-n", "default", "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {
+            "allocatedResources": {"storage": "8Mi"},
+            "allocatedResourceStatuses": {"storage": "NodeResizePending"},
+        }}),
+    )  # fmt: skip
+    # Checked on the volume's next remount (every minute, with jitter).
+    status = wait_for(
+        "the claim at its new size",
+        lambda: (
+            (s := env.json("get", "pvc", "grow", "-n", "default")["status"])["capacity"]["storage"]
+            == "8Mi"
+            and s
+        ),
+        timeout=150,
+    )
+    assert not status.get("allocatedResourceStatuses")
+    assert _block_size(env, "grow") == 8 << 20
+    events = env.json(
+        "get", "events", "-n", "default", "--field-selector", "involvedObject.name=grow"
+    )["items"]
+    assert {(e["involvedObject"]["kind"], e["reason"]) for e in events} >= {
+        ("Pod", "FileSystemResizeSuccessful"),
+        ("PersistentVolumeClaim", "FileSystemResizeSuccessful"),
+    }
+    env.cp.kubectl("delete", "pod", "grow", "-n", "default", "--wait=true", "--timeout=50s")
+    assert parts.loop_devices_under(str(env.state)) == []
+    env.cp.kubectl("delete", "pvc", "grow", "-n", "default", "--wait=true", "--timeout=50s")
+    wait_for("the PV to be deleted", lambda: gone(env, "pv", pv_name), timeout=120)

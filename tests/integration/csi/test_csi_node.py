@@ -20,28 +20,24 @@ from typing import Any
 
 import pytest
 
-from kubelet.client.rest import APIError
 from kubelet.container.mounts import make_block_devices
 from kubelet.container.runtime import Device, RunContainerOptions
-from kubelet.cri.api import api_pb2 as pb
-from kubelet.cri.errors import CRIError
-from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings, container_config
 from kubelet.metrics import REGISTRY
 from kubelet.pluginmanager import CSI_PLUGIN
 from kubelet.pluginmanager.manager import PluginManager, registry_dir
 from kubelet.testing import csi as parts
 from kubelet.testing.parts import part_unavailable, starting
-from kubelet.testing.process import short_dir
-from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import wait_for_async
 from kubelet.types import Pod
 from kubelet.util import mountutil
 from kubelet.volume import VolumeHost
 from kubelet.volume.csi.csidriver import CSIDrivers
+from kubelet.volume.csi.expand import Expander
 from kubelet.volume.csi.host import CSIHost
 from kubelet.volume.pvc import PVCPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
+from tests.integration.csi.helpers import FakeAPI, created_devices
 
 NODE = "node-1"
 DRIVER = parts.DRIVER_NAME
@@ -51,33 +47,6 @@ CSI_DRIVER_SPEC = {
     "fsGroupPolicy": "File",
     "volumeLifecycleModes": ["Persistent", "Ephemeral"],
 }
-
-
-class FakeAPI:
-    def __init__(self) -> None:
-        self.objects: dict[str, Any] = {}
-
-    async def get(self, path: str) -> Any:
-        if path not in self.objects:
-            raise APIError(404, "NotFound", f"{path} not found")
-        return self.objects[path]
-
-    def bind(self, claim: str, pv: str, handle: str, volume_mode: str = "Filesystem") -> None:
-        self.objects[f"/api/v1/namespaces/ns/persistentvolumeclaims/{claim}"] = {
-            "metadata": {"name": claim, "namespace": "ns", "uid": f"uid-{claim}"},
-            "spec": {"volumeName": pv},
-            "status": {"phase": "Bound"},
-        }
-        self.objects[f"/api/v1/persistentvolumes/{pv}"] = {
-            "metadata": {"name": pv},
-            "spec": {
-                "claimRef": {"namespace": "ns", "name": claim, "uid": f"uid-{claim}"},
-                "accessModes": ["ReadWriteOnce"],
-                "capacity": {"storage": "1Gi"},
-                "volumeMode": volume_mode,
-                "csi": {"driver": DRIVER, "volumeHandle": handle},
-            },
-        }
 
 
 def pod(uid: str, *volumes: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +64,12 @@ class Node:
     """One kubelet's CSI parts and volume manager on a root dir."""
 
     def __init__(
-        self, root: Path, api: FakeAPI, spec: dict[str, Any], volume_health: bool = False
+        self,
+        root: Path,
+        api: FakeAPI,
+        spec: dict[str, Any],
+        volume_health: bool = False,
+        expand: bool = False,
     ) -> None:
         self.root = root
         self.events: list[str] = []
@@ -106,6 +80,11 @@ class Node:
             csidrivers=CSIDrivers(None, {DRIVER: spec}),
             volume_health=volume_health,
         )
+        if expand:
+            # The expander only (CSIHost makes it with an API client, and
+            # then the CSINode writes too, which this fake API has not).
+            expander = Expander(api, self.csi.drivers, str(root))  # type: ignore[arg-type]
+            self.csi.plugin.expander = expander.expand
         self.pm = PluginManager(registry_dir(str(root)))
         self.pm.add_handler(CSI_PLUGIN, self.csi.handler)
         self.vm = VolumeManagerImpl(
@@ -178,8 +157,10 @@ async def env() -> AsyncIterator[tuple[Path, parts.HostpathDriver, FakeAPI, Any]
     api = FakeAPI()
     nodes: list[Node] = []
 
-    async def node(spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False) -> Node:
-        n = Node(root, api, spec, volume_health)
+    async def node(
+        spec: dict[str, Any] = CSI_DRIVER_SPEC, volume_health: bool = False, expand: bool = False
+    ) -> Node:
+        n = Node(root, api, spec, volume_health, expand)
         nodes.append(n)
         await n.start()
         return n
@@ -484,7 +465,7 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
         NodeSettings(), p, p["spec"]["containers"][0], 0, "busybox:1.36", "h",
         RunContainerOptions(devices=devices),
     )  # fmt: skip
-    assert await _created_devices(tmp_path, cfg) == [
+    assert await created_devices(tmp_path, cfg) == [
         {"containerPath": "/dev/xvda", "hostPath": str(publish), "permissions": "mrw"}
     ]
 
@@ -499,34 +480,59 @@ async def test_block_volume_mapped_into_a_container_and_torn_down(env, tmp_path:
     assert n.csi.volumes_in_use() == []
 
 
-async def _created_devices(tmp_path: Path, cfg: pb.ContainerConfig) -> list[dict[str, str]]:
-    sim_dir = short_dir("simblk")
-    sim = start_simruntime(sim_dir)
-    rt = RemoteRuntimeService(sim.endpoint, timeout=10)
-    img = RemoteImageService(sim.endpoint, timeout=10)
+def _device_size(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
-        await img.pull_image(pb.ImageSpec(image="busybox:1.36"))
-        sb = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name="p", uid="b1", namespace="ns"),
-            log_directory=str(tmp_path / "logs"),
-        )
-        sid = await rt.run_pod_sandbox(sb)
-        cid = await rt.create_container(sid, cfg, sb)
-        info = json.loads((await rt.container_status(cid, verbose=True)).info["info"])
-        devices: list[dict[str, str]] = info["config"]["devices"]
-        # A host path that is not a device node is refused, as runc does.
-        bad = pb.ContainerConfig()
-        bad.CopyFrom(cfg)
-        bad.metadata.name = "bad"
-        bad.devices[0].host_path = str(tmp_path)
-        with pytest.raises(CRIError, match="not a device node"):
-            await rt.create_container(sid, bad, sb)
-        return devices
+        return os.lseek(fd, 0, os.SEEK_END)
     finally:
-        await rt.close()
-        await img.close()
-        sim.stop()
-        shutil.rmtree(sim_dir, ignore_errors=True)
+        os.close(fd)
+
+
+async def test_block_volume_expanded_on_the_node(env):
+    """A Block claim whose PV grew with the node's part pending: the kubelet
+    calls NodeExpandVolume on the publish file with block access (the driver
+    refuses anything else), when the volume is mapped and again on a
+    remount while in use; the device the container gets grows (the driver's
+    loop device) and the claim's status records each size."""
+    root, driver, api, node = env
+    handle = driver.create_volume("pv-grow", size=8 << 20, block=True)
+    api.bind("claim-grow", "pv-grow", handle, volume_mode="Block")
+    claim = "/api/v1/namespaces/ns/persistentvolumeclaims/claim-grow"
+
+    def claim_status() -> dict[str, Any]:
+        status: dict[str, Any] = api.objects[claim]["status"]
+        return status
+
+    claim_status()["capacity"] = {"storage": "8Mi"}
+    api.resize("claim-grow", "pv-grow", "16Mi")
+    n = await node(expand=True)
+    p = block_pod("e1", "claim-grow")
+    n.vm.add_pod(p)
+    await all_mounted(n.vm, p)
+    _staging, publish, _record = block_paths(root, "pv-grow", "e1")
+    assert _device_size(publish) == 16 << 20
+    assert claim_status()["capacity"] == {"storage": "16Mi"}
+    assert not claim_status().get("allocatedResourceStatuses")  # the node's part is done
+    assert driver.calls("NodeExpandVolume") == 1
+
+    api.resize("claim-grow", "pv-grow", "24Mi")
+    n.vm.remount("e1")
+    await wait_for_async(
+        "the claim at its new size",
+        lambda: claim_status()["capacity"] == {"storage": "24Mi"},
+        60.0,
+        0.05,
+    )
+    assert _device_size(publish) == 24 << 20
+    assert driver.calls("NodeExpandVolume") == 2
+    n.vm.remove_pod("e1")
+    assert await n.vm.wait_for_unmount("e1", 30)
+    await wait_for_async(
+        "the loop device detached",
+        lambda: not parts.loop_devices_under(driver.state),
+        60.0,
+        0.05,
+    )
 
 
 async def test_block_volume_mode_mismatches_refused(env):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import datetime
 from pathlib import Path
 from typing import Any
 
+from kubelet.client.rest import APIError
 from kubelet.objectcache import ObjectNotFoundError
 from kubelet.token import TokenManager
 from kubelet.util.clock import FakeClock
@@ -120,3 +122,57 @@ def assert_intact(victim: Path) -> None:
     assert (victim / "a").read_text() == "precious a"
     assert (victim / "sub" / "b").read_text() == "precious b"
     assert not (victim / "sub").is_symlink()
+
+
+class ObjectsAPI:
+    """A dict of objects by path with the API's conflict check on patches."""
+
+    def __init__(self, objects: dict[str, Any] | None = None) -> None:
+        self.objects = objects or {}
+        self.patches: list[tuple[str, Any]] = []
+        self.rv = 1
+
+    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        return copy.deepcopy(obj)
+
+    async def get(self, path: str, **kw: Any) -> Any:
+        if path not in self.objects:
+            raise APIError(404, "NotFound", f"{path} not found")
+        return copy.deepcopy(self.objects[path])
+
+    async def create(self, path: str, obj: Any, **kw: Any) -> Any:
+        full = f"{path}/{obj['metadata']['name']}"
+        if full in self.objects:
+            raise APIError(409, "AlreadyExists", "exists")
+        self.objects[full] = copy.deepcopy(obj)
+        self.objects[full]["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
+        return self._bump(self.objects[full])
+
+    async def update(self, path: str, obj: Any, **kw: Any) -> Any:
+        have = self.objects[path]["metadata"].get("resourceVersion")
+        if obj["metadata"].get("resourceVersion") != have:
+            raise APIError(409, "Conflict", "the object has been modified")
+        self.objects[path] = copy.deepcopy(obj)
+        return self._bump(self.objects[path])
+
+    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
+        self.patches.append((path, body))
+        target_path = path.removesuffix("/status")
+        obj = self.objects[target_path]
+        want = (body.get("metadata") or {}).get("resourceVersion")
+        if want and want != obj["metadata"].get("resourceVersion"):
+            raise APIError(409, "Conflict", "the object has been modified")
+        _merge(obj, body)
+        return self._bump(obj)
+
+
+def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            obj.pop(k, None)
+        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
+            _merge(obj[k], v)
+        else:
+            obj[k] = copy.deepcopy(v)

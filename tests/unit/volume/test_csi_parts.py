@@ -1,6 +1,6 @@
 """The CSI plugin's parts without a driver: version and name checks of
 registration, the node info written to the API (CSINode, Node), the wait for
-attach, node expansion's claim status, volume sources and request fields."""
+attach, volume sources and request fields."""
 
 from __future__ import annotations
 
@@ -11,74 +11,18 @@ from typing import Any
 
 import pytest
 
-from kubelet.client.rest import APIError
 from kubelet.pluginmanager import PluginError
 from kubelet.volume import VolumeError
 from kubelet.volume.csi import attach, paths, requests, source, validate_driver_name
-from kubelet.volume.csi.client import EXPAND_VOLUME, SINGLE_NODE_MULTI_WRITER, NodeInfo
+from kubelet.volume.csi.client import SINGLE_NODE_MULTI_WRITER, NodeInfo
 from kubelet.volume.csi.drivers import (
     DriversStore,
     RegistrationHandler,
     highest_supported,
     parse_version,
 )
-from kubelet.volume.csi.expand import Expander
 from kubelet.volume.csi.nodeinfo import NODE_ID_ANNOTATION, NodeInfoError, NodeInfoManager
-
-
-class FakeAPI:
-    """A dict of objects by path with the API's conflict check on patches."""
-
-    def __init__(self, objects: dict[str, Any] | None = None) -> None:
-        self.objects = objects or {}
-        self.patches: list[tuple[str, Any]] = []
-        self.rv = 1
-
-    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.rv += 1
-        obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
-        return copy.deepcopy(obj)
-
-    async def get(self, path: str, **kw: Any) -> Any:
-        if path not in self.objects:
-            raise APIError(404, "NotFound", f"{path} not found")
-        return copy.deepcopy(self.objects[path])
-
-    async def create(self, path: str, obj: Any, **kw: Any) -> Any:
-        full = f"{path}/{obj['metadata']['name']}"
-        if full in self.objects:
-            raise APIError(409, "AlreadyExists", "exists")
-        self.objects[full] = copy.deepcopy(obj)
-        self.objects[full]["metadata"]["uid"] = "uid-" + obj["metadata"]["name"]
-        return self._bump(self.objects[full])
-
-    async def update(self, path: str, obj: Any, **kw: Any) -> Any:
-        have = self.objects[path]["metadata"].get("resourceVersion")
-        if obj["metadata"].get("resourceVersion") != have:
-            raise APIError(409, "Conflict", "the object has been modified")
-        self.objects[path] = copy.deepcopy(obj)
-        return self._bump(self.objects[path])
-
-    async def patch(self, path: str, body: Any, **kw: Any) -> Any:
-        self.patches.append((path, body))
-        target_path = path.removesuffix("/status")
-        obj = self.objects[target_path]
-        want = (body.get("metadata") or {}).get("resourceVersion")
-        if want and want != obj["metadata"].get("resourceVersion"):
-            raise APIError(409, "Conflict", "the object has been modified")
-        _merge(obj, body)
-        return self._bump(obj)
-
-
-def _merge(obj: dict[str, Any], patch: dict[str, Any]) -> None:
-    for k, v in patch.items():
-        if v is None:
-            obj.pop(k, None)
-        elif isinstance(v, dict) and isinstance(obj.get(k), dict):
-            _merge(obj[k], v)
-        else:
-            obj[k] = copy.deepcopy(v)
-
+from tests.unit.volume.helpers import ObjectsAPI
 
 # ------------------------------------------------------------- registration
 
@@ -168,7 +112,7 @@ async def test_registration_undone_when_node_get_info_fails():
 
 
 async def test_node_info_written_to_csinode_and_node():
-    api = FakeAPI({"/api/v1/nodes/n1": {"metadata": {"name": "n1", "uid": "node-uid"}}})
+    api = ObjectsAPI({"/api/v1/nodes/n1": {"metadata": {"name": "n1", "uid": "node-uid"}}})
     api.objects["/api/v1/nodes/n1"]["metadata"]["resourceVersion"] = "1"
     nim = NodeInfoManager(api, "n1")  # type: ignore[arg-type]
     stop = asyncio.Event()
@@ -198,7 +142,7 @@ async def test_node_info_written_to_csinode_and_node():
 
 
 async def test_node_info_refuses_an_empty_node_id():
-    nim = NodeInfoManager(FakeAPI(), "n1")  # type: ignore[arg-type]
+    nim = NodeInfoManager(ObjectsAPI(), "n1")  # type: ignore[arg-type]
     with pytest.raises(NodeInfoError, match="driverNodeID must not be empty"):
         await nim.install_driver("d.example.com", NodeInfo("", 0, {}))
 
@@ -218,7 +162,7 @@ def test_attachment_status():
 
 async def test_wait_for_attach_polls_until_attached():
     name = paths.attachment_name("h", "d.example.com", "n1")
-    api = FakeAPI()
+    api = ObjectsAPI()
 
     async def attach_later() -> None:
         await asyncio.sleep(0.3)
@@ -235,83 +179,6 @@ async def test_wait_for_attach_polls_until_attached():
     assert ctx == {"attachedTo": "n1"}
     with pytest.raises(attach.AttachError, match="timed out waiting for attach: volume attachment"):
         await attach.wait_for_attach(api, "d.example.com", "other", "n1", timeout=0.5)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- expansion
-
-PVC = "/api/v1/namespaces/ns/persistentvolumeclaims/c"
-PV = "/api/v1/persistentvolumes/pv1"
-
-
-class ExpandingClient:
-    def __init__(self, caps: frozenset[int], fail: str = "") -> None:
-        self.caps, self.fail = caps, fail
-        self.requests: list[Any] = []
-
-    async def node_capabilities(self) -> frozenset[int]:
-        return self.caps
-
-    async def node_expand(self, req: Any) -> int:
-        self.requests.append(req)
-        if self.fail:
-            raise VolumeError(self.fail)
-        return int(req.capacity_range.required_bytes)
-
-
-def _expander(api: FakeAPI, client: ExpandingClient) -> Expander:
-    store = DriversStore()
-    store._drivers["d.example.com"] = type("D", (), {"client": client})()  # type: ignore[assignment]
-    return Expander(api, store, "/root")  # type: ignore[arg-type]
-
-
-def _claim_objects(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        PVC: {"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "1"},
-              "status": status},
-        PV: {"metadata": {"name": "pv1"}, "spec": {"capacity": {"storage": "2Gi"}}},
-    }  # fmt: skip
-
-
-VOL = source.CSIVolume(
-    driver="d.example.com", handle="h", mode=paths.PERSISTENT, dir_name="pv1",
-    access_modes=("ReadWriteOnce",), pv_name="pv1", claim=("ns", "c"),
-)  # fmt: skip
-POD = {"metadata": {"uid": "u", "name": "p", "namespace": "ns"}, "spec": {}}
-
-
-async def test_node_expansion_finishes_the_claims_resize():
-    api = FakeAPI(_claim_objects({
-        "capacity": {"storage": "1Gi"},
-        "allocatedResourceStatuses": {"storage": "NodeResizePending"},
-        "conditions": [{"type": "FileSystemResizePending", "status": "True"}],
-    }))  # fmt: skip
-    client = ExpandingClient(frozenset({EXPAND_VOLUME}))
-    await _expander(api, client).expand(POD, VOL, "/root/pods/u/v/mount")
-    assert client.requests[0].capacity_range.required_bytes == 2 * 1024**3
-    assert client.requests[0].volume_path == "/root/pods/u/v/mount"
-    assert [p[1]["status"] for p in api.patches] == [
-        {"allocatedResourceStatuses": {"storage": "NodeResizeInProgress"}},
-        {"capacity": {"storage": "2Gi"}, "allocatedResourceStatuses": {"storage": None},
-         "conditions": []},
-    ]  # fmt: skip
-    status = api.objects[PVC]["status"]
-    assert status["capacity"] == {"storage": "2Gi"} and status["allocatedResourceStatuses"] == {}
-    # Done: a later remount finds nothing to grow.
-    await _expander(api, client).expand(POD, VOL, "/root/pods/u/v/mount")
-    assert len(client.requests) == 1
-
-
-async def test_node_expansion_waits_for_the_controller_and_records_failures():
-    api = FakeAPI(_claim_objects({"capacity": {"storage": "1Gi"}}))
-    client = ExpandingClient(frozenset({EXPAND_VOLUME}), fail="rpc error: code = Internal desc = x")
-    await _expander(api, client).expand(POD, VOL, "/t")
-    assert client.requests == [] and api.patches == []  # the controller's part is not done
-    api.objects[PVC]["status"]["allocatedResourceStatuses"] = {"storage": "NodeResizePending"}
-    with pytest.raises(VolumeError):
-        await _expander(api, client).expand(POD, VOL, "/t")
-    cond = api.objects[PVC]["status"]["conditions"][-1]
-    assert cond["type"] == "NodeResizeError"
-    assert cond["message"] == "failed to expand pvc with rpc error: code = Internal desc = x"
 
 
 # ---------------------------------------------------------- sources, fields
@@ -379,7 +246,7 @@ def test_request_fields():
 
 
 async def test_secrets_are_decoded_from_the_api():
-    api = FakeAPI({"/api/v1/namespaces/ns/secrets/s": {"data": {"key": "dmFsdWU="}}})
+    api = ObjectsAPI({"/api/v1/namespaces/ns/secrets/s": {"data": {"key": "dmFsdWU="}}})
     assert await requests.secrets(api, ("ns", "s"), "NodePublishSecretRef") == {"key": "value"}  # type: ignore[arg-type]
     with pytest.raises(VolumeError, match="fetching NodeStageSecretRef ns/missing failed"):
         await requests.secrets(api, ("ns", "missing"), "NodeStageSecretRef")  # type: ignore[arg-type]

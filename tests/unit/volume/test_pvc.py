@@ -158,8 +158,12 @@ async def test_unsupported_pv_types():
         "persistent volumes are supported by this kubelet"
     )
     objects[PV_PATH] = pv({"local": {"path": "/tmp"}}, volumeMode="Block")
-    assert "block volumes are not supported by this kubelet for hostPath and local PVs" in (
-        await fails(objects)
+    assert await fails(objects) == 'local volume "pv1": /tmp is not a block device'
+    # No block mapper serves a hostPath PV, as upstream.
+    objects[PV_PATH] = pv({"hostPath": {"path": "/dev/null"}}, volumeMode="Block")
+    assert await fails(objects) == (
+        'PersistentVolume pv1 is a hostPath volume with volumeMode "Block": no volume plugin '
+        "maps it as a block device (only local and CSI ones)"
     )
 
 

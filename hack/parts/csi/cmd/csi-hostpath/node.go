@@ -360,5 +360,44 @@ func (d *driver) NodeExpandVolume(_ context.Context, req *csi.NodeExpandVolumeRe
 	if err != nil {
 		return nil, err
 	}
+	if v.Block {
+		if err := d.growDevice(v, req); err != nil {
+			return nil, err
+		}
+	}
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: v.Capacity}, nil
+}
+
+// growDevice makes a block volume's device as large as its record: the
+// backing file grows, then its loop device (when staged) is told so. The
+// request must name the published device, as a CO expanding a raw block
+// volume passes it.
+func (d *driver) growDevice(v *volumeRecord, req *csi.NodeExpandVolumeRequest) error {
+	// The capability is optional in the spec; given, it must be block access.
+	if c := req.GetVolumeCapability(); c != nil && c.GetBlock() == nil {
+		return status.Error(codes.InvalidArgument, "a block volume is expanded with block access")
+	}
+	if !isBlockDevice(req.GetVolumePath()) {
+		return status.Errorf(codes.InvalidArgument, "volume path %s is not a block device", req.GetVolumePath())
+	}
+	file := d.store.blockPath(v.ID)
+	if err := createBlockFile(file, v.Capacity); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	dev, err := findLoop(file)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if dev == "" {
+		return nil // not attached: the next attach has the new size
+	}
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer unix.Close(fd)
+	if err := unix.IoctlSetInt(fd, unix.LOOP_SET_CAPACITY, 0); err != nil {
+		return status.Errorf(codes.Internal, "LOOP_SET_CAPACITY %s: %v", dev, err)
+	}
+	return nil
 }
