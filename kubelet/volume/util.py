@@ -33,19 +33,30 @@ def unmount_and_remove(dir: str, op: str, mountinfo: str = mountutil.MOUNTINFO) 
 def ensure_tmpfs(dir: str, size: int, what: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
     """Mount a tmpfs at `dir` unless one is there already (set_up is idempotent).
     VolumeError naming `what` when this kubelet may not mount here."""
-    if mountutil.mount_fstype(dir, mountutil.mount_table(mountinfo)) == "tmpfs":
+    ensure_mounted(dir, "tmpfs", "tmpfs", f"size={size}" if size > 0 else "", what, mountinfo)
+
+
+def ensure_mounted(
+    dir: str,
+    source: str,
+    fstype: str,
+    options: str,
+    what: str,
+    mountinfo: str = mountutil.MOUNTINFO,
+) -> None:
+    """Mount `fstype` at `dir` unless a mount of that type is there already."""
+    if mountutil.mount_fstype(dir, mountutil.mount_table(mountinfo)) == fstype:
         return
-    options = f"size={size}" if size > 0 else ""
     try:
-        mountutil.mount("tmpfs", dir, "tmpfs", options)
+        mountutil.mount(source, dir, fstype, options)
     except OSError as err:
         if err.errno in (errno.EPERM, errno.EACCES):
             raise VolumeError(
-                f"{what} needs a tmpfs mount at {dir}, which this kubelet is not permitted "
+                f"{what} needs a {fstype} mount at {dir}, which this kubelet is not permitted "
                 f"to make here ({mountutil.lowercase_strerror(err)}: it needs CAP_SYS_ADMIN in the "
                 "host mount namespace)"
             ) from err
         raise VolumeError(
             f"mount failed: {mountutil.lowercase_strerror(err)}\n"
-            f"Mounting command: mount\nMounting arguments: -t tmpfs -o {options} tmpfs {dir}"
+            f"Mounting command: mount\nMounting arguments: -t {fstype} -o {options} {source} {dir}"
         ) from err

@@ -12,7 +12,7 @@ import pytest
 from kubelet.testing.helpers import can_mount_tmpfs
 from kubelet.util import mountutil
 from kubelet.volume import VolumeError
-from kubelet.volume.emptydir import EmptyDirPlugin, tmpfs_size
+from kubelet.volume.emptydir import EmptyDirPlugin, hugepage_size, tmpfs_size
 
 GI = 1 << 30
 
@@ -68,13 +68,67 @@ def test_tmpfs_size():
     assert tmpfs_size(pod(), vol(medium="Memory", sizeLimit="0"), 8 * GI) == 8 * GI
 
 
-async def test_hugepages_not_supported(tmp_path: Path):
-    with pytest.raises(
-        VolumeError, match="emptyDir medium 'HugePages' is not supported by this kubelet"
-    ):
-        await EmptyDirPlugin().set_up(pod(), vol(medium="HugePages"), str(tmp_path / "v"))
+def huge(*sizes, init=(), pod_level=None):
+    def c(name, size):
+        return {"name": name, "resources": {"requests": {f"hugepages-{size}": "4Mi"}}}
+
+    p = pod([c(f"c{i}", s) for i, s in enumerate(sizes)] or [{"name": "c"}])
+    p["spec"]["initContainers"] = [c(f"i{i}", s) for i, s in enumerate(init)]
+    if pod_level:
+        p["spec"]["resources"] = {"requests": {f"hugepages-{pod_level}": "4Mi"}}
+    return p
+
+
+def test_hugepage_size_from_the_pods_requests():
+    assert hugepage_size(huge("2Mi"), "HugePages") == "2Mi"
+    assert hugepage_size(huge("2Mi", "1Gi"), "HugePages-1Gi") == "1Gi"
+    assert hugepage_size(huge("2048Ki"), "HugePages-2Mi") == "2048Ki"  # the same size
+    assert hugepage_size(huge(init=["2Mi"]), "HugePages") == "2Mi"
+    assert hugepage_size(huge(pod_level="1Gi"), "HugePages-1Gi") == "1Gi"
+    with pytest.raises(VolumeError, match="can't be used if container requests multiple huge"):
+        hugepage_size(huge("2Mi", "1Gi"), "HugePages")
+    with pytest.raises(VolumeError, match="but there is no resource request for huge pages"):
+        hugepage_size(huge("2Mi"), "HugePages-1Gi")
+    with pytest.raises(VolumeError, match="but there is no resource request for huge pages"):
+        hugepage_size(pod(), "HugePages")
+    for bad in ("HugePages-", "HugePagesX", "HugePages-abc"):
+        with pytest.raises(VolumeError, match="unknown storage medium"):
+            hugepage_size(huge("2Mi"), bad)
+
+
+async def test_unknown_medium(tmp_path: Path):
     with pytest.raises(VolumeError, match='unknown storage medium "Floppy"'):
         await EmptyDirPlugin().set_up(pod(), vol(medium="Floppy"), str(tmp_path / "v"))
+
+
+async def test_hugepages_mount_hugetlbfs_of_the_requested_size(tmp_path: Path, monkeypatch):
+    mounts = []
+    monkeypatch.setattr(mountutil, "mount", lambda *a: mounts.append(a))
+    d = tmp_path / "v"
+    await EmptyDirPlugin().set_up(huge("2Mi"), vol(medium="HugePages-2Mi"), str(d))
+    assert mounts == [("nodev", str(d), "hugetlbfs", "pagesize=2Mi")]
+    p = EmptyDirPlugin()
+    assert p.can_adopt(vol(medium="HugePages"), str(d), "hugetlbfs")
+    assert not p.can_adopt(vol(medium="HugePages"), str(d), None)  # after a reboot
+
+
+async def test_hugepages_on_this_machine(tmp_path: Path):
+    if not Path("/sys/kernel/mm/hugepages/hugepages-2048kB").is_dir():
+        pytest.skip("this kernel has no 2 MiB huge pages")
+    d = tmp_path / "v"
+    p = EmptyDirPlugin()
+    try:
+        await p.set_up(huge("2Mi"), vol(medium="HugePages"), str(d))
+    except VolumeError as err:
+        assert "not permitted" in str(err)  # an unprivileged run: said so
+        return
+    try:
+        table = mountutil.mount_table()
+        assert mountutil.mount_fstype(str(d), table) == "hugetlbfs"
+        await p.set_up(huge("2Mi"), vol(medium="HugePages"), str(d))  # idempotent
+    finally:
+        await p.tear_down("u1", "v", str(d))
+    assert not d.exists()
 
 
 async def test_memory_not_permitted_gives_clear_error(tmp_path: Path, monkeypatch):
