@@ -113,14 +113,13 @@ async def test_hugepages_mount_hugetlbfs_of_the_requested_size(tmp_path: Path, m
 
 
 async def test_hugepages_on_this_machine(tmp_path: Path):
-    if not Path("/sys/kernel/mm/hugepages/hugepages-2048kB").is_dir():
-        pytest.skip("this kernel has no 2 MiB huge pages")
     d = tmp_path / "v"
     p = EmptyDirPlugin()
     try:
         await p.set_up(huge("2Mi"), vol(medium="HugePages"), str(d))
     except VolumeError as err:
-        assert "not permitted" in str(err)  # an unprivileged run: said so
+        # An unprivileged run, or a kernel without 2 MiB huge pages: said so.
+        assert "not permitted" in str(err) or "mount failed" in str(err)
         return
     try:
         table = mountutil.mount_table()
