@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -57,3 +59,14 @@ async def _node(
 ) -> AsyncIterator[InProcessKubelet]:
     async with in_process_kubelet(part.endpoint, tmp_path, **overrides) as n:
         yield n
+
+
+@pytest.fixture
+async def short_root() -> AsyncIterator[Path]:
+    """A root dir right under /tmp: a Unix socket path (kubelet.sock, a device
+    plugin's) has at most 107 bytes, and pytest's tmp_path is too deep."""
+    root = Path(tempfile.mkdtemp(prefix="sr", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

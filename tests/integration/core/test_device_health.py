@@ -8,13 +8,8 @@ never appears."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from kubelet.cm.devicemanager import HEALTHY, UNHEALTHY
 from kubelet.testing.deviceplugin import FakeDevicePlugin
@@ -30,16 +25,6 @@ CONTAINER = {
     "image": "busybox",
     "resources": {"limits": {R: "1"}, "requests": {R: "1"}},
 }
-
-
-@pytest.fixture
-async def short_root() -> AsyncIterator[Path]:
-    # A Unix socket path has at most 107 bytes: pytest's tmp_path is too deep.
-    root = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def started(node: InProcessKubelet) -> FakeDevicePlugin:

@@ -8,12 +8,7 @@ pod was refused with UnexpectedAdmissionError and its container killed."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from kubelet.cm.devicemanager import HEALTHY
 from kubelet.testing.deviceplugin import FakeDevicePlugin
@@ -27,15 +22,6 @@ CONTAINER = {
     "image": "busybox",
     "resources": {"limits": {R: "1"}, "requests": {R: "1"}},
 }
-
-
-@pytest.fixture
-async def short_root() -> AsyncIterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="dr", dir="/tmp"))  # socket paths are short
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def container_id(node: InProcessKubelet) -> str:

@@ -244,23 +244,37 @@ def test_generic_ephemeral_and_inline_volumes(env: Env) -> None:
     )
 
 
+def _bound_block_claim(env: Env, name: str) -> dict[str, Any]:
+    """A 4Mi Block claim of that name, once bound."""
+    claim_obj = pvc(name)
+    claim_obj["spec"]["volumeMode"] = "Block"
+    claim_obj["spec"]["resources"]["requests"]["storage"] = "4Mi"
+    env.apply(claim_obj)
+    claim: dict[str, Any] = wait_for(
+        "the block claim to be bound",
+        lambda: (
+            (c := env.json("get", "pvc", name, "-n", "default"))["status"].get("phase") == "Bound"
+            and c
+        ),
+        timeout=120,
+    )
+    return claim
+
+
+def _block_pod(name: str, script: str) -> dict[str, Any]:
+    """A pod running script with the claim of its name at /dev/xvda (volumeDevices)."""
+    p = pod(name, name, script)
+    del p["spec"]["containers"][0]["volumeMounts"]
+    p["spec"]["containers"][0]["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
+    return p
+
+
 def test_block_volume_is_a_device_in_the_container(env: Env) -> None:
     """A Block claim through volumeDevices: the container (runc) sees a block
     device at devicePath of the claim's size, and what it writes there is in
     the driver's backing file; deleting the pod unpublishes, unstages and
     detaches the loop device, deleting the claim removes the volume."""
-    claim_obj = pvc("blk")
-    claim_obj["spec"]["volumeMode"] = "Block"
-    claim_obj["spec"]["resources"]["requests"]["storage"] = "4Mi"
-    env.apply(claim_obj)
-    claim = wait_for(
-        "the block claim to be bound",
-        lambda: (
-            (c := env.json("get", "pvc", "blk", "-n", "default"))["status"].get("phase") == "Bound"
-            and c
-        ),
-        timeout=120,
-    )
+    claim = _bound_block_claim(env, "blk")
     pv_name = claim["spec"]["volumeName"]
     handle = env.json("get", "pv", pv_name)["spec"]["csi"]["volumeHandle"]
     script = (
@@ -268,10 +282,7 @@ def test_block_volume_is_a_device_in_the_container(env: Env) -> None:
         "echo blockdata | dd of=/dev/xvda bs=512 count=1 conv=sync,fsync 2>/dev/null && "
         "echo written && sleep 3600"
     )
-    p = pod("blk", "blk", script)
-    del p["spec"]["containers"][0]["volumeMounts"]
-    p["spec"]["containers"][0]["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
-    env.apply(p)
+    env.apply(_block_pod("blk", script))
     wait_for("the block pod to run", lambda: phase(env, "blk") == "Running", timeout=180)
     wait_for(
         "the pod to write",
@@ -316,23 +327,9 @@ def test_block_volume_grows_in_the_running_container(env: Env) -> None:
     device), the runc container sees the new size on the same device, and the
     kubelet (as the node, through the Node authorizer) records the size in
     the claim's status and clears the pending state."""
-    claim_obj = pvc("grow")
-    claim_obj["spec"]["volumeMode"] = "Block"
-    claim_obj["spec"]["resources"]["requests"]["storage"] = "4Mi"
-    env.apply(claim_obj)
-    claim = wait_for(
-        "the block claim to be bound",
-        lambda: (
-            (c := env.json("get", "pvc", "grow", "-n", "default"))["status"].get("phase") == "Bound"
-            and c
-        ),
-        timeout=120,
-    )
+    claim = _bound_block_claim(env, "grow")
     pv_name = claim["spec"]["volumeName"]
-    p = pod("grow", "grow", "sleep 3600")
-    del p["spec"]["containers"][0]["volumeMounts"]
-    p["spec"]["containers"][0]["volumeDevices"] = [{"name": "data", "devicePath": "/dev/xvda"}]
-    env.apply(p)
+    env.apply(_block_pod("grow", "sleep 3600"))
     wait_for("the block pod to run", lambda: phase(env, "grow") == "Running", timeout=180)
     assert _block_size(env, "grow") == 4 << 20
 
