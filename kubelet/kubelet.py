@@ -412,6 +412,9 @@ class Kubelet:
         self.pods.rejected.discard(pu)
         self.pod_workers.update_pod(PodWork(pod, UpdateType.KILL, removed=True))
         self.pods.allocation.remove_pod(pu)
+        # Its figures from the last measuring pass are not served any more.
+        self.volumes.stats.forget(pu)
+        self.log_stats.forget(pu)
         # What it held is free: deferred resizes may fit now.
         alloc = self.pods.allocation
         self._sync_pods(alloc.retry_pending(self.pod_manager.get, TRIGGER_PODS_REMOVED))

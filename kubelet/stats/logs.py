@@ -56,13 +56,22 @@ class ContainerLogStats(Collector):
         self.pods = pods
         self.logs_root = logs_root
         self.period = period
-        self._usage: list[ContainerLogUsage] = []
+        # pod UID -> its containers' figures from the last pass
+        self._usage: dict[str, list[ContainerLogUsage]] = {}
+
+    def forget(self, pod_uid: str) -> None:
+        """A pod removed from the node is not shown until the next pass."""
+        self._usage.pop(pod_uid, None)
 
     async def refresh(self) -> None:
         # Which pods is read on the loop; only the disk is read in a thread.
         which = [(namespace(p), name(p), uid(p)) for p in self.pods()]
         loop = asyncio.get_running_loop()
-        self._usage = await loop.run_in_executor(None, measure_logs, self.logs_root, which)
+        measured = await loop.run_in_executor(None, measure_logs, self.logs_root, which)
+        usage: dict[str, list[ContainerLogUsage]] = {}
+        for u in measured:
+            usage.setdefault(u.uid, []).append(u)
+        self._usage = usage
 
     async def run(self, stop: asyncio.Event) -> None:
         await measure_every(self.period, self.refresh, stop, "container log usage")
@@ -76,7 +85,7 @@ class ContainerLogStats(Collector):
             "Bytes of the container's log files on the filesystem, from the last measuring pass.",
             labels=["uid", "namespace", "pod", "container"],
         )
-        for u in usage:
+        for u in (c for containers in usage.values() for c in containers):
             g.add_metric([u.uid, u.namespace, u.pod, u.container], float(u.used_bytes))
         yield g
 

@@ -124,6 +124,10 @@ class VolumeStatsCalculator:
     def usage(self, pod_uid: str) -> list[VolumeUsage]:
         return self._usage.get(pod_uid, [])
 
+    def forget(self, pod_uid: str) -> None:
+        """A pod removed from the node is not shown until the next pass."""
+        self._usage.pop(pod_uid, None)
+
     def claims_usage(self) -> dict[tuple[str, str], VolumeUsage]:
         """(namespace, claim) -> the claim's volume usage, once per claim
         (pods sharing a claim measure the same volume)."""

@@ -44,7 +44,7 @@ def ours() -> dict[str, mp.Family]:
     extra.register(VolumeStatsCollector(lambda: {("ns", "c"): claim}))
     # Container log usage exists once a pass measured a container.
     logs = ContainerLogStats(lambda: [], "", 60)
-    logs._usage = [ContainerLogUsage("u", "ns", "p", "c", 1)]  # test-only: a pass's result
+    logs._usage = {"u": [ContainerLogUsage("u", "ns", "p", "c", 1)]}  # test-only: a pass's result
     extra.register(logs)
     fams |= mp.families(generate_latest(extra).decode())
     for collector in list(metrics.REGISTRY._collector_to_names):  # test-only internals

@@ -51,6 +51,11 @@ async def test_each_containers_logs_are_served_from_the_last_pass(tmp_path: Path
     await stats.refresh()
     grown = value(reg, uid="u1", namespace="default", pod="web", container="app")
     assert grown is not None and grown >= 512 * 1024
+    # A pod removed from the node goes at once, not at the next pass.
+    stats.forget("u1")
+    assert value(reg, uid="u1", namespace="default", pod="web", container="app") is None
+    await stats.refresh()
+    assert value(reg, uid="u1", namespace="default", pod="web", container="app") is not None
     pods.clear()
     await stats.refresh()
     assert value(reg, uid="u1", namespace="default", pod="web", container="app") is None

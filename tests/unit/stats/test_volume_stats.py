@@ -62,6 +62,8 @@ async def test_the_calculator_serves_its_last_pass(tmp_path: Path) -> None:
     assert calc.usage("u1")[0].used_bytes == before  # cached until the next pass
     await calc.refresh()
     assert calc.usage("u1")[0].used_bytes >= before + 100_000
+    calc.forget("u1")  # removed from the node: gone before the next pass
+    assert calc.usage("u1") == []
     uids.clear()
     await calc.refresh()
     assert calc.usage("u1") == []  # a removed pod's figures go
