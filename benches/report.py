@@ -28,6 +28,7 @@ KERNELS = (
     "workqueue",
     "workqueue_idle",
     "ratelimiting_queue",
+    "fnv32a",
 )
 
 

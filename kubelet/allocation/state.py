@@ -10,6 +10,7 @@ Quantities are kept in their canonical text, as Go's encoder writes them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -139,23 +140,31 @@ def _encode_requirements(r: Requirements) -> str:
     return go_object(parts)
 
 
-def encode_data(entries: dict[str, PodResources]) -> str:
-    """json.Marshal(PodResourceCheckpointInfo): entries is omitempty."""
+def _entry(pod_uid: str, containers: PodResources) -> str:
+    """One pod's `"uid":{"ContainerResources":{...}}` member of the entries map."""
+    encoded = go_map({n: _encode_requirements(r) for n, r in containers.items()})
+    return f"{go_string(pod_uid)}:{go_object([('ContainerResources', encoded)])}"
+
+
+def _data_of(entries: Mapping[str, str]) -> str:
+    """json.Marshal(PodResourceCheckpointInfo) from each pod's encoded member
+    (map keys sorted as Go sorts them; entries is omitempty)."""
     if not entries:
         return "{}"
-    pods = {
-        u: go_object(
-            [("ContainerResources", go_map({n: _encode_requirements(r) for n, r in c.items()}))]
-        )
-        for u, c in entries.items()
-    }
-    return go_object([("entries", go_map(pods))])
+    return '{"entries":{' + ",".join(entries[u] for u in sorted(entries)) + "}}"
+
+
+def _file_of(data: str) -> bytes:
+    sum_ = checksum(GoScalar("string", data))
+    return go_object([("data", go_string(data)), ("checksum", str(sum_))]).encode()
+
+
+def encode_data(entries: dict[str, PodResources]) -> str:
+    return _data_of({u: _entry(u, c) for u, c in entries.items()})
 
 
 def encode(entries: dict[str, PodResources]) -> bytes:
-    data = encode_data(entries)
-    sum_ = checksum(GoScalar("string", data))
-    return go_object([("data", go_string(data)), ("checksum", str(sum_))]).encode()
+    return _file_of(encode_data(entries))
 
 
 def _decode_list(v: Any, where: str) -> dict[str, str]:
@@ -220,12 +229,23 @@ def decode(blob: bytes) -> dict[str, PodResources]:
 
 class AllocationState:
     """One checkpoint (allocated or actuated), written through on each change
-    (stateCheckpoint); nothing is written when the content did not change."""
+    (stateCheckpoint); nothing is written when the content did not change.
+
+    Each pod's part of the file is encoded when that pod changes and kept, so
+    a write joins the parts rather than encoding every pod again: at 1,000
+    pods re-encoding all of them per admission was most of the start-up CPU.
+    On the event loop the changes of one loop pass are written together, in a
+    callback queued behind the change: on disk before the loop handles any
+    reply that arrives later, so before the pod's sandbox is even answered,
+    let alone its containers created (a crash in between is a crash before
+    the change)."""
 
     def __init__(self, store: CheckpointStore | None, key: str) -> None:
         self.store, self.key = store, key
         self._pods: dict[str, PodResources] = {}
-        self._last = b""
+        self._encoded: dict[str, str] = {}  # pod UID -> its encoded entry
+        self._last = ""  # the data last written (or read)
+        self._write_queued = False
 
     @classmethod
     def restore(cls, store: CheckpointStore, key: str) -> AllocationState:
@@ -234,7 +254,8 @@ class AllocationState:
 
         def load(blob: bytes) -> None:
             st._pods = decode(blob)
-            st._last = encode(st._pods)
+            st._encoded = {u: _entry(u, c) for u, c in st._pods.items()}
+            st._last = _data_of(st._encoded)
 
         restore_checkpoint(store, key, "pod resource information", load)
         return st
@@ -250,31 +271,52 @@ class AllocationState:
 
     def set_pod(self, pod_uid: str, resources: PodResources) -> None:
         self._pods[pod_uid] = {n: normalize(r) for n, r in resources.items()}
-        self._store()
+        self._changed(pod_uid)
 
     def set_container(self, pod_uid: str, container: str, resources: Requirements) -> None:
         self._pods.setdefault(pod_uid, {})[container] = normalize(resources)
-        self._store()
+        self._changed(pod_uid)
 
     def remove_pod(self, pod_uid: str) -> None:
         if self._pods.pop(pod_uid, None) is not None:
-            self._store()
+            self._changed(pod_uid)
 
     def remove_orphans(self, keep: set[str]) -> None:
         gone = [u for u in self._pods if u not in keep]
         for u in gone:
             del self._pods[u]
+            self._encoded.pop(u, None)
         if gone:
             self._store()
 
+    def _changed(self, pod_uid: str) -> None:
+        pod = self._pods.get(pod_uid)
+        if pod is None:
+            self._encoded.pop(pod_uid, None)
+        else:
+            self._encoded[pod_uid] = _entry(pod_uid, pod)
+        self._store()
+
     def _store(self) -> None:
-        if self.store is None:
-            return
-        blob = encode(self._pods)
-        if blob == self._last:
+        if self.store is None or self._write_queued:
             return
         try:
-            self.store.write(self.key, blob)
-            self._last = blob
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the loop (start-up, tools): at once
+            self._write()
+            return
+        self._write_queued = True
+        loop.call_soon(self._write)
+
+    def _write(self) -> None:
+        self._write_queued = False
+        if self.store is None:
+            return
+        data = _data_of(self._encoded)
+        if data == self._last:
+            return
+        try:
+            self.store.write(self.key, _file_of(data))
+            self._last = data
         except OSError as err:  # as upstream: logged, memory stays the truth
             log.error("Failed to save pod resource information checkpoint %s: %s", self.key, err)

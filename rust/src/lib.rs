@@ -3,6 +3,7 @@
 //! The logic lives in plain Rust modules with their own `cargo test`s; this
 //! file only converts between Python and Rust types.
 
+pub mod fnv;
 pub mod podcache;
 pub mod ratelimiting;
 pub mod relist;
@@ -122,6 +123,13 @@ fn container_ids<'py>(py: Python<'py>, raw: &Bound<'py, PyBytes>) -> PyResult<Bo
         PyValueError::new_err(format!("undecodable ListContainersResponse: {}", e.0))
     })?;
     PyList::new(py, ids)
+}
+
+/// fnv32a(data: bytes) -> int: FNV-1a 32 of the bytes (checkpoint checksums).
+#[pyfunction]
+fn fnv32a(py: Python<'_>, data: &Bound<'_, PyBytes>) -> u32 {
+    let buf = data.as_bytes();
+    py.allow_threads(|| fnv::fnv32a(buf))
 }
 
 /// The pod work queue keyed by string, with times supplied by the caller.
@@ -403,6 +411,7 @@ fn _kubelet_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPodCache>()?;
     m.add_class::<PyRateLimitingQueue>()?;
     m.add_function(wrap_pyfunction!(container_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(fnv32a, m)?)?;
     Ok(())
 }
 

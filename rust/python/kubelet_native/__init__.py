@@ -9,6 +9,7 @@ from kubelet_native._kubelet_native import (
     WorkQueueCore,
     __version__,
     container_ids,
+    fnv32a,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "WorkQueueCore",
     "__version__",
     "container_ids",
+    "fnv32a",
 ]

@@ -24,6 +24,9 @@ class RelistDiffer:
 def container_ids(raw: bytes) -> list[str]:
     """IDs of a raw ListContainersResponse, in order; ValueError on bad bytes."""
 
+def fnv32a(data: bytes) -> int:
+    """FNV-1a 32 of the bytes."""
+
 class WorkQueueCore:
     """Keys due at caller-supplied times; get_work(now) takes due keys in time order."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -83,3 +84,46 @@ def test_an_unchanged_state_is_not_written_again(tmp_path: Path) -> None:
     path.write_bytes(b"sentinel")  # a write would replace it
     st.set_pod("a", {"c": {"requests": {"cpu": "0.1"}}})
     assert path.read_bytes() == b"sentinel"
+
+
+class CountingStore(CheckpointStore):
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        self.writes = 0
+
+    def write(self, key: str, data: bytes) -> None:
+        self.writes += 1
+        super().write(key, data)
+
+
+async def test_on_the_loop_one_pass_of_changes_is_one_write(tmp_path: Path) -> None:
+    store = CountingStore(str(tmp_path))
+    st = AllocationState.restore(store, ALLOCATED_FILE)
+    for i in range(50):  # an admission batch: all in one loop pass
+        st.set_pod(f"p{i}", {"c": {"requests": {"cpu": f"{i + 1}m"}}})
+    st.remove_pod("p7")
+    assert store.writes == 0  # queued behind the changes, not yet on disk
+    await asyncio.sleep(0)
+    assert store.writes == 1
+    again = AllocationState.restore(store, ALLOCATED_FILE)
+    assert again.pods() == {f"p{i}" for i in range(50)} - {"p7"}
+    assert again.get_container("p49", "c") == {"requests": {"cpu": "50m"}}
+    st.set_container("p1", "d", {"limits": {"memory": "1Mi"}})
+    await asyncio.sleep(0)
+    assert store.writes == 2
+    assert decode((tmp_path / ALLOCATED_FILE).read_bytes())["p1"]["d"] == {
+        "limits": {"memory": "1Mi"}
+    }
+
+
+def test_kept_entries_write_the_same_file_as_encoding_afresh(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path))
+    st = AllocationState.restore(store, ALLOCATED_FILE)
+    want: dict[str, dict[str, dict[str, dict[str, str]]]] = {}
+    for i in range(30):
+        u = f"uid-{(i * 7919) % 101:03d}"  # set out of order: the file sorts them
+        want.setdefault(u, {})[f"c{i % 3}"] = {"requests": {"memory": f"{i}Mi"}}
+        st.set_container(u, f"c{i % 3}", {"requests": {"memory": f"{i}Mi"}})
+    st.remove_pod("uid-000")
+    want.pop("uid-000", None)
+    assert (tmp_path / ALLOCATED_FILE).read_bytes() == encode(want)  # type: ignore[arg-type]
