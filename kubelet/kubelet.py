@@ -75,7 +75,7 @@ from kubelet.types import (
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
-from kubelet.volumemanager.manager import PodVolumeStates
+from kubelet.volumemanager.cache import PodVolumeStates
 from kubelet.volumemanager.metrics import ORPHAN_POD_CLEANED_VOLUMES_ERRORS
 
 log = logging.getLogger(__name__)

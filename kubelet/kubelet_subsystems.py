@@ -99,7 +99,8 @@ from kubelet.volume.hostpath import HostPathPlugin
 from kubelet.volume.projected import ProjectedPlugin
 from kubelet.volume.pvc import PVCPlugin, claim_refs
 from kubelet.volume.secret import SecretPlugin
-from kubelet.volumemanager.manager import PodVolumeStates, VolumeManagerImpl
+from kubelet.volumemanager.cache import PodVolumeStates
+from kubelet.volumemanager.manager import VolumeManagerImpl
 
 log = logging.getLogger(__name__)
 

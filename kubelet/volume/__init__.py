@@ -58,6 +58,14 @@ class VolumeError(Exception):
             self.operation = operation
 
 
+class ClaimNotReady(VolumeError):
+    """A claim or its PV that cannot be read, or is not bound to each other
+    yet: upstream's populator errors, which only its log shows. Often brief
+    (the API server's node authorizer answers 403 for a new pod's claim for a
+    moment), so here an event says so only once the pod has waited for its
+    volumes as long as upstream's WaitForAttachAndMount does."""
+
+
 @dataclass(frozen=True)
 class VolumeHost:
     """What plugins may know of the node (VolumeHost upstream)."""

@@ -28,7 +28,15 @@ from typing import Any
 from kubelet.client.rest import API_ERRORS, APIError
 from kubelet.types import PersistentVolume, PersistentVolumeClaim, Pod
 from kubelet.util import mountutil
-from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeSpec, local, ownership
+from kubelet.volume import (
+    ClaimNotReady,
+    MountedVolume,
+    Resolution,
+    VolumeError,
+    VolumeSpec,
+    local,
+    ownership,
+)
 from kubelet.volume.hostpath import check_type, validate_no_backsteps
 
 CSI_PLUGIN_NAME = "kubernetes.io/csi"
@@ -103,37 +111,37 @@ class PVCPlugin:
                 f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}"
             )
         except API_ERRORS as err:
-            raise VolumeError(
+            raise ClaimNotReady(
                 f"{prefix}: failed to fetch PVC from API server: {_reason(err)}"
             ) from err
         if "ephemeral" in spec:
             _check_owner(pod, pvc, ns, claim, prefix)
         if (pvc.get("metadata") or {}).get("deletionTimestamp"):
-            raise VolumeError(
+            raise ClaimNotReady(
                 f"{prefix}: can't start pod because PVC {ns}/{claim} is being deleted"
             )
         phase = (pvc.get("status") or {}).get("phase") or ""
         pv_name = (pvc.get("spec") or {}).get("volumeName") or ""
         if phase != "Bound" or not pv_name:
-            raise VolumeError(
+            raise ClaimNotReady(
                 f'{prefix}: PVC {ns}/{claim} has non-bound phase ("{phase}") '
                 f'or empty pvc.Spec.VolumeName ("{pv_name}")'
             )
         try:
             pv: PersistentVolume = await self._get(f"/api/v1/persistentvolumes/{pv_name}")
         except API_ERRORS as err:
-            raise VolumeError(
+            raise ClaimNotReady(
                 f"{prefix}: failed to fetch PV {pv_name} from API server: {_reason(err)}"
             ) from err
         pv_spec = pv.get("spec") or {}
         claim_ref = pv_spec.get("claimRef") or {}
         if not claim_ref:
-            raise VolumeError(
+            raise ClaimNotReady(
                 f"{prefix}: found PV object {pv_name} but it has a nil or empty ClaimRef"
             )
         pvc_uid = (pvc.get("metadata") or {}).get("uid") or ""
         if claim_ref.get("uid") != pvc_uid:
-            raise VolumeError(
+            raise ClaimNotReady(
                 f"{prefix}: found PV object {pv_name} but its ClaimRef.UID "
                 f"{claim_ref.get('uid')} does not point to claimed PVC.UID {pvc_uid}"
             )

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kubelet.types import Pod
+from kubelet.util.clock import REAL_CLOCK, Clock
 from kubelet.volume import VolumePlugin, VolumeSpec
 from kubelet.volumemanager import MountedVolume
+from kubelet.volumemanager.operations import PendingOperations
 
 VolumeKey = tuple[str, str]  # (plugin name, volume name)
 
@@ -52,6 +54,7 @@ class PodToMount:
     # All volumes were mounted when last looked at; on_pod_ready fires on the
     # transition to True only.
     ready: bool = False
+    added_at: float = 0.0  # monotonic: when the pod's volumes were first wanted
 
 
 class DesiredStateOfWorld:
@@ -99,3 +102,23 @@ class ActualStateOfWorld:
         pm = self.pods.get(uid)
         entry = pm.entries.get(key) if pm else None
         return entry.volume if entry is not None and entry.state is State.MOUNTED else None
+
+
+class PodVolumeStates:
+    """The desired and actual states of world and the operations in flight.
+    Built before the volume manager, so the status manager (built before it)
+    can ask from the start whether a pod's volumes are torn down."""
+
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
+        self.dsw = DesiredStateOfWorld()
+        self.asw = ActualStateOfWorld()
+        self.ops = PendingOperations(clock)
+
+    def volumes_torn_down(self, pod_uid: str) -> bool:
+        """The pod is not wanted and none of its volumes is left mounted
+        (podVolumesExist upstream, negated)."""
+        return (
+            pod_uid not in self.asw.pods
+            and not self.ops.pod_busy(pod_uid)
+            and pod_uid not in self.dsw.pods
+        )

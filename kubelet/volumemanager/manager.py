@@ -27,13 +27,19 @@ from typing import Any
 from kubelet.types import ObjectReference, Pod, object_ref
 from kubelet.util import mountutil
 from kubelet.util.clock import REAL_CLOCK, Clock
-from kubelet.volume import MountedVolume, Resolution, VolumeError, VolumeHost, VolumePlugin
+from kubelet.volume import (
+    ClaimNotReady,
+    MountedVolume,
+    Resolution,
+    VolumeError,
+    VolumeHost,
+    VolumePlugin,
+)
 from kubelet.volumemanager.cache import (
-    ActualStateOfWorld,
-    DesiredStateOfWorld,
     MountedEntry,
     PodMounts,
     PodToMount,
+    PodVolumeStates,
     State,
     VolumeToMount,
 )
@@ -52,7 +58,6 @@ from kubelet.volumemanager.operations import (
     MOUNT,
     UNMOUNT,
     OpKey,
-    PendingOperations,
 )
 from kubelet.volumemanager.reconstruct import FoundVolume, list_pod_uids, scan
 
@@ -66,32 +71,16 @@ FAILED_MOUNT = "FailedMount"
 # not yet aware of the new pod: 403 for a few hundred ms) is asked again soon:
 # upstream's populator asks every 100 ms; exponential up to 2 s spares the API.
 RESOLVE_BACKOFF = (0.1, 2.0)
+# Until a pod has waited this long for its volumes (podAttachAndMountTimeout),
+# a claim that is not ready (ClaimNotReady) is only logged, as upstream's
+# populator does: the 403s above are routine for a new pod.
+ATTACH_AND_MOUNT_TIMEOUT = 123.0
 REMOUNT_PERIOD = 60.0
 REMOUNT_JITTER = 0.2  # up to +20 %, so pods added together do not remount together
 
 
 def _uid(pod: Pod) -> str:
     return str(pod["metadata"]["uid"])
-
-
-class PodVolumeStates:
-    """The desired and actual states of world and the operations in flight.
-    Built before the volume manager, so the status manager (built before it)
-    can ask from the start whether a pod's volumes are torn down."""
-
-    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
-        self.dsw = DesiredStateOfWorld()
-        self.asw = ActualStateOfWorld()
-        self.ops = PendingOperations(clock)
-
-    def volumes_torn_down(self, pod_uid: str) -> bool:
-        """The pod is not wanted and none of its volumes is left mounted
-        (podVolumesExist upstream, negated)."""
-        return (
-            pod_uid not in self.asw.pods
-            and not self.ops.pod_busy(pod_uid)
-            and pod_uid not in self.dsw.pods
-        )
 
 
 class VolumeManagerImpl:
@@ -152,7 +141,7 @@ class VolumeManagerImpl:
         for spec in pod["spec"].get("volumes") or []:
             vol = volume_to_mount(self.plugins, self.host, uid, spec)
             volumes[vol.name] = vol
-        entry = PodToMount(uid=uid, pod=pod, volumes=volumes)
+        entry = PodToMount(uid=uid, pod=pod, volumes=volumes, added_at=self.clock.monotonic())
         self.dsw.pods[uid] = entry
         for vol in volumes.values():
             if vol.unsupported:
@@ -433,16 +422,19 @@ class VolumeManagerImpl:
         error: str,
         backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
         operation: str = VolumeError.operation,
+        event: bool = True,
     ) -> float:
-        """Back-off, log line and FailedMount event (naming the PV of a claim
-        resolved to one, as upstream does); returns the retry time."""
+        """Back-off, log line and (unless told not to) FailedMount event, naming
+        the PV of a claim resolved to one, as upstream does; returns the retry
+        time."""
         b = self.ops.failed(key, MOUNT, error, *backoff)
         name = vol.dir_name or vol.name
         log.warning(
             "%s failed for volume %r of pod %s (retry in %.1fs): %s",
             operation, name, want.uid, b.duration, error,
         )  # fmt: skip
-        self._event(want.pod, name, error, operation)
+        if event:
+            self._event(want.pod, name, error, operation)
         self._schedule(want.uid, b.until)
         return b.until
 
@@ -454,7 +446,7 @@ class VolumeManagerImpl:
         plugin = vol.plugin
         assert isinstance(plugin, ResolvingPlugin)
         res: Resolution | None = None
-        error = ""
+        error, quiet = "", False
         try:
             res = await plugin.resolve(want.pod, vol.spec)
         except asyncio.CancelledError:
@@ -462,6 +454,8 @@ class VolumeManagerImpl:
             raise
         except VolumeError as err:
             error = str(err)
+            waited = self.clock.monotonic() - want.added_at
+            quiet = isinstance(err, ClaimNotReady) and waited < ATTACH_AND_MOUNT_TIMEOUT
         except Exception as err:  # a plugin bug must not kill the reconciler: retried
             log.exception("volume %s of pod %s: resolve raised", vol.name, want.uid)
             error = str(err) or type(err).__name__
@@ -472,7 +466,7 @@ class VolumeManagerImpl:
         if not error and res is not None:
             error = apply_resolution(self._by_name, self.host, want.uid, want.volumes, vol, res)
         if error:
-            self._mount_failed(key, want, vol, error, RESOLVE_BACKOFF)
+            self._mount_failed(key, want, vol, error, RESOLVE_BACKOFF, event=not quiet)
         else:
             self.ops.succeeded(key, MOUNT)
             vol.resolved = True

@@ -13,7 +13,7 @@ from kubelet.client.rest import APIError
 from kubelet.util.clock import FakeClock
 from kubelet.volume import VolumeError, VolumeHost
 from kubelet.volume.pvc import PVCPlugin
-from kubelet.volumemanager.manager import VolumeManagerImpl
+from kubelet.volumemanager.manager import ATTACH_AND_MOUNT_TIMEOUT, VolumeManagerImpl
 
 POD = {"metadata": {"uid": "u1", "name": "p", "namespace": "ns"}, "spec": {}}
 PVC_PATH = "/api/v1/namespaces/ns/persistentvolumeclaims/claim"
@@ -200,8 +200,10 @@ async def test_standalone_has_no_api():
 
 
 async def test_through_the_manager(tmp_path: Path):
-    """A claim that is Pending gives FailedMount events; once Bound the retry
-    mounts it, read-only as the claim source says."""
+    """A claim that is Pending is only logged at first (upstream's populator
+    logs it), a FailedMount event once the pod has waited as long as
+    upstream's WaitForAttachAndMount; once Bound the retry mounts it,
+    read-only as the claim source says."""
     api = API({PVC_PATH: claim("Pending", "")})
     events: list[str] = []
     ready: list[str] = []
@@ -215,6 +217,11 @@ async def test_through_the_manager(tmp_path: Path):
     )
     pod = {**POD, "spec": {"volumes": [vol(read_only=True)]}}
     mgr.add_pod(pod)
+    for _ in range(5):
+        mgr.reconcile()
+        await asyncio.sleep(0)
+    assert events == [] and PVC_PATH in api.calls
+    clock.step(ATTACH_AND_MOUNT_TIMEOUT)
     for _ in range(5):
         mgr.reconcile()
         await asyncio.sleep(0)
