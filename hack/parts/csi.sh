@@ -43,7 +43,7 @@ build_module() {
 # Ours: rebuilt when a source file changes.
 ours="$REPO_ROOT/hack/parts/csi"
 stamp="$(cd "$ours" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
-    | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 if [ "$(cat "$OUT/bin/.ours.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$OUT/bin/csi-hostpath" ] \
     || [ ! -x "$OUT/bin/csi-registrar" ]; then
     log "building csi-hostpath and csi-registrar (hack/parts/csi)"
