@@ -51,11 +51,15 @@ class VolumeError(Exception):
     `MapVolume.MapPodDevice` there, as upstream's operation generator does."""
 
     operation = "MountVolume.SetUp"
+    # The event's reason: VolumeResizeFailed for an in-use expansion, as upstream.
+    reason = "FailedMount"
 
-    def __init__(self, message: str = "", operation: str = "") -> None:
+    def __init__(self, message: str = "", operation: str = "", reason: str = "") -> None:
         super().__init__(message)
         if operation:
             self.operation = operation
+        if reason:
+            self.reason = reason
 
 
 class ClaimNotReady(VolumeError):

@@ -358,19 +358,19 @@ class VolumeManagerImpl:
         self, key: OpKey, want: PodToMount, vol: VolumeToMount, remount: bool
     ) -> None:
         mounted: MountedVolume | None = None
-        error, operation = "", VolumeError.operation
+        error, how = "", (VolumeError.operation, FAILED_MOUNT)
         try:
             mounted = await set_up(want.pod, vol, remount)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise
         except VolumeError as err:
-            error, operation = str(err), err.operation
+            error, how = str(err), (err.operation, err.reason)
         except Exception as err:  # a plugin bug must not kill the reconciler
             log.exception("volume %s of pod %s: set-up raised", vol.name, want.uid)
             error = str(err) or type(err).__name__
         self.ops.observe(key, MOUNT, error, self.ops.finish(key))
-        self._set_up_done(key, want, vol, mounted if not error else None, error, operation)
+        self._set_up_done(key, want, vol, mounted if not error else None, error, how)
 
     def _set_up_done(
         self,
@@ -379,7 +379,7 @@ class VolumeManagerImpl:
         vol: VolumeToMount,
         mounted: MountedVolume | None,
         error: str,
-        operation: str,
+        how: tuple[str, str],  # the failed operation, the event's reason
     ) -> None:
         uid = want.uid
         still_wanted = self.dsw.pods.get(uid) is want
@@ -407,7 +407,7 @@ class VolumeManagerImpl:
                 entry = MountedEntry(vol.plugin_name, vol.key[1], vol.dir, State.UNCERTAIN)
                 have.entries[vol.key] = entry
             if still_wanted:
-                until = self._mount_failed(key, want, vol, error, operation=operation)
+                until = self._mount_failed(key, want, vol, error, how=how)
                 if entry is not None and entry.state is State.MOUNTED:
                     entry.remount_at = until  # a failed remount is retried
             else:
@@ -421,20 +421,21 @@ class VolumeManagerImpl:
         vol: VolumeToMount,
         error: str,
         backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
-        operation: str = VolumeError.operation,
+        how: tuple[str, str] = (VolumeError.operation, FAILED_MOUNT),
         event: bool = True,
     ) -> float:
-        """Back-off, log line and (unless told not to) FailedMount event, naming
-        the PV of a claim resolved to one, as upstream does; returns the retry
-        time."""
+        """Back-off, log line and (unless told not to) event, FailedMount or as
+        `how` says, naming the PV of a claim resolved to one, as upstream does;
+        returns the retry time."""
         b = self.ops.failed(key, MOUNT, error, *backoff)
         name = vol.dir_name or vol.name
+        operation, reason = how
         log.warning(
             "%s failed for volume %r of pod %s (retry in %.1fs): %s",
             operation, name, want.uid, b.duration, error,
         )  # fmt: skip
         if event:
-            self._event(want.pod, name, error, operation)
+            self._event(want.pod, name, error, operation, reason)
         self._schedule(want.uid, b.until)
         return b.until
 
@@ -578,11 +579,18 @@ class VolumeManagerImpl:
         (podVolumesExist upstream, negated)."""
         return self.states.volumes_torn_down(pod_uid)
 
-    def _event(self, pod: Pod, volume: str, error: str, op: str = VolumeError.operation) -> None:
+    def _event(
+        self,
+        pod: Pod,
+        volume: str,
+        error: str,
+        op: str = VolumeError.operation,
+        reason: str = FAILED_MOUNT,
+    ) -> None:
         if self.recorder is None:
             return
         msg = f'{op} failed for volume "{volume}" : {error}'
-        self.recorder(object_ref(pod), "Warning", FAILED_MOUNT, msg)
+        self.recorder(object_ref(pod), "Warning", reason, msg)
 
     def _mark_dirty(self, uid: str) -> None:
         self._dirty.add(uid)

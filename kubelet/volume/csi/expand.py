@@ -62,6 +62,8 @@ _RESIZE_CONDITIONS = {
     "ControllerResizeError",
     NODE_RESIZE_ERROR,
 }
+# An in-use expansion's failure is this event on the pod (a remount's), not FailedMount.
+VOLUME_RESIZE_FAILED = "VolumeResizeFailed"
 # What a failure's event names (`<operation> failed for volume "pv" : ...`).
 _OPERATION = "NodeExpandVolume.NodeExpandVolume"
 # Final errors that say the size asked for cannot be had at all.

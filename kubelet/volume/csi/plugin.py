@@ -35,6 +35,7 @@ from kubelet.volume.csi.client import (
     CSIError,
 )
 from kubelet.volume.csi.drivers import DriversStore
+from kubelet.volume.csi.expand import VOLUME_RESIZE_FAILED
 from kubelet.volume.csi.source import CSIVolume
 from kubelet.volume.csi.staging import StagedVolume, StagingManager
 from kubelet.volume.metrics import VOLUME_METRIC_COLLECTION_DURATION, VolumeUsage
@@ -298,7 +299,10 @@ class CSIPlugin:
         self, pod: Pod, vol: CSIVolume, driver: csidriver.CSIDriverSpec | None, target: str
     ) -> None:
         """The periodic call on a mounted volume: finish a pending expansion."""
-        await self._expand(pod, vol, target)
+        try:
+            await self._expand(pod, vol, target)
+        except VolumeError as err:  # in use: a failed resize, not a failed mount
+            raise VolumeError(str(err), err.operation, VOLUME_RESIZE_FAILED) from err
 
     async def _expand(
         self, pod: Pod, vol: CSIVolume, target: str, pv: PersistentVolume | None = None

@@ -26,7 +26,7 @@ class FakePlugin:
         self.read_only = False
         self.set_ups: list[tuple[str, str]] = []
         self.tear_downs: list[tuple[str, str]] = []
-        self.fail: dict[str, str] = {}  # volume name -> error
+        self.fail: dict[str, str | VolumeError] = {}  # volume name -> error
         self.gates: dict[str, asyncio.Event] = {}  # volume name -> wait for it
 
     def can_support(self, spec: dict[str, Any]) -> bool:
@@ -38,7 +38,8 @@ class FakePlugin:
         if gate is not None:
             await gate.wait()
         if spec["name"] in self.fail:
-            raise VolumeError(self.fail[spec["name"]])
+            err = self.fail[spec["name"]]
+            raise err if isinstance(err, VolumeError) else VolumeError(err)
         os.makedirs(dir, exist_ok=True)
         with open(os.path.join(dir, "data"), "w") as f:
             f.write(spec["name"])
@@ -46,7 +47,7 @@ class FakePlugin:
     async def tear_down(self, pod_uid: str, spec_name: str, dir: str) -> None:
         self.tear_downs.append((pod_uid, spec_name))
         if spec_name in self.fail:
-            raise VolumeError(self.fail[spec_name])
+            raise VolumeError(str(self.fail[spec_name]))
         shutil.rmtree(dir, ignore_errors=True)
 
 

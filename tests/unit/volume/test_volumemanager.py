@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kubelet.util import mountutil
-from kubelet.volume import VolumeHost
+from kubelet.volume import VolumeError, VolumeHost
 from kubelet.volume.emptydir import EmptyDirPlugin
 from kubelet.volumemanager.manager import VolumeManagerImpl
 from kubelet.volumemanager.operations import MAX_BACKOFF
@@ -158,6 +158,26 @@ async def test_remount_periodic_and_explicit(tmp_path: Path):
     del env.plugin.fail["cm"]
     await env.step(0.5)
     assert len(env.plugin.set_ups) == 6
+
+
+async def test_a_failed_in_use_expansion_is_a_resize_event(tmp_path: Path):
+    """A remount's VolumeResizeFailed (the CSI plugin's in-use expansion) is
+    that event, not FailedMount; the volume stays mounted."""
+    env = Env(tmp_path, FakePlugin(requires_remount=True))
+    pod = mkpod("a", fake("cm"))
+    env.mgr.add_pod(pod)
+    await env.settle()
+    env.plugin.fail["cm"] = VolumeError(
+        "rpc error: out of space", "NodeExpandVolume.NodeExpandVolume", "VolumeResizeFailed"
+    )
+    env.mgr.remount("a")
+    await env.settle()
+    _, etype, reason, msg = env.events[-1]
+    assert (etype, reason) == ("Warning", "VolumeResizeFailed")
+    assert (
+        msg == 'NodeExpandVolume.NodeExpandVolume failed for volume "cm" : rpc error: out of space'
+    )
+    assert env.mgr.unmounted_volumes(pod) == []
 
 
 async def test_plain_plugins_are_not_remounted(tmp_path: Path):
