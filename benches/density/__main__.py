@@ -33,6 +33,10 @@ runtime's GetContainerEvents stream drives the PLEG and the relist runs every
 --kills K (containerd) kills K running containers in each steady state
 (--kill-rate per second) and records the status latency: kill -> the API
 server's watch showing it (benches/density/kills.py).
+--scrapes K measures each kubelet idle (no pod yet, DENSITY_IDLE_S, default 30 s)
+and, in the steady state, K back-to-back fetches of /stats/summary and
+/metrics/resource on the read-only port: the kubelet's CPU per scrape and at
+metrics-server's 15 s period (benches/density/scrape.py).
 """
 
 from __future__ import annotations
@@ -142,6 +146,23 @@ def status_table(results: list[Result]) -> str:
             f"| {f(r.kill_relist_p50_ms, 1)} / {f(r.kill_relist_p99_ms, 1)} |"
         )
     return "\n".join(lines)
+
+
+def scrape_line(r: Result) -> str:
+    """The idle kubelet and the stats scrapes' cost (--scrapes)."""
+    eps = r.scrape.get("endpoints") or []
+    each = ", ".join(
+        f"{e['path']} {e['cpu_ms_per_scrape']:.1f} ms CPU ({e['bytes'] // 1024} KiB)" for e in eps
+    )
+    idle = (
+        f"idle {r.idle_cpu_cores:.4f} cores, {r.idle_rss_mib:.0f} MiB; "
+        if r.idle_cpu_cores is not None and r.idle_rss_mib is not None
+        else ""
+    )
+    return (
+        f"{idle}per scrape at N={r.n}: {each}; both every "
+        f"{r.scrape.get('period_s')} s: {r.scrape.get('cores_at_period', 0):.4f} cores"
+    )
 
 
 def plots(results: list[Result], out: Path) -> list[Path]:
@@ -292,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RESULT_JSON",
         help="redraw the table and plots of an earlier run into --out",
     )
+    ap.add_argument("--scrapes", type=int, default=0, metavar="K",
+                    help="measure the idle kubelet before the pods, and K scrapes of "
+                    "/stats/summary and /metrics/resource in the steady state "
+                    "(benches/density/scrape.py)")  # fmt: skip
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -328,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = []
     for template in args.template:
         for n in args.n:
-            kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate}
+            kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate,
+                    "scrapes": args.scrapes}  # fmt: skip
             relists = [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
                             runtime=args.runtime, changes=args.changes, **kill)
                         for rl in args.relist]  # fmt: skip
@@ -374,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  container change -> API: {r.container_change}", flush=True)
             if r.evidence:
                 print(evidence.brief(r.evidence), flush=True)
+            if r.scrape:
+                print("  " + scrape_line(r), flush=True)
             if r.sim_startup_cpu_cores is not None:
                 print(f"  simulated runtime CPU: {r.sim_startup_cpu_cores:.3f} cores while pods "
                       f"started, {r.sim_cpu_cores or 0:.3f} steady", flush=True)  # fmt: skip

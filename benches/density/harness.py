@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benches.density import evidence, kwok
+from benches.density import evidence, kwok, profile, scrape
 from benches.density.changes import ChangeProbe
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.density.kills import KillProbe
@@ -49,6 +48,9 @@ from kubelet.testing.wait import WaitTimeout, wait_for_async
 RELIST_HIST = "kubelet_pleg_relist_duration_seconds"
 # Containers stopped per second after the steady state (Spec.changes).
 CHANGE_RATE = 10.0
+# With Spec.scrapes: the idle kubelet is measured this long, once it has settled.
+IDLE_S = float(os.environ.get("DENSITY_IDLE_S", "30"))
+IDLE_SETTLE_S = min(10.0, IDLE_S)
 # Upstream's kubelet_perf.go polls container stats every 10 s.
 CPU_SAMPLE_S = float(os.environ.get("DENSITY_CPU_SAMPLE_S", "10"))
 # Both kubelets: first seen by the kubelet -> its containers running, as the
@@ -93,6 +95,7 @@ class Spec:
     evented: bool = False  # ours with the EventedPLEG gate (containerd 2 serves the events)
     kills: int = 0  # containerd: containers killed in the steady state (status latency)
     kill_rate: float = 2.0  # kills per second
+    scrapes: int = 0  # stats endpoints fetched this often in the steady state (scrape.py)
 
 
 @dataclass
@@ -171,6 +174,11 @@ class Result:
     # The relist's own duration while the kills were detected (relist runs only).
     kill_relist_p50_ms: float | None = None
     kill_relist_p99_ms: float | None = None
+    # With Spec.scrapes (scrape.py): the kubelet with no pod yet, and what
+    # metrics-server's scrapes of the stats endpoints cost it in the steady state.
+    idle_cpu_cores: float | None = None
+    idle_rss_mib: float | None = None
+    scrape: dict[str, Any] = field(default_factory=dict)
 
 
 def audit_policy(path: Path) -> None:
@@ -358,53 +366,7 @@ class Run:
     ) -> subprocess.Popen[bytes] | None:
         if not (self.spec.profile and self.spec.kubelet == "ours"):
             return None
-        spy = shutil.which("py-spy") or shutil.which(
-            "py-spy", path=str(Path(sys.executable).parent)
-        )
-        if spy is None:
-            print("py-spy not installed (pip install py-spy): no profile", file=sys.stderr)
-            return None
-        out = self.dir / f"{name}.txt"
-        secs = int(self.spec.hold if duration is None else duration)
-        return subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(secs),
-             "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(out)],
-            stdout=subprocess.DEVNULL, stderr=open(self.dir / f"py-spy-{name}.log", "wb"),
-        )  # fmt: skip
-
-    def _finish_profile(
-        self, spy: subprocess.Popen[bytes], name: str = "profile", stop: bool = False
-    ) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
-        """From py-spy's collapsed stacks: self time per leaf frame (top 15), and
-        inclusive time per frame in the kubelet package (top 25)."""
-        if stop and spy.poll() is None:
-            spy.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
-        try:
-            spy.wait(60)
-        except subprocess.TimeoutExpired:
-            spy.kill()
-        counts: dict[str, int] = {}
-        incl: dict[str, int] = {}
-        total = 0
-        try:
-            for line in open(self.dir / f"{name}.txt"):
-                stack, _, n = line.rstrip().rpartition(" ")
-                frames = stack.split(";")
-                leaf = frames[-1]
-                counts[leaf] = counts.get(leaf, 0) + int(n)
-                for fr in set(frames):
-                    if "kubelet/" in fr and "/site-packages/" not in fr:
-                        incl[fr] = incl.get(fr, 0) + int(n)
-                total += int(n)
-        except (OSError, ValueError):
-            return [], []
-        top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
-        itop = sorted(incl.items(), key=lambda kv: -kv[1])[:25]
-        share = max(total, 1)
-        return (
-            [(k, round(v / share, 4)) for k, v in top],
-            [(k, round(v / share, 4)) for k, v in itop],
-        )
+        return profile.start(self.dir, pid, name, self.spec.hold if duration is None else duration)
 
     def _buckets_or_empty(self, metric: str) -> list[tuple[float, float]]:
         try:
@@ -634,6 +596,9 @@ class Run:
                 if time.monotonic() > deadline or kubelet.poll() is not None:
                     raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
                 await asyncio.sleep(0.5)
+            if self.spec.scrapes and self.spec.kubelet != "kwok":
+                await asyncio.sleep(IDLE_SETTLE_S)  # the first status and lease writes
+                r.idle_cpu_cores, r.idle_rss_mib = await scrape.idle(kubelet.pid, IDLE_S)
             await self._before_pods(admin)
             lst = await admin.get(f"/api/v1/namespaces/{self.ns}/pods")
             watch = asyncio.create_task(
@@ -670,8 +635,8 @@ class Run:
                     time.monotonic() - t_create
                 )
             if spy0 is not None:
-                r.profile_startup_top, r.profile_startup_inclusive = self._finish_profile(
-                    spy0, "profile-startup", stop=True
+                r.profile_startup_top, r.profile_startup_inclusive = profile.finish(
+                    self.dir, spy0, "profile-startup", stop=True
                 )
             r.running = len(self.running_at)
             lat = [
@@ -699,7 +664,9 @@ class Run:
             if r.kubelet != "kwok":
                 self._metrics_text("metrics-steady.txt")  # for the metric parity check
             if spy is not None:
-                r.profile_top, _ = self._finish_profile(spy)
+                r.profile_top, _ = profile.finish(self.dir, spy)
+            if self.spec.scrapes and self.ro:
+                r.scrape = await scrape.scrape_cost(self.ro, kubelet.pid, self.spec.scrapes)
             if self.spec.kills and self.ctd is not None:
                 await self._status_latency()
             if before and after and len(before) == len(after):

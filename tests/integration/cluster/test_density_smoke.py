@@ -5,6 +5,7 @@ asserted here; the figures are for the benchmark report."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +25,14 @@ def test_density_quick_mode(control_plane, tmp_path: Path) -> None:  # type: ign
         # the harness would run ours alone.
         part_unavailable("upstream kubelet", "not built: run hack/parts/control-plane.sh")
     out = tmp_path / "out"
+    # Two scrapes of each stats endpoint and a short idle window: the path of
+    # the stats-cost measurement runs too (benches/density/scrape.py).
     proc = subprocess.run(
-        [sys.executable, "-m", "benches.density", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "benches.density", "--quick", "--scrapes", "2", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=900,
+        env={**os.environ, "DENSITY_IDLE_S": "2"},
     )
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     assert proc.returncode == 0
@@ -41,4 +45,8 @@ def test_density_quick_mode(control_plane, tmp_path: Path) -> None:  # type: ign
         assert len(r["startup_latencies_s"]) == 100
         assert r["delete_all_s"] is not None
         assert r["api_requests"] > 0
+        assert r["idle_cpu_cores"] is not None and r["idle_rss_mib"] > 0
+        paths = [e["path"] for e in r["scrape"]["endpoints"]]
+        assert paths == ["/stats/summary", "/metrics/resource"]
+        assert all(e["bytes"] > 0 and e["scrapes"] == 2 for e in r["scrape"]["endpoints"])
     assert (out / "startup_cdf.png").stat().st_size > 0
