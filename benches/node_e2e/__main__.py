@@ -12,7 +12,8 @@ runs the chosen specs one at a time, for the [Serial] feature suites, e.g.
     --serial --focus 'Eviction' --skip '\\[Flaky\\]'
 
 Writes OUT/<kubelet>/results.json and results.md (default OUT: docs/node-e2e),
-and the JUnit report and logs to ARTIFACTS/<kubelet>/. Our run is compared with
+and the JUnit report and logs to ARTIFACTS/<kubelet>/; with --record NAME also
+the record benches/results/node-e2e-NAME-<time>.json of every kubelet's results. Our run is compared with
 OUT/upstream/results.json when it exists. Exits 1 when a run failed (the suite
 did not complete) or one of our specs failed where upstream passed.
 """
@@ -20,12 +21,14 @@ did not complete) or one of our specs failed where upstream passed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 import tempfile
 from pathlib import Path
 
+from benches import records
 from benches.conformance.harness import RunFailed
 from benches.node_e2e import harness, results
 
@@ -56,6 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--workdir", default="", help="run state (default: a fresh /tmp dir)")
     ap.add_argument(
+        "--record",
+        default="",
+        metavar="NAME",
+        help="also write the results as the record benches/results/node-e2e-NAME-<time>.json",
+    )
+    ap.add_argument(
         "--kubelet-flags",
         default="",
         help="extra kubelet flags for both kubelets (space-separated)",
@@ -65,6 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    started = records.begin(argv, "benches.node_e2e")
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
         print("the node e2e harness runs containerd and kubelets: run it as root", file=sys.stderr)
@@ -82,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"node e2e: {err}", file=sys.stderr)
         return 1
     status = 0
+    figures: dict[str, object] = {}
     upstream = results.load(out / "upstream" / "results.json")
     for kubelet in kubelets:
         opts = harness.Options(
@@ -97,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         run = harness.run_one(opts, image_set)
         results.annotate(run, upstream if kubelet == "ours" else None)
         results.write(run, out / kubelet)
+        figures[kubelet] = json.loads((out / kubelet / "results.json").read_text())
         harness.copy_artifacts(workdir / kubelet, artifacts / kubelet)
         if kubelet == "upstream" and not run.error:
             upstream = run
@@ -109,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kubelet}: RUN FAILED: {run.error}", file=sys.stderr)
             status = 1
     results.update_doc(DOC, DOC.parent / "node-e2e")
+    if args.record:
+        records.write(started, f"node-e2e-{args.record}", figures)
     return status
 
 
