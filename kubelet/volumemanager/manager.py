@@ -22,7 +22,6 @@ import heapq
 import logging
 import random
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
 
 from kubelet.types import ObjectReference, Pod, object_ref
 from kubelet.util import mountutil
@@ -184,13 +183,13 @@ class VolumeManagerImpl:
         }
 
     async def wait_for_unmount(self, pod_uid: str, timeout: float) -> bool:
-        if self._is_unmounted(pod_uid):
+        if self.states.volumes_torn_down(pod_uid):
             return True
         ev = self._unmount_waiters.setdefault(pod_uid, asyncio.Event())
         try:
             await asyncio.wait_for(ev.wait(), timeout)
         except TimeoutError:
-            return self._is_unmounted(pod_uid)
+            return self.states.volumes_torn_down(pod_uid)
         return True
 
     def remount(self, pod_uid: str) -> None:
@@ -564,11 +563,8 @@ class VolumeManagerImpl:
         want.ready = True
         self.on_pod_ready(want.uid)
 
-    def _is_unmounted(self, uid: str) -> bool:
-        return self.states.volumes_torn_down(uid)
-
     def _notify_unmounted(self, uid: str) -> None:
-        if self._is_unmounted(uid):
+        if self.states.volumes_torn_down(uid):
             ev = self._unmount_waiters.pop(uid, None)
             if ev is not None:
                 ev.set()
@@ -600,11 +596,3 @@ class VolumeManagerImpl:
         self._seq += 1
         heapq.heappush(self._timers, (at, self._seq, uid))
         self._wake.set()
-
-    def debug_state(self) -> dict[str, Any]:
-        """For tests and /debug: counts of both worlds."""
-        return {
-            "desired_pods": len(self.dsw.pods),
-            "actual_pods": len(self.asw.pods),
-            "timers": len(self._timers),
-        }
