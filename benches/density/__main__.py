@@ -52,7 +52,8 @@ from pathlib import Path
 
 from benches import metric_parity, records
 from benches.density import evidence, kwok
-from benches.density.harness import (
+from benches.density.harness import Run, dump, start_control_plane, upstream_kubelet
+from benches.density.spec import (
     KUBE_API_BURST,
     KUBE_API_QPS,
     RUNTIMES,
@@ -60,12 +61,8 @@ from benches.density.harness import (
     UNTHROTTLED_BURST,
     UNTHROTTLED_QPS,
     Result,
-    Run,
     Spec,
-    dump,
     needs_controllers,
-    start_control_plane,
-    upstream_kubelet,
 )
 
 # Pods created per second on containerd. Each pod costs a shim, a CNI ADD and

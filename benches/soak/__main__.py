@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from benches import records
-from benches.density.harness import TEMPLATES
+from benches.density.spec import TEMPLATES
 from benches.soak import SoakSpec, run_soak, write_results
 
 
