@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=args.checkpoint == "archive",
         sandbox_resources=args.sandbox_resources == "keep",
         supplemental_groups_policy=args.supplemental_groups_policy == "supported",
+        # The socket's directory exists and lies on a real filesystem.
+        image_fs=os.path.dirname(os.path.abspath(args.listen.removeprefix("unix://"))),
     )
 
     async def run() -> None:

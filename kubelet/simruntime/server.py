@@ -499,7 +499,7 @@ class SimRuntime:
             image_filesystems=[
                 pb.FilesystemUsage(
                     timestamp=now_ns(),
-                    fs_id=pb.FilesystemIdentifier(mountpoint="/var/lib/simruntime/images"),
+                    fs_id=pb.FilesystemIdentifier(mountpoint=self.rt.opts.image_fs),
                     used_bytes=pb.UInt64Value(value=used),
                     inodes_used=pb.UInt64Value(value=len(self.rt.images)),
                 )

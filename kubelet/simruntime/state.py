@@ -213,6 +213,10 @@ class Options:
     # Status's features.supplemental_groups_policy; with it, container statuses
     # carry the user the process runs as (False: neither, as containerd 1.6).
     supplemental_groups_policy: bool = True
+    # The image filesystem's mountpoint in ImageFsInfo: a directory that exists,
+    # since a kubelet statfs()s it for its image stats (upstream's fails its
+    # /stats/summary without); the command sets its socket's directory.
+    image_fs: str = "/"
 
 
 def normalize_image(ref: str) -> str:
