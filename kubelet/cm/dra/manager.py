@@ -150,24 +150,32 @@ class DRAManager:
             for driver in info.driver_state:
                 self.plugins.get(driver)  # every driver registered, or nothing is called
             infos.append(info)
+        if not infos:
+            return  # no claim: nothing to record (a write per pod was start-up's hot spot)
         batches: dict[str, list[st.ClaimInfoState]] = {}
+        counted = False  # the cache gained a claim or a pod of one
         for info in infos:
             key = _key(info.namespace, info.claim_name)
             have = self.cache.get(key)
             if have is None:
                 have = self.cache[key] = ClaimInfo(info)
+                counted = True
             elif have.state.claim_uid != info.claim_uid:
                 raise DRAError(
                     f"old ResourceClaim with same name {info.claim_name} and different UID "
                     f"{have.state.claim_uid} still exists (previous pod force-deleted?!)"
                 )
+            counted |= uid(pod) not in have.state.pod_uids
             have.state.pod_uids.add(uid(pod))
             if not have.prepared:
                 for driver in have.state.driver_state:
                     batches.setdefault(driver, []).append(have.state)
         # The pod counts on its claims before any driver is called: its
         # termination then unprepares them even if this prepare fails.
-        self._checkpoint()
+        if counted:
+            self._checkpoint()
+        if not batches:
+            return  # every claim was prepared already: nothing new to record
         for driver, batch in sorted(batches.items()):
             await self._prepare_batch(self.plugins.get(driver), batch)
         for batch in batches.values():
@@ -206,10 +214,12 @@ class DRAManager:
     async def _unprepare(self, pod_uid: str, ns: str, names: list[str]) -> None:
         batches: dict[str, list[st.ClaimInfoState]] = {}
         done: list[str] = []
+        changed = False
         for name in names:
             info = self.cache.get(_key(ns, name))
             if info is None or pod_uid not in info.state.pod_uids:
                 continue
+            changed = True
             if len(info.state.pod_uids) > 1:
                 info.state.pod_uids.discard(pod_uid)  # another pod still uses it
                 continue
@@ -227,7 +237,8 @@ class DRAManager:
             _results("NodeUnprepareResources", batch, resp.claims)
         for key in done:
             self.cache.pop(key, None)
-        self._checkpoint()
+        if changed:  # a pod without claims leaves the file alone
+            self._checkpoint()
 
     def pod_might_need_unprepare(self, pod_uid: str) -> bool:
         """PodMightNeedToUnprepareResources: a claim still counts the pod."""

@@ -239,3 +239,29 @@ async def test_a_claim_recreated_under_the_same_name_is_refused(root: str) -> No
             await m.prepare_resources(pod("p2", {"x": "a"}, {}))
     finally:
         await stop(m, gpu)
+
+
+async def test_pods_without_claims_and_repeat_syncs_leave_the_checkpoint_alone(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = FakeAPI()
+    api.claims["a"] = claim("a", [(GPU, "r1")], ["p1"])
+    m = new_manager(root, api)
+    gpu = await add_driver(m, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]})
+    writes: list[str] = []
+    real = m.store.write
+    monkeypatch.setattr(m.store, "write", lambda key, data: (writes.append(key), real(key, data)))
+    try:
+        plain = pod("p0", {}, {"c": []})
+        await m.prepare_resources(plain)
+        await m.unprepare_resources(plain)
+        assert writes == []  # a write per pod was most of start-up's I/O at 1,000 pods
+        p = pod("p1", {"ca": "a"}, {"c": [("ca", "")]})
+        await m.prepare_resources(p)
+        assert len(writes) == 2  # the pod counted on its claim, then the claim prepared
+        await m.prepare_resources(p)  # prepared already
+        assert len(writes) == 2
+        await m.unprepare_resources(p)
+        assert len(writes) == 3 and stored(root) == []
+    finally:
+        await stop(m, gpu)
