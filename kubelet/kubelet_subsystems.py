@@ -454,6 +454,11 @@ def _pod_cgroups(
 ) -> PodContainerManager | None:
     """The pods' cgroups (kubepods/<qos>/pod<uid>), with cgroupsPerQOS."""
     if not cfg.cgroups_per_qos:
+        # Upstream reads the runtime's cgroups (cAdvisor, CRI): it lists them.
+        log.warning(
+            "cgroupsPerQOS is false: pods get no cgroup of the kubelet's, so "
+            "/stats/summary and /metrics/resource carry no pod or container figures"
+        )
         return None
     pcm = PodContainerManager(
         CgroupManager(cfg.cgroup_root),
