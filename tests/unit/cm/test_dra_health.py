@@ -8,6 +8,7 @@ the service is asked once, and the dra_health_state checkpoint reads back."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -173,11 +174,23 @@ async def test_a_driver_gone_is_cleared_and_retried_with_back_off(s: Setup) -> N
     d, _ = await with_pods(s)
     d.send_health([("pool", "b-0", hpb.HEALTHY)])
     await until("p2 told", lambda: "p2" in s.told)
+    plugin = s.m.plugins.get(GPU)
+    opened = plugin.watch_resources
+    attempts: list[float] = []
+
+    def counted() -> Any:
+        attempts.append(asyncio.get_running_loop().time())
+        return opened()
+
+    plugin.watch_resources = counted  # type: ignore[method-assign]
     await d.stop_service()  # the service goes, the registration stays
     await until("cleared", lambda: s.health.cache.devices(GPU) == [])
     calls = d.health_calls
     await asyncio.sleep(0.3)  # waits of 0.02, 0.04, 0.05, 0.05...: a handful of tries
     assert d.health_calls == calls  # nothing served meanwhile
+    assert 2 <= len(attempts) <= 9, attempts
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert all(g >= 0.015 for g in gaps), gaps
     await d.start_service()
     await until("reopened", lambda: d.health_streams)
     d.send_health([("pool", "b-0", hpb.UNHEALTHY)])
