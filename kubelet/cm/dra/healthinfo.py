@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from kubelet.nodeshutdown.storage import go_time, parse_go_time
 from kubelet.util.atomicfile import write_atomic
+from kubelet.util.gotime import GO_ZERO_TIME, go_time, parse_go_time
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def _device(key: str, raw: object) -> DeviceHealth:
     if not isinstance(raw, dict):
         raise ValueError(f"device {key}: not an object")
     pool, name, health = raw.get("PoolName", ""), raw.get("DeviceName", ""), raw.get("Health", "")
-    stamp = raw.get("LastUpdated") or "0001-01-01T00:00:00Z"
+    stamp = raw.get("LastUpdated") or GO_ZERO_TIME
     if not all(isinstance(v, str) for v in (pool, name, health, stamp)):
         raise ValueError(f"device {key}: a field is not a string")
     return DeviceHealth(pool, name, health, parse_go_time(stamp))
