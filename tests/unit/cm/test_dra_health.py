@@ -21,14 +21,25 @@ from typing import Any, cast
 import grpc
 import pytest
 
+from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.dra import healthinfo as hi
 from kubelet.cm.dra.api import health_pb2 as hpb
 from kubelet.cm.dra.health import DRAHealth, merge_statuses
 from kubelet.cm.dra.manager import DRAManager
-from kubelet.cm.resource_managers import ResourceManagers
+from kubelet.cm.dra.plugin import DRAPluginManager
+from kubelet.cm.resource_managers import (
+    ResourceManagerConfig,
+    ResourceManagers,
+    new_resource_managers,
+)
+from kubelet.container.runtime import PodStatus
+from kubelet.features import FeatureGate
+from kubelet.status.generate import generate
 from kubelet.testing.draplugin import FakeDRAPlugin
 from kubelet.testing.wait import wait_for_async
+from kubelet.util import cpuset
 from tests.unit.cm.dra_fixtures import FakeAPI, add_driver, claim, new_manager, pod
+from tests.unit.cm.fixtures import Pods, machine
 
 GPU = "gpu.example.com"
 
@@ -303,3 +314,41 @@ def test_the_kubelets_receive_time_is_kept_not_the_drivers(tmp_path: Any) -> Non
     c.update(GPU, [hi.DeviceHealth("pool", "d0", "Bogus", last_updated=1.0)])
     d = c.drivers[GPU]["pool/d0"]
     assert (d.health, d.last_updated) == (hi.UNKNOWN, clock.t)
+
+
+# ------------------------------------------------------- the composition
+@pytest.mark.parametrize("on", [True, False])
+async def test_the_gate_wires_the_streams_into_the_pod_status(on: bool, tmp_path: Any) -> None:
+    root = str(tmp_path)
+    api = FakeAPI()
+    api.claims["a"] = claim("a", [(GPU, "r1")], ["p1"])
+    told: list[str] = []
+    plugins = DRAPluginManager(api.client(), "n1", health_retry=(0.02, 0.05))
+    rm = new_resource_managers(
+        KubeletConfiguration(), ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
+        FeatureGate({"ResourceHealthStatus": on}), Pods(), lambda: True,
+        dra_plugins=plugins, kube_client=api.client(), device_health_changed=told.append,
+    )  # fmt: skip
+    assert rm.dra is not None and (rm.dra_health is not None) == on
+    d = await add_driver(rm.dra, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]}, health=True)
+    try:
+        p1 = pod("p1", {"gpu": "a"}, {"c": [("gpu", "r1")]})
+        await rm.dra.prepare_resources(p1)
+        if not on:
+            await asyncio.sleep(0.1)
+            assert d.health_calls == 0 and rm.allocated_resources_status(p1, "c") == []
+            return
+        await until("a health stream", lambda: d.health_streams)
+        d.send_health([("pool", "a-0", hpb.UNHEALTHY)])
+        await until("p1 told", lambda: told == ["p1"])
+        assert os.path.exists(os.path.join(root, "dra_health_state"))
+        api_status = generate(p1, PodStatus("p1"), {}, [], None,
+                              resource_health=rm.allocated_resources_status)  # fmt: skip
+        [cs] = api_status["containerStatuses"]
+        assert cs["allocatedResourcesStatus"] == [
+            {"name": "claim:gpu/r1",
+             "resources": [{"resourceID": "gpu.example.com/gpu=0", "health": "Unhealthy"}]},
+        ]  # fmt: skip
+    finally:
+        await d.stop()
+        await plugins.close()
