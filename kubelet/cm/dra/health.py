@@ -65,12 +65,19 @@ class DRAHealth:
         self.cache = cache
         self.claims = claims
         self.changed = changed
+        self.stopping = False
+
+    def stop(self) -> None:
+        """The kubelet is stopping: the streams end, but what they said stays in
+        the checkpoint for the next start (as the Go kubelet's exit leaves it),
+        and no pod is synced for it."""
+        self.stopping = True
 
     async def handle_stream(
         self, driver: str, responses: AsyncIterable[hpb.NodeWatchResourcesResponse]
     ) -> None:
         """Until the stream ends (its error, if any, is raised on to the caller);
-        the driver's health is cleared however it ends."""
+        the driver's health is cleared however it ends, unless the kubelet stops."""
         try:
             async for resp in responses:
                 changed = self.cache.update(driver, reported(resp))
@@ -80,6 +87,8 @@ class DRAHealth:
             self.clear(driver)
 
     def clear(self, driver: str) -> None:
+        if self.stopping:
+            return
         log.debug("Clearing the DRA health of driver %s", driver)
         known = [d for d in self.cache.devices(driver)
                  if self.cache.health(driver, d.pool_name, d.device_name) != hi.UNKNOWN]  # fmt: skip

@@ -68,6 +68,9 @@ class HealthStreamHandler(Protocol):
         self, driver: str, responses: AsyncIterable[hpb.NodeWatchResourcesResponse]
     ) -> None: ...
 
+    def stop(self) -> None:
+        """The kubelet stops: the streams are about to be cancelled."""
+
 
 @dataclass
 class DRAPlugin:
@@ -360,6 +363,8 @@ class DRAPluginManager:
         return False
 
     async def close(self) -> None:
+        if self.health is not None:
+            self.health.stop()
         tasks = [*self._wipes.values(), *self._watchers.values(), *self._health.values()]
         for task in tasks:
             task.cancel()

@@ -352,3 +352,13 @@ async def test_the_gate_wires_the_streams_into_the_pod_status(on: bool, tmp_path
     finally:
         await d.stop()
         await plugins.close()
+
+
+async def test_a_stopping_kubelet_keeps_the_checkpoint(s: Setup) -> None:
+    d, _ = await with_pods(s)
+    d.send_health([("pool", "a-0", hpb.UNHEALTHY)])
+    await until("p1 told", lambda: s.told == ["p1"])
+    await s.m.plugins.close()
+    assert s.told == ["p1"]  # nobody synced for the shutdown
+    after = hi.HealthCache(s.root)
+    assert after.health(GPU, "pool", "a-0") == hi.UNHEALTHY
