@@ -69,8 +69,8 @@ class DRAHealth:
 
     def stop(self) -> None:
         """The kubelet is stopping: the streams end, but what they said stays in
-        the checkpoint for the next start (as the Go kubelet's exit leaves it),
-        and no pod is synced for it."""
+        the checkpoint (a restart within the timeout reads it back), and no pod
+        is synced for it."""
         self.stopping = True
 
     async def handle_stream(
