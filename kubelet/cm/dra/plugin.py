@@ -10,6 +10,11 @@ unusable for WIPE_DELAY (no registration left, its service stopped, or it
 never answered), its ResourceSlices for this node are deleted: they describe
 devices nobody serves any more. A connection coming back cancels that. At start the slices of every driver for this node are deleted,
 as upstream does, since a driver re-publishes them once it runs.
+
+With ResourceHealthStatus, each endpoint also gets a NodeWatchResources
+stream (dra-health v1alpha1), kept open while it is registered and handed to
+the health handler (cm/dra/health.py); it is opened again after it ends, and
+given up for a driver that answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
