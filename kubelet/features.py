@@ -51,7 +51,8 @@ class Feature(enum.StrEnum):
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
     # containerStatuses[].allocatedResourcesStatus: the health of device plugin
-    # devices (kubelet/cm/devicemanager/health.py); DRA is not implemented here.
+    # devices (kubelet/cm/devicemanager/health.py) and of DRA claims' devices
+    # (kubelet/cm/dra/health.py).
     ResourceHealthStatus = "ResourceHealthStatus"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     # Node.status.features and containerStatuses[].user from the runtime (the

@@ -294,10 +294,8 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
     dra = None
     if node.features.enabled(Feature.DynamicResourceAllocation):
+        # With ResourceHealthStatus it also opens each driver's health stream.
         dra = DRAPluginManager(node.kube_client, node.name)
-        if node.features.value("ResourceHealthStatus"):
-            log.warning("ResourceHealthStatus is on but the health of DRA devices (the drivers' "
-                        "NodeWatchResources stream) is not watched by this kubelet")  # fmt: skip
     return new_resource_managers(
         cfg,
         ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
@@ -569,12 +567,10 @@ class Workers:
 
 def _resource_health(node: Node, resources: ResourceManagers) -> generate.ResourceHealth | None:
     """ResourceHealthStatus: containers' allocatedResourcesStatus from the device
-    manager. DRA, the KEP's other half, is not implemented by this kubelet."""
+    manager and (with DynamicResourceAllocation) the DRA drivers' health streams."""
     if not node.features.enabled(Feature.ResourceHealthStatus):
         return None
-    log.info("ResourceHealthStatus: device plugin devices' health is reported in "
-             "allocatedResourcesStatus; DRA resource health is not (no DRA here)")  # fmt: skip
-    return resources.devices.allocated_resources_status
+    return resources.allocated_resources_status
 
 
 def build_workers(

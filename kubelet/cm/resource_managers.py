@@ -28,6 +28,8 @@ from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
+from kubelet.cm.dra.health import DRAHealth, merge_statuses
+from kubelet.cm.dra.healthinfo import HealthCache
 from kubelet.cm.dra.manager import DRAManager
 from kubelet.cm.dra.plugin import DRAPluginManager
 from kubelet.cm.interfaces import (
@@ -47,7 +49,7 @@ from kubelet.cm.topologymanager.topology_manager import (
 from kubelet.cri.api import api_pb2 as cri
 from kubelet.features import Feature, FeatureGate
 from kubelet.lifecycle.predicate import Rejection
-from kubelet.types import Container, Pod, uid
+from kubelet.types import Container, Pod, ResourceStatus, uid
 from kubelet.util import cpuset
 from kubelet.util.cpuset import format_cpus
 
@@ -123,6 +125,7 @@ class ResourceManagers:
         devices: DeviceManager,
         unlimited_quota_when_pinned: bool = True,
         dra: DRAManager | None = None,
+        dra_health: DRAHealth | None = None,
     ) -> None:
         self.topology = topology
         self.cpu = cpu
@@ -131,6 +134,8 @@ class ResourceManagers:
         # None when DynamicResourceAllocation is off (the pod syncer then names
         # spec.resourceClaims as not implemented).
         self.dra = dra
+        # ResourceHealthStatus with DRA: the health the drivers stream.
+        self.dra_health = dra_health
         self.unlimited_quota_when_pinned = unlimited_quota_when_pinned
 
     def admit(self, pod: Pod) -> Rejection | None:
@@ -149,6 +154,17 @@ class ResourceManagers:
                 if name not in have:
                     opts.cdi_devices.append(cri.CDIDevice(name=name))
         return opts
+
+    def allocated_resources_status(self, pod: Pod, name: str) -> list[ResourceStatus]:
+        """UpdateAllocatedResourcesStatus for a regular container: the health of
+        its device plugin devices, then of its claims' devices."""
+        out = self.devices.allocated_resources_status(uid(pod), name)
+        if self.dra_health is None:
+            return out
+        for c in pod["spec"].get("containers") or []:
+            if c["name"] == name:
+                return merge_statuses(out, self.dra_health.container_status(pod, c))
+        return out
 
     async def prepare_dynamic_resources(self, pod: Pod) -> None:
         """Before the pod's sandbox: its ResourceClaims prepared by their drivers."""
@@ -207,6 +223,10 @@ class ResourceManagers:
                 if dra is not None:
                     dra.cancel()
                     await asyncio.gather(dra, return_exceptions=True)
+
+
+def _no_sync(pod_uid: str) -> None:
+    """No pod syncs to ask for (a kubelet built without its pod workers)."""
 
 
 @contextlib.contextmanager
@@ -288,11 +308,16 @@ def new_resource_managers(
     # allocation, and so which error a pod gets, follows it).
     for provider in (devices, cpu, memory):
         topology.add_hint_provider(provider)
-    dra = None
+    dra = dra_health = None
     if dra_plugins is not None:
         with _refused("start dra manager error: "):
             dra = DRAManager(rc.state_dir, kube_client, dra_plugins, pods, sources_ready)
+        if health:
+            # The drivers' NodeWatchResources streams, opened as they register.
+            changed = device_health_changed or _no_sync
+            dra_health = DRAHealth(HealthCache(rc.state_dir), dra, changed)
+            dra_plugins.watch_health(dra_health)
     return ResourceManagers(
         topology, cpu, memory, devices,
-        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra,
+        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra, dra_health,
     )  # fmt: skip

@@ -16,11 +16,11 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Container, Pod, host_network, qos_class, restart_policy, uid
+from kubelet.types import Container, Pod, host_network, qos_class, restart_policy
 
-# (pod UID, container name) -> the health of the devices the container holds
-# (the device manager's, with ResourceHealthStatus on).
-ResourceHealth = Callable[[str, str], list[v1.ResourceStatus]]
+# (pod, container name) -> the health of the devices the container holds
+# (device plugins' and DRA claims', with ResourceHealthStatus on).
+ResourceHealth = Callable[[Pod, str], list[v1.ResourceStatus]]
 
 
 class ProbeResults(Protocol):
@@ -492,7 +492,7 @@ def generate(
     init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
     if resource_health is not None:
         for cs in st:
-            if health := resource_health(uid(pod), cs["name"]):
+            if health := resource_health(pod, cs["name"]):
                 cs["allocatedResourcesStatus"] = health
     phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
     # Terminal is terminal: a pod never leaves Succeeded or Failed.

@@ -2,17 +2,21 @@
 tests of the DRA manager (as the e2e test-driver's kubelet plugin): the
 Registration service on a socket in the plugin registry, the DRAPlugin
 service (v1, or v1beta1 under its own name) on its endpoint, CDI device IDs
-per prepared claim, errors injected per method, and the calls made."""
+per prepared claim, errors injected per method, and the calls made. With
+health=True it also serves DRAResourceHealth: each NodeWatchResources stream
+sends what send_health is given until end_health ends it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
 from kubelet.cm.dra.api import api_pb2 as pb
+from kubelet.cm.dra.api import health_pb2 as hpb
 from kubelet.pluginmanager import DRA_PLUGIN
 from kubelet.pluginmanager.api import registration_pb2 as reg
 from kubelet.pluginmanager.api import registration_pb2_grpc as reg_grpc
@@ -43,6 +47,7 @@ class FakeDRAPlugin:
         services: tuple[str, ...] = ("v1.DRAPlugin",),
         fail: ErrorInjector = lambda method, claim: None,
         package: str = "v1",
+        health: bool = False,
     ) -> None:
         self.driver = driver
         self.devices = devices
@@ -56,6 +61,53 @@ class FakeDRAPlugin:
         self.endpoint = ""
         self._servers: list[grpc.aio.Server] = []
         self._service: grpc.aio.Server | None = None
+        self.health = health
+        self.health_calls = 0  # NodeWatchResources calls received
+        self.health_streams: list[asyncio.Queue[object]] = []  # the open ones
+
+    async def _watch(self, req: hpb.NodeWatchResourcesRequest, ctx: Any) -> AsyncIterator[Any]:
+        self.health_calls += 1
+        q: asyncio.Queue[object] = asyncio.Queue()
+        self.health_streams.append(q)
+        try:
+            while True:
+                # A response, or how the stream ends (StatusCode.OK: cleanly).
+                event = await q.get()
+                if isinstance(event, hpb.NodeWatchResourcesResponse):
+                    yield event
+                    continue
+                if event is not grpc.StatusCode.OK:
+                    await ctx.abort(event, "injected by the test")
+                return
+        finally:
+            self.health_streams.remove(q)
+
+    def send_health(self, devices: list[tuple[str, str, hpb.HealthStatus]]) -> None:
+        """(pool, device, health) to every open health stream."""
+        resp = hpb.NodeWatchResourcesResponse(devices=[
+            hpb.DeviceHealth(device=hpb.DeviceIdentifier(pool_name=p, device_name=d),
+                             health=h, last_updated_time=1)
+            for p, d, h in devices
+        ])  # fmt: skip
+        for q in self.health_streams:
+            q.put_nowait(resp)
+
+    def end_health(self, code: Any = grpc.StatusCode.OK) -> None:
+        """End every open health stream, cleanly or with an error."""
+        for q in self.health_streams:
+            q.put_nowait(code)
+
+    def _health_handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            "v1alpha1.DRAResourceHealth",
+            {
+                "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+                    self._watch,
+                    request_deserializer=hpb.NodeWatchResourcesRequest.FromString,
+                    response_serializer=hpb.NodeWatchResourcesResponse.SerializeToString,
+                )
+            },
+        )
 
     async def _prepare(self, req: pb.NodePrepareResourcesRequest, ctx: Any) -> Any:
         self.prepared.append([c.name for c in req.claims])
@@ -105,6 +157,8 @@ class FakeDRAPlugin:
         stop_service: a driver restarting while its registration stays)."""
         drv = grpc.aio.server()
         drv.add_generic_rpc_handlers((self._handler(),))
+        if self.health:
+            drv.add_generic_rpc_handlers((self._health_handler(),))
         drv.add_insecure_port(f"unix://{self.endpoint}")
         await drv.start()
         self._service = drv

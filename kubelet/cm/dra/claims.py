@@ -122,10 +122,11 @@ def cdi_devices(info: ClaimInfoState, request: str) -> list[str]:
     return out
 
 
-def container_claims(pod: Pod, c: Container) -> list[tuple[str, str]]:
-    """(claim name, request) for each of the container's resources.claims,
-    resolved through the pod's spec.resourceClaims (pod entries needing no
-    claim are skipped); ClaimError when a claim cannot be told yet."""
+def container_claim_refs(pod: Pod, c: Container) -> list[tuple[str, str, str]]:
+    """(reference, request, claim name) for each of the container's
+    resources.claims: the pod claim it names, resolved through the pod's
+    spec.resourceClaims (pod entries needing no claim are skipped), in the
+    order of those; ClaimError when a claim cannot be told yet."""
     wanted = (c.get("resources") or {}).get("claims") or []
     if not wanted:
         return []
@@ -134,5 +135,12 @@ def container_claims(pod: Pod, c: Container) -> list[tuple[str, str]]:
         n, _ = claim_name(pod, pc)
         if n is None:
             continue
-        out += [(n, w.get("request") or "") for w in wanted if w.get("name") == pc.get("name")]
+        ref = pc.get("name")
+        out += [(ref, w.get("request") or "", n) for w in wanted if w.get("name") == ref]
     return out
+
+
+def container_claims(pod: Pod, c: Container) -> list[tuple[str, str]]:
+    """(claim name, request) for each of the container's resources.claims
+    (container_claim_refs without the references)."""
+    return [(n, request) for _, request, n in container_claim_refs(pod, c)]

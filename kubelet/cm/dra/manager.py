@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
@@ -45,6 +45,24 @@ class DRAError(Exception):
 class ClaimInfo:
     state: st.ClaimInfoState
     prepared: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerClaim:
+    """A claim a container names, with all the devices prepared for it."""
+
+    reference: str  # the container's resources.claims[].name
+    request: str  # that entry's request ("" for the whole claim)
+    devices: tuple[ClaimDevice, ...]
+
+
+def _claim_devices(s: st.ClaimInfoState) -> tuple[ClaimDevice, ...]:
+    """Drivers in name order, each driver's devices in its answer's order."""
+    return tuple(
+        ClaimDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids or ()))
+        for driver in sorted(s.driver_state)
+        for d in s.driver_state[driver] or []
+    )
 
 
 def _key(ns: str, name: str) -> str:
@@ -111,6 +129,9 @@ class DRAManager:
                 f"the DRA state file {self.store.directory}/{st.CHECKPOINT_NAME}"
             ) from None
         self.cache = {_key(s.namespace, s.claim_name): ClaimInfo(s) for s in restored}
+        # (driver, pool, device) -> UIDs of the pods whose claims hold it
+        self._users: dict[tuple[str, str, str], set[str]] = {}
+        self._reindex()
 
     # ----------------------------------------------------------- prepare
     async def prepare_resources(self, pod: Pod) -> None:
@@ -275,16 +296,46 @@ class DRAManager:
             if info is None:
                 continue
             s = info.state
-            devices = tuple(
-                ClaimDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids or ()))
-                for driver in sorted(s.driver_state)
-                for d in s.driver_state[driver] or []
-            )
-            out.append(DynamicClaim(s.claim_name, s.namespace, devices))
+            out.append(DynamicClaim(s.claim_name, s.namespace, _claim_devices(s)))
         return out
+
+    def container_claim_devices(self, pod: Pod, c: Container) -> list[ContainerClaim]:
+        """For the container's allocatedResourcesStatus: each pod claim it
+        names that this node knows, once, with the request of its first entry
+        and all the claim's devices (as upstream, not only the request's)."""
+        try:
+            refs = cl.container_claim_refs(pod, c)
+        except cl.ClaimError:
+            return []
+        out: list[ContainerClaim] = []
+        seen: set[str] = set()
+        for ref, request, claim in refs:
+            if ref in seen:
+                continue
+            seen.add(ref)
+            info = self.cache.get(_key(namespace(pod), claim))
+            if info is not None:
+                out.append(ContainerClaim(ref, request, _claim_devices(info.state)))
+        return out
+
+    def pods_using(self, driver: str, pool: str, device: str) -> Collection[str]:
+        """The pods whose claims on this node hold the device (from an index
+        kept with the checkpoint, not a walk over the claims)."""
+        return self._users.get((driver, pool, device), set())
+
+    def _reindex(self) -> None:
+        users: dict[tuple[str, str, str], set[str]] = {}
+        for info in self.cache.values():
+            s = info.state
+            for driver, devices in s.driver_state.items():
+                for d in devices or []:
+                    users.setdefault((driver, d.pool_name, d.device_name), set()).update(s.pod_uids)
+        self._users = users
 
     # ------------------------------------------------------------- loops
     def _checkpoint(self) -> None:
+        """After every change of the claims: their file, the device index, the metric."""
+        self._reindex()
         items = sorted(self.cache.items())
         self.store.write(st.CHECKPOINT_NAME, st.encode([i.state for _, i in items]))
         in_use = [i.state for _, i in items if i.prepared]

@@ -10,6 +10,11 @@ unusable for WIPE_DELAY (no registration left, its service stopped, or it
 never answered), its ResourceSlices for this node are deleted: they describe
 devices nobody serves any more. A connection coming back cancels that. At start the slices of every driver for this node are deleted,
 as upstream does, since a driver re-publishes them once it runs.
+
+With ResourceHealthStatus, each endpoint also gets a NodeWatchResources
+stream (dra-health v1alpha1), kept open while it is registered and handed to
+the health handler (cm/dra/health.py); it is opened again after it ends, and
+given up for a driver that answers UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from urllib.parse import quote
 
 import grpc
@@ -28,6 +34,7 @@ from google.protobuf.message import Message
 from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.cm.dra import metrics as dm
 from kubelet.cm.dra.api import api_pb2 as pb
+from kubelet.cm.dra.api import health_pb2 as hpb
 from kubelet.cm.dra.claims import ClaimError, valid_name
 from kubelet.pluginmanager import PluginError
 
@@ -46,6 +53,28 @@ CALL_TIMEOUT = 45.0  # defaultClientCallTimeout
 WIPE_DELAY = 30.0  # defaultWipingDelay
 _WIPE_BACKOFF = (1.0, 300.0, 100)  # first, cap, steps
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+WATCH_RESOURCES = "/v1alpha1.DRAResourceHealth/NodeWatchResources"
+# The wait before a health stream is opened again: upstream's period (5 s),
+# doubled after each attempt that got no response, up to the cap.
+HEALTH_RETRY = (5.0, 30.0)
+
+
+class HealthCall(AsyncIterable[hpb.NodeWatchResourcesResponse], Protocol):
+    """A NodeWatchResources call (grpc.aio's UnaryStreamCall)."""
+
+    def cancel(self) -> bool: ...
+
+
+class HealthStreamHandler(Protocol):
+    """StreamHandler upstream: consumes a driver's health stream until it ends,
+    raising the stream's error (grpc.aio.AioRpcError) if it ended with one."""
+
+    async def handle_stream(
+        self, driver: str, responses: AsyncIterable[hpb.NodeWatchResourcesResponse]
+    ) -> None: ...
+
+    def stop(self) -> None:
+        """The kubelet stops: the streams are about to be cancelled."""
 
 
 @dataclass
@@ -93,6 +122,42 @@ class DRAPlugin:
             pb.NodeUnprepareResourcesResponse,
         )
 
+    def watch_resources(self) -> HealthCall:
+        """NodeWatchResources: a stream without a deadline."""
+        call: HealthCall = self.channel.unary_stream(
+            WATCH_RESOURCES,
+            request_serializer=hpb.NodeWatchResourcesRequest.SerializeToString,
+            response_deserializer=hpb.NodeWatchResourcesResponse.FromString,
+        )(hpb.NodeWatchResourcesRequest())
+        return call
+
+
+async def _health_attempt(plugin: DRAPlugin, handler: HealthStreamHandler) -> bool | None:
+    """One NodeWatchResources stream, handed to handler until it ends: did it
+    carry a response (None: the driver does not serve the API)."""
+    call = plugin.watch_resources()
+    received = False
+
+    async def responses() -> AsyncIterator[hpb.NodeWatchResourcesResponse]:
+        nonlocal received
+        async for resp in call:
+            received = True
+            yield resp
+
+    try:
+        await handler.handle_stream(plugin.driver, responses())
+        log.info("Health stream of DRA driver %s at %s ended", plugin.driver, plugin.endpoint)
+    except grpc.aio.AioRpcError as err:
+        if err.code() is grpc.StatusCode.UNIMPLEMENTED:
+            log.info("DRA driver %s at %s does not serve NodeWatchResources: the health "
+                     "of its devices is not watched", plugin.driver, plugin.endpoint)  # fmt: skip
+            return None
+        log.info("Health stream of DRA driver %s at %s failed: %s", plugin.driver,
+                 plugin.endpoint, err.details() or err.code().name)  # fmt: skip
+    finally:
+        call.cancel()
+    return received
+
 
 def choose_service(driver: str, endpoint: str, services: list[str]) -> str:
     """validateSupportedServices, with upstream's messages."""
@@ -119,11 +184,17 @@ class DRAPluginManager:
         node_name: str,
         wipe_delay: float = WIPE_DELAY,
         wipe_backoff: tuple[float, float, int] = _WIPE_BACKOFF,
+        health_retry: tuple[float, float] = HEALTH_RETRY,
     ) -> None:
         self.client = client
         self.node_name = node_name
         self.wipe_delay = wipe_delay
         self.wipe_backoff = wipe_backoff
+        self.health_retry = health_retry
+        # ResourceHealthStatus: each endpoint's health stream goes to it.
+        self.health: HealthStreamHandler | None = None
+        # (driver, endpoint) -> the task keeping its health stream open
+        self._health: dict[tuple[str, str], asyncio.Task[None]] = {}
         # driver -> its endpoints in the order they registered
         self.store: dict[str, list[DRAPlugin]] = {}
         # (driver, endpoint) -> the task following that channel's state
@@ -155,6 +226,9 @@ class DRAPluginManager:
         # Connect now, not at the first call: a driver that never answers is
         # found out (and its slices wiped) without a pod needing it.
         self._watchers[(name, endpoint)] = asyncio.ensure_future(self._watch(plugin))
+        if self.health is not None:
+            task = asyncio.ensure_future(self._health_stream(plugin, self.health))
+            self._health[(name, endpoint)] = task
         log.info("Registered DRA plugin %s at %s (service %s, %d endpoints)",
                  name, endpoint, service, len(plugins))  # fmt: skip
         self._sync(name)
@@ -167,10 +241,14 @@ class DRAPluginManager:
         self.store[name] = [p for p in plugins if p.endpoint != endpoint]
         if not self.store[name]:
             del self.store[name]
-        watcher = self._watchers.pop((name, endpoint), None)
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
+        tasks = [
+            self._watchers.pop((name, endpoint), None),
+            self._health.pop((name, endpoint), None),
+        ]
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         log.info("Unregistered DRA plugin %s at %s (%d endpoints left)",
                  name, endpoint, len(self.store.get(name, [])))  # fmt: skip
         self._sync(name)
@@ -190,6 +268,26 @@ class DRAPluginManager:
             self._set_connected(plugin, state is grpc.ChannelConnectivity.READY)
             await ch.wait_for_state_change(state)
             state = ch.get_state(try_to_connect=True)
+
+    def watch_health(self, handler: HealthStreamHandler) -> None:
+        """ResourceHealthStatus: keep a NodeWatchResources stream open on each
+        endpoint registering from now on, handing it to handler."""
+        self.health = handler
+
+    async def _health_stream(self, plugin: DRAPlugin, handler: HealthStreamHandler) -> None:
+        """Until the endpoint goes (this task is cancelled): open the stream, let
+        the handler consume it, wait, again. A driver without the service
+        (UNIMPLEMENTED) is said once and not asked again."""
+        first, cap = self.health_retry
+        wait = first
+        while True:
+            received = await _health_attempt(plugin, handler)
+            if received is None:
+                return
+            if received:
+                wait = first
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, cap)
 
     def _set_connected(self, plugin: DRAPlugin, connected: bool) -> None:
         if plugin.connected == connected:
@@ -270,12 +368,15 @@ class DRAPluginManager:
         return False
 
     async def close(self) -> None:
-        tasks = [*self._wipes.values(), *self._watchers.values()]
+        if self.health is not None:
+            self.health.stop()
+        tasks = [*self._wipes.values(), *self._watchers.values(), *self._health.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._wipes.clear()
         self._watchers.clear()
+        self._health.clear()
         for plugins in self.store.values():
             for p in plugins:
                 await p.channel.close()

@@ -30,9 +30,9 @@ def pod() -> dict[str, Any]:
     }
 
 
-def health(pod_uid: str, name: str) -> list[v1.ResourceStatus]:
+def health(p: v1.Pod, name: str) -> list[v1.ResourceStatus]:
     # The init container holds devices too: upstream reports regular ones only.
-    return GPU if pod_uid == "u" and name in ("gpu", "init") else []
+    return GPU if p["metadata"]["uid"] == "u" and name in ("gpu", "init") else []
 
 
 def by_name(api: v1.PodStatus, key: str = "containerStatuses") -> dict[str, Any]:
@@ -63,7 +63,7 @@ def test_a_health_change_is_in_the_status_patch() -> None:
     healthy: list[v1.ResourceStatus] = [
         {"name": "example.com/gpu", "resources": [{"resourceID": "d0", "health": "Healthy"}]}
     ]
-    before = generate(pod(), PodStatus("u"), {}, [], None, resource_health=lambda u, n: healthy)
+    before = generate(pod(), PodStatus("u"), {}, [], None, resource_health=lambda p, n: healthy)
     after = generate(pod(), PodStatus("u"), {}, [], before, resource_health=health)
     patch = status_patch(dict(before), dict(after))
     sent = {c["name"]: c for c in patch["containerStatuses"]}  # type: ignore[union-attr]
