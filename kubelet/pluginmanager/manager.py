@@ -24,6 +24,7 @@ from kubelet.pluginmanager.api import registration_pb2 as pb
 from kubelet.pluginmanager.api import registration_pb2_grpc as pb_grpc
 from kubelet.pluginmanager.watcher import PluginWatcher
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.grpcopts import OWN_CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class PluginManager:
     # ------------------------------------------------------------ operations
 
     async def _register(self, path: str, gen: int) -> None:
-        channel = grpc.aio.insecure_channel(f"unix://{path}")
+        channel = grpc.aio.insecure_channel(f"unix://{path}", options=[OWN_CONNECTIONS])
         try:
             try:
                 await asyncio.wait_for(channel.channel_ready(), self.dial_timeout)

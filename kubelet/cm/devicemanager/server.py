@@ -29,6 +29,7 @@ from kubelet.cm.devicemanager import (
 from kubelet.cm.devicemanager.api import api_pb2 as pb
 from kubelet.cm.devicemanager.api import api_pb2_grpc as pb_grpc
 from kubelet.pluginmanager import PluginError
+from kubelet.util.grpcopts import OWN_CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ class PluginClient:
         # The default authority of a unix target is the path; grpc-go sends
         # "localhost", and some plugins' HTTP/2 servers reject anything else.
         channel = grpc.aio.insecure_channel(
-            "unix://" + self.socket_path, options=[("grpc.default_authority", "localhost")]
+            "unix://" + self.socket_path,
+            options=[("grpc.default_authority", "localhost"), OWN_CONNECTIONS],
         )
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout)

@@ -37,6 +37,7 @@ from kubelet.cm.dra.api import api_pb2 as pb
 from kubelet.cm.dra.api import health_pb2 as hpb
 from kubelet.cm.dra.claims import ClaimError, valid_name
 from kubelet.pluginmanager import PluginError
+from kubelet.util.grpcopts import OWN_CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ class DRAPluginManager:
             raise PluginError(
                 f"endpoint {endpoint} already registered for DRA driver plugin {name}"
             )
-        channel = grpc.aio.insecure_channel(f"unix://{endpoint}")
+        channel = grpc.aio.insecure_channel(f"unix://{endpoint}", options=[OWN_CONNECTIONS])
         plugin = DRAPlugin(name, endpoint, service, timeout or CALL_TIMEOUT, channel)
         plugins.append(plugin)
         # Connect now, not at the first call: a driver that never answers is

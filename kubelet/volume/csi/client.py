@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from kubelet.util.grpcopts import OWN_CONNECTIONS
 from kubelet.volume import VolumeError
 from kubelet.volume.csi.api import csi_pb2 as pb
 from kubelet.volume.csi.api import csi_pb2_grpc as pb_grpc
@@ -88,7 +89,9 @@ class CSIClient:
         self.endpoint = endpoint
         self.timeout = timeout
         target = endpoint if endpoint.startswith("unix:") else "unix://" + endpoint
-        self.channel = aio.insecure_channel(target, options=[("grpc.enable_retries", 0)])
+        self.channel = aio.insecure_channel(
+            target, options=[("grpc.enable_retries", 0), OWN_CONNECTIONS]
+        )
         self._node = pb_grpc.NodeStub(self.channel)
         self._identity = pb_grpc.IdentityStub(self.channel)
         self._caps: frozenset[int] | None = None
