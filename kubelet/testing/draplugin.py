@@ -20,7 +20,6 @@ from kubelet.cm.dra.api import health_pb2 as hpb
 from kubelet.pluginmanager import DRA_PLUGIN
 from kubelet.pluginmanager.api import registration_pb2 as reg
 from kubelet.pluginmanager.api import registration_pb2_grpc as reg_grpc
-from kubelet.testing.wait import wait_for_async
 
 ErrorInjector = Callable[[str, str], str | None]  # (method, claim name) -> error
 
@@ -170,7 +169,6 @@ class FakeDRAPlugin:
         if self._service is not None:
             await self._service.stop(None)
             self._service = None
-            await _gone(self.endpoint)
 
     async def start(self, registry_dir: str, endpoint: str) -> FakeDRAPlugin:
         """Serve the driver at endpoint, then announce it in the registry."""
@@ -194,12 +192,3 @@ class FakeDRAPlugin:
         for s in self._servers:
             await s.stop(None)
         self._servers.clear()
-        if self.reg_socket:
-            await _gone(self.reg_socket)
-
-
-async def _gone(path: str) -> None:
-    """Until grpc has removed a stopped server's socket file: it does so once
-    its listener is torn down, which under load may come after stop() returns
-    and would then remove the socket of a server started at the same path."""
-    await wait_for_async(f"{path} removed", lambda: not os.path.exists(path), 5.0, 0.01)
