@@ -158,6 +158,8 @@ def _runtime_entry(
         entry["lastState"] = before.get("lastState") or {}
     if cur is not None:
         entry["containerID"] = cur.container_id
+        # The image the instance runs (a spec changed since it started is not it).
+        entry["image"] = cur.image or c["image"]
         entry["imageID"] = cur.image_id
         entry["restartCount"] = cur.restart_count
         entry["state"] = _state(cur, budget)

@@ -93,3 +93,22 @@ def test_need_to_reconcile_pod_readiness(
     ungated = _gated(conds)
     del ungated["spec"]["readinessGates"]
     assert need_to_reconcile_pod_readiness(ungated) is False
+
+
+def test_a_container_status_names_the_image_its_instance_runs() -> None:
+    """As upstream (cs.Image from the runtime): an init container that finished
+    before its image was changed in the spec still shows the image it ran; a
+    container with no instance yet shows the spec's."""
+    from kubelet.container.runtime import ContainerStatus, PodStatus
+    from kubelet.status.generate import container_statuses
+
+    done = ContainerStatus("id", "init", "exited", image="registry.example/busybox:1.36")
+    [entry] = container_statuses(
+        [{"name": "init", "image": "registry.example/busybox:1.37"}],
+        PodStatus("u", containers=[done]), {}, True, {},
+    )  # fmt: skip
+    assert entry["image"] == "registry.example/busybox:1.36"
+    [waiting] = container_statuses(
+        [{"name": "init", "image": "registry.example/busybox:1.37"}], PodStatus("u"), {}, True, {}
+    )
+    assert waiting["image"] == "registry.example/busybox:1.37"
