@@ -276,10 +276,12 @@ class KubeletPodSyncer:
         waiting: dict[str, tuple[str, str]],
         old: v1.PodStatus | None,
         probes: ProbeManager | None = None,
+        terminal: bool = False,
     ) -> v1.PodStatus:
         return generate.generate(
             pod, status, waiting, self.node_ips, old, probes,
             tracking=self.status_manager.tracking, resource_health=self.resource_health,
+            terminal=terminal,
         )  # fmt: skip
 
     def _allocated(self, pod: Pod, status: PodStatus) -> Pod:
@@ -378,7 +380,7 @@ class KubeletPodSyncer:
         # Report the final state of every container.
         final = await rm.get_pod_status(u, name(pod), namespace(pod))
         old = self._previous_status(pod)
-        api = self._api_status(pod, final, {}, old)
+        api = self._api_status(pod, final, {}, old, terminal=True)
         # Its containers are stopped: its volumes may go now (upstream unmounts
         # a terminated pod's volumes before its object is deleted).
         self.volumes.remove_pod(u)

@@ -16,7 +16,7 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Container, Pod, host_network, qos_class, restart_policy
+from kubelet.types import Container, Pod, host_network, is_static, qos_class, restart_policy
 
 # (pod, container name) -> the health of the devices the container holds
 # (device plugins' and DRA claims', with ResourceHealthStatus on).
@@ -314,7 +314,9 @@ def get_phase(
     if running:
         return "Running"
     if stopped:
-        if terminal:
+        # Stopped for good (deleted, evicted): Succeeded when every one exited 0,
+        # whatever the restart policy; static pods are left out, as upstream.
+        if terminal and not is_static(pod):
             return "Succeeded" if stopped == succeeded else "Failed"
         if policy == "Always":
             return "Running"  # they will be restarted
@@ -484,11 +486,13 @@ def generate(
     probes: ProbeResults | None = None,
     tracking: bool = True,
     resource_health: ResourceHealth | None = None,
+    terminal: bool = False,
 ) -> v1.PodStatus:
     """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
     kubelet condition then reports the pod generation the status was made from).
     resource_health: ResourceHealthStatus is on; regular containers holding
-    devices get allocatedResourcesStatus (as upstream, not init containers)."""
+    devices get allocatedResourcesStatus (as upstream, not init containers).
+    terminal: the pod's containers were stopped for good (podIsTerminal)."""
     old = old or {}
     init_specs = pod["spec"].get("initContainers") or []
     init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
@@ -496,7 +500,7 @@ def generate(
         for cs in st:
             if health := resource_health(pod, cs["name"]):
                 cs["allocatedResourcesStatus"] = health
-    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status))
+    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status), terminal)
     # Terminal is terminal: a pod never leaves Succeeded or Failed.
     if old.get("phase") in ("Succeeded", "Failed"):
         phase = old["phase"]

@@ -112,3 +112,24 @@ def test_a_container_status_names_the_image_its_instance_runs() -> None:
         [{"name": "init", "image": "registry.example/busybox:1.37"}], PodStatus("u"), {}, True, {}
     )
     assert waiting["image"] == "registry.example/busybox:1.37"
+
+
+@pytest.mark.parametrize(
+    ("policy", "main", "phase"),
+    [
+        ("Always", [OK, OK], "Succeeded"),  # deleted, every container exited 0
+        ("Always", [OK, FAIL], "Failed"),
+        ("OnFailure", [OK, FAIL], "Failed"),
+        ("Never", [OK], "Succeeded"),
+    ],
+)
+def test_a_pod_stopped_for_good_ends_by_its_exit_codes(
+    policy: str, main: list[Any], phase: str
+) -> None:
+    """podIsTerminal: the restart policy no longer says Running (upstream's
+    'Deleted pods handling ... Restart policy Always' spec)."""
+    assert get_phase(_pod(policy), [], main, terminal=True) == phase
+    static = _pod(policy)
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    if policy == "Always":  # static pods keep the policy's answer, as upstream
+        assert get_phase(static, [], main, terminal=True) == "Running"
