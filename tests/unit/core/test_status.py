@@ -133,3 +133,22 @@ def test_a_pod_stopped_for_good_ends_by_its_exit_codes(
     static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
     if policy == "Always":  # static pods keep the policy's answer, as upstream
         assert get_phase(static, [], main, terminal=True) == "Running"
+
+
+def test_generate_passes_terminal_on_to_the_phase() -> None:
+    """The terminating sync's final status (generate with terminal=True, then
+    TerminatePod): all containers exited 0 under restartPolicy Always is
+    Succeeded; without the flag the policy still says Running."""
+    from kubelet.container.runtime import ContainerStatus, PodStatus
+    from kubelet.status.generate import generate
+    from kubelet.status.terminal import terminate_pod
+
+    pod = {
+        "metadata": {"name": "p", "namespace": "d", "uid": "u"},
+        "spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "i"}]},
+    }
+    done = PodStatus("u", containers=[ContainerStatus("id", "c", "exited", exit_code=0)])
+    final = generate(pod, done, {}, ["10.0.0.1"], None, terminal=True)
+    assert final["phase"] == "Succeeded"
+    assert terminate_pod(pod, final)["phase"] == "Succeeded"
+    assert generate(pod, done, {}, ["10.0.0.1"], None)["phase"] == "Running"
