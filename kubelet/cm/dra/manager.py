@@ -132,6 +132,8 @@ class DRAManager:
         # (driver, pool, device) -> UIDs of the pods whose claims hold it
         self._users: dict[tuple[str, str, str], set[str]] = {}
         self._reindex()
+        # What the file holds: a step that changed no claim writes nothing.
+        self._written = self._encoded()
 
     # ----------------------------------------------------------- prepare
     async def prepare_resources(self, pod: Pod) -> None:
@@ -174,29 +176,23 @@ class DRAManager:
         if not infos:
             return  # no claim: nothing to record (a write per pod was start-up's hot spot)
         batches: dict[str, list[st.ClaimInfoState]] = {}
-        counted = False  # the cache gained a claim or a pod of one
         for info in infos:
             key = _key(info.namespace, info.claim_name)
             have = self.cache.get(key)
             if have is None:
                 have = self.cache[key] = ClaimInfo(info)
-                counted = True
             elif have.state.claim_uid != info.claim_uid:
                 raise DRAError(
                     f"old ResourceClaim with same name {info.claim_name} and different UID "
                     f"{have.state.claim_uid} still exists (previous pod force-deleted?!)"
                 )
-            counted |= uid(pod) not in have.state.pod_uids
             have.state.pod_uids.add(uid(pod))
             if not have.prepared:
                 for driver in have.state.driver_state:
                     batches.setdefault(driver, []).append(have.state)
         # The pod counts on its claims before any driver is called: its
         # termination then unprepares them even if this prepare fails.
-        if counted:
-            self._checkpoint()
-        if not batches:
-            return  # every claim was prepared already: nothing new to record
+        self._checkpoint()
         for driver, batch in sorted(batches.items()):
             await self._prepare_batch(self.plugins.get(driver), batch)
         for batch in batches.values():
@@ -235,12 +231,10 @@ class DRAManager:
     async def _unprepare(self, pod_uid: str, ns: str, names: list[str]) -> None:
         batches: dict[str, list[st.ClaimInfoState]] = {}
         done: list[str] = []
-        changed = False
         for name in names:
             info = self.cache.get(_key(ns, name))
             if info is None or pod_uid not in info.state.pod_uids:
                 continue
-            changed = True
             if len(info.state.pod_uids) > 1:
                 info.state.pod_uids.discard(pod_uid)  # another pod still uses it
                 continue
@@ -258,8 +252,7 @@ class DRAManager:
             _results("NodeUnprepareResources", batch, resp.claims)
         for key in done:
             self.cache.pop(key, None)
-        if changed:  # a pod without claims leaves the file alone
-            self._checkpoint()
+        self._checkpoint()
 
     def pod_might_need_unprepare(self, pod_uid: str) -> bool:
         """PodMightNeedToUnprepareResources: a claim still counts the pod."""
@@ -333,12 +326,19 @@ class DRAManager:
         self._users = users
 
     # ------------------------------------------------------------- loops
+    def _encoded(self) -> bytes:
+        return st.encode([i.state for _, i in sorted(self.cache.items())])
+
     def _checkpoint(self) -> None:
-        """After every change of the claims: their file, the device index, the metric."""
+        """After each step on the claims: their file (only when it changed: two
+        fsynced writes per pod were start-up's hot spot), the device index, the
+        metric."""
         self._reindex()
-        items = sorted(self.cache.items())
-        self.store.write(st.CHECKPOINT_NAME, st.encode([i.state for _, i in items]))
-        in_use = [i.state for _, i in items if i.prepared]
+        blob = self._encoded()
+        if blob != self._written:
+            self.store.write(st.CHECKPOINT_NAME, blob)
+            self._written = blob
+        in_use = [i.state for i in self.cache.values() if i.prepared]
         counts = {dm.ANY_DRIVER: len(in_use)}
         for s in in_use:
             for driver in s.driver_state:
