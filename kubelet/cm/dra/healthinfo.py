@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from kubelet.util.atomicfile import write_atomic
+from kubelet.checkpointmanager import CheckpointStore
 from kubelet.util.gotime import GO_ZERO_TIME, go_time, parse_go_time
 
 log = logging.getLogger(__name__)
@@ -104,32 +103,31 @@ class HealthCache:
     """healthInfoCache. Only the event loop touches it (no lock needed)."""
 
     def __init__(self, state_dir: str, clock: Callable[[], float] = time.time) -> None:
-        self.path = os.path.join(state_dir, HEALTH_STATE_FILE) if state_dir else ""
+        # The kubelet's checkpoint store (an atomic write per change); none: in memory.
+        self.store = CheckpointStore(state_dir) if state_dir else None
         self.clock = clock
         self.drivers: HealthMap = self._load()
 
     def _load(self) -> HealthMap:
-        if not self.path:
+        if self.store is None:
             return {}
         try:
-            with open(self.path, "rb") as fh:
-                return decode(fh.read())
-        except FileNotFoundError:
-            return {}
+            blob = self.store.read(HEALTH_STATE_FILE)
+            return {} if blob is None else decode(blob)
         except (OSError, ValueError) as err:
             log.error("Failed to load DRA health checkpoint %s, proceeding with an empty "
-                      "cache: %s", self.path, err)  # fmt: skip
+                      "cache: %s", HEALTH_STATE_FILE, err)  # fmt: skip
             return {}
 
     def _save(self) -> None:
         """Errors are logged: the health is then lost by a restart, nothing else."""
-        if not self.path:
+        if self.store is None:
             return
         try:
-            write_atomic(self.path, encode(self.drivers), durable=False)
+            self.store.write(HEALTH_STATE_FILE, encode(self.drivers))
         except OSError as err:
             log.error("Failed to save the DRA health checkpoint %s; a kubelet restart may "
-                      "lose the device health information: %s", self.path, err)  # fmt: skip
+                      "lose the device health information: %s", HEALTH_STATE_FILE, err)  # fmt: skip
 
     def health(self, driver: str, pool: str, device: str) -> str:
         """getHealthInfo: Unknown unless the driver said otherwise lately."""
