@@ -32,7 +32,7 @@ SYSTEM_CRITICAL_PRIORITY = 2_000_000_000  # scheduling.SystemCriticalPriority
 NODE_SHUTDOWN_REASON = "Terminated"
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
 SHUTDOWN_TERMINATION = KubeletTermination(
-    NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_MESSAGE, disruption=True, keep_succeeded=True
+    NODE_SHUTDOWN_REASON, NODE_SHUTDOWN_MESSAGE, disruption=True
 )
 
 # killPodNow: stop the pod with this grace period and this final status;

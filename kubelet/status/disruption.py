@@ -19,8 +19,6 @@ class KubeletTermination:
     message: str
     # Add DisruptionTarget (reason TerminationByKubelet, this message).
     disruption: bool = False
-    # A pod that already Succeeded stays Succeeded (node shutdown); else Failed.
-    keep_succeeded: bool = False
 
 
 def _set_condition(status: PodStatus, ctype: str, value: str, reason: str, msg: str) -> None:
@@ -52,10 +50,15 @@ def mark_disruption(term: KubeletTermination, status: PodStatus) -> None:
 
 def apply(term: KubeletTermination, status: PodStatus) -> None:
     """The final status of a stopped pod: phase, reason, message, the
-    condition, and Ready / ContainersReady false as a terminal pod's are."""
-    if not (term.keep_succeeded and status.get("phase") == "Succeeded"):
+    condition, and Ready / ContainersReady false as a terminal pod's are.
+    status: generated with terminal=True. Every container that exited 0 makes
+    it Succeeded, and Succeeded it stays, without the kill's reason: upstream
+    applies its PodStatusFunc before the kill only, and its final status keeps
+    that reason only when the phase is still the Failed the function set
+    (since 1.27, kubernetes issue 118310)."""
+    if status.get("phase") != "Succeeded":
         status["phase"] = "Failed"
-    status["reason"], status["message"] = term.reason, term.message
+        status["reason"], status["message"] = term.reason, term.message
     mark_disruption(term, status)
     why = "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed"
     for ctype in ("ContainersReady", "Ready"):

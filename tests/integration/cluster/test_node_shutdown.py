@@ -6,9 +6,11 @@ dbus-daemon) and the logind stand-in on it.
 raised InhibitDelayMaxSec through its drop-in and holds a delay lock; on
 PrepareForShutdown it turns NotReady ("node is shutting down"), refuses new
 pods, stops the groups lowest priority first, each one within its budget and
-after the one before it (by the runtime's own exit times), and every pod ends
-Failed / Terminated with upstream's message and the DisruptionTarget
-condition, never Failed while Ready on the way (watched). Then the lock is
+after the one before it (by the runtime's own exit times). Every pod ends with
+the DisruptionTarget condition, never terminal while Ready on the way
+(watched): Failed / Terminated with upstream's message when it had to be
+killed, Succeeded without a reason when it quit on SIGTERM with 0 (upstream
+since 1.27, kubernetes issue 118310). Then the lock is
 released (logind did not have to give up waiting), and a cancelled shutdown
 brings the node back Ready with a new lock."""
 
@@ -47,6 +49,7 @@ GROUPS = (("lc-low", 1000, 20), ("lc-mid", 100_000, 20), ("lc-high", 1_000_000, 
 MESSAGE = "Pod was terminated in response to imminent node shutdown."
 QUITS_ON_TERM = "trap 'exit 0' TERM; sleep 3600 & wait"
 IGNORES_TERM = "trap '' TERM; sleep 3600 & wait; sleep 3600"
+STUBBORN_GRACE = 10
 
 
 def priority_class(name: str, value: int) -> dict[str, Any]:
@@ -79,7 +82,7 @@ def shutdown_pods(prefix: str = "sd") -> list[dict[str, Any]]:
             # Two of each group ignore SIGTERM: killed after their own 10 s.
             stubborn = i < 2
             out.append(pod(f"{prefix}-{cls}-{i:02d}", cls, IGNORES_TERM if stubborn else QUITS_ON_TERM,
-                           10 if stubborn else 30))  # fmt: skip
+                           STUBBORN_GRACE if stubborn else 30))  # fmt: skip
     return out
 
 
@@ -243,7 +246,7 @@ def test_fifty_pods_in_three_priority_groups_stop_in_order_within_budget(
     for obj in watch.events:
         st = obj.get("status") or {}
         conds = {c["type"]: c["status"] for c in st.get("conditions", [])}
-        assert not (st.get("phase") == "Failed" and conds.get("Ready") == "True"), obj
+        assert not (st.get("phase") in ("Failed", "Succeeded") and conds.get("Ready") == "True"), obj
 
     # Groups in order, by the runtime's exit times: a group is signalled only
     # once the one below it is stopped, sandboxes included.
@@ -287,23 +290,25 @@ def _lower(cls: str) -> list[str]:
 
 def _all_shut_down(k: KubeletProcess, want: int) -> bool:
     items = k.kubectl_json("get", "pods", "-n", "default", "-l", "app=shutdown")["items"]
-    done = 0
-    for p in items:
-        st = p["status"]
-        conds = {c["type"]: c for c in st.get("conditions", [])}
-        disruption = conds.get("DisruptionTarget") or {}
-        terminated = all(
-            "terminated" in (c.get("state") or {}) for c in st.get("containerStatuses", [])
-        )
-        if (
-            st.get("phase") == "Failed"
-            and st.get("reason") == "Terminated"
-            and st.get("message") == MESSAGE
-            and (disruption.get("status"), disruption.get("reason"), disruption.get("message"))
-            == ("True", "TerminationByKubelet", MESSAGE)
-            and conds.get("ContainersReady", {}).get("status") == "False"
-            and conds.get("Ready", {}).get("status") == "False"
-            and terminated
-        ):
-            done += 1
-    return done == want
+    return sum(_shut_down(p) for p in items) == want
+
+
+def _shut_down(p: dict[str, Any]) -> bool:
+    """Its final status: the stubborn ones (killed, 137) Failed with the
+    shutdown's reason, those that quit on SIGTERM with 0 Succeeded."""
+    st = p["status"]
+    conds = {c["type"]: c for c in st.get("conditions", [])}
+    disruption = conds.get("DisruptionTarget") or {}
+    states = [c.get("state") or {} for c in st.get("containerStatuses", [])]
+    codes = [s["terminated"]["exitCode"] for s in states if "terminated" in s]
+    if len(codes) != len(states) or not codes:
+        return False
+    killed = p["spec"]["terminationGracePeriodSeconds"] == STUBBORN_GRACE
+    want = ("Failed", "Terminated", MESSAGE, 137) if killed else ("Succeeded", None, None, 0)
+    return (
+        (st.get("phase"), st.get("reason"), st.get("message"), codes[0]) == want
+        and (disruption.get("status"), disruption.get("reason"), disruption.get("message"))
+        == ("True", "TerminationByKubelet", MESSAGE)
+        and conds.get("ContainersReady", {}).get("status") == "False"
+        and conds.get("Ready", {}).get("status") == "False"
+    )

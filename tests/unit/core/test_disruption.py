@@ -1,6 +1,6 @@
 """The status of a pod the kubelet stops on its own (status/disruption.py):
-DisruptionTarget first, then the terminal phase with Ready false; a pod that
-Succeeded keeps its phase when asked to."""
+DisruptionTarget first, then the terminal phase with Ready false; a pod whose
+containers all exited 0 stays Succeeded, without the kill's reason."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from kubelet.status.disruption import KubeletTermination, apply, mark_disruption
 
-SHUTDOWN = KubeletTermination("Terminated", "going down", disruption=True, keep_succeeded=True)
+SHUTDOWN = KubeletTermination("Terminated", "going down", disruption=True)
 
 
 def running() -> dict[str, Any]:
@@ -52,11 +52,19 @@ def test_the_final_status_is_failed_and_never_ready() -> None:
     assert conds["DisruptionTarget"]["lastTransitionTime"] == first
 
 
-def test_succeeded_stays_succeeded_only_when_asked() -> None:
+def test_succeeded_stays_succeeded_without_the_kill_reason() -> None:
     st = {"phase": "Succeeded", "conditions": []}
     apply(SHUTDOWN, st)
-    assert st["phase"] == "Succeeded" and st["reason"] == "Terminated"
+    assert st["phase"] == "Succeeded" and "reason" not in st and "message" not in st
+    assert by_type(st)["DisruptionTarget"]["reason"] == "TerminationByKubelet"
     evicted = {"phase": "Succeeded", "conditions": []}
     apply(KubeletTermination("Evicted", "low memory"), evicted)
-    assert evicted["phase"] == "Failed"
+    assert evicted["phase"] == "Succeeded" and "reason" not in evicted
     assert "DisruptionTarget" not in by_type(evicted)
+
+
+def test_anything_not_succeeded_ends_failed_with_the_kill_reason() -> None:
+    for phase in ("Pending", "Running", "Failed"):
+        st = {"phase": phase, "conditions": []}
+        apply(KubeletTermination("Evicted", "low memory"), st)
+        assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Evicted", "low memory")
