@@ -365,13 +365,9 @@ class KubeletPodSyncer:
         rm = self.runtime_manager
         status = await rm.get_pod_status(u, name(pod), namespace(pod))
         evicted = self._evicted.get(u)
-        if evicted is not None and evicted.disruption:
-            # DisruptionTarget is told before the containers stop, as upstream;
-            # the phase turns Failed only once nothing runs (never Failed and
-            # Ready at once: upstream issue 108594).
-            api = self._api_status(pod, status, {}, self._previous_status(pod))
-            disruption.mark_disruption(evicted, api)
-            self.status_manager.set_pod_status(u, api)
+        # DisruptionTarget and the terminal phase are told together once
+        # nothing runs, as upstream's status manager holds the condition back
+        # until then (and never Failed while Ready: upstream issue 108594).
         await rm.kill_pod(pod, status, grace, remove=False)
         if self.dra is not None:
             # After the containers stopped, before the status says so (the

@@ -41,13 +41,6 @@ def _set_condition(status: PodStatus, ctype: str, value: str, reason: str, msg: 
     )
 
 
-def mark_disruption(term: KubeletTermination, status: PodStatus) -> None:
-    """Only the DisruptionTarget condition: what is reported while the pod's
-    containers may still run (its phase turns terminal once they stopped)."""
-    if term.disruption:
-        _set_condition(status, DISRUPTION_TARGET, "True", TERMINATION_BY_KUBELET, term.message)
-
-
 def apply(term: KubeletTermination, status: PodStatus) -> None:
     """The final status of a stopped pod: phase, reason, message, the
     condition, and Ready / ContainersReady false as a terminal pod's are.
@@ -59,7 +52,8 @@ def apply(term: KubeletTermination, status: PodStatus) -> None:
     if status.get("phase") != "Succeeded":
         status["phase"] = "Failed"
         status["reason"], status["message"] = term.reason, term.message
-    mark_disruption(term, status)
+    if term.disruption:
+        _set_condition(status, DISRUPTION_TARGET, "True", TERMINATION_BY_KUBELET, term.message)
     why = "PodCompleted" if status["phase"] == "Succeeded" else "PodFailed"
     for ctype in ("ContainersReady", "Ready"):
         cond = next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)

@@ -1,12 +1,12 @@
 """The status of a pod the kubelet stops on its own (status/disruption.py):
-DisruptionTarget first, then the terminal phase with Ready false; a pod whose
+the terminal phase with DisruptionTarget and Ready false; a pod whose
 containers all exited 0 stays Succeeded, without the kill's reason."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubelet.status.disruption import KubeletTermination, apply, mark_disruption
+from kubelet.status.disruption import KubeletTermination, apply
 
 SHUTDOWN = KubeletTermination("Terminated", "going down", disruption=True)
 
@@ -25,23 +25,11 @@ def by_type(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in st["conditions"]}
 
 
-def test_the_condition_comes_first_and_the_phase_stays() -> None:
-    st = running()
-    mark_disruption(SHUTDOWN, st)
-    assert st["phase"] == "Running" and "reason" not in st
-    c = by_type(st)["DisruptionTarget"]
-    assert (c["status"], c["reason"], c["message"]) == (
-        "True",
-        "TerminationByKubelet",
-        "going down",
-    )
-    assert by_type(st)["Ready"]["status"] == "True"
-
-
 def test_the_final_status_is_failed_and_never_ready() -> None:
     st = running()
-    mark_disruption(SHUTDOWN, st)
-    first = by_type(st)["DisruptionTarget"]["lastTransitionTime"]
+    st["conditions"].append(
+        {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": "t1"}
+    )
     apply(SHUTDOWN, st)
     assert (st["phase"], st["reason"], st["message"]) == ("Failed", "Terminated", "going down")
     conds = by_type(st)
@@ -49,7 +37,8 @@ def test_the_final_status_is_failed_and_never_ready() -> None:
     assert conds["ContainersReady"]["status"] == "False"
     # Replaced where it stood, its transition time kept.
     assert [c["type"] for c in st["conditions"]].count("DisruptionTarget") == 1
-    assert conds["DisruptionTarget"]["lastTransitionTime"] == first
+    assert conds["DisruptionTarget"]["lastTransitionTime"] == "t1"
+    assert conds["DisruptionTarget"]["reason"] == "TerminationByKubelet"
 
 
 def test_succeeded_stays_succeeded_without_the_kill_reason() -> None:
