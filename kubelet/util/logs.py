@@ -135,7 +135,20 @@ def setup(
     warnings = []
     if vmodule:
         warnings.append("logging.vmodule: not implemented by this kubelet, ignored")
-    for k, v in (options or {}).items():
-        if v:
-            warnings.append(f"logging.options.{k}: not implemented by this kubelet, ignored")
+    for k in _set_options(options or {}, "logging.options"):
+        warnings.append(f"{k}: not implemented by this kubelet, ignored")
     return warnings
+
+
+def _set_options(options: Mapping[str, object], prefix: str) -> list[str]:
+    """The option leaves set away from their defaults (false, zero bytes):
+    the defaults every flag set fills in change nothing, so they are not
+    reported as ignored."""
+    out = []
+    for k, v in options.items():
+        name = f"{prefix}.{k}"
+        if isinstance(v, Mapping):
+            out += _set_options(v, name)
+        elif v not in (None, False, 0, "", "0"):
+            out.append(name)
+    return out

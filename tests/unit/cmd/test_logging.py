@@ -86,7 +86,17 @@ def test_unimplemented_settings_are_named(restore_root: None) -> None:
     w = logs.setup("text", 0, vmodule=[{"filePattern": "x", "verbosity": 2}], options={"json": {"infoBufferSize": "1"}}, stream=io.StringIO())  # fmt: skip
     assert w == [
         "logging.vmodule: not implemented by this kubelet, ignored",
-        "logging.options.json: not implemented by this kubelet, ignored",
+        "logging.options.json.infoBufferSize: not implemented by this kubelet, ignored",
+    ]
+
+
+def test_option_defaults_are_not_reported_as_ignored(restore_root: None) -> None:
+    defaults = {"text": {"infoBufferSize": "0", "splitStream": False},
+                "json": {"infoBufferSize": "0", "splitStream": False}}  # fmt: skip
+    assert logs.setup("text", 0, options=defaults, stream=io.StringIO()) == []
+    defaults["text"]["splitStream"] = True
+    assert logs.setup("text", 0, options=defaults, stream=io.StringIO()) == [
+        "logging.options.text.splitStream: not implemented by this kubelet, ignored"
     ]
 
 
