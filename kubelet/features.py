@@ -50,6 +50,8 @@ class Feature(enum.StrEnum):
     # (kubelet/resourcehelper.py); off, a pod that sets it is refused at admission.
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
+    # Static pods naming API objects are refused when decoded (config/static_refs.py).
+    PreventStaticPodAPIReferences = "PreventStaticPodAPIReferences"
     # containerStatuses[].allocatedResourcesStatus: the health of device plugin
     # devices (kubelet/cm/devicemanager/health.py) and of DRA claims' devices
     # (kubelet/cm/dra/health.py).

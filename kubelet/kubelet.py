@@ -166,9 +166,14 @@ class Kubelet:
     # ------------------------------------------------------------ lifecycle
     def _start_sources(self) -> None:
         cfg, pods = self.config, self.pods
+        prevent_refs = self.node.features.enabled(Feature.PreventStaticPodAPIReferences)
         if cfg.static_pod_path:
             src = FileSource(
-                cfg.static_pod_path, self.node.name, cfg.file_check_frequency, pods.config
+                cfg.static_pod_path,
+                self.node.name,
+                cfg.file_check_frequency,
+                pods.config,
+                prevent_refs,
             )
             self._sources.append(FILE_SOURCE)
             self._spawn_task(src.run(self._stop), "file-source")
@@ -179,6 +184,7 @@ class Kubelet:
                 self.node.name,
                 cfg.http_check_frequency,
                 pods.config,
+                prevent_refs,
             )
             self._sources.append(HTTP_SOURCE)
             self._spawn_task(http.run(self._stop), "http-source")

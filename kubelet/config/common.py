@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import yaml
 
+from kubelet.config import static_refs
 from kubelet.config.resources import ResourceError, default_pod_resources, validate_pod_resources
 from kubelet.types import CONFIG_HASH, CONFIG_SEEN, CONFIG_SOURCE, JSONObject, Pod, as_pod
 from kubelet.util.validation import is_dns1123_label, is_dns1123_subdomain
@@ -279,6 +280,20 @@ def validate(pod: JSONObject) -> None:
     policy = spec.get("restartPolicy", "Always")
     if not isinstance(policy, str) or policy not in ("Always", "OnFailure", "Never"):
         raise ManifestError(f"spec.restartPolicy: Unsupported value: {policy!r}")
+
+
+def static_pod(
+    pod: JSONObject, source: str, source_kind: str, node_name: str, prevent_refs: bool
+) -> Pod:
+    """What a static pod source makes of one manifest document: defaulted and
+    validated, then refused if it names API objects (prevent_refs: the
+    PreventStaticPodAPIReferences gate), as upstream's decoding does."""
+    out = apply_defaults(pod, source, source_kind, node_name)
+    try:
+        static_refs.check(out["spec"], prevent_refs)
+    except static_refs.StaticPodReferenceError as err:
+        raise ManifestError(str(err)) from err
+    return out
 
 
 def apply_defaults(pod: JSONObject, source: str, source_kind: str, node_name: str) -> Pod:

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 
-from kubelet.config.common import ManifestError, apply_defaults, decode_manifest
+from kubelet.config.common import ManifestError, decode_manifest, static_pod
 from kubelet.config.config import PodConfig
 from kubelet.types import FILE_SOURCE, Pod
 from kubelet.util import inotify
@@ -32,23 +32,23 @@ _MASK = (
 )
 
 
-# (path) -> (mtime_ns, ctime_ns, size, inode, node name), pods or error: a file that
+# (path) -> (mtime_ns, ctime_ns, size, inode, node name, gate), pods or error: a file that
 # did not change is not parsed again (re-reading thousands of manifests every
 # fileCheckFrequency would otherwise cost a steady slice of a core). ctime is in
 # the key because tools restore mtime (cp -p, rsync -t, tar) but cannot set ctime.
-_Key = tuple[int, int, int, int, str]
+_Key = tuple[int, int, int, int, str, bool]
 _parsed: dict[str, tuple[_Key, list[Pod] | None, str | None]] = {}
 # A file changed this recently is parsed again next time: a second write within
 # one tick of the filesystem's coarse clock leaves every stat field as it was.
 _RACY_SECONDS = 2.0
 
 
-def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
+def _read_file(f: str, node_name: str, prevent_refs: bool) -> tuple[list[Pod], str | None]:
     try:
         st = os.stat(f)
     except OSError as err:
         return [], f"{f}: {err}"
-    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, node_name)
+    key = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, node_name, prevent_refs)
     hit = _parsed.get(f)
     if hit is not None and hit[0] == key:
         # Pods are read-only once built: the cached ones can be shared.
@@ -59,7 +59,7 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
         with open(f, "rb") as fh:
             data = fh.read()
         for doc in decode_manifest(data):
-            pods_out.append(apply_defaults(doc, f, FILE_SOURCE, node_name))
+            pods_out.append(static_pod(doc, f, FILE_SOURCE, node_name, prevent_refs))
     except (OSError, ManifestError) as err:
         error = f"{f}: {err}"
     except Exception as err:  # a hostile file's structure must not hide the other files
@@ -73,13 +73,16 @@ def _read_file(f: str, node_name: str) -> tuple[list[Pod], str | None]:
     return pods_out, error
 
 
-def read_pods(path: str, node_name: str) -> tuple[list[Pod], list[str]]:
-    """(pods, errors) for a folder or one file. Blocking: run it off the event loop."""
-    by_file, errors = read_pods_by_file(path, node_name)
+def read_pods(path: str, node_name: str, prevent_refs: bool = True) -> tuple[list[Pod], list[str]]:
+    """(pods, errors) for a folder or one file. Blocking: run it off the event loop.
+    prevent_refs: the PreventStaticPodAPIReferences gate."""
+    by_file, errors = read_pods_by_file(path, node_name, prevent_refs)
     return [p for pods in by_file.values() for p in pods], errors
 
 
-def read_pods_by_file(path: str, node_name: str) -> tuple[dict[str, list[Pod]], list[str]]:
+def read_pods_by_file(
+    path: str, node_name: str, prevent_refs: bool = True
+) -> tuple[dict[str, list[Pod]], list[str]]:
     """read_pods, with each file's pods apart (in file name order)."""
     is_dir = os.path.isdir(path)
     if is_dir:
@@ -96,7 +99,7 @@ def read_pods_by_file(path: str, node_name: str) -> tuple[dict[str, list[Pod]], 
     pods: dict[str, list[Pod]] = {}
     errors: list[str] = []
     for f in files:
-        pods[f], error = _read_file(f, node_name)
+        pods[f], error = _read_file(f, node_name, prevent_refs)
         if error:
             errors.append(error)
     # Forget the files of this source that are gone (the cache is shared by sources).
@@ -107,9 +110,17 @@ def read_pods_by_file(path: str, node_name: str) -> tuple[dict[str, list[Pod]], 
 
 
 class FileSource:
-    def __init__(self, path: str, node_name: str, period: float, config: PodConfig) -> None:
+    def __init__(
+        self,
+        path: str,
+        node_name: str,
+        period: float,
+        config: PodConfig,
+        prevent_refs: bool = True,
+    ) -> None:
         self.path = path
         self.node_name = node_name
+        self.prevent_refs = prevent_refs
         self.period = period
         self.config = config
         self._reported: set[str] = set()
@@ -121,7 +132,7 @@ class FileSource:
     async def read_once(self) -> None:
         loop = asyncio.get_running_loop()
         by_file, errors = await loop.run_in_executor(
-            None, read_pods_by_file, self.path, self.node_name
+            None, read_pods_by_file, self.path, self.node_name, self.prevent_refs
         )
         self.reads += 1
         for e in errors:

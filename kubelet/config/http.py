@@ -18,7 +18,7 @@ import logging
 import aiohttp
 import yarl
 
-from kubelet.config.common import ManifestError, apply_defaults, decode_manifest
+from kubelet.config.common import ManifestError, decode_manifest, static_pod
 from kubelet.config.config import PodConfig
 from kubelet.types import HTTP_SOURCE, Pod
 from kubelet.util.httpio import read_at_most
@@ -41,8 +41,11 @@ class HTTPSource:
         node_name: str,
         period: float,
         config: PodConfig,
+        prevent_refs: bool = True,
     ) -> None:
+        """prevent_refs: the PreventStaticPodAPIReferences gate."""
         self.url = url
+        self.prevent_refs = prevent_refs
         self.headers = [(k, v) for k, vs in headers.items() for v in vs]
         self.node_name = node_name
         self.period = period
@@ -61,7 +64,9 @@ class HTTPSource:
         pods: list[Pod] = []
         for doc in docs:
             try:
-                pods.append(apply_defaults(doc, self.url, HTTP_SOURCE, self.node_name))
+                pods.append(
+                    static_pod(doc, self.url, HTTP_SOURCE, self.node_name, self.prevent_refs)
+                )
             except ManifestError as err:
                 log.error("Invalid pod from %s: %s", self.url, err)
         self._last_hash = digest

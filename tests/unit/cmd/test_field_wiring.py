@@ -110,12 +110,13 @@ async def test_manifest_url_source_from_the_config(tmp_path: Path, monkeypatch) 
     k._start_sources()
     for t in k._tasks:
         await t
-    url, headers, node, period, _ = made[0]
-    assert (url, headers, node, period) == (
+    url, headers, node, period, _, prevent_refs = made[0]
+    assert (url, headers, node, period, prevent_refs) == (
         "http://127.0.0.1:1/pods",
         {"a": ["1", "3"], "b": ["2"]},
         "n1",
         7.0,
+        True,  # PreventStaticPodAPIReferences, on by default
     )
 
 

@@ -375,12 +375,12 @@ async def test_run_keeps_going_after_a_failed_read(
     real = file_mod.read_pods_by_file
     calls = 0
 
-    def flaky(path: str, node: str) -> Any:
+    def flaky(path: str, node: str, prevent_refs: bool) -> Any:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise PermissionError("denied")
-        return real(path, node)
+        return real(path, node, prevent_refs)
 
     monkeypatch.setattr(file_mod, "read_pods_by_file", flaky)
     write(tmp_path / "a.yaml", manifest("a"))
