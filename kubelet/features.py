@@ -50,6 +50,7 @@ class Feature(enum.StrEnum):
     # (kubelet/resourcehelper.py); off, a pod that sets it is refused at admission.
     PodLevelResources = "PodLevelResources"
     PodObservedGenerationTracking = "PodObservedGenerationTracking"
+    PodReadyToStartContainersCondition = "PodReadyToStartContainersCondition"
     # Static pods naming API objects are refused when decoded (config/static_refs.py).
     PreventStaticPodAPIReferences = "PreventStaticPodAPIReferences"
     # containerStatuses[].allocatedResourcesStatus: the health of device plugin

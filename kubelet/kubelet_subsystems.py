@@ -593,6 +593,7 @@ def build_workers(
         recorder=node.recorder, clock=node.clock, allocation=pods.allocation,
         userns=runtime.userns, dra=resources.dra,
         resource_health=_resource_health(node, resources),
+        ready_to_start=node.features.enabled(Feature.PodReadyToStartContainersCondition),
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

@@ -89,8 +89,10 @@ class KubeletPodSyncer:
         userns: UsernsManager | None = None,
         dra: DRAManager | None = None,
         resource_health: generate.ResourceHealth | None = None,
+        ready_to_start: bool = True,
     ) -> None:
         self.root_dir = root_dir
+        self.ready_to_start = ready_to_start  # PodReadyToStartContainersCondition
         # Claims are unprepared once the pod's containers stopped; None: DRA off.
         self.dra = dra
         # Pods' user namespace ranges: freed when the pod has terminated.
@@ -281,7 +283,7 @@ class KubeletPodSyncer:
         return generate.generate(
             pod, status, waiting, self.node_ips, old, probes,
             tracking=self.status_manager.tracking, resource_health=self.resource_health,
-            terminal=terminal,
+            terminal=terminal, ready_to_start=self.ready_to_start,
         )  # fmt: skip
 
     def _allocated(self, pod: Pod, status: PodStatus) -> Pod:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from kubelet import types as v1
 from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, ContainerUser, PodStatus
+from kubelet.kuberuntime.pod_actions import sandbox_changed
 from kubelet.kuberuntime.termination import (
     MAX_POD_TERMINATION_MESSAGE_LENGTH,
     pod_message_budget,
@@ -487,12 +488,14 @@ def generate(
     tracking: bool = True,
     resource_health: ResourceHealth | None = None,
     terminal: bool = False,
+    ready_to_start: bool = True,
 ) -> v1.PodStatus:
     """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
     kubelet condition then reports the pod generation the status was made from).
     resource_health: ResourceHealthStatus is on; regular containers holding
     devices get allocatedResourcesStatus (as upstream, not init containers).
-    terminal: the pod's containers were stopped for good (podIsTerminal)."""
+    terminal: the pod's containers were stopped for good (podIsTerminal).
+    ready_to_start: PodReadyToStartContainersCondition is on."""
     old = old or {}
     init_specs = pod["spec"].get("initContainers") or []
     init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
@@ -504,7 +507,6 @@ def generate(
     # Terminal is terminal: a pod never leaves Succeeded or Failed.
     if old.get("phase") in ("Succeeded", "Failed"):
         phase = old["phase"]
-    sandbox_ready = bool(status.sandboxes and status.sandboxes[0].ready)
     cond = _Conditions.of(old.get("conditions") or [], generation(pod), tracking)
     ready_args = _readiness(phase, init_specs, init_st, st)
     # The API's copy of the pod carries the conditions others own.
@@ -515,9 +517,12 @@ def generate(
         gates = readiness_gates_unready(pod, api_conditions)
         if gates:
             ready_cond = cond.make("Ready", False, READINESS_GATES_NOT_READY, ", ".join(gates))
+    # True once a sandbox with its network is up, one the runtime manager would
+    # keep (no new sandbox needed), as upstream's PodSandboxChanged decides.
+    sandbox = [cond.make("PodReadyToStartContainers", not sandbox_changed(pod, status)[0])]
     conditions = [
         *foreign,
-        cond.make("PodReadyToStartContainers", sandbox_ready),
+        *(sandbox if ready_to_start else []),
         _initialized(cond, phase, init_specs, init_st, st),
         ready_cond,
         cond.make("ContainersReady", *ready_args),
