@@ -28,6 +28,8 @@ class Feature(enum.StrEnum):
     CPUManagerPolicyAlphaOptions = "CPUManagerPolicyAlphaOptions"
     CPUManagerPolicyBetaOptions = "CPUManagerPolicyBetaOptions"
     DisableCPUQuotaWithExclusiveCPUs = "DisableCPUQuotaWithExclusiveCPUs"
+    # Off: node.status.nodeInfo.kubeProxyVersion names the kubelet's version.
+    DisableNodeKubeProxyVersion = "DisableNodeKubeProxyVersion"
     # Pods' ResourceClaims prepared by DRA drivers (cm/dra); off, spec.resourceClaims
     # is named as not implemented on the pod.
     DynamicResourceAllocation = "DynamicResourceAllocation"

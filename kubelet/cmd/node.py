@@ -129,11 +129,13 @@ def node_inputs(s: KubeletServer, name: str) -> NodeInputs:
 
     ips = [ip.strip() for ip in s.flags.node_ip.split(",") if ip.strip()] or [default_node_ip()]
     root = s.flags.root_directory
+    proxy = FeatureGate(s.config.feature_gates).enabled(Feature.DisableNodeKubeProxyVersion)
     return NodeInputs(
         name=name,
         config=s.config,
         machine=machine_info(),
         kubelet_version=KUBERNETES_VERSION,
+        kube_proxy_version="" if proxy else KUBERNETES_VERSION,
         node_ips=ips,
         node_labels=dict(s.flags.node_labels),
         hostname=(s.flags.hostname_override or "").strip().lower() or name,

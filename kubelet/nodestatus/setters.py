@@ -64,6 +64,8 @@ class NodeInputs:
     config: KubeletConfiguration
     machine: MachineInfo
     kubelet_version: str
+    # Empty while DisableNodeKubeProxyVersion is on (its default), as upstream.
+    kube_proxy_version: str = ""
     node_ips: list[str] = field(default_factory=list)
     node_labels: dict[str, str] = field(default_factory=dict)
     hostname: str = ""
@@ -261,7 +263,7 @@ def _node_info(inp: NodeInputs) -> NodeSystemInfo:
         "osImage": m.os_image,
         "containerRuntimeVersion": inp.runtime_version(),
         "kubeletVersion": inp.kubelet_version,
-        "kubeProxyVersion": "",
+        "kubeProxyVersion": inp.kube_proxy_version,
         "operatingSystem": "linux",
         "architecture": m.architecture,
     }

@@ -75,6 +75,15 @@ def test_node_provider_id_and_image_cap() -> None:
     assert len(status["images"]) == 2
 
 
+def test_kube_proxy_version_follows_disable_node_kube_proxy_version() -> None:
+    for flags, want in (([], ""), (["--feature-gates=DisableNodeKubeProxyVersion=false"], "v1")):
+        s, _, _ = build_server(flags)
+        assert s is not None
+        info = compute_status(node_inputs(s, "n1"), None)["nodeInfo"]
+        assert info["kubeProxyVersion"][:2] == want
+        assert not want or info["kubeProxyVersion"] == info["kubeletVersion"]
+
+
 def test_kubelet_periods_from_the_config(tmp_path: Path) -> None:
     s, _, _ = build_server(["--sync-frequency=30s", "--cpu-cfs-quota-period=50ms"])
     assert s is not None
