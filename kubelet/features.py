@@ -59,6 +59,9 @@ class Feature(enum.StrEnum):
     # devices (kubelet/cm/devicemanager/health.py) and of DRA claims' devices
     # (kubelet/cm/dra/health.py).
     ResourceHealthStatus = "ResourceHealthStatus"
+    # The serving pair from files (tlsCertFile or the self-signed one) is
+    # reloaded when it changes on disk (server/tls.py FilePair).
+    ReloadKubeletServerCertificateFile = "ReloadKubeletServerCertificateFile"
     RotateKubeletServerCertificate = "RotateKubeletServerCertificate"
     # Node.status.features and containerStatuses[].user from the runtime (the
     # admission check of Strict pods does not depend on it, as upstream).

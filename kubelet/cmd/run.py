@@ -477,7 +477,8 @@ def _kubelet_port_tls(
                 cert, key = ensure_self_signed(flags.cert_directory, name, ips)
             tls = TLSOptions(cert, key, cfg.authentication.x509.client_ca_file, policy)
             deps.tls_options = tls
-        return server_context(tls)
+        reload = FeatureGate(cfg.feature_gates).enabled(Feature.ReloadKubeletServerCertificateFile)
+        return server_context(tls, reload)
     except (OSError, ValueError, ssl.SSLError) as err:
         raise StartupError(f"failed to set up the kubelet server's TLS: {err}") from err
 

@@ -102,9 +102,60 @@ def hostname() -> str:
     return socket.gethostname().lower()
 
 
-def server_context(opts: TLSOptions) -> ssl.SSLContext:
-    """The kubelet port's context for a fixed serving pair."""
-    return ServingContext((opts.cert_file, opts.key_file), opts.client_ca_file, opts.policy).context
+def server_context(opts: TLSOptions, reload: bool = True) -> ssl.SSLContext:
+    """The kubelet port's context for a serving pair from files. reload: the
+    ReloadKubeletServerCertificateFile gate (beta, on): a pair rewritten on
+    disk serves from the next handshake on; off, the pair read at start stays."""
+    pair = FilePair(opts.cert_file, opts.key_file) if reload else (opts.cert_file, opts.key_file)
+    return ServingContext(pair, opts.client_ca_file, opts.policy).context
+
+
+class FilePair:
+    """A serving pair on disk, watched as upstream's dynamic file content is: a
+    stat of both files per handshake; a changed pair that loads becomes the
+    current one (its version moves), one that does not is logged and the last
+    good one keeps serving."""
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file, self.key_file = cert_file, key_file
+        problem = _unusable_pair(cert_file, key_file)
+        if problem is not None:  # the first read must work: a startup error if not
+            raise ValueError(f"serving certificate {cert_file}: {problem}")
+        self.version = 0
+        self._stamp = self._stamps()
+        self._pem = self._read()
+
+    def _stamps(self) -> tuple[tuple[int, int, int, int], ...] | None:
+        try:
+            return _stamp(self.cert_file), _stamp(self.key_file)
+        except OSError:
+            return None
+
+    def _read(self) -> bytes:
+        with open(self.cert_file, "rb") as c, open(self.key_file, "rb") as k:
+            return c.read(4 * 1024 * 1024) + b"\0" + k.read(4 * 1024 * 1024)
+
+    def refresh(self) -> int:
+        stamp = self._stamps()
+        if stamp is None or stamp == self._stamp:
+            return self.version
+        self._stamp = stamp
+        problem = _unusable_pair(self.cert_file, self.key_file)
+        if problem is not None:
+            log.error(
+                "Serving certificate %s: %s; keeping the previous pair", self.cert_file, problem
+            )
+            return self.version
+        try:
+            pem = self._read()
+        except OSError as err:
+            log.error("Serving certificate %s: %s; keeping the previous pair", self.cert_file, err)
+            return self.version
+        if pem != self._pem:
+            self._pem = pem
+            self.version += 1
+            log.info("Loaded a new serving certificate from %s", self.cert_file)
+        return self.version
 
 
 class ServingContext:
@@ -124,7 +175,7 @@ class ServingContext:
 
     def __init__(
         self,
-        pair: CertificateSource | tuple[str, str],
+        pair: CertificateSource | FilePair | tuple[str, str],
         client_ca_file: str = "",
         policy: TLSPolicy | None = None,
     ) -> None:
@@ -152,6 +203,9 @@ class ServingContext:
     def _current_pair(self) -> tuple[object, str, str | None] | None:
         if isinstance(self.pair, tuple):
             return self.pair, self.pair[0], self.pair[1]
+        if isinstance(self.pair, FilePair):
+            f = self.pair
+            return ("file", f.refresh()), f.cert_file, f.key_file
         cert = self.pair.current_certificate()
         return None if cert is None else (cert, cert.path, None)
 
@@ -174,7 +228,10 @@ class ServingContext:
                 ctx.load_cert_chain(pair[1], pair[2])
             except (OSError, ssl.SSLError) as err:
                 log.error("Cannot load serving certificate %s: %s", pair[1], err)
-                return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+                if loaded is None:
+                    return ssl.ALERT_DESCRIPTION_INTERNAL_ERROR
+                conn.context = loaded[2]  # the last pair that loaded keeps serving
+                return None
             if loaded is None or loaded[0] != pair[0]:
                 log.info("Serving with certificate %s", pair[1])
             loaded = (pair[0], ca_version, ctx)

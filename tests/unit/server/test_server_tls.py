@@ -150,3 +150,53 @@ def test_suites_this_openssl_lacks_are_named_not_silently_dropped(suite: str) ->
     assert any("Use of insecure cipher detected" in msg for _level, msg in notes)
     offered = {c["name"] for c in ctx.get_ciphers() if c["protocol"] != "TLSv1.3"}
     assert offered == {"ECDHE-RSA-AES128-GCM-SHA256"}
+
+
+async def _served_der(port: int) -> bytes:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    try:
+        return bytes(writer.get_extra_info("ssl_object").getpeercert(binary_form=True))
+    finally:
+        writer.close()
+
+
+def _der(cert_file: str) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(Path(cert_file).read_text())
+
+
+def _install(src: tuple[str, str], cert: Path, key: Path) -> None:
+    for frm, to in zip(src, (cert, key), strict=True):
+        tmp = to.with_suffix(".new")
+        tmp.write_bytes(Path(frm).read_bytes())
+        os.replace(tmp, to)
+
+
+@pytest.mark.parametrize("reload", [True, False])
+async def test_a_serving_pair_rewritten_on_disk_serves_the_next_handshake(
+    tmp_path: Path, reload: bool
+) -> None:
+    """ReloadKubeletServerCertificateFile (beta, on): the pair from files is
+    watched; a broken rewrite keeps the last good pair. Off: the first stays."""
+    first = ensure_self_signed(str(tmp_path / "a"), "node-a", ["127.0.0.1"])
+    second = ensure_self_signed(str(tmp_path / "b"), "node-b", ["127.0.0.1"])
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _install(first, cert, key)
+    app = s.kubelet_app(lambda: View(), lambda: encode(KubeletConfiguration()), [],
+                        ServerAuth(anonymous_enabled=True, authorization_mode="AlwaysAllow"))  # fmt: skip
+    ctx = server_context(TLSOptions(str(cert), str(key)), reload=reload)
+    runner = await s.serve(app, "127.0.0.1", 0, ctx)
+    port = int(runner.addresses[0][1])
+    try:
+        assert await _served_der(port) == _der(first[0])
+        _install(second, cert, key)
+        want = second if reload else first
+        assert await _served_der(port) == _der(want[0])
+        # A certificate that no longer matches its key: the last good pair serves.
+        _install((first[0], second[1]), cert, key)
+        assert await _served_der(port) == _der(want[0])
+        cert.write_text("not a certificate\n")
+        assert await _served_der(port) == _der(want[0])
+    finally:
+        await runner.cleanup()
