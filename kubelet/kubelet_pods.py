@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
+from typing import Protocol
 
 from kubelet.container.env import EnvContext, make_environment_variables
 from kubelet.container.expansion import expand_subpath_expr
@@ -27,6 +28,7 @@ from kubelet.events import Recorder
 from kubelet.kuberuntime.termination import create_termination_log_file
 from kubelet.network.dns import DNSConfigurer, generate_pod_hostname_and_domain
 from kubelet.objectcache import OBJECT_GET_ERRORS, ObjectGetter
+from kubelet.runtimeclass.runtimeclass_manager import RuntimeClassLookup
 from kubelet.types import Container, Pod, Secret, as_secret, name, namespace, object_ref, uid
 from kubelet.util import filesystem
 from kubelet.volume import MountedVolume
@@ -63,6 +65,49 @@ def make_pod_data_dirs(root_dir: str, pod_uid: str) -> str:
     return d
 
 
+class HandlerFeatures(Protocol):
+    def handler_supports_recursive_read_only(self, handler: str) -> bool: ...
+
+
+class CachedRuntimeClasses(RuntimeClassLookup, Protocol):
+    def cached_handler(self, name: str) -> str | None: ...
+
+
+class RecursiveReadOnlySupport:
+    """runtimeClassSupportsRecursiveReadOnlyMounts: whether the runtime handler
+    of the pod's RuntimeClass makes recursive read-only mounts."""
+
+    def __init__(self, handlers: HandlerFeatures, classes: CachedRuntimeClasses | None) -> None:
+        self.handlers = handlers
+        self.classes = classes
+
+    def cached(self, pod: Pod) -> bool:
+        """The same answer from what is known now (for the status, which
+        cannot wait for a RuntimeClass list)."""
+        name = pod["spec"].get("runtimeClassName") or ""
+        handler = self.classes.cached_handler(name) if name and self.classes else ""
+        return handler is not None and self.handlers.handler_supports_recursive_read_only(handler)
+
+    async def __call__(self, pod: Pod) -> bool:
+        name = pod["spec"].get("runtimeClassName") or ""
+        handler = ""
+        if name and self.classes is not None:
+            try:
+                handler = await self.classes.lookup_runtime_handler(name)
+            except LookupError as err:
+                log.error("Failed to look up the runtime handler of %s: %s", name, err)
+                return False
+        return self.handlers.handler_supports_recursive_read_only(handler)
+
+
+class _NoHandlers:
+    def handler_supports_recursive_read_only(self, handler: str) -> bool:
+        return False
+
+
+_NO_HANDLERS = _NoHandlers()
+
+
 class PodRuntimeHelper:
     """Implements container.runtime.RuntimeHelper. Holds no per-call state: up
     to 256 pod workers call it at once."""
@@ -74,8 +119,12 @@ class PodRuntimeHelper:
         cluster_domain: str,
         env: EnvContext,
         volumes: VolumeManager,
+        handlers: tuple[HandlerFeatures, CachedRuntimeClasses | None] | None = None,
     ) -> None:
+        """handlers: the runtime's handler features and the RuntimeClasses, for
+        recursive read-only mounts (None: no handler makes them)."""
         self.root_dir = root_dir
+        self.rro = RecursiveReadOnlySupport(*(handlers or (_NO_HANDLERS, None)))
         self.dns = dns
         self.cluster_domain = cluster_domain
         # Node-wide inputs of every environment; the pod's IPs are added per call.
@@ -96,11 +145,13 @@ class PodRuntimeHelper:
             pod, container, dataclasses.replace(self.env, pod_ips=tuple(pod_ips))
         )
         volumes = self.volumes.get_mounted_volumes(uid(pod))
+        rro = any(m.get("recursiveReadOnly") for m in container.get("volumeMounts") or [])
+        rro = rro and await self.rro(pod)
         # Sub-path preparation, the hosts file and the termination-log file all
         # touch the disk: one hop off the event loop for the lot, so a slow disk
         # (a journal stalled by someone's fsync) never stalls probes and relists.
         mounts, devices = await asyncio.get_running_loop().run_in_executor(
-            None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain
+            None, self._mounts, pod, container, volumes, envs, pod_ips, hostname, domain, rro
         )
         return RunContainerOptions(envs=envs, mounts=mounts, devices=devices, hostname=hostname)
 
@@ -113,6 +164,7 @@ class PodRuntimeHelper:
         pod_ips: list[str],
         hostname: str,
         domain: str,
+        rro: bool,
     ) -> tuple[list[Mount], list[Device]]:
         try:
             # The syncer made them; cheap to be sure.
@@ -126,7 +178,7 @@ class PodRuntimeHelper:
             except ValueError as err:
                 raise ContainerConfigError(str(err)) from err
 
-        mounts = make_mounts(pod, container, volumes, expand, pod_dir)
+        mounts = make_mounts(pod, container, volumes, expand, pod_dir, rro)
         try:
             hosts = make_hosts_mount(pod, container, pod_dir, pod_ips, hostname, domain)
         except OSError as err:

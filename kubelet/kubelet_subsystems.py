@@ -22,7 +22,7 @@ from kubelet.apis.config import KubeletConfiguration
 from kubelet.checkpointmanager import CheckpointStore
 from kubelet.client.rest import APIClient
 from kubelet.cm import hugepages
-from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager, cgroup_mounts
+from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.server import WatcherHandler
@@ -55,7 +55,7 @@ from kubelet.kuberuntime.backoff import Backoff
 from kubelet.kuberuntime.kuberuntime_container_linux import NodeSettings
 from kubelet.kuberuntime.kuberuntime_image import PullCredentials
 from kubelet.kuberuntime.kuberuntime_manager import RuntimeManager
-from kubelet.kuberuntime.swap import NO_SWAP, SwapConfig, container_swap_behavior, swap_controller
+from kubelet.kuberuntime.swap import NO_SWAP, container_swap_behavior, node_swap_config
 from kubelet.lifecycle.apparmor import Validator as AppArmorValidator
 from kubelet.lifecycle.apparmor import host_error as apparmor_host_error
 from kubelet.lifecycle.predicate import Admitter
@@ -262,7 +262,7 @@ def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
         memory_manager_static=cfg.memory_manager_policy == "Static",
     )  # fmt: skip
     on = node.features.enabled(Feature.InPlacePodVerticalScaling)
-    swap = _swap_config(cfg)
+    swap = node_swap_config(cfg.memory_swap.swap_behavior)
     return AllocationManager(
         limits, admitter, ResizeConditions(generate.now),
         CheckpointStore(node.root_dir) if on else None,
@@ -279,11 +279,8 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     cfg, container_manager = node.config, setup.container_manager
     topo = setup.machine_topology or discover_machine()
     reserved_cpus = apply_reserved_cpus(cfg, discover_cpus(topo))
-    reservation = (
-        container_manager.reservation()
-        if container_manager is not None
-        else node_reservation(cfg, topo)
-    )
+    cm = container_manager
+    reservation = cm.reservation() if cm is not None else node_reservation(cfg, topo)
     # Their state files are written into the root dir now: made as
     # setupDataDirs makes it (0750), which upstream runs before them.
     filesystem.mkdir_all(node.root_dir, DATA_DIR_MODE)
@@ -401,18 +398,6 @@ class Runtime:
         return self.state.error or self.pleg.healthy()
 
 
-def _swap_config(cfg: KubeletConfiguration) -> SwapConfig:
-    """memorySwap.swapBehavior with what this node's cgroups can do about swap."""
-    try:
-        v2 = cgroup_mounts()[0] == 2
-    except OSError:
-        v2 = True  # as the stats provider: no mountinfo, assume the unified tree
-    m = machine_info()
-    return SwapConfig(
-        cfg.memory_swap.swap_behavior, v2, swap_controller(v2), m.memory_capacity, m.swap_capacity
-    )
-
-
 def _userns_manager(node: Node, state: RuntimeState) -> UsernsManager:
     """The manager of pods' user namespace ranges, with the ranges of the pods
     already on disk (IDRangeError, UsernsError: the kubelet must not start)."""
@@ -429,7 +414,9 @@ def _userns_manager(node: Node, state: RuntimeState) -> UsernsManager:
     return manager
 
 
-def _runtime_helper(node: Node, pods: Pods, volumes: Volumes) -> PodRuntimeHelper:
+def _runtime_helper(
+    node: Node, pods: Pods, volumes: Volumes, state: RuntimeState
+) -> PodRuntimeHelper:
     """What kuberuntime asks of the pod's world: DNS, environment, mounts."""
     cfg, client = node.config, node.kube_client
     dns = DNSConfigurer(
@@ -444,7 +431,9 @@ def _runtime_helper(node: Node, pods: Pods, volumes: Volumes) -> PodRuntimeHelpe
         secrets=pods.secrets if client is not None else None,
         services=pods.services,
     )
-    return PodRuntimeHelper(node.root_dir, dns, cfg.cluster_domain, env, volumes.manager)
+    return PodRuntimeHelper(
+        node.root_dir, dns, cfg.cluster_domain, env, volumes.manager, (state, pods.runtime_classes)
+    )
 
 
 def _pod_cgroups(
@@ -483,7 +472,7 @@ def _node_settings(node: Node) -> NodeSettings:
         seccomp_root=os.path.join(node.root_dir, "seccomp"),
         seccomp_default=cfg.seccomp_default,
         user_namespaces_support=node.features.enabled(Feature.UserNamespacesSupport),
-        swap=_swap_config(cfg),
+        swap=node_swap_config(cfg.memory_swap.swap_behavior),
         container_logs_dir=legacy.CONTAINER_LOGS_DIR,
         hugepage_sizes=hugepages.page_sizes(),
         supplemental_groups_policy=node.features.enabled(Feature.SupplementalGroupsPolicy),
@@ -518,9 +507,9 @@ def build_runtime(
 ) -> Runtime:
     cfg = node.config
     runtime_service, image_service = services
-    helper = _runtime_helper(node, pods, volumes)
-    pod_cgroups = _pod_cgroups(cfg, resources)
     state = RuntimeState(runtime_service, image_service, node.clock)
+    helper = _runtime_helper(node, pods, volumes, state)
+    pod_cgroups = _pod_cgroups(cfg, resources)
     userns = _userns_manager(node, state)
     manager = RuntimeManager(
         runtime_service,
@@ -594,6 +583,7 @@ def build_workers(
         userns=runtime.userns, dra=resources.dra,
         resource_health=_resource_health(node, resources),
         ready_to_start=node.features.enabled(Feature.PodReadyToStartContainersCondition),
+        rro_supported=runtime.helper.rro.cached,
     )  # fmt: skip
     workers = PodWorkers(
         syncer, pods.cache, pods.work_queue, cfg.sync_frequency,

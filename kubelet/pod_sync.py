@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+from collections.abc import Callable
 
 from kubelet import metrics
 from kubelet import types as v1
@@ -90,9 +91,12 @@ class KubeletPodSyncer:
         dra: DRAManager | None = None,
         resource_health: generate.ResourceHealth | None = None,
         ready_to_start: bool = True,
+        rro_supported: Callable[[Pod], bool] = lambda pod: False,
     ) -> None:
         self.root_dir = root_dir
         self.ready_to_start = ready_to_start  # PodReadyToStartContainersCondition
+        # The pod's runtime handler makes recursive read-only mounts (its status).
+        self.rro_supported = rro_supported
         # Claims are unprepared once the pod's containers stopped; None: DRA off.
         self.dra = dra
         # Pods' user namespace ranges: freed when the pod has terminated.
@@ -284,6 +288,7 @@ class KubeletPodSyncer:
             pod, status, waiting, self.node_ips, old, probes,
             tracking=self.status_manager.tracking, resource_health=self.resource_health,
             terminal=terminal, ready_to_start=self.ready_to_start,
+            rro_supported=self.rro_supported(pod),
         )  # fmt: skip
 
     def _allocated(self, pod: Pod, status: PodStatus) -> Pod:

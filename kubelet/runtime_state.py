@@ -151,6 +151,16 @@ class RuntimeState:
             raise LookupError(handler)
         return self.userns_handlers[handler]
 
+    def handler_supports_recursive_read_only(self, handler: str) -> bool:
+        """runtimeHandlerSupportsRecursiveReadOnlyMounts: a runtime that names
+        no handlers supports none; a handler it does not name is logged."""
+        for h in self.node_runtime_handlers:
+            if h["name"] == handler:
+                return bool(h["features"]["recursiveReadOnlyMounts"])
+        if self.node_runtime_handlers:
+            log.error("Unknown runtime handler %r", handler)
+        return False
+
     async def _refresh_images(self) -> None:
         """The node's image list for the Node status, biggest first (as upstream)."""
         try:

@@ -48,15 +48,47 @@ def has_subpath(container: Container) -> bool:
     )
 
 
+def resolve_recursive_read_only(vm: Mapping[str, object], supported: bool) -> bool:
+    """resolveRecursiveReadOnly: whether the mount is made recursively read-only
+    (every submount too). supported: the pod's runtime handler can. Raises
+    ValueError with upstream's words for a mode that cannot be honoured."""
+    mode = vm.get("recursiveReadOnly")
+    if mode in (None, "", "Disabled"):
+        return False
+    name = vm.get("name", "")
+    if not vm.get("readOnly"):
+        raise ValueError(
+            f'volume "{name}" requested recursive read-only mode, but it is not read-only'
+        )
+    propagation = vm.get("mountPropagation")
+    if propagation not in (None, "", "None"):
+        raise ValueError(
+            f'volume "{name}" requested recursive read-only mode, but it is not compatible '
+            f'with propagation "{propagation}"'
+        )
+    if mode == "IfPossible":
+        return supported
+    if mode == "Enabled":
+        if not supported:
+            raise ValueError(
+                f'volume "{name}" requested recursive read-only mode, but it is not supported '
+                "by the runtime"
+            )
+        return True
+    raise ValueError(f'unknown recursive read-only mode "{mode}"')
+
+
 def make_mounts(
     pod: Pod,
     container: Container,
     volumes: Mapping[str, MountedVolume],
     expand: Callable[[str], str],
     pod_dir: str,
+    supports_rro: bool = False,
 ) -> list[Mount]:
     """Raises ContainerConfigError with upstream's messages. subPaths are
-    bind-mounted under `pod_dir` (`<root>/pods/<uid>`)."""
+    bind-mounted under `pod_dir` (`<root>/pods/<uid>`). supports_rro: the
+    pod's runtime handler makes recursive read-only mounts."""
     cname = container.get("name", "")
     privileged = bool((container.get("securityContext") or {}).get("privileged"))
     out: list[Mount] = []
@@ -91,6 +123,12 @@ def make_mounts(
                 f'volumeMount "{name}" of container "{cname}": Bidirectional mount '
                 "propagation is available only to privileged containers"
             )
+        try:
+            rro = resolve_recursive_read_only(vm, supports_rro)
+        except ValueError as err:
+            raise ContainerConfigError(
+                f"failed to resolve recursive read-only mode: {err}"
+            ) from err
         container_path = str(vm.get("mountPath") or "")
         if not container_path.startswith("/"):
             container_path = os.path.normpath("/" + container_path)
@@ -101,6 +139,7 @@ def make_mounts(
                 read_only=bool(vm.get("readOnly")) or vol.read_only,
                 selinux_relabel=vol.selinux_relabel,
                 propagation=propagation,
+                recursive_read_only=rro,
             )
         )
     return out

@@ -131,6 +131,8 @@ class Mount:
     selinux_relabel: bool = False
     # "" (private), "HostToContainer" or "Bidirectional"
     propagation: str = ""
+    # recursiveReadOnly resolved: submounts read-only too (RecursiveReadOnlyMounts)
+    recursive_read_only: bool = False
 
 
 @dataclass(frozen=True)

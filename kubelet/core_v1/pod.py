@@ -190,6 +190,13 @@ class ResourceStatus(TypedDict, total=False):
     resources: list[ResourceHealth]
 
 
+class VolumeMountStatus(TypedDict, total=False):
+    name: Required[str]
+    mountPath: Required[str]
+    readOnly: bool
+    recursiveReadOnly: str  # Disabled or Enabled, for a read-only mount
+
+
 class ContainerStatus(TypedDict, total=False):
     name: Required[str]
     state: ContainerState
@@ -205,6 +212,7 @@ class ContainerStatus(TypedDict, total=False):
     allocatedResourcesStatus: list[ResourceStatus]
     stopSignal: str
     user: ContainerUser
+    volumeMounts: list[VolumeMountStatus]
 
 
 class PodIP(TypedDict):

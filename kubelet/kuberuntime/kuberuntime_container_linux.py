@@ -92,7 +92,7 @@ def container_config(
         args=args,
         working_dir=c.get("workingDir", ""),
         envs=envs,
-        mounts=_cri_mounts(opts, userns),
+        mounts=cri_mounts(opts, userns),
         devices=[
             pb.Device(
                 container_path=d.container_path, host_path=d.host_path, permissions=d.permissions
@@ -111,7 +111,7 @@ def container_config(
     )
 
 
-def _cri_mounts(opts: RunContainerOptions, userns: pb.UserNamespace | None) -> list[pb.Mount]:
+def cri_mounts(opts: RunContainerOptions, userns: pb.UserNamespace | None) -> list[pb.Mount]:
     """The container's mounts; each carries the pod's ID mappings when it has
     a user namespace, so the runtime makes it an idmapped mount."""
     return [
@@ -121,6 +121,7 @@ def _cri_mounts(opts: RunContainerOptions, userns: pb.UserNamespace | None) -> l
             readonly=m.read_only,
             selinux_relabel=m.selinux_relabel,
             propagation=_PROPAGATION[m.propagation],
+            recursive_read_only=m.recursive_read_only,
             uidMappings=userns.uids if userns is not None else (),
             gidMappings=userns.gids if userns is not None else (),
         )

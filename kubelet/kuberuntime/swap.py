@@ -21,7 +21,9 @@ import logging
 import os
 from dataclasses import dataclass
 
+from kubelet.cm.cgroup_manager import cgroup_mounts
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.nodestatus.machine import machine_info
 from kubelet.types import Container, Pod, is_critical, qos_class
 from kubelet.util.quantity import to_bytes
 
@@ -54,6 +56,16 @@ def swap_controller(cgroup_v2: bool, self_cgroup: str = "/proc/self/cgroup",
     except (OSError, IndexError):
         return False
     return os.path.exists(os.path.join(mount, own.lstrip("/"), SWAP_MAX))
+
+
+def node_swap_config(swap_behavior: str) -> SwapConfig:
+    """memorySwap.swapBehavior with what this node's cgroups can do about swap."""
+    try:
+        v2 = cgroup_mounts()[0] == 2
+    except OSError:
+        v2 = True  # as the stats provider: no mountinfo, assume the unified tree
+    m = machine_info()
+    return SwapConfig(swap_behavior, v2, swap_controller(v2), m.memory_capacity, m.swap_capacity)
 
 
 def container_swap_behavior(cfg: SwapConfig, pod: Pod, c: Container) -> str:

@@ -69,3 +69,8 @@ class RuntimeClassManager:
         if handler is None:
             raise RuntimeClassNotFoundError(name)
         return handler
+
+    def cached_handler(self, name: str) -> str | None:
+        """The handler of RuntimeClass `name` as last listed, without waiting
+        (None: not known)."""
+        return self._handlers.get(name) if name else ""

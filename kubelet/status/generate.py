@@ -4,11 +4,13 @@ getPhase, and the status package's condition generators)."""
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet import types as v1
+from kubelet.container.mounts import resolve_recursive_read_only
 from kubelet.container.runtime import EXITED, RUNNING, ContainerStatus, ContainerUser, PodStatus
 from kubelet.kuberuntime.pod_actions import sandbox_changed
 from kubelet.kuberuntime.termination import (
@@ -22,6 +24,8 @@ from kubelet.types import Container, Pod, host_network, is_static, qos_class, re
 # (pod, container name) -> the health of the devices the container holds
 # (device plugins' and DRA claims', with ResourceHealthStatus on).
 ResourceHealth = Callable[[Pod, str], list[v1.ResourceStatus]]
+
+log = logging.getLogger(__name__)
 
 
 class ProbeResults(Protocol):
@@ -352,14 +356,53 @@ def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     )
 
 
+def _volume_mounts(c: Container, rro_supported: bool) -> list[v1.VolumeMountStatus]:
+    """The container's volumeMounts as its status reports them (RecursiveReadOnlyMounts):
+    a read-only mount says whether it was made recursively read-only."""
+    out: list[v1.VolumeMountStatus] = []
+    for vm in c.get("volumeMounts") or []:
+        m: v1.VolumeMountStatus = {"name": vm.get("name", ""), "mountPath": vm.get("mountPath", "")}
+        if vm.get("readOnly"):
+            m["readOnly"] = True
+            try:
+                rro = resolve_recursive_read_only(vm, rro_supported)
+            except ValueError as err:  # the container cannot start; the status says Disabled
+                log.error("failed to resolve recursive read-only mode: %s", err)
+                rro = False
+            m["recursiveReadOnly"] = "Enabled" if rro else "Disabled"
+        out.append(m)
+    return out
+
+
+def _set_volume_mounts(
+    specs: Sequence[Container],
+    statuses: list[v1.ContainerStatus],
+    old: dict[str, v1.ContainerStatus],
+    rro_supported: bool,
+) -> None:
+    """Each status's volumeMounts: from its previous status (immutable, as
+    upstream carries them), else from the spec."""
+    by_name = {c["name"]: c for c in specs}
+    for cs in statuses:
+        prev = old.get(cs["name"])
+        mounts = prev.get("volumeMounts") if prev is not None else None
+        spec = by_name.get(cs["name"])
+        if not mounts and spec is not None:
+            mounts = _volume_mounts(spec, rro_supported)
+        if mounts:
+            cs["volumeMounts"] = mounts
+
+
 def _all_statuses(
     pod: Pod,
     status: PodStatus,
     waiting: dict[str, tuple[str, str]],
     old: v1.PodStatus,
     probes: ProbeResults | None,
+    rro_supported: bool = False,
 ) -> tuple[list[v1.ContainerStatus], list[v1.ContainerStatus], list[v1.ContainerStatus]]:
-    """The init, regular and ephemeral container statuses of the pod."""
+    """The init, regular and ephemeral container statuses of the pod.
+    rro_supported: the pod's runtime handler makes recursive read-only mounts."""
     spec = pod["spec"]
     init_specs = spec.get("initContainers") or []
     has_init = bool(init_specs)
@@ -375,6 +418,10 @@ def _all_statuses(
     eph_st = container_statuses(
         eph_specs, status, waiting, False, old_e, None, budget, has_init, ephemeral=True
     )
+    for specs, statuses, before in (
+        (init_specs, init_st, old_i), (spec["containers"], st, old_c), (eph_specs, eph_st, old_e),
+    ):  # fmt: skip
+        _set_volume_mounts(specs, statuses, before, rro_supported)
     return init_st, st, eph_st
 
 
@@ -489,16 +536,18 @@ def generate(
     resource_health: ResourceHealth | None = None,
     terminal: bool = False,
     ready_to_start: bool = True,
+    rro_supported: bool = False,
 ) -> v1.PodStatus:
     """generateAPIPodStatus. tracking: PodObservedGenerationTracking is on (each
     kubelet condition then reports the pod generation the status was made from).
     resource_health: ResourceHealthStatus is on; regular containers holding
     devices get allocatedResourcesStatus (as upstream, not init containers).
     terminal: the pod's containers were stopped for good (podIsTerminal).
-    ready_to_start: PodReadyToStartContainersCondition is on."""
+    ready_to_start: PodReadyToStartContainersCondition is on.
+    rro_supported: the pod's runtime handler makes recursive read-only mounts."""
     old = old or {}
     init_specs = pod["spec"].get("initContainers") or []
-    init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes)
+    init_st, st, eph_st = _all_statuses(pod, status, waiting, old, probes, rro_supported)
     if resource_health is not None:
         for cs in st:
             if health := resource_health(pod, cs["name"]):

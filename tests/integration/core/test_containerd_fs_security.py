@@ -180,3 +180,34 @@ async def test_termination_message_capped_at_4k(containerd_node: InProcessKubele
     await node.wait(lambda: node.phase("term") == "Succeeded", timeout=90, what="Succeeded")
     message = node.container("term", "c")["state"]["terminated"]["message"]
     assert len(message) == 4096 and message.endswith("xEND")
+
+
+async def test_recursive_read_only_reaches_the_submounts(
+    containerd_node: InProcessKubelet, tmp_path: Path
+) -> None:
+    """recursiveReadOnly (RecursiveReadOnlyMounts, GA): containerd 2 with runc
+    names the feature for its handler; a mount that asks for it is read-only
+    down to its submounts, a plain read-only one is not."""
+    node = containerd_node
+    await node.wait(lambda: node.kubelet.runtime.state.handler_supports_recursive_read_only(""),
+                    30, "the runtime's handlers")  # fmt: skip
+    shared = tmp_path / "shared"
+    (shared / "sub").mkdir(parents=True)
+    mountutil.mount("tmpfs", str(shared / "sub"), "tmpfs", "size=1m")  # as root, as CI runs
+    try:
+        probe = "if touch /d/sub/f 2>/dev/null; then echo writable; else echo read-only; fi"
+
+        def ctr(name: str, **mount: Any) -> dict[str, Any]:
+            m = {"name": "data", "mountPath": "/d", "readOnly": True, **mount}
+            return {"name": name, "image": BUSYBOX_REF, "volumeMounts": [m],
+                    "command": ["sh", "-c", probe + " >/dev/termination-log"]}  # fmt: skip
+
+        node.write("rro", [ctr("rro", recursiveReadOnly="Enabled"), ctr("plain")],
+                   volumes=[{"name": "data", "hostPath": {"path": str(shared)}}],
+                   restartPolicy="Never")  # fmt: skip
+        for c, want in (("rro", "read-only"), ("plain", "writable")):
+            await node.wait(lambda c=c: "terminated" in node.container("rro", c)["state"], 90, c)
+            assert node.container("rro", c)["state"]["terminated"]["message"].strip() == want
+        await remove(node, "rro")
+    finally:
+        mountutil.umount(str(shared / "sub"))

@@ -279,3 +279,32 @@ def test_subpath_swapped_for_a_link_after_it_was_opened_changes_nothing(
     bound = Path(out[0].host_path)
     assert sorted(os.listdir(bound)) == ["app.ini"]
     assert (bound / "app.ini").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("mode", "read_only", "propagation", "supported", "want"),
+    [
+        (None, True, None, True, False),
+        ("Disabled", True, None, True, False),
+        ("IfPossible", True, None, True, True),
+        ("IfPossible", True, None, False, False),  # falls back to a plain read-only mount
+        ("Enabled", True, "None", True, True),
+        ("Enabled", True, None, False, 'volume "data" requested recursive read-only mode, but it is not supported by the runtime'),
+        ("Enabled", False, None, True, 'volume "data" requested recursive read-only mode, but it is not read-only'),
+        ("IfPossible", True, "HostToContainer", True, 'volume "data" requested recursive read-only mode, but it is not compatible with propagation "HostToContainer"'),
+        ("Sometimes", True, None, True, 'unknown recursive read-only mode "Sometimes"'),
+    ],
+)  # fmt: skip
+def test_recursive_read_only_is_resolved_as_upstream(
+    vol: MountedVolume, mode: Any, read_only: bool, propagation: Any, supported: bool, want: Any
+) -> None:
+    m = {"name": "data", "mountPath": "/d", "readOnly": read_only,
+         "recursiveReadOnly": mode, "mountPropagation": propagation}  # fmt: skip
+    c, vols = ctr(m), {"data": vol}
+    if isinstance(want, bool):
+        (out,) = make_mounts(POD, c, vols, no_expand, pod_dir_for(vols), supported)
+        assert (out.read_only, out.recursive_read_only) == (read_only, want)
+        return
+    with pytest.raises(ContainerConfigError) as err:
+        make_mounts(POD, c, vols, no_expand, pod_dir_for(vols), supported)
+    assert str(err.value) == f"failed to resolve recursive read-only mode: {want}"
