@@ -110,54 +110,6 @@ def server_context(opts: TLSOptions, reload: bool = True) -> ssl.SSLContext:
     return ServingContext(pair, opts.client_ca_file, opts.policy).context
 
 
-class FilePair:
-    """A serving pair on disk, watched as upstream's dynamic file content is: a
-    stat of both files per handshake; a changed pair that loads becomes the
-    current one (its version moves), one that does not is logged and the last
-    good one keeps serving."""
-
-    def __init__(self, cert_file: str, key_file: str) -> None:
-        self.cert_file, self.key_file = cert_file, key_file
-        problem = _unusable_pair(cert_file, key_file)
-        if problem is not None:  # the first read must work: a startup error if not
-            raise ValueError(f"serving certificate {cert_file}: {problem}")
-        self.version = 0
-        self._stamp = self._stamps()
-        self._pem = self._read()
-
-    def _stamps(self) -> tuple[tuple[int, int, int, int], ...] | None:
-        try:
-            return _stamp(self.cert_file), _stamp(self.key_file)
-        except OSError:
-            return None
-
-    def _read(self) -> bytes:
-        with open(self.cert_file, "rb") as c, open(self.key_file, "rb") as k:
-            return c.read(4 * 1024 * 1024) + b"\0" + k.read(4 * 1024 * 1024)
-
-    def refresh(self) -> int:
-        stamp = self._stamps()
-        if stamp is None or stamp == self._stamp:
-            return self.version
-        self._stamp = stamp
-        problem = _unusable_pair(self.cert_file, self.key_file)
-        if problem is not None:
-            log.error(
-                "Serving certificate %s: %s; keeping the previous pair", self.cert_file, problem
-            )
-            return self.version
-        try:
-            pem = self._read()
-        except OSError as err:
-            log.error("Serving certificate %s: %s; keeping the previous pair", self.cert_file, err)
-            return self.version
-        if pem != self._pem:
-            self._pem = pem
-            self.version += 1
-            log.info("Loaded a new serving certificate from %s", self.cert_file)
-        return self.version
-
-
 class ServingContext:
     """The kubelet port's SSL context. Each handshake picks (in the SNI callback,
     which OpenSSL calls for every ClientHello) a context made for the serving
@@ -241,45 +193,92 @@ class ServingContext:
         return None
 
 
-class _CABundle:
-    """A CA file and the last content of it that parsed; refresh() notices a change
-    (a stat per handshake) and returns a number that changes with the content."""
+class _WatchedFiles:
+    """Files re-read when one of them changes (a stat of each per handshake):
+    content that loads becomes the current one and its version moves; content
+    that does not is logged and the last good one stays, as upstream's dynamic
+    file content. The first read must work (a startup error if not)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    what = "file"
+
+    def __init__(self, *paths: str) -> None:
+        self.paths = paths
         self.version = 0
-        self._stamp: tuple[int, int, int, int] | None = None
-        self._pem = ""
-        if path:
-            self._pem = _read_ca(path)  # the first read must work: a startup error if not
-            self._stamp = _stamp(path)
+        self._content = self._load()
+        self._stamp: tuple[tuple[int, int, int, int], ...] | None = self._stamps()
 
-    def current(self) -> str:
-        return self._pem
+    def _load(self) -> str:
+        raise NotImplementedError
+
+    def _stamps(self) -> tuple[tuple[int, int, int, int], ...]:
+        return tuple(_stamp(p) for p in self.paths)
 
     def refresh(self) -> int:
-        if not self.path:
-            return 0
         try:
-            stamp = _stamp(self.path)
+            stamp = self._stamps()
         except OSError as err:
-            stamp = None
-            if self._stamp is not None:
-                log.error("Client CA file %s: %s; keeping the previous bundle", self.path, err)
-        if stamp is None or stamp == self._stamp:
-            self._stamp = stamp or self._stamp
+            log.error("%s %s: %s; keeping the previous one", self.what, self.paths[0], err)
+            return self.version
+        if stamp == self._stamp:
             return self.version
         self._stamp = stamp
         try:
-            pem = _read_ca(self.path)
+            content = self._load()
         except (OSError, ValueError) as err:
-            log.error("Client CA file %s: %s; keeping the previous bundle", self.path, err)
+            log.error("%s %s: %s; keeping the previous one", self.what, self.paths[0], err)
             return self.version
-        if pem != self._pem:
-            self._pem = pem
+        if content != self._content:
+            self._content = content
             self.version += 1
-            log.info("Loaded a new client CA bundle from %s", self.path)
+            log.info("Loaded a new %s from %s", self.what, self.paths[0])
         return self.version
+
+
+class FilePair(_WatchedFiles):
+    """The serving pair from files (ReloadKubeletServerCertificateFile)."""
+
+    what = "serving certificate"
+
+    def __init__(self, cert_file: str, key_file: str) -> None:
+        self.cert_file, self.key_file = cert_file, key_file
+        try:
+            super().__init__(cert_file, key_file)
+        except ValueError as err:
+            raise ValueError(f"serving certificate {cert_file}: {err}") from err
+
+    def _load(self) -> str:
+        problem = _unusable_pair(self.cert_file, self.key_file)
+        if problem is not None:
+            raise ValueError(problem)
+        return "\0".join(_read_text(p) for p in self.paths)
+
+
+class _CABundle(_WatchedFiles):
+    """The client CA file (authentication.x509.clientCAFile); none: version 0."""
+
+    what = "client CA bundle"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if path:
+            super().__init__(path)
+        else:
+            self.paths, self.version, self._content, self._stamp = (), 0, "", None
+
+    def current(self) -> str:
+        return self._content
+
+    def refresh(self) -> int:
+        return super().refresh() if self.path else 0
+
+    def _load(self) -> str:
+        pem = _read_text(self.path)
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            probe.load_verify_locations(cadata=pem)
+        except ssl.SSLError as err:
+            raise ValueError(f"no valid CA certificate in it ({err})") from err
+        return pem
 
 
 def _stamp(path: str) -> tuple[int, int, int, int]:
@@ -287,15 +286,9 @@ def _stamp(path: str) -> tuple[int, int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _read_ca(path: str) -> str:
+def _read_text(path: str) -> str:
     with open(path, encoding="ascii", errors="replace") as fh:
-        pem = fh.read(4 * 1024 * 1024)
-    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        probe.load_verify_locations(cadata=pem)
-    except ssl.SSLError as err:
-        raise ValueError(f"no valid CA certificate in it ({err})") from err
-    return pem
+        return fh.read(4 * 1024 * 1024)
 
 
 # serverTLSBootstrap's name for it: the same context over a rotating source.
