@@ -69,6 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         help="extra kubelet flags for both kubelets (space-separated)",
     )
+    ap.add_argument(
+        "--feature-gates",
+        default="",
+        help="the suite's --feature-gates (A=true,B=false): its kubelet config gets them",
+    )
     return ap.parse_args(argv)
 
 
@@ -104,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             procs=1 if args.serial else args.procs,
             timeout_s=args.timeout * 60,
             kubelet_flags=args.kubelet_flags.split(),
+            feature_gates=args.feature_gates,
         )
         run = harness.run_one(opts, image_set)
         results.annotate(run, upstream if kubelet == "ours" else None)

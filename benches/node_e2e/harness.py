@@ -67,6 +67,10 @@ class Options:
     procs: int = 4
     timeout_s: float = 120 * 60
     kubelet_flags: list[str] = field(default_factory=list)
+    # The suite's own --feature-gates: its in-process components and the
+    # kubelet's config get them (upstream's CI jobs pass some; several serial
+    # specs write into the kubelet config's featureGates and panic on a nil map).
+    feature_gates: str = ""
 
 
 def build(kubelets: list[str]) -> None:
@@ -253,6 +257,8 @@ class Run:
         ]
         if o.kubelet_flags:
             argv.append("--kubelet-flags=" + " ".join(o.kubelet_flags))
+        if o.feature_gates:
+            argv.append(f"--feature-gates={o.feature_gates}")
         return argv
 
     def _suite_binary(self) -> Path:
