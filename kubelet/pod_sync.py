@@ -34,6 +34,7 @@ from kubelet.podmanager import PodManager
 from kubelet.prober.prober_manager import ProbeManager
 from kubelet.status import disruption, generate, resize_status, terminal
 from kubelet.status.disruption import KubeletTermination
+from kubelet.status.generate import asks_recursive_read_only
 from kubelet.status.generation import generation
 from kubelet.status.resize_conditions import ERROR
 from kubelet.status.status_manager import StatusManager
@@ -288,7 +289,7 @@ class KubeletPodSyncer:
             pod, status, waiting, self.node_ips, old, probes,
             tracking=self.status_manager.tracking, resource_health=self.resource_health,
             terminal=terminal, ready_to_start=self.ready_to_start,
-            rro_supported=self.rro_supported(pod),
+            rro_supported=asks_recursive_read_only(pod) and self.rro_supported(pod),
         )  # fmt: skip
 
     def _allocated(self, pod: Pod, status: PodStatus) -> Pod:

@@ -356,6 +356,19 @@ def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     )
 
 
+def asks_recursive_read_only(pod: Pod) -> bool:
+    """Whether any container of the pod names a recursiveReadOnly mode: only
+    then does its status depend on the runtime handler (asked per sync, so
+    skipped for every other pod)."""
+    spec = pod["spec"]
+    containers = [
+        *(spec.get("initContainers") or []),
+        *spec["containers"],
+        *(spec.get("ephemeralContainers") or []),
+    ]
+    return any(m.get("recursiveReadOnly") for c in containers for m in c.get("volumeMounts") or [])
+
+
 def _volume_mounts(c: Container, rro_supported: bool) -> list[v1.VolumeMountStatus]:
     """The container's volumeMounts as its status reports them (RecursiveReadOnlyMounts):
     a read-only mount says whether it was made recursively read-only."""
