@@ -146,9 +146,10 @@ class _State:
     restart_requested: bool = False
     grace: int | None = None
     last_sync: float = 0.0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
     # Set once every container is stopped (a kill's CompletedCh upstream).
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    # Made only when someone waits: an Event is most of a kilobyte, and most
+    # pods are never waited for.
+    stopped: asyncio.Event | None = None
 
 
 class PodWorkerStates:
@@ -299,8 +300,10 @@ class PodWorkers:
         """Wait until the pod's containers are stopped (True), at most timeout
         seconds (False). A pod without a worker has nothing running."""
         st = self.states.get(pod_uid)
-        if st is None:
+        if st is None or st.terminated:
             return True
+        if st.stopped is None:
+            st.stopped = asyncio.Event()
         try:
             await asyncio.wait_for(st.stopped.wait(), timeout)
         except TimeoutError:
@@ -366,7 +369,8 @@ class PodWorkers:
                 try:
                     await self.syncer.sync_terminating_pod(st.pod, st.grace)
                     st.terminated = True
-                    st.stopped.set()
+                    if st.stopped is not None:
+                        st.stopped.set()
                     if self.on_terminated is not None:
                         self.on_terminated(u)
                 except Exception as err:  # a pod that may still run is never given up
@@ -382,7 +386,6 @@ class PodWorkers:
                 st.finished = True  # kept until housekeeping purges it
                 self._start_after.pop(u, None)
                 self._forget_static(u, st.pod)
-                st.done.set()
                 return
 
     def _may_start(self, u: str, st: _State) -> bool:

@@ -4,6 +4,10 @@ The handler sees a full replacement after every list ("sync") and then each
 watch event in order. A broken watch resumes from the last resourceVersion it
 saw (bookmarks included); 410 Gone, or a watch that cannot be resumed,
 re-lists; errors back off from 800ms to 30s, as upstream.
+
+Every object loses metadata.managedFields on arrival (client-go's
+TransformStripManagedFields): no part of the kubelet reads them, and on a pod
+they are close to half of what the kubelet would keep of it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ log = logging.getLogger(__name__)
 
 ListHandler = Callable[[list[dict[str, Any]]], Awaitable[None]]
 EventHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj
 
 
 class Reflector:
@@ -48,7 +59,7 @@ class Reflector:
         doc = await self.client.get(self.path, params=dict(self.params))
         self.resource_version = str(doc.get("metadata", {}).get("resourceVersion", ""))
         self.lists += 1
-        await self.on_list(list(doc.get("items") or []))
+        await self.on_list([strip_managed_fields(o) for o in doc.get("items") or []])
         self.synced.set()
 
     async def watch_once(self) -> None:
@@ -70,7 +81,7 @@ class Reflector:
                 self.resource_version = str(rv)
             if etype == "BOOKMARK":
                 continue
-            await self.on_event(etype, obj)
+            await self.on_event(etype, strip_managed_fields(obj))
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.8

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -34,14 +35,17 @@ class PodUpdate:
 
 
 def _identity(pod: Pod) -> bytes:
-    """What makes a pod different for the kubelet: everything but status and seen-time."""
+    """What makes a pod different for the kubelet: everything but status and
+    seen-time, as a 128-bit digest (the serialised form is kilobytes per pod,
+    and only its equality is ever asked)."""
     md: dict[str, object] = dict(pod["metadata"])
     ann = dict(pod["metadata"].get("annotations") or {})
     ann.pop(CONFIG_SEEN, None)
     md["annotations"] = ann
     md.pop("resourceVersion", None)
     md.pop("managedFields", None)
-    return orjson.dumps([md, pod.get("spec")], option=orjson.OPT_SORT_KEYS)
+    raw = orjson.dumps([md, pod.get("spec")], option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 class PodConfig:
@@ -70,6 +74,10 @@ class PodConfig:
             ):
                 return Op.DELETE
             return Op.UPDATE
+        # The same spec as the version before: share it, so that the version a
+        # pod worker still holds and the API's newest keep one copy between them.
+        if "spec" in old:
+            pod["spec"] = old["spec"]
         if pod.get("status") != old.get("status"):
             return Op.RECONCILE
         return None
