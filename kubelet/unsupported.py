@@ -17,11 +17,17 @@ from kubelet.types import Pod
 from kubelet.util.validation import is_extended_resource_name
 
 # Pod-level fields, when set to anything but their zero value.
-_POD_FIELDS: tuple[str, ...] = ()
+# hostnameOverride: alpha (HostnameOverride), not implemented.
+_POD_FIELDS: tuple[str, ...] = ("hostnameOverride",)
 # Prepared by the DRA manager (cm/dra) unless DynamicResourceAllocation is off.
 _DRA_FIELD = "resourceClaims"
 _POD_SECURITY = ("seLinuxChangePolicy",)
-_CONTAINER_FIELDS = ("volumeDevices",)
+# restartPolicyRules: alpha (ContainerRestartRules), not implemented.
+# (volumeDevices are: raw block claims as CRI devices, kubelet/container/mounts.)
+_CONTAINER_FIELDS = ("restartPolicyRules",)
+# env[].valueFrom sources the environment does not resolve: fileKeyRef is alpha
+# (EnvFiles); without a word the variable would be set empty.
+_ENV_SOURCES = ("fileKeyRef",)
 # Container resources the kubelet turns into cgroup settings (hugepages-<size>
 # too, as hugetlb limits: cm/hugepages); others (ephemeral-storage limits
 # enforced by eviction) are not yet. Extended resources are not listed: the
@@ -54,11 +60,21 @@ def unsupported_fields(pod: Pod, dra: bool = False) -> list[str]:
     # (kubelet/resourcehelper, cm/hugepages); the API server allows no others.
     psc = spec.get("securityContext") or {}
     out += [f"spec.securityContext.{f}" for f in _POD_SECURITY if psc.get(f)]
-    for kind in ("initContainers", "containers"):
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
         for c in spec.get(kind) or []:
             where = f"spec.{kind}[{c.get('name')}]"
-            if kind == "initContainers" and c.get("restartPolicy") not in (None, "Always"):
-                out.append(f"{where}.restartPolicy")  # only Always (a sidecar) is valid
+            # Always makes an init container a sidecar; any other value, and any
+            # on another container, is ContainerRestartRules (alpha).
+            if c.get("restartPolicy") not in (None, "Always") or (
+                kind != "initContainers" and c.get("restartPolicy") is not None
+            ):
+                out.append(f"{where}.restartPolicy")
+            out += [
+                f"{where}.env[{e.get('name')}].valueFrom.{f}"
+                for e in c.get("env") or []
+                for f in _ENV_SOURCES
+                if (e.get("valueFrom") or {}).get(f) is not None
+            ]
             if (c.get("lifecycle") or {}).get("stopSignal"):
                 out.append(f"{where}.lifecycle.stopSignal")
             out += [f"{where}.{f}" for f in _CONTAINER_FIELDS if c.get(f)]

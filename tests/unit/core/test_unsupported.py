@@ -33,6 +33,7 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
         volumes=[
             {"name": "v", "emptyDir": {}},
             {"name": "nfs", "nfs": {"server": "x", "path": "/"}},
+            {"name": "blk", "persistentVolumeClaim": {"claimName": "raw"}},
         ],
         containers=[
             {
@@ -41,6 +42,7 @@ def test_a_pod_using_only_implemented_fields_is_not_warned_about() -> None:
                 "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                 "envFrom": [{"configMapRef": {"name": "cm"}}],
                 "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+                "volumeDevices": [{"name": "blk", "devicePath": "/dev/xvda"}],
                 "lifecycle": {"preStop": {"exec": {"command": ["true"]}}},
                 "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}, "runAsNonRoot": True},
                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
@@ -60,7 +62,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
             {
                 "name": "app",
                 "image": "busybox:1.36",
-                "volumeDevices": [{"name": "d", "devicePath": "/dev/x"}],
                 "resources": {
                     "limits": {"hugepages-2Mi": "2Mi", "ephemeral-storage": "1Gi", "memory": "1Gi"}
                 },
@@ -74,7 +75,6 @@ def test_every_unimplemented_field_is_named_with_its_container() -> None:
         "spec.securityContext.seLinuxChangePolicy",
         "spec.initContainers[i].restartPolicy",
         "spec.containers[app].lifecycle.stopSignal",
-        "spec.containers[app].volumeDevices",
         "spec.containers[app].resources.limits[ephemeral-storage]",
         # the request a left-out request defaults to (the limit)
         "spec.containers[app].resources.requests[ephemeral-storage]",
@@ -91,3 +91,50 @@ def test_resource_claims_are_named_only_when_dra_is_off() -> None:
     # The scheduler's claim for DRA-backed extended resources (DRAExtendedResource).
     p["status"] = {"extendedResourceClaimStatus": {"resourceClaimName": "x"}}
     assert unsupported_fields(p, dra=True) == ["status.extendedResourceClaimStatus"]
+
+
+def test_alpha_fields_the_kubelet_does_not_implement_are_named() -> None:
+    """An API server with ContainerRestartRules, EnvFiles or HostnameOverride on
+    passes these through; this kubelet implements none of them."""
+    rules = [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]
+    p = pod(
+        hostnameOverride="other",
+        initContainers=[
+            {"name": "side", "image": "busybox:1.36", "restartPolicy": "Always"},
+            {"name": "i", "image": "busybox:1.36", "restartPolicyRules": rules},
+        ],
+        containers=[
+            {
+                "name": "app",
+                "image": "busybox:1.36",
+                "restartPolicy": "Never",
+                "restartPolicyRules": rules,
+                "env": [
+                    {"name": "PLAIN", "value": "x"},
+                    {
+                        "name": "FROM_FILE",
+                        "valueFrom": {
+                            "fileKeyRef": {"volumeName": "v", "path": "e.env", "key": "K"}
+                        },
+                    },
+                ],
+            }
+        ],
+    )
+    # Added later through their subresource, as the API server allows.
+    p["spec"]["ephemeralContainers"] = [
+        {
+            "name": "dbg",
+            "image": "busybox:1.36",
+            "env": [{"name": "F", "valueFrom": {"fileKeyRef": {"volumeName": "v"}}}],
+        }
+    ]
+    assert unsupported_fields(p) == [
+        "spec.hostnameOverride",
+        # the sidecar's restartPolicy Always is implemented: not named
+        "spec.initContainers[i].restartPolicyRules",
+        "spec.containers[app].restartPolicy",
+        "spec.containers[app].env[FROM_FILE].valueFrom.fileKeyRef",
+        "spec.containers[app].restartPolicyRules",
+        "spec.ephemeralContainers[dbg].env[F].valueFrom.fileKeyRef",
+    ]
