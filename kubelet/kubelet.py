@@ -403,6 +403,8 @@ class Kubelet:
             # when a readiness gate's condition moved (HandlePodReconcile).
             if not rejected and generate.need_to_reconcile_pod_readiness(pod):
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
+            else:
+                self.pod_workers.refresh_pod(pod)
         elif op is Op.DELETE:
             grace = pod["metadata"].get("deletionGracePeriodSeconds")
             if not rejected:  # a refused pod never ran: nothing to kill

@@ -275,6 +275,14 @@ class PodWorkers:
         st.pending = work
         st.wake.set()
 
+    def refresh_pod(self, pod: Pod) -> None:
+        """A newer copy of a pod whose spec is unchanged (only its API status
+        moved): the worker's next sync uses it, as an update would, without
+        asking for one; the copy it held is freed (kilobytes per pod)."""
+        st = self.states.get(uid(pod))
+        if st is not None and not (st.terminating or st.terminated or st.finished):
+            st.pod = pod
+
     def start_after(self, pod_uid: str, others: list[tuple[str, float]]) -> None:
         """The pod's first sync waits until each of `others` (UID, timeout) has
         stopped or its timeout ran out, as killPodNow blocks admission upstream."""

@@ -5,7 +5,8 @@ not there without a word: the pod syncer names every field listed here once
 per pod, in a Warning event and a log line. The list shrinks as features land;
 each entry is a field a user (or an admission plugin) wrote, never a default.
 Volumes are not listed here: the volume manager names a volume type it cannot
-set up in a FailedMount event, and the pod waits.
+set up in a FailedMount event, and the pod waits. Besides this list, every
+field the pinned API does not declare is named (core_v1/known_fields).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kubelet.core_v1.known_fields import api_source, unknown_fields
 from kubelet.types import Pod
 from kubelet.util.validation import is_extended_resource_name
 
@@ -41,7 +43,9 @@ def unsupported_fields(pod: Pod, dra: bool = False) -> list[str]:
     """The fields to name; `dra`: the DRA manager prepares spec.resourceClaims."""
     # Read as the JSON it came as: these are the fields the typed Pod leaves out.
     spec: Mapping[str, Any] = pod["spec"]
-    out: list[str] = []
+    # Fields the pinned API does not declare at all: a newer API server's, or a
+    # static manifest's typo (which upstream's decoder drops without a word).
+    out = [f"{f} (not in {api_source()})" for f in unknown_fields(spec)]
     for f in _POD_FIELDS if dra else (*_POD_FIELDS, _DRA_FIELD):
         if spec.get(f):
             out.append(f"spec.{f}")

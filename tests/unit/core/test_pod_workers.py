@@ -329,3 +329,31 @@ async def test_a_kill_that_failed_is_retried_when_the_work_queue_brings_the_pod_
     await settle()
     assert len(r.kills) == 2 and w.states.is_pod_known_terminated("a")
     assert len(r.syncs) == 1  # only the first, before the kill
+
+
+async def test_a_refreshed_pod_is_used_by_the_next_sync_without_asking_for_one() -> None:
+    """RECONCILE (only the API status moved): the worker drops the copy it held
+    for the newer one, syncs nothing for it, and a stopping pod keeps its own."""
+    r, cache = Recorder(), Cache()
+    cache.update_time(1e18)
+    w = workers(r, cache)
+    w.update_pod(PodWork(pod("a", 1), UpdateType.CREATE))
+    await settle()
+    assert r.syncs == [("a", 1)]
+    newer = pod("a", 2)
+    w.refresh_pod(newer)
+    await settle()
+    assert r.syncs == [("a", 1)]  # no sync of its own
+    state = w.states.get("a")
+    assert state is not None and state.pod is newer
+    w.update_pod(PodWork(state.pod, UpdateType.SYNC))
+    await settle()
+    assert r.syncs == [("a", 1), ("a", 2)]
+    # Stopping: the kill's copy stays what the final status answers.
+    w.update_pod(PodWork(pod("a", 3), UpdateType.KILL, grace=1))
+    await settle()
+    w.refresh_pod(pod("a", 4))
+    state = w.states.get("a")
+    assert state is not None and state.pod["metadata"]["generation"] == 3
+    w.refresh_pod(pod("unknown", 1))  # no worker: nothing made
+    assert w.states.get("unknown") is None

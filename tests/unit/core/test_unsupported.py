@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubelet.config.common import apply_defaults
+from kubelet.core_v1.known_fields import api_source, unknown_fields
 from kubelet.unsupported import unsupported_fields
 
 
@@ -138,3 +139,51 @@ def test_alpha_fields_the_kubelet_does_not_implement_are_named() -> None:
         "spec.containers[app].restartPolicyRules",
         "spec.ephemeralContainers[dbg].env[F].valueFrom.fileKeyRef",
     ]
+
+
+def test_fields_the_pinned_api_does_not_declare_are_named() -> None:
+    """A newer API server's field, or a manifest's typo that the decoder would
+    drop, is named with where it is."""
+    p = pod(
+        containers=[
+            {
+                "name": "app",
+                "image": "busybox:1.36",
+                "securityContext": {"runAsUser": 1, "fancyNewKnob": True},
+                "livenessProbe": {"exec": {"command": ["true"]}, "periodSecond": 3},
+                "resources": {"limits": {"cpu": "1"}},
+                "ports": [{"containerPort": 80, "protocl": "TCP"}],
+            }
+        ],
+        volumes=[{"name": "v", "emptyDir": {"medium": "Memory", "sizeLimitt": "1Gi"}}],
+        futureField={"a": 1},
+    )
+    # Maps with user keys (nodeSelector, resources) are not field names.
+    p["spec"]["nodeSelector"] = {"anything/goes": "x"}
+    source = api_source()
+    assert source.startswith("k8s.io/api@v0.34")
+    assert unsupported_fields(p) == [
+        f"spec.containers[app].securityContext.fancyNewKnob (not in {source})",
+        f"spec.containers[app].livenessProbe.periodSecond (not in {source})",
+        f"spec.containers[app].ports[0].protocl (not in {source})",
+        f"spec.volumes[v].emptyDir.sizeLimitt (not in {source})",
+        f"spec.futureField (not in {source})",
+    ]
+
+
+def test_every_field_of_a_full_pod_spec_is_known() -> None:
+    """The sample manifests and a pod using many fields produce no unknown field."""
+    from pathlib import Path
+
+    import yaml
+
+    samples = Path(__file__).parents[3] / "samples"
+    docs = [
+        d
+        for f in sorted(samples.rglob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if isinstance(d, dict) and d.get("kind") == "Pod"
+    ]
+    assert docs, "no sample pods found"
+    for d in docs:
+        assert unknown_fields(d["spec"]) == [], d["metadata"]["name"]
