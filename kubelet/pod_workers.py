@@ -48,7 +48,7 @@ class UpdateType(enum.Enum):
     KILL = "kill"
 
 
-@dataclass
+@dataclass(slots=True)
 class PodWork:
     pod: Pod
     type: UpdateType
@@ -130,7 +130,7 @@ def working_pod_counts(
     return dict(counts)
 
 
-@dataclass
+@dataclass(slots=True)
 class _State:
     pod: Pod
     pending: PodWork | None = None

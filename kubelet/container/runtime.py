@@ -11,7 +11,9 @@ from kubelet.types import Container, Pod
 CREATED, RUNNING, EXITED, UNKNOWN = "created", "running", "exited", "unknown"
 
 
-@dataclass(frozen=True)
+# The runtime's view of every pod is held at once (the pod cache): slots keep
+# each of these a fraction of a dict-backed object.
+@dataclass(frozen=True, slots=True)
 class ContainerResources:
     """What the runtime reports a container runs with (0: not set)."""
 
@@ -29,7 +31,7 @@ class ContainerResources:
         return cls(limit, request, mem) if limit or request or mem else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinuxUser:
     """The identity a container's process runs as, as the runtime reports it."""
 
@@ -38,12 +40,12 @@ class LinuxUser:
     supplemental_groups: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerUser:
     linux: LinuxUser | None  # None: the runtime reported a user without its Linux part
 
 
-@dataclass
+@dataclass(slots=True)
 class ContainerStatus:
     id: str
     name: str
@@ -68,7 +70,7 @@ class ContainerStatus:
         return f"{self.runtime}://{self.id}"
 
 
-@dataclass
+@dataclass(slots=True)
 class SandboxStatus:
     id: str
     ready: bool
@@ -78,7 +80,7 @@ class SandboxStatus:
     host_network: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class PodStatus:
     id: str
     name: str = ""

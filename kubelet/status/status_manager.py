@@ -40,7 +40,7 @@ RECONCILE_PERIOD = 10.0
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-@dataclass
+@dataclass(slots=True)
 class Versioned:
     status: v1.PodStatus
     version: int
