@@ -5,15 +5,18 @@ watch event in order. A broken watch resumes from the last resourceVersion it
 saw (bookmarks included); 410 Gone, or a watch that cannot be resumed,
 re-lists; errors back off from 800ms to 30s, as upstream.
 
-Every object loses metadata.managedFields on arrival (client-go's
-TransformStripManagedFields): no part of the kubelet reads them, and on a pod
-they are close to half of what the kubelet would keep of it.
+Every object is made compact on arrival, as the kubelet keeps one of each per
+pod: metadata.managedFields go (client-go's TransformStripManagedFields; no
+part of the kubelet reads them, and on a pod they are close to half of it),
+and short string values are interned, so the image, policies, condition types
+and timestamps that thousands of pods repeat are held once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,11 +29,27 @@ ListHandler = Callable[[list[dict[str, Any]]], Awaitable[None]]
 EventHandler = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
-def strip_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+# Longer values (certificates, config map data, container IDs) are seldom
+# shared; interning them would only cost the intern table's entries.
+_INTERN_MAX = 64
+
+
+def compact(obj: dict[str, Any]) -> dict[str, Any]:
     md = obj.get("metadata")
     if isinstance(md, dict):
         md.pop("managedFields", None)
+    _intern(obj)
     return obj
+
+
+def _intern(node: dict[str, Any] | list[Any]) -> None:
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, v in items:
+        if type(v) is str:
+            if len(v) <= _INTERN_MAX:
+                node[k] = sys.intern(v)  # type: ignore[index]  # same key: no resize
+        elif type(v) is dict or type(v) is list:
+            _intern(v)
 
 
 class Reflector:
@@ -59,7 +78,7 @@ class Reflector:
         doc = await self.client.get(self.path, params=dict(self.params))
         self.resource_version = str(doc.get("metadata", {}).get("resourceVersion", ""))
         self.lists += 1
-        await self.on_list([strip_managed_fields(o) for o in doc.get("items") or []])
+        await self.on_list([compact(o) for o in doc.get("items") or []])
         self.synced.set()
 
     async def watch_once(self) -> None:
@@ -81,7 +100,7 @@ class Reflector:
                 self.resource_version = str(rv)
             if etype == "BOOKMARK":
                 continue
-            await self.on_event(etype, strip_managed_fields(obj))
+            await self.on_event(etype, compact(obj))
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.8

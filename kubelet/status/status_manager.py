@@ -293,6 +293,7 @@ class StatusManager:
             sem.release()
 
     async def _sync_pod(self, u: str) -> None:
+        from kubelet.client.reflector import compact
         from kubelet.client.rest import APIError
 
         assert self.client is not None  # run() syncs only with an API client
@@ -318,6 +319,7 @@ class StatusManager:
                 self.patches += 1
                 # Later diffs start from what the server now holds, even before
                 # the watch delivers it.
+                compact(updated)  # its status is kept: held once per pod
                 target["status"] = updated.get("status", target.get("status"))
                 rv = str(updated.get("metadata", {}).get("resourceVersion", ""))
                 target["metadata"]["resourceVersion"] = rv

@@ -114,3 +114,28 @@ async def test_a_watch_failing_at_once_backs_off() -> None:
     stop.set()
     await asyncio.wait_for(task, 5)
     assert len(client.watch_rvs) == 2  # at 0 s and after 0.8 s
+
+
+def test_objects_are_compacted_as_they_arrive() -> None:
+    """managedFields dropped; the short values thousands of pods repeat are one
+    object each, longer ones left alone; everything else as the API sent it."""
+    import orjson
+
+    from kubelet.client.reflector import compact
+
+    long_value = "x" * 65
+    doc = {
+        "metadata": {"name": "p", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+        "spec": {"containers": [{"image": "busybox:1.36", "args": ["sleep", long_value]}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    raw = orjson.dumps(doc)
+    a, b = compact(orjson.loads(raw)), compact(orjson.loads(raw))
+    assert "managedFields" not in a["metadata"]
+    expected = dict(doc, metadata={"name": "p", "labels": {"a": "b"}})
+    assert a == b == expected
+    ca, cb = a["spec"]["containers"][0], b["spec"]["containers"][0]
+    assert ca["image"] is cb["image"]
+    assert ca["args"][0] is cb["args"][0]
+    assert a["status"]["conditions"][0]["type"] is b["status"]["conditions"][0]["type"]
+    assert ca["args"][1] is not cb["args"][1]  # longer than 64: not interned
