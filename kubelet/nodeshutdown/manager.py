@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from dbus_fast.errors import DBusFastError
 from prometheus_client import Gauge
 
 from kubelet import metrics
@@ -79,8 +78,8 @@ class Inhibiter(Protocol):
     def close(self) -> None: ...
 
 
-_START_ERRORS = (OSError, EOFError, TimeoutError, DBusFastError, systemd.DBusCallError,
-                 ShutdownManagerError)  # fmt: skip
+# dbus_fast's own errors reach here as DBusCallError (systemd.DBusCon).
+_START_ERRORS = (OSError, EOFError, TimeoutError, systemd.DBusCallError, ShutdownManagerError)
 
 
 def shutdown_periods(
