@@ -43,7 +43,8 @@ from benches.density.spec import (
     Spec,
 )
 from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
-from kubelet.client.rest import APIClient, APIError, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient, APIError
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
 from kubelet.testing.net import free_port

@@ -24,7 +24,8 @@ from benches import records
 from benches.density.harness import Run, start_control_plane
 from benches.density.spec import Spec, needs_controllers
 from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
-from kubelet.client.rest import APIClient, APIError, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient, APIError
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.process import unmount_under
 

@@ -143,7 +143,7 @@ def client_config_still_valid(kubeconfig_path: str, now: float | None = None) ->
     """Whether the kubeconfig exists and its client certificate is readable and unexpired."""
     if not os.path.exists(kubeconfig_path):
         return False
-    from kubelet.client.rest import load_kubeconfig
+    from kubelet.client.kubeconfig import load_kubeconfig
 
     try:
         conn = load_kubeconfig(kubeconfig_path)
@@ -177,7 +177,7 @@ def client_config_still_valid(kubeconfig_path: str, now: float | None = None) ->
 
 def client_certificate_subject(kubeconfig_path: str) -> str:
     """The CN of the kubeconfig's client certificate ('' when it has none)."""
-    from kubelet.client.rest import load_kubeconfig
+    from kubelet.client.kubeconfig import load_kubeconfig
 
     try:
         conn = load_kubeconfig(kubeconfig_path)
@@ -299,7 +299,8 @@ async def load_client_cert(
     check_cert_dir(cert_dir)
     own_client = None
     if client is None:
-        from kubelet.client.rest import APIClient, load_kubeconfig
+        from kubelet.client.kubeconfig import load_kubeconfig
+        from kubelet.client.rest import APIClient
         from kubelet.version import user_agent
 
         try:

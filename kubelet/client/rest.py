@@ -13,7 +13,6 @@ import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +21,7 @@ import orjson
 
 from kubelet.client import metrics as rm
 from kubelet.client.certificate import CertificateFile, CertificateSource
+from kubelet.client.kubeconfig import ConnectionConfig
 from kubelet.client.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -65,66 +65,6 @@ API_ERRORS: tuple[type[Exception], ...] = (
     TimeoutError,
     orjson.JSONDecodeError,
 )
-
-
-@dataclass
-class ConnectionConfig:
-    host: str
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    verify: bool = True
-    # Called per request: returns "Bearer <token>" or None (exec plugins refresh here).
-    token: Any = None
-
-
-def load_kubeconfig(path: str) -> ConnectionConfig:
-    """Read a kubeconfig with the kubernetes package; raise ValueError with the reason."""
-    import yaml
-    from kubernetes import client as kclient
-    from kubernetes import config as kconfig
-
-    cfg = kclient.Configuration()
-    # What the package raises for a missing, unreadable or malformed file: its
-    # own ConfigException, YAML errors, and lookups into a structure that is
-    # not the shape it expects.
-    invalid = (
-        kconfig.ConfigException, yaml.YAMLError, OSError, ValueError, LookupError,
-        TypeError, AttributeError,
-    )  # fmt: skip
-    try:
-        kconfig.load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
-    except invalid as err:
-        raise ValueError(f"invalid kubeconfig {path!r}: {err}") from err
-    return _from_configuration(cfg)
-
-
-def load_incluster() -> ConnectionConfig:
-    from kubernetes import client as kclient
-    from kubernetes import config as kconfig
-
-    cfg = kclient.Configuration()
-    kconfig.load_incluster_config(client_configuration=cfg)
-    return _from_configuration(cfg)
-
-
-def _from_configuration(cfg: Any) -> ConnectionConfig:
-    def token() -> str | None:
-        # Newer kubernetes packages keep a kubeconfig token under "BearerToken"
-        # (already prefixed), older ones and in-cluster config under "authorization".
-        value = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
-            "authorization"
-        )
-        return str(value) if value else None
-
-    return ConnectionConfig(
-        host=cfg.host.rstrip("/"),
-        ca_file=cfg.ssl_ca_cert,
-        cert_file=cfg.cert_file,
-        key_file=cfg.key_file,
-        verify=bool(cfg.verify_ssl),
-        token=token,
-    )
 
 
 class APIClient:

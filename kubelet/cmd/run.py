@@ -232,7 +232,8 @@ async def client_certificates(
     the client certificate manager the API clients read their pair from."""
     from kubelet.certificate import bootstrap
     from kubelet.certificate.kubelet import new_client_manager
-    from kubelet.client.rest import APIClient, load_kubeconfig
+    from kubelet.client.kubeconfig import load_kubeconfig
+    from kubelet.client.rest import APIClient
 
     cfg, flags = s.config, s.flags
     if deps.kube_client is not None:
@@ -329,7 +330,8 @@ def build_clients(
     client (eventRecordQPS/eventBurst) and the heartbeat client (no rate limit,
     nodeStatusUpdateFrequency as its timeout). Injected ones are kept. With a
     `cert_source` (rotateCertificates) all three take their client pair from it."""
-    from kubelet.client.rest import APIClient, load_kubeconfig
+    from kubelet.client.kubeconfig import load_kubeconfig
+    from kubelet.client.rest import APIClient
     from kubelet.events import EventRecorder
 
     cfg, flags = s.config, s.flags

@@ -14,7 +14,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubelet.client.rest import APIClient, APIError, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient, APIError
 from kubelet.testing.wait import wait_for
 
 Event = tuple[str, dict[str, Any]]

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.events import NORMAL, WARNING, EventRecorder
 from kubelet.testing.controlplane import ControlPlane
 

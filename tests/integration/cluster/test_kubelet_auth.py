@@ -13,7 +13,8 @@ import secrets
 import aiohttp
 import pytest
 
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.server import server as s
 from kubelet.server.auth import ServerAuth
 from kubelet.testing.controlplane import ControlPlane

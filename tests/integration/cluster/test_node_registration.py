@@ -10,7 +10,8 @@ import time
 import pytest
 
 from kubelet.apis.config import KubeletConfiguration
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.kubelet_node_status import NodeStatusManager
 from kubelet.nodelease import NodeLeaseController
 from kubelet.nodestatus.machine import machine_info

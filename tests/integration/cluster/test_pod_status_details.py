@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KubeletProcess

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from kubelet.client.kubeconfig import load_kubeconfig
 from kubelet.client.reflector import Reflector
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster

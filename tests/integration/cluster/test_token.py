@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from kubelet.client.rest import APIClient, load_kubeconfig
+from kubelet.client.kubeconfig import load_kubeconfig
+from kubelet.client.rest import APIClient
 from kubelet.objectcache import CONFIGMAP, SECRET, WatchingObjectManager
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.token import BoundObjectRef, TokenManager, TokenRequestSpec

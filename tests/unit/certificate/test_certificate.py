@@ -30,7 +30,8 @@ from kubelet.certificate.kubelet import (
 )
 from kubelet.certificate.manager import Manager, NodeNameMismatch, check_subject, jittery_deadline
 from kubelet.certificate.store import FileStore, NoCertKeyError, load_pair_file, parse_pair
-from kubelet.client.rest import APIClient, ConnectionConfig
+from kubelet.client.kubeconfig import ConnectionConfig
+from kubelet.client.rest import APIClient
 from kubelet.server.tls import RotatingServerContext
 from kubelet.testing.net import free_port
 from kubelet.testing.net import serving as serving_app

@@ -1,0 +1,257 @@
+"""Reading a kubeconfig file: what the kubelet's API clients need of it
+(client-go's clientcmd, for --kubeconfig and --bootstrap-kubeconfig).
+
+The current context's cluster and user: the server, its CA (a file or inline
+data), insecure-skip-tls-verify, and the user's client certificate and key
+(files or inline data), token or tokenFile, basic auth, or an exec credential
+plugin (client.authentication.k8s.io v1 / v1beta1). Relative file paths are
+relative to the kubeconfig's directory, as client-go resolves them. Inline
+data is written to private files (0600 in a 0700 directory) because Python's
+TLS takes a client certificate only from a file.
+
+Refused, with the field named: impersonation (`as`, `as-user-extra`, ...),
+which would silently change whom the kubelet acts as if ignored, and the
+removed auth-provider plugins. Fields that change only how the server is
+reached (`tls-server-name`, `proxy-url`) are not implemented: a warning names
+them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import binascii
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+EXEC_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+EXEC_TIMEOUT = 60.0
+TOKEN_FILE_TTL = 60.0  # client-go re-reads a tokenFile about once a minute
+_REFUSED_USER = ("as", "as-uid", "as-groups", "as-user-extra", "auth-provider")
+_WARNED_CLUSTER = ("tls-server-name", "proxy-url")
+
+
+class KubeconfigError(ValueError):
+    """The kubeconfig cannot be used; the message says why."""
+
+
+@dataclass
+class ConnectionConfig:
+    host: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify: bool = True
+    # Called per request: the Authorization header's value, or None.
+    token: Callable[[], str | None] | None = None
+
+
+def load_kubeconfig(path: str) -> ConnectionConfig:
+    """The current context of the kubeconfig at `path`; KubeconfigError (a
+    ValueError) naming the file and the reason when it cannot be used."""
+    try:
+        with open(path) as fh:
+            doc = yaml.safe_load(fh)
+        return _load(doc, os.path.dirname(os.path.abspath(path)))
+    except (OSError, yaml.YAMLError, KubeconfigError) as err:
+        raise KubeconfigError(f"invalid kubeconfig {path!r}: {err}") from err
+
+
+def _load(doc: object, base: str) -> ConnectionConfig:
+    if not isinstance(doc, Mapping):
+        raise KubeconfigError("not a mapping")
+    current = doc.get("current-context")
+    if not current:
+        raise KubeconfigError("no current-context")
+    ctx = _named(doc, "contexts", "context", current)
+    cluster = _named(doc, "clusters", "cluster", ctx.get("cluster"))
+    user = _named(doc, "users", "user", ctx.get("user")) if ctx.get("user") else {}
+    server = cluster.get("server")
+    if not server:
+        raise KubeconfigError(f"cluster {ctx.get('cluster')!r} has no server")
+    for f in _WARNED_CLUSTER:
+        if cluster.get(f):
+            log.warning("kubeconfig: cluster.%s is not implemented by this kubelet; ignored", f)
+    refused = [f for f in _REFUSED_USER if user.get(f)]
+    if refused:
+        raise KubeconfigError(f"user fields not supported: {', '.join(refused)}")
+    files = _Files(base)
+    conn = ConnectionConfig(
+        host=str(server).rstrip("/"),
+        ca_file=files.path_or_data(cluster, "certificate-authority", "ca.crt"),
+        verify=not cluster.get("insecure-skip-tls-verify", False),
+    )
+    conn.cert_file = files.path_or_data(user, "client-certificate", "client.crt")
+    conn.key_file = files.path_or_data(user, "client-key", "client.key")
+    if user.get("exec"):
+        conn.token = _exec_credentials(conn, user["exec"], files, cluster)
+    else:
+        conn.token = _credentials(user, files)
+    if bool(conn.cert_file) != bool(conn.key_file):
+        raise KubeconfigError("a client certificate needs its key and the key its certificate")
+    return conn
+
+
+def _named(doc: Mapping[str, Any], section: str, key: str, name: object) -> Mapping[str, Any]:
+    for entry in doc.get(section) or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            value = entry.get(key) or {}
+            if not isinstance(value, Mapping):
+                raise KubeconfigError(f"{section} {name!r}: not a mapping")
+            return value
+    raise KubeconfigError(f"{key} {name!r} not found in {section}")
+
+
+class _Files:
+    """Paths in the kubeconfig, and inline data as private files."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self._dir: str | None = None
+
+    def path_or_data(self, section: Mapping[str, Any], field: str, name: str) -> str | None:
+        data = section.get(f"{field}-data")
+        if data:
+            return self.write(name, _b64(data, f"{field}-data"))
+        path = section.get(field)
+        if not path:
+            return None
+        return path if os.path.isabs(path) else os.path.join(self.base, path)
+
+    def write(self, name: str, content: bytes) -> str:
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="kubelet-kubeconfig-")  # 0700
+            atexit.register(shutil.rmtree, self._dir, True)
+        path = os.path.join(self._dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        return path
+
+
+def _b64(value: object, field: str) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise KubeconfigError(f"{field}: not base64: {err}") from None
+
+
+def _credentials(user: Mapping[str, Any], files: _Files) -> Callable[[], str | None] | None:
+    if user.get("token"):
+        header = f"Bearer {user['token']}"
+        return lambda: header
+    if user.get("tokenFile"):
+        return _TokenFile(files.path_or_data(user, "tokenFile", "token") or "")
+    if user.get("username"):
+        raw = f"{user['username']}:{user.get('password', '')}".encode()
+        basic = "Basic " + base64.b64encode(raw).decode()
+        return lambda: basic
+    return None
+
+
+def _exec_credentials(
+    conn: ConnectionConfig, spec: object, files: _Files, cluster: Mapping[str, Any]
+) -> Callable[[], str | None] | None:
+    if not isinstance(spec, Mapping):
+        raise KubeconfigError("exec: not a mapping")
+    plugin = _ExecPlugin(spec, cluster)
+    cred = plugin.run()
+    if cred.get("clientCertificateData"):
+        # Taken once: a kubelet's client certificate is renewed by its own
+        # rotation, not by a plugin run per request.
+        conn.cert_file = files.write("exec-client.crt", str(cred["clientCertificateData"]).encode())
+        conn.key_file = files.write("exec-client.key", str(cred.get("clientKeyData", "")).encode())
+    return plugin.header if cred.get("token") else None
+
+
+class _TokenFile:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._value: str | None = None
+        self._read_at = -TOKEN_FILE_TTL
+        self()  # a missing or unreadable file is found now, not at the first request
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        if now - self._read_at >= TOKEN_FILE_TTL:
+            try:
+                with open(self.path) as fh:
+                    self._value = fh.read().strip()
+            except OSError as err:
+                if self._value is None:
+                    raise KubeconfigError(f"tokenFile: {err}") from None
+                log.warning(
+                    "kubeconfig tokenFile %s: %s; using the token read before", self.path, err
+                )
+            self._read_at = now
+        return f"Bearer {self._value}" if self._value else None
+
+
+class _ExecPlugin:
+    """An exec credential plugin: run at load, and again once its token expires."""
+
+    def __init__(self, spec: Mapping[str, Any], cluster: Mapping[str, Any]) -> None:
+        self.version = spec.get("apiVersion")
+        if self.version not in EXEC_VERSIONS:
+            raise KubeconfigError(f"exec: apiVersion {self.version!r} not in {EXEC_VERSIONS}")
+        if not spec.get("command"):
+            raise KubeconfigError("exec: no command")
+        self.argv = [str(spec["command"]), *(str(a) for a in spec.get("args") or [])]
+        self.env = {str(e["name"]): str(e.get("value", "")) for e in spec.get("env") or []}
+        info: dict[str, Any] = {"interactive": False}
+        if spec.get("provideClusterInfo"):
+            info["cluster"] = {
+                k: cluster[k] for k in ("server", "certificate-authority-data") if k in cluster
+            }
+        self.exec_info = json.dumps(
+            {"apiVersion": self.version, "kind": "ExecCredential", "spec": info}
+        )
+        self.install_hint = str(spec.get("installHint") or "")
+        self._token: str | None = None
+        self._expires: float | None = None
+
+    def run(self) -> Mapping[str, Any]:
+        env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self.exec_info}
+        try:
+            out = subprocess.run(
+                self.argv, env=env, capture_output=True, timeout=EXEC_TIMEOUT, check=True
+            ).stdout
+            doc = json.loads(out)
+        except (OSError, subprocess.SubprocessError, ValueError) as err:
+            hint = f" ({self.install_hint})" if self.install_hint else ""
+            raise KubeconfigError(f"exec plugin {self.argv[0]}: {err}{hint}") from None
+        if not isinstance(doc, Mapping) or doc.get("apiVersion") != self.version:
+            raise KubeconfigError(
+                f"exec plugin {self.argv[0]}: not an {self.version} ExecCredential"
+            )
+        status = doc.get("status") or {}
+        self._token = status.get("token") or None
+        self._expires = _expiry(status.get("expirationTimestamp"))
+        return status
+
+    def header(self) -> str | None:
+        if self._expires is not None and time.time() >= self._expires:
+            self.run()  # blocking, as client-go's refresh; only once per token
+        return f"Bearer {self._token}" if self._token else None
+
+
+def _expiry(stamp: object) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError as err:
+        raise KubeconfigError(f"exec: expirationTimestamp: {err}") from None
