@@ -68,6 +68,8 @@ def load_kubeconfig(path: str) -> ConnectionConfig:
         return _load(doc, os.path.dirname(os.path.abspath(path)))
     except (OSError, yaml.YAMLError, KubeconfigError) as err:
         raise KubeconfigError(f"invalid kubeconfig {path!r}: {err}") from err
+    except (LookupError, TypeError, AttributeError) as err:  # a field of the wrong shape
+        raise KubeconfigError(f"invalid kubeconfig {path!r}: malformed: {err!r}") from err
 
 
 def _load(doc: object, base: str) -> ConnectionConfig:
@@ -210,7 +212,7 @@ class _ExecPlugin:
         if not spec.get("command"):
             raise KubeconfigError("exec: no command")
         self.argv = [str(spec["command"]), *(str(a) for a in spec.get("args") or [])]
-        self.env = {str(e["name"]): str(e.get("value", "")) for e in spec.get("env") or []}
+        self.env = {str(e["name"]): str(e.get("value") or "") for e in spec.get("env") or []}
         info: dict[str, Any] = {"interactive": False}
         if spec.get("provideClusterInfo"):
             info["cluster"] = {

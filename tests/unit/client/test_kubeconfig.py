@@ -183,3 +183,9 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     (tmp_path / "bad").write_text("- just a list\n")
     with pytest.raises(KubeconfigError, match="not a mapping"):
         load_kubeconfig(str(tmp_path / "bad"))
+    # Wrong shapes deeper down are refused the same way, never a crash.
+    spec = {"apiVersion": kc.EXEC_VERSIONS[0], "command": "c", "env": [{"value": "x"}]}
+    with pytest.raises(KubeconfigError, match="name"):
+        load_kubeconfig(write(tmp_path, {"server": "https://h"}, {"exec": spec}))
+    with pytest.raises(KubeconfigError, match="invalid kubeconfig"):
+        load_kubeconfig(write(tmp_path, {"server": "https://h"}, {"exec": ["not", "a", "map"]}))
