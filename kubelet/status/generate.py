@@ -19,7 +19,15 @@ from kubelet.kuberuntime.termination import (
     truncate_message,
 )
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Container, Pod, host_network, is_static, qos_class, restart_policy
+from kubelet.types import (
+    Container,
+    Pod,
+    all_containers,
+    host_network,
+    is_static,
+    qos_class,
+    restart_policy,
+)
 
 # (pod, container name) -> the health of the devices the container holds
 # (device plugins' and DRA claims', with ResourceHealthStatus on).
@@ -360,13 +368,9 @@ def asks_recursive_read_only(pod: Pod) -> bool:
     """Whether any container of the pod names a recursiveReadOnly mode: only
     then does its status depend on the runtime handler (asked per sync, so
     skipped for every other pod)."""
-    spec = pod["spec"]
-    containers = [
-        *(spec.get("initContainers") or []),
-        *spec["containers"],
-        *(spec.get("ephemeralContainers") or []),
-    ]
-    return any(m.get("recursiveReadOnly") for c in containers for m in c.get("volumeMounts") or [])
+    return any(
+        m.get("recursiveReadOnly") for c in all_containers(pod) for m in c.get("volumeMounts") or []
+    )
 
 
 def _volume_mounts(c: Container, rro_supported: bool) -> list[v1.VolumeMountStatus]:
