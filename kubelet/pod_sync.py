@@ -119,7 +119,10 @@ class KubeletPodSyncer:
         self.resource_health = resource_health  # ResourceHealthStatus on
         self._pod_dirs: set[str] = set()
         self._cgroups_made: set[str] = set()
-        self._warned: set[str] = set()  # pods told which of their fields are not implemented
+        # pod UID -> (its ephemeral containers when last checked, the fields it
+        # was told are not implemented): ephemeral containers are the one part
+        # of a spec that can grow new fields after the pod started.
+        self._warned: dict[str, tuple[int, frozenset[str]]] = {}
         self._evicted: dict[str, KubeletTermination] = {}
         self._first_seen: dict[str, float] = {}
         self._started_running: set[str] = set()
@@ -163,7 +166,8 @@ class KubeletPodSyncer:
     # ---------------------------------------------------------------- sync
     def _first_sync(self, pod: Pod) -> None:
         """Once per pod: its data dirs (a couple of mkdirs, not worth a thread
-        hop), the worker start metrics and the warnings of what is unsupported."""
+        hop), the worker start metrics and the warnings of what is unsupported
+        (again for fields an ephemeral container added later brings)."""
         u = uid(pod)
         if u not in self._pod_dirs:
             make_pod_data_dirs(self.root_dir, u)
@@ -172,9 +176,11 @@ class KubeletPodSyncer:
             if seen is not None:  # the first sync: the worker has started
                 metrics.POD_WORKER_START_DURATION.observe(self.clock.monotonic() - seen)
             metrics.CONTAINERS_PER_POD.observe(len(pod["spec"].get("containers") or []))
-        if u not in self._warned:
-            self._warned.add(u)
-            self._warn_unsupported(pod)
+        n_ephemeral = len(pod["spec"].get("ephemeralContainers") or [])
+        told = self._warned.get(u)
+        if told is None or told[0] != n_ephemeral:
+            before = frozenset() if told is None else told[1]
+            self._warned[u] = (n_ephemeral, self._warn_unsupported(pod, before))
 
     async def _ensure_pod_cgroup(self, pod: Pod) -> PodSyncResult | None:
         """The pod's cgroup, made before the sandbox (the runtime puts the pod
@@ -329,16 +335,18 @@ class KubeletPodSyncer:
             for u in self.allocation.retry_pending(self.pod_manager.get, TRIGGER_POD_RESIZED):
                 self.work_queue.enqueue(u, 0.0)
 
-    def _warn_unsupported(self, pod: Pod) -> None:
+    def _warn_unsupported(self, pod: Pod, told: frozenset[str]) -> frozenset[str]:
         """Nothing silently ignored: name every field this kubelet does not
-        implement yet, once per pod, as a Warning event and a log line."""
+        implement yet and the pod was not told of, as a Warning event and a log
+        line; the fields it has now been told of."""
         fields = unsupported_fields(pod, dra=self.dra is not None)
-        if not fields:
-            return
-        msg = "Fields not implemented by this kubelet, ignored: " + ", ".join(fields)
-        log.warning("Pod %s: %s", full_name(pod), msg)
-        if self.recorder is not None:
-            self.recorder.event(object_ref(pod), "Warning", "UnsupportedPodFields", msg)
+        new = [f for f in fields if f not in told]
+        if new:
+            msg = "Fields not implemented by this kubelet, ignored: " + ", ".join(new)
+            log.warning("Pod %s: %s", full_name(pod), msg)
+            if self.recorder is not None:
+                self.recorder.event(object_ref(pod), "Warning", "UnsupportedPodFields", msg)
+        return told.union(fields)
 
     async def _ensure_mirror(self, pod: Pod) -> None:
         """Create the static pod's mirror pod, replacing one that is out of date."""
@@ -458,11 +466,11 @@ class KubeletPodSyncer:
         for s in (
             self._pod_dirs,
             self._cgroups_made,
-            self._warned,
             self._started_running,
             self._deadline_told,
         ):
             s.discard(pod_uid)
+        self._warned.pop(pod_uid, None)
         timer = self._deadline_timers.pop(pod_uid, None)
         if timer is not None:
             timer.cancel()

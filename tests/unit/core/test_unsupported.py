@@ -3,10 +3,14 @@ named, and the ones it implements (or the API's defaults) are not."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from kubelet.config.common import apply_defaults
 from kubelet.core_v1.known_fields import api_source, unknown_fields
+from kubelet.pod_sync import KubeletPodSyncer
+from kubelet.podmanager import PodManager
+from kubelet.types import Pod
 from kubelet.unsupported import unsupported_fields
 
 
@@ -187,3 +191,45 @@ def test_every_field_of_a_full_pod_spec_is_known() -> None:
     assert docs, "no sample pods found"
     for d in docs:
         assert unknown_fields(d["spec"]) == [], d["metadata"]["name"]
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def event(self, ref: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        assert (etype, reason) == ("Warning", "UnsupportedPodFields")
+        self.messages.append(message)
+
+
+def test_the_pod_is_told_once_and_again_only_of_what_an_ephemeral_container_adds(
+    tmp_path: Path,
+) -> None:
+    events = _Events()
+    syncer = KubeletPodSyncer(
+        str(tmp_path), [], None, None, None, PodManager(), None, None, None, None,  # type: ignore[arg-type]
+        recorder=events,  # type: ignore[arg-type]
+    )  # fmt: skip
+    p = pod(hostnameOverride="h")
+
+    def sync() -> None:
+        syncer._first_sync(cast(Pod, p))
+
+    sync()
+    sync()
+    assert events.messages == [
+        "Fields not implemented by this kubelet, ignored: spec.hostnameOverride"
+    ]
+    # kubectl debug adds an ephemeral container to the running pod.
+    debug = {"name": "dbg", "image": "busybox:1.36", "restartPolicyRules": [{"action": "Restart"}]}
+    p["spec"]["ephemeralContainers"] = [debug]
+    sync()
+    sync()
+    assert events.messages[1:] == [
+        "Fields not implemented by this kubelet, ignored: "
+        "spec.ephemeralContainers[dbg].restartPolicyRules"
+    ]
+    # A second one with nothing unsupported: no word.
+    p["spec"]["ephemeralContainers"].append({"name": "dbg2", "image": "busybox:1.36"})
+    sync()
+    assert len(events.messages) == 2
