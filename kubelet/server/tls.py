@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import ssl
+import threading
 from dataclasses import dataclass, field
 
 from kubelet.client.certificate import CertificateSource
@@ -138,6 +139,9 @@ class ServingContext:
         self.context.sni_callback = self._pick
         self._loaded: tuple[object, int, ssl.SSLContext] | None = None
         self._warned = False
+        # Handshakes run on a thread pool (server/tlsproto.py): one pick at a
+        # time, so a rotation loads one context and counts one version.
+        self._lock = threading.Lock()
 
     def _new(self, announce: bool = False) -> ssl.SSLContext:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -164,6 +168,10 @@ class ServingContext:
     def _pick(
         self, conn: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext
     ) -> int | None:
+        with self._lock:
+            return self._pick_locked(conn)
+
+    def _pick_locked(self, conn: ssl.SSLObject) -> int | None:
         pair = self._current_pair()
         if pair is None:
             if not self._warned:

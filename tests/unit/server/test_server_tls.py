@@ -10,6 +10,8 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +202,42 @@ async def test_a_serving_pair_rewritten_on_disk_serves_the_next_handshake(
         assert await _served_der(port) == _der(want[0])
     finally:
         await runner.cleanup()
+
+
+async def test_handshakes_run_off_the_loop_and_a_peer_gone_mid_step_is_harmless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handshake's crypto runs on the site's pool, never on the loop the
+    relist waits on (each server step made 30 ms slower, as a loaded machine
+    makes it); a client that leaves mid-handshake breaks nothing."""
+    loop_thread = threading.get_ident()
+    on_loop: list[bool] = []
+    real = ssl.SSLObject.do_handshake
+
+    def slow(self: ssl.SSLObject) -> None:
+        if self.server_side:
+            on_loop.append(threading.get_ident() == loop_thread)
+            time.sleep(0.03)  # the GIL is free meanwhile, as in OpenSSL's crypto
+        real(self)
+
+    monkeypatch.setattr(ssl.SSLObject, "do_handshake", slow)
+    runner, port, _ = await _serve(tmp_path, TLSPolicy(""))
+    try:
+        # A ClientHello, then gone before the server's step returns.
+        raw = socket.create_connection(("127.0.0.1", port))
+        client = ssl.create_default_context()
+        hello = client.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO())
+        with pytest.raises(ssl.SSLWantReadError):
+            hello.do_handshake()
+        raw.sendall(out.read())
+        raw.close()
+        done = await asyncio.gather(
+            *(
+                asyncio.to_thread(_handshake, port, ssl.TLSVersion.TLSv1_3, "DEFAULT")
+                for _ in range(8)
+            )
+        )
+        assert all(v.startswith("TLSv1.3") for v in done), done
+    finally:
+        await runner.cleanup()
+    assert on_loop and not any(on_loop)  # no step blocked the loop
