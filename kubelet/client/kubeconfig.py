@@ -6,8 +6,8 @@ data), insecure-skip-tls-verify, and the user's client certificate and key
 (files or inline data), token or tokenFile, basic auth, or an exec credential
 plugin (client.authentication.k8s.io v1 / v1beta1). Relative file paths are
 relative to the kubeconfig's directory, as client-go resolves them. Inline
-data is written to private files (0600 in a 0700 directory) because Python's
-TLS takes a client certificate only from a file.
+data is put in memory-only files (memfd, read through /proc/self/fd) because
+Python's TLS takes a client certificate only from a path.
 
 Refused, with the field named: impersonation (`as`, `as-user-extra`, ...),
 which would silently change whom the kubelet acts as if ignored, and the
@@ -18,16 +18,13 @@ them.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import binascii
 import datetime as dt
 import json
 import logging
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -118,11 +115,10 @@ def _named(doc: Mapping[str, Any], section: str, key: str, name: object) -> Mapp
 
 
 class _Files:
-    """Paths in the kubeconfig, and inline data as private files."""
+    """Paths in the kubeconfig, and inline data as memory-only files."""
 
     def __init__(self, base: str) -> None:
         self.base = base
-        self._dir: str | None = None
 
     def path_or_data(self, section: Mapping[str, Any], field: str, name: str) -> str | None:
         data = section.get(f"{field}-data")
@@ -133,15 +129,18 @@ class _Files:
             return None
         return path if os.path.isabs(path) else os.path.join(self.base, path)
 
-    def write(self, name: str, content: bytes) -> str:
-        if self._dir is None:
-            self._dir = tempfile.mkdtemp(prefix="kubelet-kubeconfig-")  # 0700
-            atexit.register(shutil.rmtree, self._dir, True)
-        path = os.path.join(self._dir, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        return path
+    @staticmethod
+    def write(name: str, content: bytes) -> str:
+        """A memfd (ssl loads keys only from a path): the data never reaches a
+        disk and goes with the process, even a killed one. Its descriptor stays
+        open (close-on-exec) for the process's life; only this process, and
+        root, can open the path."""
+        fd = os.memfd_create(f"kubeconfig-{name}")
+        os.fchmod(fd, 0o600)
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        return f"/proc/self/fd/{fd}"
 
 
 def _b64(value: object, field: str) -> bytes:

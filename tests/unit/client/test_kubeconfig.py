@@ -38,7 +38,7 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def test_files_are_relative_to_the_kubeconfig_and_data_lands_in_private_files(
+def test_files_are_relative_to_the_kubeconfig_and_data_stays_in_memory(
     tmp_path: Path,
 ) -> None:
     path = write(
@@ -52,8 +52,9 @@ def test_files_are_relative_to_the_kubeconfig_and_data_lands_in_private_files(
     assert conn.verify and conn.token is None
     assert conn.cert_file and Path(conn.cert_file).read_text() == "CERT"
     assert conn.key_file and Path(conn.key_file).read_text() == "KEY"
+    # A key from the kubeconfig is never written to a disk, not even /tmp.
+    assert os.readlink(conn.key_file).startswith("/memfd:kubeconfig-")
     assert stat.S_IMODE(os.stat(conn.key_file).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(os.path.dirname(conn.key_file)).st_mode) == 0o700
 
 
 def test_absolute_paths_inline_ca_and_insecure(tmp_path: Path) -> None:
