@@ -2,7 +2,7 @@
 proxy vs straight to the runtime's streaming server, in one run.
 
     python -m benches.streaming [--mib 512] [--runs 3] [--streams 1 8]   # --mib: total per run, split over the streams
-    python -m benches.streaming --execs 100 [--pods 20] [--hold 20] [--exec-bytes N]   # relist p99 under concurrent execs (containerd)
+    python -m benches.streaming --execs 100 [--pods 20] [--hold 20] [--exec-bytes N] [--exec-rate R]   # relist p99 under concurrent execs (containerd)
 
 Three processes on loopback, each on uvloop as the kubelet runs: a stand-in for the
 runtime's streaming server (answers the upgrade with 101, then sends --mib MiB),
@@ -307,19 +307,29 @@ async def _ws_exec(session: Any, url: str) -> int:
 
 
 async def _exec_load(
-    url_for: Callable[[int], Awaitable[str]], execs: int, hold: float, size: int
+    url_for: Callable[[int], Awaitable[str]], execs: int, hold: float, size: int, rate: float
 ) -> dict[str, Any]:
-    """`execs` workers, each running one exec after another until `hold` ends."""
+    """`execs` workers, each running one exec after another until `hold` ends;
+    with `rate`, the workers together start at most `rate` execs a second (each
+    worker's starts `execs / rate` s apart, staggered), so that two windows put
+    the same load on the runtime whichever path is faster."""
     import aiohttp
 
     done, failed, nbytes = 0, 0, 0
-    deadline = time.monotonic() + hold
+    t0 = time.monotonic()
+    deadline = t0 + hold
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
 
         async def worker(i: int) -> None:
             nonlocal done, failed, nbytes
-            while time.monotonic() < deadline:
+            next_at = t0 + (i / rate if rate else 0.0)
+            while True:
+                if rate:  # a worker that fell behind runs its execs back to back
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                    next_at += execs / rate
+                if time.monotonic() >= deadline:
+                    break
                 try:
                     got = await _ws_exec(session, await url_for(i))
                 except (aiohttp.ClientError, OSError):
@@ -336,7 +346,9 @@ async def _exec_load(
     return {"execs_completed": done, "execs_failed": failed, "exec_MB": round(nbytes / 1e6)}
 
 
-def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict[str, Any]:
+def _relist_under_execs(
+    n_pods: int, execs: int, hold: float, size: int, rate: float
+) -> dict[str, Any]:
     import urllib.request
     from pathlib import Path
     from urllib.parse import urlencode
@@ -406,7 +418,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
             async def url(i: int) -> str:
                 return f"https://127.0.0.1:{port}/exec/default/{names[i % len(names)]}/c?{q}"
 
-            return await _exec_load(url, execs, hold, size)
+            return await _exec_load(url, execs, hold, size, rate)
 
         async def direct() -> dict[str, Any]:
             # The same sessions straight to containerd's streaming server: a CRI
@@ -420,7 +432,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
                                      stdout=True, stderr=False)  # fmt: skip
 
             try:
-                return await _exec_load(url, execs, hold, size)
+                return await _exec_load(url, execs, hold, size, rate)
             finally:
                 await rt.close()
 
@@ -428,6 +440,7 @@ def _relist_under_execs(n_pods: int, execs: int, hold: float, size: int) -> dict
         straight = window(lambda: uvloop.run(direct()))
         busy = window(lambda: uvloop.run(via_kubelet()))
         out: dict[str, Any] = {"pods": n_pods, "concurrent_execs": execs, "hold_s": hold,
+                               "exec_rate_per_s": rate or None,
                                "bytes_per_exec": size,
                                "idle": idle, "execs_direct_to_runtime": straight,
                                "execs_through_kubelet": busy}  # fmt: skip
@@ -454,10 +467,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=20)
     ap.add_argument("--hold", type=float, default=20.0)
     ap.add_argument("--exec-bytes", type=int, default=1048576, help="stdout bytes per exec")
+    ap.add_argument("--exec-rate", type=float, default=0.0,
+                    help="execs started per second, all workers together (0: each worker "
+                    "starts its next exec when one ends)")  # fmt: skip
     args = ap.parse_args(argv)
     started = records.begin(argv, "benches.streaming")
     if args.execs:
-        res = _relist_under_execs(args.pods, args.execs, args.hold, args.exec_bytes)
+        res = _relist_under_execs(args.pods, args.execs, args.hold, args.exec_bytes, args.exec_rate)
         print(json.dumps(res, indent=2))
         records.write(started, "streaming-execs", res)
         return 0
