@@ -280,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="containerd: also ours with the EventedPLEG gate at every N")  # fmt: skip
     ap.add_argument("--evented-first", action="store_true",
                     help="run the evented row before the relist rows at each N (load-order control)")  # fmt: skip
+    ap.add_argument("--abba", action="store_true",
+                    help="at each N: ours, upstream, upstream, ours (run-order control: "
+                    "each kubelet runs first once and second once)")  # fmt: skip
     ap.add_argument("--kills", type=int, default=0,
                     help="containerd: containers killed per run for the status latency")  # fmt: skip
     ap.add_argument("--kill-rate", type=float, default=2.0, help="kills per second")
@@ -357,10 +360,12 @@ def main(argv: list[str] | None = None) -> int:
                         for rl in args.relist]  # fmt: skip
             evented = [Spec("ours", 1.0, n, args.rate, args.hold, args.profile, template,
                             runtime=args.runtime, evented=True, changes=args.changes, **kill)] if args.evented and on_ctd else []  # fmt: skip
-            specs += evented + relists if args.evented_first else relists + evented
+            ours = evented + relists if args.evented_first else relists + evented
+            specs += ours
             if have_upstream:
-                specs.append(Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
-                                  runtime=args.runtime, changes=args.changes, **kill))  # fmt: skip
+                up = Spec("upstream", 1.0, n, args.rate, args.hold, template=template,
+                          runtime=args.runtime, changes=args.changes, **kill)  # fmt: skip
+                specs += [up, up, *ours] if args.abba else [up]
             if args.kwok:
                 specs.append(Spec("kwok", 0.0, n, args.rate, args.hold, template=template))
             if args.unthrottled:
