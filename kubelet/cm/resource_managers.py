@@ -43,7 +43,7 @@ from kubelet.cm.memorymanager.policy_static import hugepage_resource_name
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cm.topologymanager.topology_manager import (
     TopologyManager,
-    all_containers,
+    init_and_app_containers,
     new_topology_manager,
 )
 from kubelet.cri.api import api_pb2 as cri
@@ -186,7 +186,9 @@ class ResourceManagers:
         """The pod cgroup then gets no CFS quota (DisableCPUQuotaWithExclusiveCPUs)."""
         if self.cpu.policy is None or not self.unlimited_quota_when_pinned:
             return False
-        return any(self.cpu.exclusive_cpus(uid(pod), c["name"]) for c in all_containers(pod))
+        return any(
+            self.cpu.exclusive_cpus(uid(pod), c["name"]) for c in init_and_app_containers(pod)
+        )
 
     def container_created(self, pod: Pod, container: Container, container_id: str) -> None:
         self.cpu.add_container(pod, container, container_id)

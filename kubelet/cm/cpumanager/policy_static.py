@@ -26,7 +26,11 @@ from kubelet.cm.cpumanager.state import CPUManagerState
 from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
-from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
+from kubelet.cm.topologymanager.topology_manager import (
+    AdmissionError,
+    Store,
+    init_and_app_containers,
+)
 from kubelet.features import Feature, FeatureGate
 from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.cpuset import EMPTY, CPUSet, format_cpus
@@ -345,7 +349,7 @@ class StaticPolicy:
         if requested == 0 or self._pod_level(pod):
             return None
         assigned: CPUSet = EMPTY
-        for c in all_containers(pod):
+        for c in init_and_app_containers(pod):
             allocated = s.get_cpuset(uid(pod), c["name"])
             if allocated is not None:
                 if len(allocated) != guaranteed_cpus(pod, c):

@@ -57,7 +57,11 @@ from kubelet.cm.devicemanager.topology_hints import (
 )
 from kubelet.cm.interfaces import PodLookup
 from kubelet.cm.topologymanager.policy import ProviderHints, TopologyHint
-from kubelet.cm.topologymanager.topology_manager import Store, admission_rejection, all_containers
+from kubelet.cm.topologymanager.topology_manager import (
+    Store,
+    admission_rejection,
+    init_and_app_containers,
+)
 from kubelet.lifecycle.predicate import Rejection
 from kubelet.resourcehelper import pod_limits
 from kubelet.types import Container, Pod, ResourceStatus, uid
@@ -234,7 +238,7 @@ class DeviceManager:
     def admit(self, pod: Pod) -> Rejection | None:
         """Devices for every container without the topology manager (as its
         policy none does): UnexpectedAdmissionError when they cannot be had."""
-        for c in all_containers(pod):
+        for c in init_and_app_containers(pod):
             try:
                 self.allocate(pod, c)
             except AllocationError as err:
@@ -418,7 +422,7 @@ class DeviceManager:
         wanted = device_requests(c, self._is_allocatable)
         if any(self.pod_devices.get(pod_uid, name, r) is None for r in wanted):
             # Admitted before the plugin registered, or before a restart: now.
-            for each in all_containers(pod):
+            for each in init_and_app_containers(pod):
                 self.allocate(pod, each)
         allocations = self.pod_devices.container(pod_uid, name)
         for resource, alloc in sorted(allocations.items()):

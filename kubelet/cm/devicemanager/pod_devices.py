@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kubelet.cm.devicemanager.api import api_pb2 as pb
-from kubelet.cm.topologymanager.topology_manager import AdmissionError, all_containers
+from kubelet.cm.topologymanager.topology_manager import AdmissionError, init_and_app_containers
 from kubelet.cri.api import api_pb2 as cri
 from kubelet.types import Container, Pod, uid
 
@@ -116,7 +116,7 @@ class PodDevices:
         sidecar or an app container takes them."""
         pool: dict[str, set[str]] = {}
         inits = [i.get("name") for i in pod["spec"].get("initContainers") or []]
-        for prev in all_containers(pod):
+        for prev in init_and_app_containers(pod):
             if prev.get("name") == c.get("name"):
                 break
             regular_init = prev.get("name") in inits and prev.get("restartPolicy") != "Always"

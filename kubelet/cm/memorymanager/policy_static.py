@@ -23,7 +23,11 @@ from kubelet.cm.memorymanager.state import (
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cm.topologymanager import bitmask
 from kubelet.cm.topologymanager.policy import TopologyHint
-from kubelet.cm.topologymanager.topology_manager import AdmissionError, Store, all_containers
+from kubelet.cm.topologymanager.topology_manager import (
+    AdmissionError,
+    Store,
+    init_and_app_containers,
+)
 from kubelet.types import Container, Pod, qos_class, uid
 from kubelet.util.quantity import format_binary, to_bytes
 
@@ -275,7 +279,7 @@ class StaticPolicy:
         if qos_class(pod) != "Guaranteed" or self._pod_level(pod):
             return None
         requested = pod_requested_resources(pod)
-        for c in all_containers(pod):
+        for c in init_and_app_containers(pod):
             blocks = s.get_memory_blocks(uid(pod), c["name"])
             if blocks is not None:
                 return regenerate_hints(blocks, requested)

@@ -31,7 +31,7 @@ from kubelet.cm.topologymanager.policy import (
 )
 from kubelet.features import FeatureGate
 from kubelet.lifecycle.predicate import Rejection
-from kubelet.types import Container, Pod, uid
+from kubelet.types import Container, Pod, containers_of, uid
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +82,11 @@ def admission_rejection(err: Exception) -> Rejection:
     return Rejection(ERROR_UNEXPECTED, f"Allocate failed due to {err}, which is unexpected")
 
 
-def all_containers(pod: Pod) -> list[Container]:
-    spec = pod.get("spec") or {}
-    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+def init_and_app_containers(pod: Pod) -> list[Container]:
+    """The containers resources are aligned for, in upstream's order: init
+    containers first, then the app containers; ephemeral ones get none."""
+    spec = pod["spec"]
+    return [*containers_of(spec, "initContainers"), *containers_of(spec, "containers")]
 
 
 class TopologyManager:
@@ -162,7 +164,7 @@ class TopologyManager:
             return self._admit_pod(pod)
         if self.scope == SCOPE_CONTAINER:
             return self._admit_containers(pod)
-        for c in all_containers(pod):  # policy none: allocate, no alignment
+        for c in init_and_app_containers(pod):  # policy none: allocate, no alignment
             rejection = self._allocate(pod, c)
             if rejection is not None:
                 return rejection
@@ -180,7 +182,7 @@ class TopologyManager:
         return None
 
     def _admit_containers(self, pod: Pod) -> Rejection | None:
-        for c in all_containers(pod):
+        for c in init_and_app_containers(pod):
             hints = [p.get_topology_hints(pod, c) for p in self.providers]
             best, admit = self.policy.merge(hints)
             log.info("Best TopologyHint for %s/%s: %s", uid(pod), c.get("name"), best)
@@ -204,7 +206,7 @@ class TopologyManager:
             self._alignment(metrics.ALIGN_SCOPE_POD, False)
             metrics.TOPOLOGY_MANAGER_ADMISSION_ERRORS.inc()
             return Rejection(ERROR_TOPOLOGY_AFFINITY, TOPOLOGY_AFFINITY_MESSAGE)
-        for c in all_containers(pod):
+        for c in init_and_app_containers(pod):
             self._set_affinity(uid(pod), c["name"], best)
             rejection = self._allocate(pod, c)
             if rejection is not None:
