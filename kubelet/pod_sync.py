@@ -66,6 +66,9 @@ DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadlin
 UNMOUNT_WAIT = 30.0
 
 
+_TOLD_NOTHING: frozenset[str] = frozenset()
+
+
 class KubeletPodSyncer:
     """Implements pod_workers.PodSyncer for the Kubelet. Per-pod state lives in
     dicts keyed by UID and is touched only by that pod's worker (or by the
@@ -179,7 +182,7 @@ class KubeletPodSyncer:
         n_ephemeral = len(pod["spec"].get("ephemeralContainers") or [])
         told = self._warned.get(u)
         if told is None or told[0] != n_ephemeral:
-            before = frozenset() if told is None else told[1]
+            before = _TOLD_NOTHING if told is None else told[1]
             self._warned[u] = (n_ephemeral, self._warn_unsupported(pod, before))
 
     async def _ensure_pod_cgroup(self, pod: Pod) -> PodSyncResult | None:
@@ -346,7 +349,7 @@ class KubeletPodSyncer:
             log.warning("Pod %s: %s", full_name(pod), msg)
             if self.recorder is not None:
                 self.recorder.event(object_ref(pod), "Warning", "UnsupportedPodFields", msg)
-        return told.union(fields)
+        return told.union(fields) if fields else told  # most pods: the shared empty set
 
     async def _ensure_mirror(self, pod: Pod) -> None:
         """Create the static pod's mirror pod, replacing one that is out of date."""
