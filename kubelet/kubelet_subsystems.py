@@ -230,6 +230,7 @@ def build_pods(node: Node, volumes: PodVolumeStates) -> Pods:
         # PodResourcesAreReclaimed: containers stopped and volumes torn down, so
         # a ReadWriteOncePod claim or an attached volume is free once it is gone.
         can_delete=lambda u: worker_states.all_stopped(u) and volumes.volumes_torn_down(u),
+        could_run=worker_states.could_have_running_containers,
         tracking=node.features.enabled(generation.GATE),
         on_status_set=startup.record_status_updated,
     )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubelet import metrics
 from kubelet import types as v1
+from kubelet.status.disruption import DISRUPTION_TARGET
 from kubelet.status.generation import status_observed_generation
 from kubelet.types import JSONObject, Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue
@@ -85,6 +86,30 @@ _KUBELET_OWNED = ("reason", "message", "podIP", "podIPs", "initContainerStatuses
 _DROPPED_WHEN_OVER = ("PodResizePending", "PodResizeInProgress")
 # PodStatus lists whose patch strategy is merge with "ip" as the key.
 _MERGE_BY_IP = ("podIPs", "hostIPs")
+
+
+_TERMINAL = ("Succeeded", "Failed")
+
+
+def hold_terminal(api: Mapping[str, Any], ours: v1.PodStatus, could_run: bool) -> Mapping[str, Any]:
+    """mergePodStatus's guard: a pod that may still have running containers is
+    never reported Succeeded or Failed. Until its containers have stopped, the
+    API keeps its phase, reason and message, and the DisruptionTarget
+    condition waits with them. The final phase then comes from how the
+    containers ended (a victim whose containers exit 0 on SIGTERM ends
+    Succeeded), not from the kill's Failed."""
+    if not could_run or ours.get("phase") not in _TERMINAL or api.get("phase") in _TERMINAL:
+        return ours
+    out: dict[str, Any] = dict(ours)
+    for key in ("phase", "reason", "message"):
+        if key in api:
+            out[key] = api[key]
+        else:
+            out.pop(key, None)
+    out["conditions"] = [
+        c for c in ours.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET
+    ]
+    return out
 
 
 def status_patch(api: Mapping[str, Any], ours: Mapping[str, Any]) -> JSONObject:
@@ -147,6 +172,7 @@ class StatusManager:
         desired_pod: Callable[[str], Pod | None] | None = None,
         mirror_of: Callable[[Pod], Pod | None] | None = None,
         can_delete: Callable[[str], bool] | None = None,
+        could_run: Callable[[str], bool] | None = None,
         concurrency: int = 16,
         tracking: bool = True,
         on_status_set: Callable[[str, v1.PodStatus], None] | None = None,
@@ -166,6 +192,9 @@ class StatusManager:
         self.desired_pod = desired_pod or (lambda _u: None)
         self.mirror_of = mirror_of or (lambda _p: None)
         self.can_delete = can_delete or (lambda _u: True)
+        # Whether a pod's worker may still have containers running (podWorkers'
+        # CouldHaveRunningContainers): its terminal phase waits until it has not.
+        self.could_run = could_run or (lambda _u: False)
         self.concurrency = concurrency
         # PodObservedGenerationTracking: statuses carry the generation they answer.
         self.tracking = tracking
@@ -304,7 +333,8 @@ class StatusManager:
         path = f"/api/v1/namespaces/{namespace(target)}/pods/{name(target)}"
         ours = self._statuses.get(u)
         if ours is not None:
-            patch = status_patch(target.get("status") or {}, ours.status)
+            api = target.get("status") or {}
+            patch = status_patch(api, hold_terminal(api, ours.status, self.could_run(u)))
             if patch:
                 body = {"metadata": {"uid": tu}, "status": patch}
                 try:

@@ -127,3 +127,50 @@ async def test_status_sync_duration_and_the_status_set_hook() -> None:
     finally:
         stop.set()
         await task
+
+
+async def test_a_terminal_phase_waits_until_the_containers_have_stopped() -> None:
+    """mergePodStatus: a preempted pod is Failed in the kubelet at once, but the
+    API keeps Running (and no DisruptionTarget) while its containers may run;
+    once they stopped, the status generated from their exit codes is sent."""
+    api = {"a": api_pod("a", "1", {"phase": "Running", "conditions": []})}
+    client = FakeClient(api)
+    running = {"uid-a": True}
+    sm = StatusManager(
+        client,
+        api_pod=lambda u: api.get(u.removeprefix("uid-")),
+        desired_pod=lambda u: api.get(u.removeprefix("uid-")),
+        could_run=lambda u: running[u],
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(sm.run(stop))
+
+    async def patched(n: int) -> dict[str, Any]:
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(client.calls) >= n:
+                break
+        assert len(client.calls) == n
+        return dict(client.calls[-1][2]["status"])
+
+    disruption = {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}
+    try:
+        sm.set_pod_status("uid-a", {
+            "phase": "Failed", "reason": "Preempting", "message": "Preempted",
+            "podIP": "10.0.0.5", "conditions": [disruption],
+        })  # fmt: skip
+        held = await patched(1)
+        assert "phase" not in held and "reason" not in held and "conditions" not in held
+        assert held["podIP"] == "10.0.0.5"
+        api["a"]["status"].update(held)
+        # The containers exited 0 on SIGTERM: the final status is Succeeded.
+        running["uid-a"] = False
+        sm.set_pod_status("uid-a", {
+            "phase": "Succeeded", "podIP": "10.0.0.5", "conditions": [disruption],
+        })  # fmt: skip
+        final = await patched(2)
+        assert final["phase"] == "Succeeded"
+        assert [c["type"] for c in final["conditions"]] == ["DisruptionTarget"]
+    finally:
+        stop.set()
+        await task
