@@ -402,7 +402,9 @@ class KubeletPodSyncer:
         if evicted is not None:
             disruption.apply(evicted, api)
         elif old is not None and old.get("phase") in TERMINAL and old.get("reason"):
-            api["reason"], api["message"] = old["reason"], old.get("message", "")
+            # A terminal status the kubelet gave a reason (DeadlineExceeded) stands whole.
+            api["phase"], api["reason"] = old["phase"], old["reason"]
+            api["message"] = old.get("message", "")
         elif self._past_deadline(pod, old or api):
             self._fail_past_deadline(pod, api)
         self.status_manager.set_pod_status(u, terminal.terminate_pod(pod, api), pod)

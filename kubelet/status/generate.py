@@ -570,9 +570,20 @@ def generate(
             if health := resource_health(pod, cs["name"]):
                 cs["allocatedResourcesStatus"] = health
     phase = get_phase(pod, init_st, st, _any_regular_active(pod, status), terminal)
-    # Terminal is terminal: a pod never leaves Succeeded or Failed.
-    if old.get("phase") in ("Succeeded", "Failed"):
-        phase = old["phase"]
+    # Terminal is terminal, as upstream rules it: a phase computed from the
+    # containers that is not terminal takes the kubelet's own terminal phase
+    # (or the API's); a terminal one stands (a preempted pod whose containers
+    # exited 0 is Succeeded, not the kill's Failed) unless the API already
+    # holds a terminal phase, which no pod ever leaves.
+    terminal_phases = ("Succeeded", "Failed")
+    api_phase = (pod.get("status") or {}).get("phase")
+    if phase not in terminal_phases:
+        if old.get("phase") in terminal_phases:
+            phase = old["phase"]
+        elif api_phase in terminal_phases:
+            phase = str(api_phase)
+    if api_phase in terminal_phases:
+        phase = str(api_phase)
     cond = _Conditions.of(old.get("conditions") or [], generation(pod), tracking)
     ready_args = _readiness(phase, init_specs, init_st, st)
     # The API's copy of the pod carries the conditions others own.
