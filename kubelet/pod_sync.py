@@ -39,6 +39,7 @@ from kubelet.status.generation import generation
 from kubelet.status.resize_conditions import ERROR
 from kubelet.status.status_manager import StatusManager
 from kubelet.types import (
+    TERMINAL_PHASES,
     Pod,
     full_name,
     host_network,
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 # What creating a mirror pod can fail with, none of it fatal to the static pod.
 _MIRROR_ERRORS: tuple[type[Exception], ...] = (*API_ERRORS, NodeNotRegistered)
 
-TERMINAL = ("Succeeded", "Failed")
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 UNMOUNT_WAIT = 30.0
@@ -226,7 +226,7 @@ class KubeletPodSyncer:
         pod = self._allocated(pod, status)
         self._first_sync(pod)
         old = self._previous_status(pod)
-        if old is not None and old.get("phase") in TERMINAL:
+        if old is not None and old.get("phase") in TERMINAL_PHASES:
             return PodSyncResult(terminal=True)
         if old is not None and self._past_deadline(pod, old):
             return self._fail_for_deadline(pod, status, old)
@@ -262,7 +262,7 @@ class KubeletPodSyncer:
         self.status_manager.set_pod_status(u, api, pod)
         self._arm_deadline(pod, api)
         self._observe_running(u, api)
-        if api["phase"] in TERMINAL:
+        if api["phase"] in TERMINAL_PHASES:
             self.admitter.release(u)
             return PodSyncResult(terminal=True)
         if not result.ok:
@@ -401,7 +401,7 @@ class KubeletPodSyncer:
         self.volumes.remove_pod(u)
         if evicted is not None:
             disruption.apply(evicted, api)
-        elif old is not None and old.get("phase") in TERMINAL and old.get("reason"):
+        elif old is not None and old.get("phase") in TERMINAL_PHASES and old.get("reason"):
             # A terminal status the kubelet gave a reason (DeadlineExceeded) stands whole.
             api["phase"], api["reason"] = old["phase"], old["reason"]
             api["message"] = old.get("message", "")

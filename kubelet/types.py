@@ -65,6 +65,9 @@ def all_containers(pod: Pod) -> list[Container]:
     return [c for kind in CONTAINER_KINDS for c in containers_of(pod["spec"], kind)]
 
 
+# Phases no pod ever leaves.
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
 CONFIG_SEEN = "kubernetes.io/config.seen"

@@ -20,6 +20,7 @@ from kubelet.kuberuntime.termination import (
 )
 from kubelet.status.generation import condition_observed_generation, generation
 from kubelet.types import (
+    TERMINAL_PHASES,
     Container,
     Pod,
     all_containers,
@@ -575,14 +576,13 @@ def generate(
     # (or the API's); a terminal one stands (a preempted pod whose containers
     # exited 0 is Succeeded, not the kill's Failed) unless the API already
     # holds a terminal phase, which no pod ever leaves.
-    terminal_phases = ("Succeeded", "Failed")
     api_phase = (pod.get("status") or {}).get("phase")
-    if phase not in terminal_phases:
-        if old.get("phase") in terminal_phases:
+    if phase not in TERMINAL_PHASES:
+        if old.get("phase") in TERMINAL_PHASES:
             phase = old["phase"]
-        elif api_phase in terminal_phases:
+        elif api_phase in TERMINAL_PHASES:
             phase = str(api_phase)
-    if api_phase in terminal_phases:
+    if api_phase in TERMINAL_PHASES:
         phase = str(api_phase)
     cond = _Conditions.of(old.get("conditions") or [], generation(pod), tracking)
     ready_args = _readiness(phase, init_specs, init_st, st)

@@ -29,7 +29,7 @@ from kubelet import metrics
 from kubelet import types as v1
 from kubelet.status.disruption import DISRUPTION_TARGET
 from kubelet.status.generation import status_observed_generation
-from kubelet.types import JSONObject, Pod, is_static, name, namespace, uid
+from kubelet.types import TERMINAL_PHASES, JSONObject, Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue
 
 if TYPE_CHECKING:
@@ -88,9 +88,6 @@ _DROPPED_WHEN_OVER = ("PodResizePending", "PodResizeInProgress")
 _MERGE_BY_IP = ("podIPs", "hostIPs")
 
 
-_TERMINAL = ("Succeeded", "Failed")
-
-
 def hold_terminal(api: Mapping[str, Any], ours: v1.PodStatus, could_run: bool) -> Mapping[str, Any]:
     """mergePodStatus's guard: a pod that may still have running containers is
     never reported Succeeded or Failed. Until its containers have stopped, the
@@ -98,7 +95,11 @@ def hold_terminal(api: Mapping[str, Any], ours: v1.PodStatus, could_run: bool) -
     condition waits with them. The final phase then comes from how the
     containers ended (a victim whose containers exit 0 on SIGTERM ends
     Succeeded), not from the kill's Failed."""
-    if not could_run or ours.get("phase") not in _TERMINAL or api.get("phase") in _TERMINAL:
+    if (
+        not could_run
+        or ours.get("phase") not in TERMINAL_PHASES
+        or api.get("phase") in TERMINAL_PHASES
+    ):
         return ours
     out: dict[str, Any] = dict(ours)
     for key in ("phase", "reason", "message"):
