@@ -9,11 +9,15 @@ relative to the kubeconfig's directory, as client-go resolves them. Inline
 data is put in memory-only files (memfd, read through /proc/self/fd) because
 Python's TLS takes a client certificate only from a path.
 
-Refused, with the field named: impersonation (`as`, `as-user-extra`, ...),
-which would silently change whom the kubelet acts as if ignored, and the
-removed auth-provider plugins. Fields that change only how the server is
-reached (`tls-server-name`, `proxy-url`) are not implemented: a warning names
-them.
+Every field is accounted for. Refused, with the field named: impersonation
+(`as`, `as-user-extra`, ...), which would silently change whom the kubelet
+acts as if ignored, and the removed auth-provider plugins. Fields that change
+only how the server is reached (`tls-server-name`, `proxy-url`) are not
+implemented: a warning names them. Fields client-go reads but that change
+nothing for a kubelet (`preferences`, a context's `namespace`, extensions
+other than the exec plugin's cluster config) get an info line naming them;
+`disable-compression` holds without effort: this client never asks for a
+compressed response. Any other field is unknown and a warning names it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,57 @@ EXEC_TIMEOUT = 60.0
 TOKEN_FILE_TTL = 60.0  # client-go re-reads a tokenFile about once a minute
 _REFUSED_USER = ("as", "as-uid", "as-groups", "as-user-extra", "auth-provider")
 _WARNED_CLUSTER = ("tls-server-name", "proxy-url")
+# The cluster extension whose value an exec plugin gets as spec.cluster.config.
+EXEC_EXTENSION = "client.authentication.k8s.io/exec"
+INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")
+_CLUSTER_INFO = (
+    "server",
+    "tls-server-name",
+    "insecure-skip-tls-verify",
+    "certificate-authority-data",
+    "proxy-url",
+    "disable-compression",
+)
+# Per section: the fields read here, and those that change nothing for a kubelet.
+_READ = {
+    "": ("apiVersion", "kind", "clusters", "contexts", "users", "current-context"),
+    "cluster": (
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "insecure-skip-tls-verify",
+        "disable-compression",
+        *_WARNED_CLUSTER,
+    ),
+    "context": ("cluster", "user"),
+    "user": (
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "token",
+        "tokenFile",
+        "username",
+        "password",
+        "exec",
+        *_REFUSED_USER,
+    ),
+    "exec": (
+        "apiVersion",
+        "command",
+        "args",
+        "env",
+        "installHint",
+        "provideClusterInfo",
+        "interactiveMode",
+    ),
+}
+_NO_EFFECT = {
+    "": ("preferences", "extensions"),
+    "cluster": ("extensions",),
+    "context": ("namespace", "extensions"),
+    "user": ("extensions",),
+}
 
 
 class KubeconfigError(ValueError):
@@ -81,6 +136,8 @@ def _load(doc: object, base: str) -> ConnectionConfig:
     server = cluster.get("server")
     if not server:
         raise KubeconfigError(f"cluster {ctx.get('cluster')!r} has no server")
+    for section, fields in (("", doc), ("cluster", cluster), ("context", ctx), ("user", user)):
+        _account(section, fields)
     for f in _WARNED_CLUSTER:
         if cluster.get(f):
             log.warning("kubeconfig: cluster.%s is not implemented by this kubelet; ignored", f)
@@ -102,6 +159,25 @@ def _load(doc: object, base: str) -> ConnectionConfig:
     if bool(conn.cert_file) != bool(conn.key_file):
         raise KubeconfigError("a client certificate needs its key and the key its certificate")
     return conn
+
+
+def _account(section: str, fields: Mapping[str, Any]) -> None:
+    """A log line for each field set in `section` that is not read here."""
+    where = f"{section}." if section else ""
+    for name, value in fields.items():
+        if name in _READ[section] or (
+            section == "cluster" and name == "extensions" and _only_exec(value)
+        ):
+            continue
+        if name not in _NO_EFFECT.get(section, ()):
+            log.warning("kubeconfig: unknown field %s%s; ignored", where, name)
+        elif value:
+            log.info("kubeconfig: %s%s has no effect on a kubelet; not read", where, name)
+
+
+def _only_exec(extensions: list[Mapping[str, Any]] | None) -> bool:
+    """Whether the only cluster extension is the exec plugin's, which is read."""
+    return all(e.get("name") == EXEC_EXTENSION for e in extensions or [])
 
 
 def _named(doc: Mapping[str, Any], section: str, key: str, name: object) -> Mapping[str, Any]:
@@ -210,13 +286,13 @@ class _ExecPlugin:
             raise KubeconfigError(f"exec: apiVersion {self.version!r} not in {EXEC_VERSIONS}")
         if not spec.get("command"):
             raise KubeconfigError("exec: no command")
+        _account("exec", spec)
         self.argv = [str(spec["command"]), *(str(a) for a in spec.get("args") or [])]
         self.env = {str(e["name"]): str(e.get("value") or "") for e in spec.get("env") or []}
-        info: dict[str, Any] = {"interactive": False}
+        self.interactive = _interactive(spec.get("interactiveMode"), self.version)
+        info: dict[str, Any] = {"interactive": self.interactive}
         if spec.get("provideClusterInfo"):
-            info["cluster"] = {
-                k: cluster[k] for k in ("server", "certificate-authority-data") if k in cluster
-            }
+            info["cluster"] = _cluster_info(cluster)
         self.exec_info = json.dumps(
             {"apiVersion": self.version, "kind": "ExecCredential", "spec": info}
         )
@@ -228,7 +304,12 @@ class _ExecPlugin:
         env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self.exec_info}
         try:
             out = subprocess.run(
-                self.argv, env=env, capture_output=True, timeout=EXEC_TIMEOUT, check=True
+                self.argv,
+                env=env,
+                stdin=None if self.interactive else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=EXEC_TIMEOUT,
+                check=True,
             ).stdout
             doc = json.loads(out)
         except (OSError, subprocess.SubprocessError, ValueError) as err:
@@ -247,6 +328,31 @@ class _ExecPlugin:
         if self._expires is not None and time.time() >= self._expires:
             self.run()  # blocking, as client-go's refresh; only once per token
         return f"Bearer {self._token}" if self._token else None
+
+
+def _interactive(mode: object, version: object) -> bool:
+    """Whether the plugin gets the kubelet's stdin, by client-go's rules: v1
+    must say, v1beta1 defaults to IfAvailable, Always needs a terminal."""
+    if mode is None and version == EXEC_VERSIONS[0]:
+        raise KubeconfigError(f"exec: interactiveMode must be specified for {version}")
+    if mode is None:
+        mode = "IfAvailable"
+    if mode not in INTERACTIVE_MODES:
+        raise KubeconfigError(f"exec: interactiveMode must be one of {INTERACTIVE_MODES}")
+    tty = os.isatty(0)
+    if mode == "Always" and not tty:
+        raise KubeconfigError("exec: interactiveMode Always, but standard input is not a terminal")
+    return mode != "Never" and tty
+
+
+def _cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
+    """spec.cluster of the ExecCredential: the cluster as the plugin sees it,
+    with the exec extension's value as its config."""
+    info = {k: cluster[k] for k in _CLUSTER_INFO if k in cluster}
+    for ext in cluster.get("extensions") or []:
+        if ext.get("name") == EXEC_EXTENSION:
+            info["config"] = ext.get("extension")
+    return info
 
 
 def _expiry(stamp: object) -> float | None:

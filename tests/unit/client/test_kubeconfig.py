@@ -115,14 +115,20 @@ def test_exec_plugin_token_is_refreshed_when_it_expires(tmp_path: Path) -> None:
         "args": [script],
         "env": [{"name": "X", "value": "1"}],
         "provideClusterInfo": True,
+        "interactiveMode": "Never",
     }
-    conn = load_kubeconfig(write(tmp_path, {"server": "https://h"}, {"exec": exec_spec}))
+    cluster = {
+        "server": "https://h",
+        "extensions": [{"name": kc.EXEC_EXTENSION, "extension": {"audience": "a"}}],
+    }
+    conn = load_kubeconfig(write(tmp_path, cluster, {"exec": exec_spec}))
     assert conn.token is not None and conn.token() == "Bearer t1"
     runs = (tmp_path / "runs").read_text().splitlines()
     assert len(runs) == 2  # at load, and again: the token had expired
     info = json.loads(runs[0])
     assert info["kind"] == "ExecCredential" and info["spec"]["interactive"] is False
     assert info["spec"]["cluster"]["server"] == "https://h"
+    assert info["spec"]["cluster"]["config"] == {"audience": "a"}
 
 
 def test_exec_plugin_client_certificate(tmp_path: Path) -> None:
@@ -157,6 +163,7 @@ def test_exec_plugin_client_certificate(tmp_path: Path) -> None:
                     "apiVersion": kc.EXEC_VERSIONS[0],
                     "command": "/nonexistent/p",
                     "installHint": "install it",
+                    "interactiveMode": "IfAvailable",
                 }
             },
             {},
@@ -176,6 +183,84 @@ def test_unusable_kubeconfigs_are_refused_with_the_reason(
 def test_fields_not_implemented_are_named(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     load_kubeconfig(write(tmp_path, {"server": "https://h", "tls-server-name": "x"}, {}))
     assert "cluster.tls-server-name is not implemented" in caplog.text
+
+
+def test_every_field_not_read_gets_a_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger=kc.__name__)
+    cluster = {
+        "server": "https://h",
+        "disable-compression": True,
+        "extensions": [{"name": "other", "extension": {}}],
+        "sever": "typo",
+    }
+    user = {"token": "t", "extensions": [{"name": "x", "extension": {}}], "tokenfile": "typo"}
+    path = write(tmp_path, cluster, user, preferences={"colors": True})
+    doc = yaml.safe_load(Path(path).read_text())
+    doc["contexts"][0]["context"]["namespace"] = "kube-system"
+    Path(path).write_text(yaml.safe_dump(doc))
+    load_kubeconfig(path)
+    lines = {(r.levelname, r.getMessage()) for r in caplog.records}
+    assert lines == {
+        ("WARNING", "kubeconfig: unknown field cluster.sever; ignored"),
+        ("WARNING", "kubeconfig: unknown field user.tokenfile; ignored"),
+        ("INFO", "kubeconfig: preferences has no effect on a kubelet; not read"),
+        ("INFO", "kubeconfig: cluster.extensions has no effect on a kubelet; not read"),
+        ("INFO", "kubeconfig: context.namespace has no effect on a kubelet; not read"),
+        ("INFO", "kubeconfig: user.extensions has no effect on a kubelet; not read"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "tty", "outcome"),
+    [
+        (kc.EXEC_VERSIONS[0], None, False, "must be specified"),
+        (kc.EXEC_VERSIONS[0], "Sometimes", False, "must be one of"),
+        (kc.EXEC_VERSIONS[0], "Always", False, "not a terminal"),
+        (kc.EXEC_VERSIONS[0], "Always", True, True),
+        (kc.EXEC_VERSIONS[0], "Never", True, False),
+        (kc.EXEC_VERSIONS[0], "IfAvailable", False, False),
+        (kc.EXEC_VERSIONS[1], None, True, True),  # v1beta1 defaults to IfAvailable
+    ],
+)
+def test_exec_interactive_mode_as_client_go(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    version: str,
+    mode: str | None,
+    tty: bool,
+    outcome: str | bool,
+) -> None:
+    monkeypatch.setattr(kc.os, "isatty", lambda fd: tty)
+    script = plugin(tmp_path, {"token": "t"}, version)
+    spec = {"apiVersion": version, "command": sys.executable, "args": [script]}
+    if mode is not None:
+        spec["interactiveMode"] = mode
+    path = write(tmp_path, {"server": "https://h"}, {"exec": spec})
+    if isinstance(outcome, str):
+        with pytest.raises(KubeconfigError, match=outcome):
+            load_kubeconfig(path)
+        return
+    load_kubeconfig(path)
+    info = json.loads((tmp_path / "runs").read_text().splitlines()[0])
+    assert info["spec"]["interactive"] is outcome
+
+
+def test_a_plugin_not_interactive_reads_no_stdin(tmp_path: Path) -> None:
+    script = tmp_path / "stdin.py"
+    script.write_text(
+        "import json, sys\n"
+        "data = sys.stdin.read()\n"
+        f"print(json.dumps({{'apiVersion': {kc.EXEC_VERSIONS[0]!r}, 'kind': 'ExecCredential',"
+        " 'status': {'token': 'read:' + data}}))\n"
+    )
+    spec = {
+        "apiVersion": kc.EXEC_VERSIONS[0],
+        "command": sys.executable,
+        "args": [str(script)],
+        "interactiveMode": "Never",
+    }
+    conn = load_kubeconfig(write(tmp_path, {"server": "https://h"}, {"exec": spec}))
+    assert conn.token is not None and conn.token() == "Bearer read:"
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
