@@ -26,7 +26,7 @@ from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.server import WatcherHandler
-from kubelet.cm.dra.plugin import DRAPluginManager
+from kubelet.cm.dra.plugin import DRAPluginManager, HealthStreamHandler
 from kubelet.cm.resource_managers import (
     ResourceManagerConfig,
     ResourceManagers,
@@ -290,17 +290,20 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     )
     # Before the sources start nothing is admitted; after, ready once each delivered.
     has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
-    dra = None
+    new_dra = None
     if node.features.enabled(Feature.DynamicResourceAllocation):
-        # With ResourceHealthStatus it also opens each driver's health stream.
-        dra = DRAPluginManager(node.kube_client, node.name)
+
+        def new_dra(health: HealthStreamHandler | None) -> DRAPluginManager:
+            # Given a handler (ResourceHealthStatus), it opens each driver's health stream.
+            return DRAPluginManager(node.kube_client, node.name, health=health)
+
     return new_resource_managers(
         cfg,
         ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
         node.features,
         active,
         lambda: pods.sources_ready.is_set() or not has_sources,
-        dra_plugins=dra,
+        new_dra_plugins=new_dra,
         kube_client=node.kube_client,
         # A device's health changed: its pods' statuses are synced now.
         device_health_changed=pods.sync_requests.request,

@@ -28,10 +28,11 @@ from kubelet.cm.cpumanager.topology import CPUTopology
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.cm.devicemanager.pod_devices import DeviceRunOptions
+from kubelet.cm.dra.claiminfo import ClaimInfoCache
 from kubelet.cm.dra.health import DRAHealth, merge_statuses
 from kubelet.cm.dra.healthinfo import HealthCache
 from kubelet.cm.dra.manager import DRAManager
-from kubelet.cm.dra.plugin import DRAPluginManager
+from kubelet.cm.dra.plugin import DRAPluginManager, HealthStreamHandler
 from kubelet.cm.interfaces import (
     ContainerManagerError,
     ContainerUpdater,
@@ -265,12 +266,14 @@ def new_resource_managers(
     gates: FeatureGate,
     pods: PodLookup,
     sources_ready: Callable[[], bool],
-    dra_plugins: DRAPluginManager | None = None,
+    new_dra_plugins: Callable[[HealthStreamHandler | None], DRAPluginManager] | None = None,
     kube_client: APIClient | None = None,
     device_health_changed: Callable[[str], None] | None = None,
 ) -> ResourceManagers:
     """NewContainerManager's part and Start: ContainerManagerError with upstream's
     message, prefixed as the Go kubelet prefixes it, for anything it refuses.
+    new_dra_plugins (DRA on): builds the drivers' plugin manager, given the
+    health stream handler when ResourceHealthStatus is on.
     device_health_changed: asked to sync a pod whose devices' health changed
     (with ResourceHealthStatus on; upstream's device manager update channel)."""
     with _refused():
@@ -311,14 +314,15 @@ def new_resource_managers(
     for provider in (devices, cpu, memory):
         topology.add_hint_provider(provider)
     dra = dra_health = None
-    if dra_plugins is not None:
+    if new_dra_plugins is not None:
         with _refused("start dra manager error: "):
-            dra = DRAManager(rc.state_dir, kube_client, dra_plugins, pods, sources_ready)
+            claims = ClaimInfoCache(rc.state_dir)
         if health:
             # The drivers' NodeWatchResources streams, opened as they register.
             changed = device_health_changed or _no_sync
-            dra_health = DRAHealth(HealthCache(rc.state_dir), dra, changed)
-            dra_plugins.watch_health(dra_health)
+            dra_health = DRAHealth(HealthCache(rc.state_dir), claims, changed)
+        plugins = new_dra_plugins(dra_health)
+        dra = DRAManager(claims, kube_client, plugins, pods, sources_ready)
     return ResourceManagers(
         topology, cpu, memory, devices,
         gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra, dra_health,

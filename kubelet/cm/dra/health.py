@@ -4,8 +4,8 @@ and UpdateAllocatedResourcesStatus of cm/dra/manager.go upstream).
 A driver streams its devices' health (NodeWatchResources, one stream per
 registered endpoint, opened by the plugin manager); every response updates
 the health cache, and each pod whose claims hold a device whose health
-changed is asked to sync its status, found through the DRA manager's device
-index. When a stream ends the driver's health is forgotten (its devices are
+changed is asked to sync its status, found through the claim info cache's
+device index. When a stream ends the driver's health is forgotten (its devices are
 Unknown again) and the pods that saw it change are synced too.
 
 A container's allocatedResourcesStatus gets one entry per claim it names,
@@ -22,7 +22,7 @@ from typing import Protocol
 from kubelet import types as v1
 from kubelet.cm.dra import healthinfo as hi
 from kubelet.cm.dra.api import health_pb2 as hpb
-from kubelet.cm.dra.manager import ContainerClaim
+from kubelet.cm.dra.claiminfo import ContainerClaim
 from kubelet.types import Container, Pod
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ _HEALTH = {hpb.HEALTHY: hi.HEALTHY, hpb.UNHEALTHY: hi.UNHEALTHY}
 
 
 class ClaimDevices(Protocol):
-    """What the DRA manager knows of the prepared claims."""
+    """What the claim info cache knows of the prepared claims."""
 
     def pods_using(self, driver: str, pool: str, device: str) -> Collection[str]: ...
 

@@ -3,10 +3,8 @@ ResourceClaims with their drivers before its sandbox is made, hands each
 container the CDI devices of the claims it names, and unprepares a claim once
 no pod on this node uses it any more.
 
-The claim cache (claim namespace/name -> claim UID, pods using it, devices per
-driver) is checkpointed as upstream's dra_manager_state after every change.
-Restored entries are not marked prepared, so the next sync of a pod calls
-NodePrepareResources again (drivers must be idempotent, as upstream expects).
+What it knows of the claims lives in the claim info cache (claiminfo.py),
+which it is given: the health handler reads the same cache.
 """
 
 from __future__ import annotations
@@ -14,20 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import grpc
 
-from kubelet.apis.podresources.types import ClaimDevice, DynamicClaim
-from kubelet.checkpointmanager import CheckpointError, CheckpointStore
+from kubelet.apis.podresources.types import DynamicClaim
+from kubelet.checkpointmanager import CheckpointError
 from kubelet.client.rest import API_ERRORS, APIClient
 from kubelet.cm.dra import claims as cl
 from kubelet.cm.dra import metrics as dm
 from kubelet.cm.dra import state as st
 from kubelet.cm.dra.api import api_pb2 as pb
+from kubelet.cm.dra.claiminfo import ClaimInfoCache, claim_devices
 from kubelet.cm.dra.plugin import DRAPlugin, DRAPluginManager
 from kubelet.cm.interfaces import PodLookup
 from kubelet.types import Container, Pod, namespace, uid
@@ -39,34 +37,6 @@ RECONCILE_PERIOD = 60.0  # defaultReconcilePeriod
 
 class DRAError(Exception):
     """Preparing or unpreparing a pod's claims failed; the caller retries."""
-
-
-@dataclass
-class ClaimInfo:
-    state: st.ClaimInfoState
-    prepared: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerClaim:
-    """A claim a container names, with all the devices prepared for it."""
-
-    reference: str  # the container's resources.claims[].name
-    request: str  # that entry's request ("" for the whole claim)
-    devices: tuple[ClaimDevice, ...]
-
-
-def _claim_devices(s: st.ClaimInfoState) -> tuple[ClaimDevice, ...]:
-    """Drivers in name order, each driver's devices in its answer's order."""
-    return tuple(
-        ClaimDevice(driver, d.pool_name, d.device_name, tuple(d.cdi_device_ids or ()))
-        for driver in sorted(s.driver_state)
-        for d in s.driver_state[driver] or []
-    )
-
-
-def _key(ns: str, name: str) -> str:
-    return f"{ns}/{name}"
 
 
 def _pb_claim(s: st.ClaimInfoState) -> pb.Claim:
@@ -107,33 +77,19 @@ def _results(
 class DRAManager:
     def __init__(
         self,
-        state_dir: str,
+        claims: ClaimInfoCache,
         client: APIClient | None,
         plugins: DRAPluginManager,
         pods: PodLookup,
         sources_ready: Callable[[], bool],
         reconcile_period: float = RECONCILE_PERIOD,
     ) -> None:
-        """ValueError (the kubelet refuses to start) for a corrupt checkpoint."""
         self.client = client
         self.plugins = plugins
         self.pods = pods
         self.sources_ready = sources_ready
         self.reconcile_period = reconcile_period
-        self.store = CheckpointStore(state_dir)
-        try:
-            restored = st.load_or_create(self.store)
-        except (CheckpointError, OSError) as err:
-            raise ValueError(
-                f"create ResourceClaim cache: {err}, please drain this node and delete "
-                f"the DRA state file {self.store.directory}/{st.CHECKPOINT_NAME}"
-            ) from None
-        self.cache = {_key(s.namespace, s.claim_name): ClaimInfo(s) for s in restored}
-        # (driver, pool, device) -> UIDs of the pods whose claims hold it
-        self._users: dict[tuple[str, str, str], set[str]] = {}
-        self._reindex()
-        # What the file holds: a step that changed no claim writes nothing.
-        self._written = self._encoded()
+        self.claims = claims
 
     # ----------------------------------------------------------- prepare
     async def prepare_resources(self, pod: Pod) -> None:
@@ -177,10 +133,9 @@ class DRAManager:
             return  # no claim: nothing to record (a write per pod was start-up's hot spot)
         batches: dict[str, list[st.ClaimInfoState]] = {}
         for info in infos:
-            key = _key(info.namespace, info.claim_name)
-            have = self.cache.get(key)
+            have = self.claims.get(info.namespace, info.claim_name)
             if have is None:
-                have = self.cache[key] = ClaimInfo(info)
+                have = self.claims.add(info)
             elif have.state.claim_uid != info.claim_uid:
                 raise DRAError(
                     f"old ResourceClaim with same name {info.claim_name} and different UID "
@@ -192,15 +147,15 @@ class DRAManager:
                     batches.setdefault(driver, []).append(have.state)
         # The pod counts on its claims before any driver is called: its
         # termination then unprepares them even if this prepare fails.
-        self._checkpoint()
+        self.claims.checkpoint()
         for driver, batch in sorted(batches.items()):
             await self._prepare_batch(self.plugins.get(driver), batch)
         for batch in batches.values():
             for s in batch:
-                entry = self.cache.get(_key(s.namespace, s.claim_name))
+                entry = self.claims.get(s.namespace, s.claim_name)
                 if entry is not None and entry.state is s:  # not unprepared meanwhile
                     entry.prepared = True
-        self._checkpoint()
+        self.claims.checkpoint()
 
     async def _prepare_batch(self, plugin: DRAPlugin, batch: list[st.ClaimInfoState]) -> None:
         try:
@@ -230,15 +185,15 @@ class DRAManager:
 
     async def _unprepare(self, pod_uid: str, ns: str, names: list[str]) -> None:
         batches: dict[str, list[st.ClaimInfoState]] = {}
-        done: list[str] = []
+        done: list[str] = []  # claim names
         for name in names:
-            info = self.cache.get(_key(ns, name))
+            info = self.claims.get(ns, name)
             if info is None or pod_uid not in info.state.pod_uids:
                 continue
             if len(info.state.pod_uids) > 1:
                 info.state.pod_uids.discard(pod_uid)  # another pod still uses it
                 continue
-            done.append(_key(ns, name))
+            done.append(name)
             for driver in info.state.driver_state:
                 batches.setdefault(driver, []).append(info.state)
         for driver, batch in sorted(batches.items()):
@@ -250,13 +205,13 @@ class DRAManager:
                     f"NodeUnprepareResources: {err.details() or err.code().name}"
                 ) from err
             _results("NodeUnprepareResources", batch, resp.claims)
-        for key in done:
-            self.cache.pop(key, None)
-        self._checkpoint()
+        for name in done:
+            self.claims.remove(ns, name)
+        self.claims.checkpoint()
 
     def pod_might_need_unprepare(self, pod_uid: str) -> bool:
         """PodMightNeedToUnprepareResources: a claim still counts the pod."""
-        return any(pod_uid in i.state.pod_uids for i in self.cache.values())
+        return any(pod_uid in i.state.pod_uids for i in self.claims)
 
     # -------------------------------------------------------- containers
     def container_cdi_devices(self, pod: Pod, c: Container) -> list[str]:
@@ -268,7 +223,7 @@ class DRAManager:
         except cl.ClaimError as err:
             raise DRAError(str(err)) from err
         for name, request in wanted:
-            info = self.cache.get(_key(namespace(pod), name))
+            info = self.claims.get(namespace(pod), name)
             if info is None:
                 raise DRAError(f"internal error: unable to get claim info for ResourceClaim {name}")
             for dev in cl.cdi_devices(info.state, request):
@@ -285,66 +240,14 @@ class DRAManager:
             return []
         out: list[DynamicClaim] = []
         for name in dict.fromkeys(n for n, _ in wanted):
-            info = self.cache.get(_key(namespace(pod), name))
+            info = self.claims.get(namespace(pod), name)
             if info is None:
                 continue
             s = info.state
-            out.append(DynamicClaim(s.claim_name, s.namespace, _claim_devices(s)))
+            out.append(DynamicClaim(s.claim_name, s.namespace, claim_devices(s)))
         return out
-
-    def container_claim_devices(self, pod: Pod, c: Container) -> list[ContainerClaim]:
-        """For the container's allocatedResourcesStatus: each pod claim it
-        names that this node knows, once, with the request of its first entry
-        and all the claim's devices (as upstream, not only the request's)."""
-        try:
-            refs = cl.container_claim_refs(pod, c)
-        except cl.ClaimError:
-            return []
-        out: list[ContainerClaim] = []
-        seen: set[str] = set()
-        for ref, request, claim in refs:
-            if ref in seen:
-                continue
-            seen.add(ref)
-            info = self.cache.get(_key(namespace(pod), claim))
-            if info is not None:
-                out.append(ContainerClaim(ref, request, _claim_devices(info.state)))
-        return out
-
-    def pods_using(self, driver: str, pool: str, device: str) -> Collection[str]:
-        """The pods whose claims on this node hold the device (from an index
-        kept with the checkpoint, not a walk over the claims)."""
-        return self._users.get((driver, pool, device), set())
-
-    def _reindex(self) -> None:
-        users: dict[tuple[str, str, str], set[str]] = {}
-        for info in self.cache.values():
-            s = info.state
-            for driver, devices in s.driver_state.items():
-                for d in devices or []:
-                    users.setdefault((driver, d.pool_name, d.device_name), set()).update(s.pod_uids)
-        self._users = users
 
     # ------------------------------------------------------------- loops
-    def _encoded(self) -> bytes:
-        return st.encode([i.state for _, i in sorted(self.cache.items())])
-
-    def _checkpoint(self) -> None:
-        """After each step on the claims: their file (only when it changed: two
-        fsynced writes per pod were start-up's hot spot), the device index, the
-        metric."""
-        self._reindex()
-        blob = self._encoded()
-        if blob != self._written:
-            self.store.write(st.CHECKPOINT_NAME, blob)
-            self._written = blob
-        in_use = [i.state for i in self.cache.values() if i.prepared]
-        counts = {dm.ANY_DRIVER: len(in_use)}
-        for s in in_use:
-            for driver in s.driver_state:
-                counts[driver] = counts.get(driver, 0) + 1
-        dm.set_claims_in_use(counts)
-
     async def reconcile(self) -> None:
         """Unprepare the claims of pods no longer active (a pod force-deleted,
         or gone while this kubelet was down)."""
@@ -352,7 +255,7 @@ class DRAManager:
             return
         active = {uid(p) for p in self.pods.active_pods()}
         stale: dict[str, tuple[str, list[str]]] = {}
-        for info in list(self.cache.values()):
+        for info in list(self.claims):
             for pod_uid in sorted(info.state.pod_uids - active):
                 entry = stale.setdefault(pod_uid, (info.state.namespace, []))
                 entry[1].append(info.state.claim_name)

@@ -186,14 +186,16 @@ class DRAPluginManager:
         wipe_delay: float = WIPE_DELAY,
         wipe_backoff: tuple[float, float, int] = _WIPE_BACKOFF,
         health_retry: tuple[float, float] = HEALTH_RETRY,
+        health: HealthStreamHandler | None = None,
     ) -> None:
+        """health (ResourceHealthStatus): a NodeWatchResources stream is kept
+        open on each endpoint that registers, handed to it."""
         self.client = client
         self.node_name = node_name
         self.wipe_delay = wipe_delay
         self.wipe_backoff = wipe_backoff
         self.health_retry = health_retry
-        # ResourceHealthStatus: each endpoint's health stream goes to it.
-        self.health: HealthStreamHandler | None = None
+        self.health = health
         # (driver, endpoint) -> the task keeping its health stream open
         self._health: dict[tuple[str, str], asyncio.Task[None]] = {}
         # driver -> its endpoints in the order they registered
@@ -269,11 +271,6 @@ class DRAPluginManager:
             self._set_connected(plugin, state is grpc.ChannelConnectivity.READY)
             await ch.wait_for_state_change(state)
             state = ch.get_state(try_to_connect=True)
-
-    def watch_health(self, handler: HealthStreamHandler) -> None:
-        """ResourceHealthStatus: keep a NodeWatchResources stream open on each
-        endpoint registering from now on, handing it to handler."""
-        self.health = handler
 
     async def _health_stream(self, plugin: DRAPlugin, handler: HealthStreamHandler) -> None:
         """Until the endpoint goes (this task is cancelled): open the stream, let

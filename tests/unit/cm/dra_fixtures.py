@@ -8,6 +8,8 @@ import os
 from typing import Any, cast
 
 from kubelet.client.rest import APIClient, APIError
+from kubelet.cm.dra.claiminfo import ClaimInfoCache
+from kubelet.cm.dra.health import DRAHealth
 from kubelet.cm.dra.manager import DRAManager
 from kubelet.cm.dra.plugin import DRAPluginManager
 from kubelet.testing.draplugin import FakeDRAPlugin
@@ -74,9 +76,21 @@ def pod(
     }  # fmt: skip
 
 
-def new_manager(root: str, api: FakeAPI, pods: Pods | None = None) -> DRAManager:
-    plugins = DRAPluginManager(api.client(), "n1", wipe_delay=0.05, wipe_backoff=(0.01, 0.02, 3))
-    return DRAManager(root, api.client(), plugins, pods or Pods(), lambda: True)
+def new_manager(
+    root: str,
+    api: FakeAPI,
+    pods: Pods | None = None,
+    claims: ClaimInfoCache | None = None,
+    health: DRAHealth | None = None,
+) -> DRAManager:
+    """A DRA manager on the claim info cache in root (or claims), its plugin
+    manager handing health streams to health when given."""
+    plugins = DRAPluginManager(
+        api.client(), "n1", wipe_delay=0.05, wipe_backoff=(0.01, 0.02, 3),
+        health_retry=(0.02, 0.05), health=health,
+    )  # fmt: skip
+    claims = claims or ClaimInfoCache(root)
+    return DRAManager(claims, api.client(), plugins, pods or Pods(), lambda: True)
 
 
 async def add_driver(

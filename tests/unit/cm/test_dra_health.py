@@ -24,9 +24,10 @@ import pytest
 from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.dra import healthinfo as hi
 from kubelet.cm.dra.api import health_pb2 as hpb
+from kubelet.cm.dra.claiminfo import ClaimInfoCache
 from kubelet.cm.dra.health import DRAHealth, merge_statuses
 from kubelet.cm.dra.manager import DRAManager
-from kubelet.cm.dra.plugin import DRAPluginManager
+from kubelet.cm.dra.plugin import DRAPluginManager, HealthStreamHandler
 from kubelet.cm.resource_managers import (
     ResourceManagerConfig,
     ResourceManagers,
@@ -68,11 +69,10 @@ async def s() -> AsyncIterator[Setup]:
     api = FakeAPI()
     api.claims["a"] = claim("a", [(GPU, "r1")], ["p1"])
     api.claims["b"] = claim("b", [(GPU, "r1")], ["p2", "p3"])
-    m = new_manager(root, api)
-    m.plugins.health_retry = (0.02, 0.05)
     told: list[str] = []
-    health = DRAHealth(hi.HealthCache(root), m, told.append)
-    m.plugins.watch_health(health)
+    claims = ClaimInfoCache(root)
+    health = DRAHealth(hi.HealthCache(root), claims, told.append)
+    m = new_manager(root, api, claims=claims, health=health)
     drivers: list[FakeDRAPlugin] = []
     yield Setup(root, api, m, health, told, drivers)
     for d in drivers:
@@ -323,11 +323,14 @@ async def test_the_gate_wires_the_streams_into_the_pod_status(on: bool, tmp_path
     api = FakeAPI()
     api.claims["a"] = claim("a", [(GPU, "r1")], ["p1"])
     told: list[str] = []
-    plugins = DRAPluginManager(api.client(), "n1", health_retry=(0.02, 0.05))
+
+    def new_plugins(health: HealthStreamHandler | None) -> DRAPluginManager:
+        return DRAPluginManager(api.client(), "n1", health_retry=(0.02, 0.05), health=health)
+
     rm = new_resource_managers(
         KubeletConfiguration(), ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
         FeatureGate({"ResourceHealthStatus": on}), Pods(), lambda: True,
-        dra_plugins=plugins, kube_client=api.client(), device_health_changed=told.append,
+        new_dra_plugins=new_plugins, kube_client=api.client(), device_health_changed=told.append,
     )  # fmt: skip
     assert rm.dra is not None and (rm.dra_health is not None) == on
     d = await add_driver(rm.dra, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]}, health=True)
@@ -351,7 +354,7 @@ async def test_the_gate_wires_the_streams_into_the_pod_status(on: bool, tmp_path
         ]  # fmt: skip
     finally:
         await d.stop()
-        await plugins.close()
+        await rm.dra.plugins.close()
 
 
 async def test_a_stopping_kubelet_keeps_the_checkpoint(s: Setup) -> None:

@@ -249,8 +249,8 @@ async def test_pods_without_claims_and_repeat_syncs_leave_the_checkpoint_alone(
     m = new_manager(root, api)
     gpu = await add_driver(m, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]})
     writes: list[str] = []
-    real = m.store.write
-    monkeypatch.setattr(m.store, "write", lambda key, data: (writes.append(key), real(key, data)))
+    real = m.claims.store.write
+    monkeypatch.setattr(m.claims.store, "write", lambda key, data: (writes.append(key), real(key, data)))
     try:
         plain = pod("p0", {}, {"c": []})
         await m.prepare_resources(plain)

@@ -49,7 +49,8 @@ async def test_claims_are_prepared_and_their_cdi_devices_reach_create_container(
     rm = new_resource_managers(
         KubeletConfiguration(), ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
         FeatureGate(), Pods(), lambda: True,
-        dra_plugins=DRAPluginManager(api.client(), "n1"), kube_client=api.client(),
+        new_dra_plugins=lambda health: DRAPluginManager(api.client(), "n1", health=health),
+        kube_client=api.client(),
     )  # fmt: skip
     assert rm.dra is not None
     gpu = FakeDRAPlugin(
