@@ -16,7 +16,7 @@ from kubelet.container.cache import PodCache
 from kubelet.pleg.differ import RUNNING
 from kubelet.pod_workers import PodWorkerStates
 from kubelet.podmanager import PodManager
-from kubelet.types import Pod, PodStatus, uid
+from kubelet.types import TERMINAL_PHASES, Pod, PodStatus, uid
 
 
 class ActivePods:
@@ -43,7 +43,7 @@ class ActivePods:
         if pod_uid in workers and not workers.could_have_running_containers(pod_uid):
             return None  # known terminated
         phase = (self.status(pod_uid) or {}).get("phase")
-        if phase in ("Succeeded", "Failed") and not workers.is_terminating(pod_uid):
+        if phase in TERMINAL_PHASES and not workers.is_terminating(pod_uid):
             return None  # finished on its own
         return pod
 

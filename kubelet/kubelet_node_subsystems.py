@@ -41,8 +41,8 @@ from kubelet.stats.ephemeral import EphemeralStorageStats
 from kubelet.stats.provider import StatsProvider, resource_registry
 from kubelet.status import terminal
 from kubelet.status.disruption import KubeletTermination
-from kubelet.types import Node as NodeObject
 from kubelet.types import (
+    TERMINAL_PHASES,
     Pod,
     PodCondition,
     as_node,
@@ -52,6 +52,7 @@ from kubelet.types import (
     object_ref,
     uid,
 )
+from kubelet.types import Node as NodeObject
 from kubelet.util.node_startup_latency import NodeStartupLatencyTracker
 
 
@@ -77,7 +78,7 @@ class _EvictionTarget:
             ):
                 continue
             st = self.pods.status.get(u) or {}
-            if st.get("phase") not in ("Succeeded", "Failed"):
+            if st.get("phase") not in TERMINAL_PHASES:
                 out.append(p)
         return out
 

@@ -18,7 +18,7 @@ from kubelet.lifecycle.predicate import Admitter
 from kubelet.lifecycle.rejection import AdmissionRecoveryError, Rejection
 from kubelet.node_lister import NodeLister, with_allocatable
 from kubelet.sysctl import SysctlAllowlist
-from kubelet.types import Node, Pod, uid
+from kubelet.types import TERMINAL_PHASES, Node, Pod, uid
 
 
 class AdmitHandler(Protocol):
@@ -50,7 +50,7 @@ class PodAdmitter:
     def admit(self, pod: Pod) -> Rejection | None:
         """canAdmitPod: pods that already finished are not counted nor re-admitted."""
         st = (pod.get("status") or {}).get("phase")
-        if st in ("Succeeded", "Failed"):
+        if st in TERMINAL_PHASES:
             return None
         pressure = self.eviction.admit(pod)
         if pressure is not None:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubelet.status.generate import now
+from kubelet.status.generate import DISRUPTION_TARGET, now
 from kubelet.types import PodCondition, PodStatus
 
-DISRUPTION_TARGET = "DisruptionTarget"
 TERMINATION_BY_KUBELET = "TerminationByKubelet"
 
 

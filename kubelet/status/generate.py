@@ -519,7 +519,7 @@ def _readiness(
         for s, c in zip(init_st, init_specs, strict=True)
         if is_sidecar(c) and not s["ready"]
     ] + [s["name"] for s in st if not s["ready"]]
-    if phase in ("Succeeded", "Failed"):
+    if phase in TERMINAL_PHASES:
         return (False, "PodCompleted" if phase == "Succeeded" else "PodFailed", "")
     if unready:
         return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kubelet import types as v1
 from kubelet.status.generate import is_sidecar, now
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import Pod, is_static
+from kubelet.types import TERMINAL_PHASES, Pod, is_static
 
 UNKNOWN_TERMINATION: v1.ContainerStateTerminated = {
     "exitCode": 137,
@@ -65,7 +65,7 @@ def terminate_pod(pod: Pod, status: v1.PodStatus) -> v1.PodStatus:
         out["initContainerStatuses"] = [
             unknown(c) if i <= tried else c for i, c in enumerate(inits)
         ]
-    if not is_static(pod) and out.get("phase") not in ("Succeeded", "Failed"):
+    if not is_static(pod) and out.get("phase") not in TERMINAL_PHASES:
         out["phase"] = "Failed"
     return out
 

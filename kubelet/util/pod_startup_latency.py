@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet import metrics
+from kubelet.types import TERMINAL_PHASES
 
 Status = Mapping[str, Any]
 
@@ -60,7 +61,7 @@ class PodStartupLatencyTracker:
         """Every pod the API server watch delivers, with when it arrived (epoch)."""
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
         u = meta.get("uid", "")
-        if status.get("phase") in ("Succeeded", "Failed"):
+        if status.get("phase") in TERMINAL_PHASES:
             self._pods.pop(u, None)
             return
         state = self._pods.get(u)
