@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 EXEC_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 EXEC_TIMEOUT = 60.0
 TOKEN_FILE_TTL = 60.0  # client-go re-reads a tokenFile about once a minute
+# An exec plugin's token is renewed this long before it expires (at most a
+# quarter of its life ahead).
+RENEW_AHEAD = 60.0
 _REFUSED_USER = ("as", "as-uid", "as-groups", "as-user-extra", "auth-provider")
 _WARNED_CLUSTER = ("tls-server-name", "proxy-url")
 # The cluster extension whose value an exec plugin gets as spec.cluster.config.
@@ -278,7 +282,7 @@ class _TokenFile:
 
 
 class _ExecPlugin:
-    """An exec credential plugin: run at load, and again once its token expires."""
+    """An exec credential plugin: run at load, and again before its token expires."""
 
     def __init__(self, spec: Mapping[str, Any], cluster: Mapping[str, Any]) -> None:
         self.version = spec.get("apiVersion")
@@ -299,6 +303,8 @@ class _ExecPlugin:
         self.install_hint = str(spec.get("installHint") or "")
         self._token: str | None = None
         self._expires: float | None = None
+        self._renew_at: float | None = None
+        self._renewing = threading.Lock()
 
     def run(self) -> Mapping[str, Any]:
         env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self.exec_info}
@@ -320,14 +326,39 @@ class _ExecPlugin:
                 f"exec plugin {self.argv[0]}: not an {self.version} ExecCredential"
             )
         status = doc.get("status") or {}
-        self._token = status.get("token") or None
-        self._expires = _expiry(status.get("expirationTimestamp"))
+        expires = _expiry(status.get("expirationTimestamp"))
+        now = time.time()
+        self._renew_at = (
+            None if expires is None else expires - min(RENEW_AHEAD, (expires - now) / 4)
+        )
+        self._token, self._expires = status.get("token") or None, expires
         return status
 
     def header(self) -> str | None:
-        if self._expires is not None and time.time() >= self._expires:
-            self.run()  # blocking, as client-go's refresh; only once per token
+        """Called per request on the event loop. Near its expiry the token is
+        renewed on a thread (a plugin run can take seconds: a cloud CLI) while
+        requests go on with the old one; only a token already expired makes
+        the caller wait, as client-go's does."""
+        now = time.time()
+        if self._expires is not None and now >= self._expires:
+            with self._renewing:
+                if self._expires is not None and time.time() >= self._expires:
+                    self.run()
+        elif self._renew_at is not None and now >= self._renew_at:
+            if self._renewing.acquire(blocking=False):
+                threading.Thread(target=self._renew, name="exec-credential", daemon=True).start()
         return f"Bearer {self._token}" if self._token else None
+
+    def _renew(self) -> None:
+        try:
+            self.run()
+        except KubeconfigError as err:
+            # The old token still serves until it expires; then header() runs
+            # the plugin again and the caller sees the error.
+            log.warning("renewing the kubeconfig exec credential: %s", err)
+            self._renew_at = None
+        finally:
+            self._renewing.release()
 
 
 def _interactive(mode: object, version: object) -> bool:

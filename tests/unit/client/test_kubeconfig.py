@@ -9,6 +9,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,42 @@ def test_exec_plugin_token_is_refreshed_when_it_expires(tmp_path: Path) -> None:
     assert info["kind"] == "ExecCredential" and info["spec"]["interactive"] is False
     assert info["spec"]["cluster"]["server"] == "https://h"
     assert info["spec"]["cluster"]["config"] == {"audience": "a"}
+
+
+def test_exec_token_is_renewed_ahead_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Near its expiry the request goes on with the old token and the plugin
+    runs on a thread; the loop never waits for it while a token is valid."""
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import json, os, time\n"
+        f"runs = {str(tmp_path / 'runs')!r}\n"
+        "n = len(open(runs).read()) if os.path.exists(runs) else 0\n"
+        "open(runs, 'a').write('x')\n"
+        "time.sleep(0.5 if n else 0)\n"
+        f"print(json.dumps({{'apiVersion': {kc.EXEC_VERSIONS[0]!r}, 'kind': 'ExecCredential',"
+        " 'status': {'token': 't%d' % (n + 1), 'expirationTimestamp': '2100-01-01T00:00:00Z'}}))\n"
+    )
+    spec = {
+        "apiVersion": kc.EXEC_VERSIONS[0],
+        "command": sys.executable,
+        "args": [str(script)],
+        "interactiveMode": "Never",
+    }
+    conn = load_kubeconfig(write(tmp_path, {"server": "https://h"}, {"exec": spec}))
+    assert conn.token is not None and conn.token() == "Bearer t1"
+    expiry = kc._expiry("2100-01-01T00:00:00Z")
+    assert expiry is not None
+    monkeypatch.setattr(kc.time, "time", lambda: expiry - 30)  # inside the renewal window
+    started = time.monotonic()
+    assert conn.token() == "Bearer t1" and conn.token() == "Bearer t1"
+    assert time.monotonic() - started < 0.3  # the 0.5 s plugin run did not hold the caller
+    deadline = time.monotonic() + 10
+    while conn.token() != "Bearer t2" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert conn.token() == "Bearer t2"
+    assert (tmp_path / "runs").read_text() == "xx"  # one renewal, not one per request
 
 
 def test_exec_plugin_client_certificate(tmp_path: Path) -> None:
