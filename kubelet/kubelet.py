@@ -43,6 +43,7 @@ from kubelet.kubelet_subsystems import (
     Node,
     NodeSetup,
     RuntimeSetup,
+    build_dra_claims,
     build_node,
     build_pods,
     build_probes,
@@ -122,8 +123,11 @@ class Kubelet:
         # deleted once its volumes are torn down); the volume manager, built
         # later on the same states, tells the status manager of unmounts.
         volume_states = PodVolumeStates(clock)
-        self.pods = pods = build_pods(node, volume_states)
-        self.resource_managers = resources = build_resource_managers(node, pods, setup)
+        # The DRA claims are read before the pods: the status manager holds a
+        # pod's terminal phase while its claims are prepared.
+        dra_claims = build_dra_claims(node)
+        self.pods = pods = build_pods(node, volume_states, dra_claims)
+        self.resource_managers = resources = build_resource_managers(node, pods, setup, dra_claims)
         self.volumes = volumes = build_volumes(node, pods, resources, volume_states)
         self.probes = probes = build_probes(node, pods, runtime_service)
         self.runtime = runtime = build_runtime(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubelet.active_pods import ActivePods
@@ -26,11 +27,14 @@ from kubelet.cm.cgroup_manager import CgroupManager, PodContainerManager
 from kubelet.cm.container_manager import ContainerManager
 from kubelet.cm.cpumanager.topology import discover as discover_cpus
 from kubelet.cm.devicemanager.server import WatcherHandler
+from kubelet.cm.dra.claiminfo import ClaimInfoCache
 from kubelet.cm.dra.plugin import DRAPluginManager, HealthStreamHandler
 from kubelet.cm.resource_managers import (
+    DRASetup,
     ResourceManagerConfig,
     ResourceManagers,
     apply_reserved_cpus,
+    new_dra_claims,
     new_resource_managers,
     node_reservation,
 )
@@ -205,10 +209,21 @@ class Pods:
     sources_ready: asyncio.Event
 
 
-def build_pods(node: Node, volumes: PodVolumeStates) -> Pods:
+def build_dra_claims(node: Node) -> ClaimInfoCache | None:
+    """DRA on: the claim info cache, read from its checkpoint before the pods
+    are built (the status manager asks it) and handed to the DRA manager."""
+    if not node.features.enabled(Feature.DynamicResourceAllocation):
+        return None
+    filesystem.mkdir_all(node.root_dir, DATA_DIR_MODE)
+    return new_dra_claims(node.root_dir)
+
+
+def build_pods(node: Node, volumes: PodVolumeStates, dra_claims: ClaimInfoCache | None) -> Pods:
     """volumes: asked before a pod's API object is deleted whether its volumes
     are torn down (the volume manager, built later on these states, tells the
-    status manager of unmounts)."""
+    status manager of unmounts). dra_claims: a pod whose claims are still
+    prepared could still run, as upstream's PodCouldHaveRunningContainers says:
+    its terminal phase waits, so its devices are not handed on meanwhile."""
     cfg, client = node.config, node.kube_client
     pod_config = PodConfig()
     # configMaps and secrets of the node's pods: one watch per referenced object.
@@ -230,7 +245,7 @@ def build_pods(node: Node, volumes: PodVolumeStates) -> Pods:
         # PodResourcesAreReclaimed: containers stopped and volumes torn down, so
         # a ReadWriteOncePod claim or an attached volume is free once it is gone.
         can_delete=lambda u: worker_states.all_stopped(u) and volumes.volumes_torn_down(u),
-        could_run=worker_states.could_have_running_containers,
+        could_run=_could_run(worker_states, dra_claims),
         tracking=node.features.enabled(generation.GATE),
         on_status_set=startup.record_status_updated,
     )
@@ -253,6 +268,12 @@ def build_pods(node: Node, volumes: PodVolumeStates) -> Pods:
     )  # fmt: skip
 
 
+def _could_run(workers: PodWorkerStates, claims: ClaimInfoCache | None) -> Callable[[str], bool]:
+    if claims is None:
+        return workers.could_have_running_containers
+    return lambda u: workers.could_have_running_containers(u) or claims.holds_pod(u)
+
+
 def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
     """Checkpointed under the root dir while InPlacePodVerticalScaling is on
     (as upstream: off, nothing is kept and no resize is accepted)."""
@@ -272,7 +293,9 @@ def _allocation(node: Node, admitter: Admitter) -> AllocationManager:
 
 
 # ----------------------------------------------------- resource managers
-def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> ResourceManagers:
+def build_resource_managers(
+    node: Node, pods: Pods, setup: NodeSetup, dra_claims: ClaimInfoCache | None
+) -> ResourceManagers:
     """CPU, memory and topology managers: admission allocates, container
     creation pins (cpuset_cpus/mems), a reconcile loop keeps pools in line.
     They reserve what the container manager's node allocatable reserves.
@@ -290,20 +313,21 @@ def build_resource_managers(node: Node, pods: Pods, setup: NodeSetup) -> Resourc
     )
     # Before the sources start nothing is admitted; after, ready once each delivered.
     has_sources = bool(cfg.static_pod_path or cfg.static_pod_url or node.kube_client)
-    new_dra = None
-    if node.features.enabled(Feature.DynamicResourceAllocation):
+    dra = None
+    if dra_claims is not None:
 
-        def new_dra(health: HealthStreamHandler | None) -> DRAPluginManager:
+        def new_plugins(health: HealthStreamHandler | None) -> DRAPluginManager:
             # Given a handler (ResourceHealthStatus), it opens each driver's health stream.
             return DRAPluginManager(node.kube_client, node.name, health=health)
 
+        dra = DRASetup(dra_claims, new_plugins)
     return new_resource_managers(
         cfg,
         ResourceManagerConfig(topo, reservation, node.root_dir, reserved_cpus),
         node.features,
         active,
         lambda: pods.sources_ready.is_set() or not has_sources,
-        new_dra_plugins=new_dra,
+        dra=dra,
         kube_client=node.kube_client,
         # A device's health changed: its pods' statuses are synced now.
         device_health_changed=pods.sync_requests.request,

@@ -228,6 +228,24 @@ class ResourceManagers:
                     await asyncio.gather(dra, return_exceptions=True)
 
 
+@dataclass(frozen=True)
+class DRASetup:
+    """DRA on: the claim info cache, built before the status manager (which
+    asks it whether a pod's claims are still prepared), and the factory of the
+    drivers' plugin manager, given the health handler when ResourceHealthStatus
+    is on."""
+
+    claims: ClaimInfoCache
+    new_plugins: Callable[[HealthStreamHandler | None], DRAPluginManager]
+
+
+def new_dra_claims(state_dir: str) -> ClaimInfoCache:
+    """The claim info cache from its checkpoint; ContainerManagerError with
+    upstream's message when the checkpoint is corrupt."""
+    with _refused("start dra manager error: "):
+        return ClaimInfoCache(state_dir)
+
+
 def _no_sync(pod_uid: str) -> None:
     """No pod syncs to ask for (a kubelet built without its pod workers)."""
 
@@ -266,14 +284,12 @@ def new_resource_managers(
     gates: FeatureGate,
     pods: PodLookup,
     sources_ready: Callable[[], bool],
-    new_dra_plugins: Callable[[HealthStreamHandler | None], DRAPluginManager] | None = None,
+    dra: DRASetup | None = None,
     kube_client: APIClient | None = None,
     device_health_changed: Callable[[str], None] | None = None,
 ) -> ResourceManagers:
     """NewContainerManager's part and Start: ContainerManagerError with upstream's
     message, prefixed as the Go kubelet prefixes it, for anything it refuses.
-    new_dra_plugins (DRA on): builds the drivers' plugin manager, given the
-    health stream handler when ResourceHealthStatus is on.
     device_health_changed: asked to sync a pod whose devices' health changed
     (with ResourceHealthStatus on; upstream's device manager update channel)."""
     with _refused():
@@ -313,17 +329,15 @@ def new_resource_managers(
     # allocation, and so which error a pod gets, follows it).
     for provider in (devices, cpu, memory):
         topology.add_hint_provider(provider)
-    dra = dra_health = None
-    if new_dra_plugins is not None:
-        with _refused("start dra manager error: "):
-            claims = ClaimInfoCache(rc.state_dir)
+    dra_manager = dra_health = None
+    if dra is not None:
         if health:
             # The drivers' NodeWatchResources streams, opened as they register.
             changed = device_health_changed or _no_sync
-            dra_health = DRAHealth(HealthCache(rc.state_dir), claims, changed)
-        plugins = new_dra_plugins(dra_health)
-        dra = DRAManager(claims, kube_client, plugins, pods, sources_ready)
+            dra_health = DRAHealth(HealthCache(rc.state_dir), dra.claims, changed)
+        plugins = dra.new_plugins(dra_health)
+        dra_manager = DRAManager(dra.claims, kube_client, plugins, pods, sources_ready)
     return ResourceManagers(
         topology, cpu, memory, devices,
-        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra, dra_health,
+        gates.enabled(Feature.DisableCPUQuotaWithExclusiveCPUs), dra_manager, dra_health,
     )  # fmt: skip

@@ -65,6 +65,8 @@ class ClaimInfoCache:
         self.entries = {key(s.namespace, s.claim_name): ClaimInfo(s) for s in restored}
         # (driver, pool, device) -> UIDs of the pods whose claims hold it
         self._users: dict[tuple[str, str, str], set[str]] = {}
+        # UIDs of the pods some claim still counts
+        self._pods: frozenset[str] = frozenset()
         self._reindex()
         # What the file holds: a step that changed no claim writes nothing.
         self._written = self._encoded()
@@ -106,8 +108,14 @@ class ClaimInfoCache:
         kept with the checkpoint, not a walk over the claims)."""
         return self._users.get((driver, pool, device), set())
 
+    def holds_pod(self, pod_uid: str) -> bool:
+        """PodMightNeedToUnprepareResources: a claim still counts the pod (as of
+        the last step on the claims)."""
+        return pod_uid in self._pods
+
     def _reindex(self) -> None:
         users: dict[tuple[str, str, str], set[str]] = {}
+        self._pods = frozenset(u for info in self.entries.values() for u in info.state.pod_uids)
         for info in self.entries.values():
             s = info.state
             for driver, devices in s.driver_state.items():

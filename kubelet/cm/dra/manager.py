@@ -209,10 +209,6 @@ class DRAManager:
             self.claims.remove(ns, name)
         self.claims.checkpoint()
 
-    def pod_might_need_unprepare(self, pod_uid: str) -> bool:
-        """PodMightNeedToUnprepareResources: a claim still counts the pod."""
-        return any(pod_uid in i.state.pod_uids for i in self.claims)
-
     # -------------------------------------------------------- containers
     def container_cdi_devices(self, pod: Pod, c: Container) -> list[str]:
         """GetResources: the CDI device IDs of the claims (and requests) the

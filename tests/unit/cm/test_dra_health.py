@@ -29,6 +29,7 @@ from kubelet.cm.dra.health import DRAHealth, merge_statuses
 from kubelet.cm.dra.manager import DRAManager
 from kubelet.cm.dra.plugin import DRAPluginManager, HealthStreamHandler
 from kubelet.cm.resource_managers import (
+    DRASetup,
     ResourceManagerConfig,
     ResourceManagers,
     new_resource_managers,
@@ -330,7 +331,8 @@ async def test_the_gate_wires_the_streams_into_the_pod_status(on: bool, tmp_path
     rm = new_resource_managers(
         KubeletConfiguration(), ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
         FeatureGate({"ResourceHealthStatus": on}), Pods(), lambda: True,
-        new_dra_plugins=new_plugins, kube_client=api.client(), device_health_changed=told.append,
+        dra=DRASetup(ClaimInfoCache(root), new_plugins), kube_client=api.client(),
+        device_health_changed=told.append,
     )  # fmt: skip
     assert rm.dra is not None and (rm.dra_health is not None) == on
     d = await add_driver(rm.dra, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]}, health=True)

@@ -14,9 +14,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from kubelet import kubelet_subsystems
 from kubelet.cm.dra.manager import DRAError, DRAManager
 from kubelet.cm.dra.state import CHECKPOINT_NAME
 from kubelet.metrics import REGISTRY
+from kubelet.pod_workers import PodWorkerStates
 from kubelet.testing.draplugin import FakeDRAPlugin
 from tests.unit.cm.dra_fixtures import FakeAPI, add_driver, claim, new_manager, pod
 from tests.unit.cm.fixtures import Pods
@@ -115,12 +117,12 @@ async def test_a_shared_claim_is_prepared_once_and_unprepared_after_the_last_pod
         assert stored(root)[0]["PodUIDs"] == {"p1": {}, "p2": {}}
         assert m.container_cdi_devices(p2, p2["spec"]["containers"][0]) == ["gpu.example.com/gpu=0"]
         await m.unprepare_resources(p1)
-        assert gpu.unprepared == [] and m.pod_might_need_unprepare("p2")
-        assert not m.pod_might_need_unprepare("p1")
+        assert gpu.unprepared == [] and m.claims.holds_pod("p2")
+        assert not m.claims.holds_pod("p1")
         await m.unprepare_resources(p2)
         assert gpu.unprepared == [["s"]]
         assert sample(IN_USE, GPU) is None and sample(IN_USE, "<any>") == 0
-        assert stored(root) == [] and not m.pod_might_need_unprepare("p2")
+        assert stored(root) == [] and not m.claims.holds_pod("p2")
     finally:
         await stop(m, gpu)
 
@@ -136,7 +138,7 @@ async def test_the_checkpoint_is_read_back_and_the_claim_prepared_again(root: st
     finally:
         await stop(m, gpu)
     again = new_manager(root, api, Pods())
-    assert again.pod_might_need_unprepare("p1")
+    assert again.claims.holds_pod("p1")
     # The devices are known at once (a container restarted before the next sync).
     assert again.container_cdi_devices(p, p["spec"]["containers"][0]) == ["gpu.example.com/gpu=0"]
     gpu2 = await add_driver(again, root, GPU, {"a": [(["r"], ["gpu.example.com/gpu=9"])]})
@@ -204,7 +206,7 @@ async def test_a_driver_error_fails_the_prepare_and_it_is_retried(root: str) -> 
                            "no GPU today"):  # fmt: skip
             await m.prepare_resources(p)
         # The pod counts on the claim (its termination unprepares it) but has no devices.
-        assert m.pod_might_need_unprepare("p1")
+        assert m.claims.holds_pod("p1")
         assert m.container_cdi_devices(p, p["spec"]["containers"][0]) == []
         failing["on"] = False
         await m.prepare_resources(p)
@@ -250,7 +252,9 @@ async def test_pods_without_claims_and_repeat_syncs_leave_the_checkpoint_alone(
     gpu = await add_driver(m, root, GPU, {"a": [([], ["gpu.example.com/gpu=0"])]})
     writes: list[str] = []
     real = m.claims.store.write
-    monkeypatch.setattr(m.claims.store, "write", lambda key, data: (writes.append(key), real(key, data)))
+    monkeypatch.setattr(
+        m.claims.store, "write", lambda key, data: (writes.append(key), real(key, data))
+    )
     try:
         plain = pod("p0", {}, {"c": []})
         await m.prepare_resources(plain)
@@ -265,3 +269,25 @@ async def test_pods_without_claims_and_repeat_syncs_leave_the_checkpoint_alone(
         assert len(writes) == 3 and stored(root) == []
     finally:
         await stop(m, gpu)
+
+
+async def test_a_pod_with_prepared_claims_could_still_run(root: str) -> None:
+    """Upstream's PodCouldHaveRunningContainers: a pod whose containers have
+    stopped but whose claims are prepared is not yet done, so the status
+    manager holds its terminal phase (its devices are not handed on)."""
+    api = FakeAPI()
+    api.claims["a"] = claim("a", [(GPU, "r")], ["p1"])
+    m = new_manager(root, api)
+    gpu = await add_driver(m, root, GPU, {"a": [(["r"], ["gpu.example.com/gpu=0"])]})
+    workers = PodWorkerStates()  # no worker knows p1: its containers cannot run
+    could_run = kubelet_subsystems._could_run(workers, m.claims)
+    try:
+        p1 = pod("p1", {"x": "a"}, {"c": [("x", "")]})
+        assert not could_run("p1")
+        await m.prepare_resources(p1)
+        assert could_run("p1") and not workers.could_have_running_containers("p1")
+        await m.unprepare_resources(p1)
+        assert not could_run("p1")
+    finally:
+        await stop(m, gpu)
+    assert kubelet_subsystems._could_run(workers, None) == workers.could_have_running_containers

@@ -12,8 +12,9 @@ import tempfile
 from typing import Any
 
 from kubelet.apis.config import KubeletConfiguration
+from kubelet.cm.dra.claiminfo import ClaimInfoCache
 from kubelet.cm.dra.plugin import DRAPluginManager
-from kubelet.cm.resource_managers import ResourceManagerConfig, new_resource_managers
+from kubelet.cm.resource_managers import DRASetup, ResourceManagerConfig, new_resource_managers
 from kubelet.config.common import apply_defaults
 from kubelet.cri.fake import FakeImageService, FakeRuntimeService
 from kubelet.features import FeatureGate
@@ -49,7 +50,9 @@ async def test_claims_are_prepared_and_their_cdi_devices_reach_create_container(
     rm = new_resource_managers(
         KubeletConfiguration(), ResourceManagerConfig(machine(), {}, root, cpuset.EMPTY),
         FeatureGate(), Pods(), lambda: True,
-        new_dra_plugins=lambda health: DRAPluginManager(api.client(), "n1", health=health),
+        dra=DRASetup(
+            ClaimInfoCache(root), lambda health: DRAPluginManager(api.client(), "n1", health=health)
+        ),
         kube_client=api.client(),
     )  # fmt: skip
     assert rm.dra is not None
