@@ -335,7 +335,8 @@ class StatusManager:
         ours = self._statuses.get(u)
         if ours is not None:
             api = target.get("status") or {}
-            patch = status_patch(api, hold_terminal(api, ours.status, self.could_run(u)))
+            sent = hold_terminal(api, ours.status, self.could_run(u))
+            patch = status_patch(api, sent)
             if patch:
                 body = {"metadata": {"uid": tu}, "status": patch}
                 try:
@@ -354,7 +355,11 @@ class StatusManager:
                 target["status"] = updated.get("status", target.get("status"))
                 rv = str(updated.get("metadata", {}).get("resourceVersion", ""))
                 target["metadata"]["resourceVersion"] = rv
-                self._in_sync[u] = (ours.version, rv)
+                if sent is ours.status:
+                    # A held terminal phase is not in sync: the reconcile sends
+                    # it once nothing could run (after a restart, say, when
+                    # DRA claims are unprepared by their reconcile loop).
+                    self._in_sync[u] = (ours.version, rv)
                 log.debug("Patched status of pod %s: %s", u, patch)
             self._synced(u, ours.version)  # patched, or the API had it already
         if target["metadata"].get("deletionTimestamp") and not is_static(target):

@@ -174,3 +174,41 @@ async def test_a_terminal_phase_waits_until_the_containers_have_stopped() -> Non
     finally:
         stop.set()
         await task
+
+
+async def test_a_held_terminal_phase_is_sent_by_the_reconcile() -> None:
+    """Nothing sets the status again once the pod can no longer run (its DRA
+    claims unprepared by their own loop after a restart): the reconcile finds
+    the API short of the terminal phase and sends it, as upstream's syncBatch."""
+    api = {"a": api_pod("a", "1", {"phase": "Running", "conditions": []})}
+    client = FakeClient(api)
+    running = {"uid-a": True}
+    sm = StatusManager(
+        client,
+        api_pod=lambda u: api.get(u.removeprefix("uid-")),
+        desired_pod=lambda u: api.get(u.removeprefix("uid-")),
+        could_run=lambda u: running[u],
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(sm.run(stop))
+    try:
+        sm.set_pod_status("uid-a", {"phase": "Succeeded", "podIP": "10.0.0.5"})
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if client.calls:
+                break
+        assert len(client.calls) == 1 and "phase" not in client.calls[0][2]["status"]
+        api["a"]["status"].update(client.calls[0][2]["status"])
+        sm.reconcile()  # still could run: the patch would be empty, nothing is sent
+        await asyncio.sleep(0.1)
+        assert len(client.calls) == 1
+        running["uid-a"] = False
+        sm.reconcile()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(client.calls) == 2:
+                break
+        assert client.calls[-1][2]["status"]["phase"] == "Succeeded"
+    finally:
+        stop.set()
+        await task
