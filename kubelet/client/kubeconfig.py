@@ -248,7 +248,7 @@ def _exec_credentials(
 ) -> Callable[[], str | None] | None:
     if not isinstance(spec, Mapping):
         raise KubeconfigError("exec: not a mapping")
-    plugin = _ExecPlugin(spec, cluster)
+    plugin = _ExecPlugin(spec, cluster, files)
     cred = plugin.run()
     if cred.get("clientCertificateData"):
         # Taken once: a kubelet's client certificate is renewed by its own
@@ -284,7 +284,7 @@ class _TokenFile:
 class _ExecPlugin:
     """An exec credential plugin: run at load, and again before its token expires."""
 
-    def __init__(self, spec: Mapping[str, Any], cluster: Mapping[str, Any]) -> None:
+    def __init__(self, spec: Mapping[str, Any], cluster: Mapping[str, Any], files: _Files) -> None:
         self.version = spec.get("apiVersion")
         if self.version not in EXEC_VERSIONS:
             raise KubeconfigError(f"exec: apiVersion {self.version!r} not in {EXEC_VERSIONS}")
@@ -296,7 +296,7 @@ class _ExecPlugin:
         self.interactive = _interactive(spec.get("interactiveMode"), self.version)
         info: dict[str, Any] = {"interactive": self.interactive}
         if spec.get("provideClusterInfo"):
-            info["cluster"] = _cluster_info(cluster)
+            info["cluster"] = _cluster_info(cluster, files)
         self.exec_info = json.dumps(
             {"apiVersion": self.version, "kind": "ExecCredential", "spec": info}
         )
@@ -376,10 +376,19 @@ def _interactive(mode: object, version: object) -> bool:
     return mode != "Never" and tty
 
 
-def _cluster_info(cluster: Mapping[str, Any]) -> dict[str, Any]:
-    """spec.cluster of the ExecCredential: the cluster as the plugin sees it,
-    with the exec extension's value as its config."""
+def _cluster_info(cluster: Mapping[str, Any], files: _Files) -> dict[str, Any]:
+    """spec.cluster of the ExecCredential: the cluster as the plugin sees it
+    (a CA file's content as certificate-authority-data, as client-go loads
+    it), with the exec extension's value as its config."""
     info = {k: cluster[k] for k in _CLUSTER_INFO if k in cluster}
+    ca = cluster.get("certificate-authority")
+    if ca and "certificate-authority-data" not in info:
+        path = files.path_or_data(cluster, "certificate-authority", "ca.crt") or ""
+        try:
+            with open(path, "rb") as fh:
+                info["certificate-authority-data"] = base64.b64encode(fh.read()).decode()
+        except OSError as err:
+            raise KubeconfigError(f"certificate-authority {ca}: {err}") from None
     for ext in cluster.get("extensions") or []:
         if ext.get("name") == EXEC_EXTENSION:
             info["config"] = ext.get("extension")

@@ -118,8 +118,10 @@ def test_exec_plugin_token_is_refreshed_when_it_expires(tmp_path: Path) -> None:
         "provideClusterInfo": True,
         "interactiveMode": "Never",
     }
+    (tmp_path / "ca.pem").write_text("PEM-CA")
     cluster = {
         "server": "https://h",
+        "certificate-authority": "ca.pem",
         "extensions": [{"name": kc.EXEC_EXTENSION, "extension": {"audience": "a"}}],
     }
     conn = load_kubeconfig(write(tmp_path, cluster, {"exec": exec_spec}))
@@ -130,6 +132,7 @@ def test_exec_plugin_token_is_refreshed_when_it_expires(tmp_path: Path) -> None:
     assert info["kind"] == "ExecCredential" and info["spec"]["interactive"] is False
     assert info["spec"]["cluster"]["server"] == "https://h"
     assert info["spec"]["cluster"]["config"] == {"audience": "a"}
+    assert info["spec"]["cluster"]["certificate-authority-data"] == b64("PEM-CA")
 
 
 def test_exec_token_is_renewed_ahead_on_a_thread(
