@@ -287,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="containerd: containers killed per run for the status latency")  # fmt: skip
     ap.add_argument("--kill-rate", type=float, default=2.0, help="kills per second")
     ap.add_argument("--no-upstream", action="store_true")
+    ap.add_argument("--cri-control", action="store_true",
+                    help="containerd: time the relist's two List calls straight to the "
+                    "runtime beside the kubelet in the steady state (the relist's control)")  # fmt: skip
     ap.add_argument("--changes", type=int, default=0, metavar="K",
                     help="after the steady state, stop K containers through the CRI "
                     "(10/s) and time each change to the watch")  # fmt: skip
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     for template in args.template:
         for n in args.n:
             kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate,
-                    "scrapes": args.scrapes}  # fmt: skip
+                    "scrapes": args.scrapes, "cri_control": args.cri_control and on_ctd}  # fmt: skip
             relists = [Spec("ours", rl, n, args.rate, args.hold, args.profile, template,
                             runtime=args.runtime, changes=args.changes, **kill)
                         for rl in args.relist]  # fmt: skip

@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from benches.density import evidence, kwok, profile, scrape
+from benches.density import cri_probe, evidence, kwok, profile, scrape
 from benches.density.changes import ChangeProbe
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.density.kills import KillProbe
@@ -538,6 +538,9 @@ class Run:
             c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
             s0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
             u0 = self.ctd.usage() if self.ctd is not None else None
+            control = None
+            if self.spec.cri_control and self.endpoint:
+                control = cri_probe.start(self.endpoint, self.spec.relist, self.spec.hold)
             await self._sample_cpu(kubelet.pid)
             r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
             if self.sim_pid is not None:
@@ -559,6 +562,10 @@ class Run:
                 p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
                 r.relist_p50_ms = None if p50 is None else p50 * 1000
                 r.relist_p99_ms = None if p99 is None else p99 * 1000
+            if control is not None:
+                r.cri_list_p50_ms, r.cri_list_p99_ms, r.cri_list_p99_bucketed_ms = cri_probe.finish(
+                    control, [le for le, _ in after], self.spec.hold + 60
+                )
             if self.spec.changes and self.endpoint:
                 await self.changes.trigger(self.endpoint, self.spec.changes, CHANGE_RATE)
                 await self.changes.wait(60)

@@ -45,6 +45,9 @@ class Spec:
     kills: int = 0  # containerd: containers killed in the steady state (status latency)
     kill_rate: float = 2.0  # kills per second
     scrapes: int = 0  # stats endpoints fetched this often in the steady state (scrape.py)
+    # containerd: the runtime's own List latency timed beside the kubelet in the
+    # steady state (cri_probe.py), the control for its relist duration
+    cri_control: bool = False
 
 
 @dataclass
@@ -123,6 +126,13 @@ class Result:
     # The relist's own duration while the kills were detected (relist runs only).
     kill_relist_p50_ms: float | None = None
     kill_relist_p99_ms: float | None = None
+    # With Spec.cri_control: the two List calls of a relist sent straight to the
+    # runtime from another process at the relist period in the same window;
+    # exact percentiles, and the p99 read through the relist metric's buckets
+    # as the kubelet's relist_p99_ms is.
+    cri_list_p50_ms: float | None = None
+    cri_list_p99_ms: float | None = None
+    cri_list_p99_bucketed_ms: float | None = None
     # With Spec.scrapes (scrape.py): the kubelet with no pod yet, and what
     # metrics-server's scrapes of the stats endpoints cost it in the steady state.
     idle_cpu_cores: float | None = None
