@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from kubelet import stats
 from kubelet.cri import errors
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.stats import pidlimit
 from kubelet.stats.types import working_set
 
 log = logging.getLogger(__name__)
@@ -177,25 +178,14 @@ def memory_observations(
     return out
 
 
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def pid_observation(proc: str, problems: Problems) -> Observation | None:
     """Tasks the kernel can still make: the lower of pid_max and threads-max,
     less every task there is (threads included, /proc/loadavg's fourth field)."""
-    files = (f"{proc}/sys/kernel/pid_max", f"{proc}/sys/kernel/threads-max")
-    limits = [v for v in map(_read_int, files) if v is not None]
-    load = stats.read_loadavg(f"{proc}/loadavg")
-    if not limits or load is None:
+    t = pidlimit.tasks(proc)
+    if t is None:
         problems.append(f"{PID} unobserved: no pid_max or threads-max, or no loadavg")
         return None
-    task_max = min(limits)
-    return Observation(task_max - load[4], task_max)
+    return Observation(t.max - t.running, t.max)
 
 
 ImageFsInfo = Callable[[], Awaitable[pb.ImageFsInfoResponse]]

@@ -39,6 +39,7 @@ from kubelet import stats
 from kubelet.cm.cgroup_manager import PodContainerManager, cgroup_mounts, pod_resources
 from kubelet.container.runtime import PodStatus, SandboxStatus
 from kubelet.cri.api import api_pb2 as pb
+from kubelet.stats import pidlimit
 from kubelet.stats.netdev import Interface, first_pid, read_net_dev
 from kubelet.stats.summary import add_pressure, cgroup_pressure, cgroup_swap, node_swap
 from kubelet.stats.types import (
@@ -469,6 +470,9 @@ class StatsProvider:
         swap = node_swap(ts, mi)
         if swap is not None:
             node["swap"] = swap
+        rlimit = pidlimit.rlimit(ts)
+        if rlimit is not None:
+            node["rlimit"] = rlimit
         if self.psi:
             pressure = [
                 stats.read_psi(f"{self.proc_pressure}/{r}") for r in ("cpu", "memory", "io")

@@ -41,6 +41,8 @@ def test_summary_and_resource_metrics(tmp_path: Path, monkeypatch) -> None:  # t
     assert got["a"]["cpu"]["usageNanoCores"] is None  # one sample: no rate yet
     assert got["a"]["memory"]["workingSetBytes"] == 700
     assert s["node"]["nodeName"] == "node-x" and s["node"]["memory"]["workingSetBytes"] > 0
+    # RlimitStats, which upstream's PID eviction specs read before they start.
+    assert s["node"]["rlimit"]["maxpid"] > 0 and s["node"]["rlimit"]["curproc"] > 0
     assert p.summary() is s  # cached within a second
     (root / "kubepods/burstable/podu1/cpu.stat").write_text("usage_usec 501000\n")
     t[0] += 2.0
