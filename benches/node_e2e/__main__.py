@@ -74,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="",
         help="the suite's --feature-gates (A=true,B=false): its kubelet config gets them",
     )
+    ap.add_argument(
+        "--service-feature-gates",
+        default="",
+        help="the suite's --service-feature-gates: its in-process API server's gates",
+    )
     return ap.parse_args(argv)
 
 
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             timeout_s=args.timeout * 60,
             kubelet_flags=args.kubelet_flags.split(),
             feature_gates=args.feature_gates,
+            service_feature_gates=args.service_feature_gates,
         )
         run = harness.run_one(opts, image_set)
         results.annotate(run, upstream if kubelet == "ours" else None)

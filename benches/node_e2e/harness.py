@@ -71,6 +71,10 @@ class Options:
     # kubelet's config get them (upstream's CI jobs pass some; several serial
     # specs write into the kubelet config's featureGates and panic on a nil map).
     feature_gates: str = ""
+    # --service-feature-gates: the suite's in-process API server's gates (its
+    # --feature-gates do not reach it; a field behind an alpha gate is dropped
+    # from pod statuses without it).
+    service_feature_gates: str = ""
 
 
 def build(kubelets: list[str]) -> None:
@@ -259,6 +263,8 @@ class Run:
             argv.append("--kubelet-flags=" + " ".join(o.kubelet_flags))
         if o.feature_gates:
             argv.append(f"--feature-gates={o.feature_gates}")
+        if o.service_feature_gates:
+            argv.append(f"--service-feature-gates={o.service_feature_gates}")
         return argv
 
     def _suite_binary(self) -> Path:
