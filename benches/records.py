@@ -61,7 +61,7 @@ def _git(*args: str) -> str:
 
 def dirty_files() -> list[str]:
     """Tracked files that differ from HEAD."""
-    return [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    return _git("diff", "--name-only", "HEAD").splitlines()
 
 
 def commit() -> str:
