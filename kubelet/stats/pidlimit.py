@@ -27,7 +27,7 @@ def _read_int(path: str) -> int | None:
 
 
 def tasks(proc: str = "/proc") -> Tasks | None:
-    """None when neither limit or the load average can be read."""
+    """None when no limit, or not the load average, can be read."""
     files = (f"{proc}/sys/kernel/pid_max", f"{proc}/sys/kernel/threads-max")
     limits = [v for v in map(_read_int, files) if v is not None]
     load = read_loadavg(f"{proc}/loadavg")
