@@ -115,13 +115,14 @@ class ClaimInfoCache:
 
     def _reindex(self) -> None:
         users: dict[tuple[str, str, str], set[str]] = {}
-        self._pods = frozenset(u for info in self.entries.values() for u in info.state.pod_uids)
+        pods: set[str] = set()
         for info in self.entries.values():
             s = info.state
+            pods |= s.pod_uids
             for driver, devices in s.driver_state.items():
                 for d in devices or []:
                     users.setdefault((driver, d.pool_name, d.device_name), set()).update(s.pod_uids)
-        self._users = users
+        self._users, self._pods = users, frozenset(pods)
 
     def _encoded(self) -> bytes:
         return st.encode([i.state for _, i in sorted(self.entries.items())])
