@@ -16,6 +16,7 @@ import datetime
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -71,6 +72,23 @@ class Recorder(Protocol):
     def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None: ...
 
 
+class AnnotatedRecorder(Recorder, Protocol):
+    """A recorder that can also put annotations on the Event (AnnotatedEventf):
+    eviction says there what was starved and who used it."""
+
+    def annotated_event(
+        self, ref: ObjectReference, annotations: Mapping[str, str], etype: str, reason: str,
+        message: str,
+    ) -> None: ...  # fmt: skip
+
+
+# What the sender takes from the queue: the object, type, reason, message and
+# the Event's annotations (empty: none).
+_Queued = tuple[ObjectReference, str, str, str, Mapping[str, str]]
+
+_NO_ANNOTATIONS: Mapping[str, str] = {}
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -93,7 +111,7 @@ class EventRecorder:
     def __init__(self, node_name: str, client: APIClient | None = None) -> None:
         self.node_name = node_name
         self.client = client
-        self.queue: asyncio.Queue[tuple[ObjectReference, str, str, str]] = asyncio.Queue(QUEUE_SIZE)
+        self.queue: asyncio.Queue[_Queued] = asyncio.Queue(QUEUE_SIZE)
         self._seen: _LRU[tuple[str, ...], _Seen] = _LRU()
         self._aggregate: _LRU[tuple[str, ...], _Aggregate] = _LRU()
         self._spam: _LRU[str, tuple[float, float]] = _LRU()
@@ -102,6 +120,13 @@ class EventRecorder:
 
     def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
         """Record an event about `ref` (kind, name, namespace, uid[, apiVersion])."""
+        self.annotated_event(ref, _NO_ANNOTATIONS, etype, reason, message)
+
+    def annotated_event(
+        self, ref: ObjectReference, annotations: Mapping[str, str], etype: str, reason: str,
+        message: str,
+    ) -> None:  # fmt: skip
+        """An event whose Event object carries `annotations`."""
         log.info(
             "Event %s %s/%s %s: %s",
             etype,
@@ -113,7 +138,7 @@ class EventRecorder:
         if self.client is None:
             return  # standalone: there is nowhere to send events
         try:
-            self.queue.put_nowait((ref, etype, reason, message))
+            self.queue.put_nowait((ref, etype, reason, message, annotations))
         except asyncio.QueueFull:
             self.dropped += 1
 
@@ -138,13 +163,16 @@ class EventRecorder:
                 stopper.cancel()
                 return
             stopper.cancel()
-            ref, etype, reason, message = getter.result()
+            ref, etype, reason, message, annotations = getter.result()
             try:
-                await self._send(ref, etype, reason, message)
+                await self._send(ref, etype, reason, message, annotations)
             except Exception as err:  # events are best effort; the sender goes on
                 log.debug("dropping event %s %s: %s", reason, ref.get("name"), err)
 
-    async def _send(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
+    async def _send(
+        self, ref: ObjectReference, etype: str, reason: str, message: str,
+        annotations: Mapping[str, str] = _NO_ANNOTATIONS,
+    ) -> None:  # fmt: skip
         assert self.client is not None
         if not self._allow(ref):
             self.dropped += 1
@@ -185,7 +213,11 @@ class EventRecorder:
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": ns},
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                **({"annotations": dict(annotations)} if annotations else {}),
+            },
             "involvedObject": involved,
             "reason": reason,
             "message": message,

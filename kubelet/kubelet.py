@@ -27,7 +27,7 @@ from kubelet.config.config import Op, PodUpdate
 from kubelet.config.file import FileSource
 from kubelet.config.http import HTTPSource
 from kubelet.cri.types import ImageService, RuntimeService
-from kubelet.events import Recorder
+from kubelet.events import AnnotatedRecorder
 from kubelet.features import Feature
 from kubelet.kubelet_getters import SyncLoopHeartbeat
 from kubelet.kubelet_node_subsystems import (
@@ -106,7 +106,7 @@ class Kubelet:
         root_dir: str,
         runtime_service: RuntimeService,
         image_service: ImageService,
-        recorder: Recorder | None = None,
+        recorder: AnnotatedRecorder | None = None,
         kube_client: APIClient | None = None,
         node_setup: NodeSetup | None = None,
         runtime_setup: RuntimeSetup | None = None,

@@ -211,6 +211,7 @@ def _build_eviction(
     sources = EvictionSources(
         target.active_pods, signals.observe, stats.pod_working_sets, ephemeral.measure,
         layout=signals.layout, processes=stats.pod_process_counts,
+        container_usage=stats.container_working_sets,
     )  # fmt: skip
     return EvictionManager(
         cfg, node.root_dir, sources, target.evict, recorder=node.recorder, node_event=node.event,

@@ -49,7 +49,7 @@ from kubelet.credentialprovider.plugin.plugins import LoadedPlugins, PluginKeyri
 from kubelet.credentialprovider.provider import NodeDockerKeyring
 from kubelet.cri.types import ImageService, RuntimeService
 from kubelet.envvars import ServiceInformer
-from kubelet.events import Recorder
+from kubelet.events import AnnotatedRecorder
 from kubelet.features import Feature, FeatureGate
 from kubelet.images.puller import ImagePuller
 from kubelet.kubelet_node_status import RegisteredNode
@@ -120,7 +120,7 @@ class Node:
     # Node status allocatable: admission and the env's resource defaults.
     allocatable: dict[str, str]
     features: FeatureGate
-    recorder: Recorder | None
+    recorder: AnnotatedRecorder | None
     kube_client: APIClient | None
     clock: Clock
 
@@ -169,7 +169,7 @@ def build_node(
     name: str,
     root_dir: str,
     setup: NodeSetup,
-    clients: tuple[Recorder | None, APIClient | None],
+    clients: tuple[AnnotatedRecorder | None, APIClient | None],
     clock: Clock,
 ) -> Node:
     recorder, client = clients

@@ -42,9 +42,10 @@ from typing import Any, Protocol
 
 from kubelet import metrics
 from kubelet.apis.config import KubeletConfiguration
-from kubelet.events import Recorder
+from kubelet.events import AnnotatedRecorder
 from kubelet.eviction import local_storage
 from kubelet.eviction.memcg_notifier import REFRESH_INTERVAL, MemcgCgroups, memory_notifiers
+from kubelet.eviction.message import PodUsage, eviction_message
 from kubelet.eviction.signals import DiskLayout, Observation, shared_layout
 from kubelet.eviction.thresholds import (
     ALL,
@@ -110,7 +111,9 @@ class EvictionSources:
     working set from one stats pass (pods without figures are absent), so
     ranking never reads stats once per pod; `layout` tells where the
     filesystems are once known (None: one filesystem, the root directory's);
-    `processes` gives the tasks of each pod UID (PID pressure ranks by them)."""
+    `processes` gives the tasks of each pod UID (PID pressure ranks by them);
+    `container_usage` the memory working set of each running container of one
+    pod, by name (what the eviction message blames; None: not measured)."""
 
     pods: Callable[[], list[Pod]]  # active (admitted, not terminal) pods
     observe: Callable[[], dict[str, Observation]]
@@ -118,6 +121,7 @@ class EvictionSources:
     local_storage: LocalStorageUsage
     layout: Callable[[], Awaitable[DiskLayout | None]] | None = None
     processes: Callable[[], Mapping[str, int]] | None = None
+    container_usage: Callable[[Pod], Mapping[str, int]] | None = None
 
 
 class EvictionManager:
@@ -128,7 +132,7 @@ class EvictionManager:
         sources: EvictionSources,
         evict: EvictFn,
         *,
-        recorder: Recorder | None = None,
+        recorder: AnnotatedRecorder | None = None,
         node_event: Callable[[str, str, str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         memcg: MemcgCgroups | None = None,
@@ -308,18 +312,18 @@ class EvictionManager:
             self.node_event("Warning", "EvictionThresholdMet", f"Attempting to reclaim {resource}")
         if await self._reclaim_node_level(t, reclaim):
             return None
-        victim = await self._victim(t, pods)
+        victim, ranked_by = await self._victim(t, pods)
         if victim is None:
             log.warning("eviction threshold %s met, but no pod can be evicted", t.signal)
             return None
-        message = (
-            f"The node was low on resource: {resource}. Threshold quantity: {t.value}, "
-            f"available: {_quantity(t.signal, o.available)}."
-        )
+        usage = await self._usage_of(t, victim, ranked_by)
+        message, annotations = eviction_message(t, o, victim, usage)
         grace = eviction_grace(t, victim, int(self.config.eviction_max_pod_grace_period))
         log.warning("Evicting pod %s/%s: %s", namespace(victim), name(victim), message)
         if self.recorder is not None:
-            self.recorder.event(object_ref(victim), "Warning", "Evicted", message)
+            self.recorder.annotated_event(
+                object_ref(victim), annotations, "Warning", "Evicted", message
+            )
         self.evicted.add(uid(victim))
         metrics.EVICTIONS.labels(t.signal).inc()
         await self.evict(victim, grace, "Evicted", message, condition=disruption_target(message))
@@ -355,19 +359,38 @@ class EvictionManager:
                  ", ".join(steps))  # fmt: skip
         return True
 
-    async def _victim(self, t: Threshold, pods: list[Pod]) -> Pod | None:
+    async def _victim(self, t: Threshold, pods: list[Pod]) -> tuple[Pod | None, Mapping[str, int]]:
+        """The pod to evict, and the figures (by pod UID) it was ranked by."""
         if CONDITIONS.get(t.signal) == "DiskPressure":
             # Inodes: no pod requests any, so any use counts as above request.
             request = _no_request if RESOURCES.get(t.signal) == "inodes" else _ephemeral_request
-            return self._rank(pods, await self._disk_usage(t, pods), request)
+            usage: Mapping[str, int] = await self._disk_usage(t, pods)
+            return self._rank(pods, usage, request), usage
         loop = asyncio.get_running_loop()
         if CONDITIONS.get(t.signal) == "PIDPressure" and self.sources.processes is not None:
             # rankPIDPressure: lower priority first, then more processes.
-            return self._rank(
-                pods, await loop.run_in_executor(None, self.sources.processes), _no_request
-            )
+            usage = await loop.run_in_executor(None, self.sources.processes)
+            return self._rank(pods, usage, _no_request), usage
         usage = await loop.run_in_executor(None, self.sources.usage)
-        return self._rank(pods, usage, _memory_request)
+        return self._rank(pods, usage, _memory_request), usage
+
+    async def _usage_of(
+        self, t: Threshold, victim: Pod, ranked_by: Mapping[str, int]
+    ) -> PodUsage | None:
+        """What the eviction message reads of the victim: its containers' use of
+        the starved resource (memory, or local storage); none for inodes and
+        PIDs, which no container requests. None: the pod was not measured."""
+        resource = RESOURCES.get(t.signal)
+        if resource == "memory":
+            if self.sources.container_usage is None or uid(victim) not in ranked_by:
+                return None
+            loop = asyncio.get_running_loop()
+            containers = await loop.run_in_executor(None, self.sources.container_usage, victim)
+            return PodUsage(containers, ranked_by[uid(victim)])
+        if resource == "ephemeral-storage":
+            measured = (await self.sources.local_storage([victim])).get(uid(victim))
+            return None if measured is None else PodUsage(measured.containers)
+        return PodUsage() if uid(victim) in ranked_by else None
 
     async def _disk_usage(self, t: Threshold, pods: list[Pod]) -> dict[str, int]:
         """Each candidate's bytes (inodes, for an inode signal) on the pressed
@@ -457,13 +480,6 @@ class Reclaimers:
 
     containers: ReclaimFn
     images: ReclaimFn
-
-
-def _quantity(signal: str, value: int) -> str:
-    """The available figure of an eviction message: bytes in Ki, counts as they are."""
-    if RESOURCES.get(signal) in ("memory", "ephemeral-storage"):
-        return f"{value // 1024}Ki"
-    return str(value)
 
 
 def _local_volumes(pod: Pod, used: Mapping[str, int]) -> int:

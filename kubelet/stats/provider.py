@@ -211,6 +211,22 @@ class StatsProvider:
             if st.memory_working_set is not None
         }
 
+    def container_working_sets(self, p: Pod) -> dict[str, int]:
+        """Working set per running container of one pod, by container name
+        (what an eviction message blames); empty without the pod's status."""
+        status = self.pod_status(uid(p)) if self.pod_status is not None else None
+        if status is None:
+            return {}
+        rel = self._pod_cgroup(p)
+        running = status.running()
+        with self._lock:
+            parsed = self._parse([f"{rel}/{c.id}" for c in running], EVICTION)
+        return {
+            c.name: int(st.memory_working_set)
+            for c, st in zip(running, parsed, strict=True)
+            if st.memory_working_set is not None
+        }
+
     def pod_process_counts(self) -> dict[str, int]:
         """Tasks per pod UID (PID pressure ranking): each pod cgroup's pids.current."""
         pods = self.pods()

@@ -403,15 +403,24 @@ def remove_all_pods(endpoint: str) -> None:
 
 class EventLog:
     """An event recorder that keeps what it is given: (object name, type,
-    reason, message) in `events`, and the whole reference in `refs`."""
+    reason, message) in `events`, the whole reference in `refs` and the
+    Event's annotations in `annotations`."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
         self.refs: list[ObjectReference] = []
+        self.annotations: list[dict[str, str]] = []
 
     def event(self, ref: ObjectReference, etype: str, reason: str, message: str) -> None:
+        self.annotated_event(ref, {}, etype, reason, message)
+
+    def annotated_event(
+        self, ref: ObjectReference, annotations: Mapping[str, str], etype: str, reason: str,
+        message: str,
+    ) -> None:  # fmt: skip
         self.events.append((ref.get("name", ""), etype, reason, message))
         self.refs.append(ref)
+        self.annotations.append(dict(annotations))
 
 
 class InProcessKubelet:

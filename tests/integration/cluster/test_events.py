@@ -100,3 +100,33 @@ async def test_the_recorder_forgets_the_least_recent_objects_beyond_its_cache(
         stop.set()
         await task
         await client.close()
+
+
+async def test_an_annotated_event_keeps_its_annotations(control_plane: ControlPlane) -> None:
+    """AnnotatedEventf: the eviction manager's Evicted event says in its
+    annotations what was starved; the API server stores them on the Event."""
+    name = "py-node-events-annotated"
+    client = APIClient(load_kubeconfig(control_plane.node_kubeconfig(name)), qps=50, burst=100)
+    rec = EventRecorder(name, client)
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+    ref = {"kind": "Node", "name": name, "uid": name, "apiVersion": "v1"}
+    annotations = {"starved_resource": "memory", "offending_containers": "c"}
+    try:
+        rec.annotated_event(ref, annotations, WARNING, "Evicted", "low on memory")
+        rec.event(ref, NORMAL, "Starting", "Starting kubelet.")
+        for _ in range(100):
+            if rec.queue.empty() and rec.sent >= 2:
+                break
+            await asyncio.sleep(0.05)
+        out = control_plane.kubectl(
+            "get", "events", "-n", "default",
+            "--field-selector", f"involvedObject.name={name}", "-o", "json",
+        ).stdout  # fmt: skip
+        by_reason = {e["reason"]: e for e in json.loads(out)["items"]}
+        assert by_reason["Evicted"]["metadata"]["annotations"] == annotations
+        assert "annotations" not in by_reason["Starting"]["metadata"]
+    finally:
+        stop.set()
+        await task
+        await client.close()

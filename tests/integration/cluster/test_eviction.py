@@ -83,4 +83,7 @@ def test_memory_pressure_evicts_and_gates_admission(pressured: KubeletProcess) -
     events = k.kubectl_json(
         "get", "events", "-n", "default", "--field-selector", "involvedObject.name=pressure-burst"
     )["items"]
-    assert "Evicted" in {e["reason"] for e in events}
+    evicted = [e for e in events if e["reason"] == "Evicted"]
+    assert evicted, events
+    # What was starved, in the annotation upstream's tools read.
+    assert evicted[0]["metadata"]["annotations"]["starved_resource"] == "memory"

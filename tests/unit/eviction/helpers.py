@@ -12,6 +12,7 @@ from kubelet.eviction.eviction_manager import (
     Observation,
     volumes_only,
 )
+from kubelet.testing.kubelets import EventLog
 
 GiB = 2**30
 MiB = 2**20
@@ -37,6 +38,9 @@ class Harness:
         self.usage: dict[str, int] = {}
         self.evictions: list[tuple[str, int, str, str]] = []
         self.volumes: dict[str, dict[str, int]] = {}
+        # pod UID -> container name -> memory working set (the eviction message)
+        self.containers: dict[str, dict[str, int]] = {}
+        self.recorder = EventLog()
 
         async def evict(p: dict, grace: int, reason: str, message: str, **_: Any) -> None:
             self.evictions.append((p["metadata"]["name"], grace, reason, message))
@@ -47,5 +51,16 @@ class Harness:
             lambda: {"memory.available": Observation(self.available, 8 * GiB)},
             lambda: self.usage,
             volumes_only(lambda u: self.volumes.get(u, {})),
+            container_usage=lambda p: self.containers.get(p["metadata"]["uid"], {}),
         )
-        self.m = EvictionManager(self.config, "/", sources, evict, clock=lambda: self.now)
+        self.m = EvictionManager(
+            self.config, "/", sources, evict, recorder=self.recorder, clock=lambda: self.now
+        )
+
+    @property
+    def events(self) -> list[tuple[str, str, str, str]]:
+        return self.recorder.events
+
+    @property
+    def annotations(self) -> list[dict[str, str]]:
+        return self.recorder.annotations
