@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from benches import records
-from benches.density.harness import upstream_kubelet
+from benches.density.cluster import upstream_kubelet
 from benches.procmetrics import proc_cpu_s
 from kubelet.cri.api import api_pb2 as pb
 from kubelet.cri.errors import CRIError

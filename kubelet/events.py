@@ -12,7 +12,6 @@ per 5 minutes) drops event spam.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from typing import Generic, Protocol, TypeVar
 
 from kubelet.client.rest import APIClient, APIError
 from kubelet.types import ObjectReference
+from kubelet.util.gotime import meta_now
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +87,6 @@ class AnnotatedRecorder(Recorder, Protocol):
 _Queued = tuple[ObjectReference, str, str, str, Mapping[str, str]]
 
 _NO_ANNOTATIONS: Mapping[str, str] = {}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -194,7 +190,7 @@ class EventRecorder:
         else:
             key = (*obj_key, message)
         seen = self._seen.get(key)
-        ts = _now()
+        ts = meta_now()
         if seen is not None:
             patch = {"count": seen.count + 1, "lastTimestamp": ts, "message": message}
             try:

@@ -39,18 +39,16 @@ from kubelet.kubelet_node_subsystems import (
     build_pod_resources,
 )
 from kubelet.kubelet_pods import setup_data_dirs
+from kubelet.kubelet_runtime_subsystems import RuntimeSetup, build_runtime, build_workers
 from kubelet.kubelet_subsystems import (
     Node,
     NodeSetup,
-    RuntimeSetup,
     build_dra_claims,
     build_node,
     build_pods,
     build_probes,
     build_resource_managers,
-    build_runtime,
     build_volumes,
-    build_workers,
 )
 from kubelet.kuberuntime import legacy
 from kubelet.lifecycle.predicate import Rejection
@@ -60,7 +58,7 @@ from kubelet.pod_workers import PodWork, UpdateType, WorkerSync, working_pod_cou
 from kubelet.runtime_orphans import RuntimeOrphans
 from kubelet.server.checkpoint import CHECKPOINTS_DIR
 from kubelet.stats.logs import ContainerLogStats
-from kubelet.status import generate
+from kubelet.status.conditions import need_to_reconcile_pod_readiness
 from kubelet.types import (
     API_SOURCE,
     FILE_SOURCE,
@@ -75,6 +73,7 @@ from kubelet.types import (
     uid,
 )
 from kubelet.util.clock import REAL_CLOCK, Clock
+from kubelet.util.gotime import meta_now
 from kubelet.util.mountutil import make_rshared, remove_all_one_filesystem
 from kubelet.volumemanager.cache import PodVolumeStates
 from kubelet.volumemanager.metrics import ORPHAN_POD_CLEANED_VOLUMES_ERRORS
@@ -405,7 +404,7 @@ class Kubelet:
             # Only the API status changed (mostly our own writes coming back):
             # the status manager reconciles drift itself; a sync is due only
             # when a readiness gate's condition moved (HandlePodReconcile).
-            if not rejected and generate.need_to_reconcile_pod_readiness(pod):
+            if not rejected and need_to_reconcile_pod_readiness(pod):
                 self.pod_workers.update_pod(PodWork(pod, UpdateType.UPDATE))
             else:
                 self.pod_workers.refresh_pod(pod)
@@ -456,7 +455,7 @@ class Kubelet:
                 "message": f"Pod was rejected: {r.message}",
                 "conditions": [],
                 "qosClass": qos_class(pod),
-                "startTime": generate.now(),
+                "startTime": meta_now(),
             },
             pod,
         )

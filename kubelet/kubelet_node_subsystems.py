@@ -25,7 +25,8 @@ from kubelet.features import Feature
 from kubelet.images.image_gc_manager import ImageGCError, ImageGCManager
 from kubelet.kubelet_getters import KubeletHost, SyncLoopHeartbeat
 from kubelet.kubelet_node_status import NodeStatusManager, RegisteredNode
-from kubelet.kubelet_subsystems import Node, NodeSetup, Pods, Runtime, Volumes, Workers
+from kubelet.kubelet_runtime_subsystems import Runtime, Workers
+from kubelet.kubelet_subsystems import Node, NodeSetup, Pods, Volumes
 from kubelet.kuberuntime import legacy
 from kubelet.kuberuntime.kuberuntime_gc import ContainerGC, ContainerGCError, NodeEvent
 from kubelet.lifecycle.admission import PodAdmitter

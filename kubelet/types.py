@@ -136,6 +136,11 @@ def is_critical(pod: Pod) -> bool:
     return is_static(pod) or (priority is not None and int(priority) >= SYSTEM_CRITICAL_PRIORITY)
 
 
+def is_sidecar(c: Container) -> bool:
+    """An init container with restartPolicy Always (a restartable init container)."""
+    return c.get("restartPolicy") == "Always"
+
+
 def restart_policy(pod: Pod) -> str:
     return str(pod["spec"].get("restartPolicy") or "Always")
 

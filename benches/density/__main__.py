@@ -52,7 +52,8 @@ from pathlib import Path
 
 from benches import metric_parity, records
 from benches.density import evidence, kwok
-from benches.density.harness import Run, dump, start_control_plane, upstream_kubelet
+from benches.density.cluster import start_control_plane, upstream_kubelet
+from benches.density.harness import Run
 from benches.density.spec import (
     KUBE_API_BURST,
     KUBE_API_QPS,
@@ -62,6 +63,7 @@ from benches.density.spec import (
     UNTHROTTLED_QPS,
     Result,
     Spec,
+    dump,
     needs_controllers,
 )
 

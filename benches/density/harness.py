@@ -18,33 +18,26 @@ Pod templates (`Spec.template`):
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from benches.density import cri_probe, evidence, kwok, profile, scrape
 from benches.density.changes import ChangeProbe
+from benches.density.cluster import count_requests, kubelet_config, upstream_kubelet
 from benches.density.containerd import ContainerdRuntime, Usage
 from benches.density.kills import KillProbe
-from benches.density.spec import (
-    CONFIGMAP,
-    SECRET,
-    Result,
-    Spec,
-)
+from benches.density.spec import CONFIGMAP, SECRET, Result, Spec, perf_percentile
 from benches.procmetrics import buckets, hist_quantile, pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.kubeconfig import load_kubeconfig
-from kubelet.client.rest import APIClient, APIError
+from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
 from kubelet.testing.net import free_port
@@ -63,117 +56,6 @@ CPU_SAMPLE_S = float(os.environ.get("DENSITY_CPU_SAMPLE_S", "10"))
 # Both kubelets: first seen by the kubelet -> its containers running, as the
 # kubelet sees it (no status write, no watch): the kubelet's own share of startup.
 POD_START_HIST = "kubelet_pod_start_duration_seconds"
-REPO = Path(__file__).resolve().parents[2]
-
-
-def audit_policy(path: Path) -> None:
-    """Log one line per request made by a node, nothing else."""
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "audit.k8s.io/v1",
-                "kind": "Policy",
-                "omitStages": ["RequestReceived", "ResponseStarted"],
-                "rules": [
-                    {"level": "Metadata", "userGroups": ["system:nodes"]},
-                    {"level": "None"},
-                ],
-            }
-        )
-    )
-
-
-def start_control_plane(
-    workdir: Path, controllers: bool = False, extra_controllers: tuple[str, ...] = ()
-) -> ControlPlane:
-    policy = workdir / "audit-policy.yaml"
-    audit_policy(policy)
-    cp = ControlPlane(
-        str(workdir / "cp"),
-        controllers=controllers,
-        extra_controllers=extra_controllers,
-        extra_args=[
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={workdir / 'audit.log'}",
-            "--audit-log-format=json",
-            "--audit-log-mode=batch",
-            "--audit-log-maxsize=0",
-            # One worker (the default) deletes a 10,000-pod collection one by one
-            # and the request times out (504) long before the end.
-            "--delete-collection-workers=16",
-        ],
-    )
-    return cp.start()
-
-
-def count_requests(audit_log: Path, user: str) -> tuple[int, dict[str, int]]:
-    """Requests made by `user`, in all and by "verb resource[/subresource]"."""
-    n = 0
-    kinds: dict[str, int] = {}
-    needle = f'"username":"{user}"'
-    with open(audit_log, errors="replace") as fh:
-        for line in fh:
-            if needle not in line:
-                continue
-            n += 1
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            ref = ev.get("objectRef") or {}
-            res = ref.get("resource") or ev.get("requestURI", "?").split("?")[0]
-            if ref.get("subresource"):
-                res += "/" + ref["subresource"]
-            key = f"{ev.get('verb', '?')} {res}"
-            kinds[key] = kinds.get(key, 0) + 1
-    return n, dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
-
-
-def upstream_kubelet() -> str | None:
-    cache = Path(os.environ.get("KUBELET_CACHE", Path.home() / ".cache/kubelet-py"))
-    version = os.environ.get("K8S_VERSION", "v1.34.4")
-    path = cache / f"k8s-{version}" / "bin" / "kubelet"
-    return str(path) if path.exists() else None
-
-
-def kubelet_config(spec: Spec, cgroup_root: str = "", logs_dir: str = "") -> dict[str, Any]:
-    """The configuration both kubelets run with (the launcher adds the ports)."""
-    cfg: dict[str, Any] = {
-        "maxPods": spec.n + 20,
-        "address": "127.0.0.1",
-        "cgroupDriver": "cgroupfs",
-        "cgroupsPerQOS": False,
-        "enforceNodeAllocatable": [],
-        "failSwapOn": False,
-        "kubeAPIQPS": spec.qps,
-        "kubeAPIBurst": spec.burst,
-        "serializeImagePulls": False,
-        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-        "authorization": {"mode": "AlwaysAllow"},
-        "evictionHard": {"memory.available": "100Mi"},
-        "resolvConf": "",
-        # As every real cluster (kubeadm's defaults): without them each sandbox
-        # draws two MissingClusterDNS warnings, from both kubelets.
-        "clusterDNS": ["10.0.0.10"],
-        "clusterDomain": "cluster.local",
-    }
-    if spec.kubelet == "ours":
-        cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
-    if spec.evented:
-        cfg["featureGates"] = {"EventedPLEG": True}
-    if spec.runtime == "containerd":
-        # As a real node: QoS and pod cgroups kept by the kubelet, under a root
-        # of the run's own (cgroupfs, as the private containerd's runc).
-        cfg["cgroupsPerQOS"] = True
-        cfg["cgroupRoot"] = "/" + cgroup_root
-        cfg["podLogsDir"] = logs_dir
-        # The images cannot be pulled again here: never collect them; and a busy
-        # shared disk must not evict the pods.
-        cfg["imageGCHighThresholdPercent"] = 100
-        cfg["imageGCLowThresholdPercent"] = 99
-        cfg["evictionHard"] = {"memory.available": "100Mi", "nodefs.available": "1%",
-                               "imagefs.available": "1%", "nodefs.inodesFree": "1%"}  # fmt: skip
-    return cfg
 
 
 class Run:
@@ -205,6 +87,8 @@ class Run:
         self.ro: int | None = None  # the kubelet's read-only port (none for kwok)
         self.endpoint = ""  # the runtime's CRI endpoint
         self.changes = ChangeProbe()
+        # The creation window (epoch seconds, for the audit log): start, all Running.
+        self.window = [0.0, 0.0]
 
     # ---------------------------------------------------------------- parts
     def _start_sim(self) -> str:
@@ -450,37 +334,16 @@ class Run:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> Result:
+        """The whole run, phase by phase; a failure ends it with `error` set
+        and what was measured so far kept."""
         r = self.result
         admin = APIClient(load_kubeconfig(self.cp.admin_kubeconfig), qps=0, burst=1)
         stop = asyncio.Event()
         watch: asyncio.Task[None] | None = None
-        wall0 = wall1 = 0.0  # the creation window, epoch seconds (for the audit log)
         try:
             r.load_avg = [round(x, 2) for x in os.getloadavg()]
             await self._prepare_namespace(admin)
-            if self.spec.kubelet == "kwok":
-                # No runtime and no kubelet: kwok manages a Node we create.
-                await admin.create("/api/v1/nodes", kwok.node_object(self.node))
-                kubelet = kwok.start(self.dir, self.cp.admin_kubeconfig, self.node, free_port())
-                self.procs.append(kubelet)
-            else:
-                self.endpoint = self._start_runtime()
-                kubelet = self._start_kubelet(self.endpoint)
-            k_start = time.monotonic()
-
-            async def ready() -> bool:
-                try:
-                    n = await admin.get(f"/api/v1/nodes/{self.node}")
-                except Exception:
-                    return False
-                conds = {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
-                return conds.get("Ready") == "True"
-
-            deadline = time.monotonic() + 120
-            while not await ready():
-                if time.monotonic() > deadline or kubelet.poll() is not None:
-                    raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
-                await asyncio.sleep(0.5)
+            kubelet = await self._start_node(admin)
             if self.spec.scrapes and self.spec.kubelet != "kwok":
                 await asyncio.sleep(IDLE_SETTLE_S)  # the first status and lease writes
                 r.idle_cpu_cores, r.idle_rss_mib = await scrape.idle(kubelet.pid, IDLE_S)
@@ -489,95 +352,14 @@ class Run:
             watch = asyncio.create_task(
                 self._watch(admin, lst["metadata"]["resourceVersion"], stop)
             )
-            t_create = time.monotonic()
-            timeout = max(self.min_wait, self.spec.n / self.spec.rate * 4)
-            spy0 = self._start_profile(kubelet.pid, "profile-startup", timeout)
-            cpu0 = proc_cpu_s(kubelet.pid)
-            sim0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
-            rt0 = self.ctd.usage() if self.ctd is not None else None
-            start0 = self._buckets_or_empty(POD_START_HIST)
-            m0 = self._metrics_text("metrics-before-create.txt")
-            wall0 = time.time()
-            await self._create_all(admin)
-            await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
-            wall1 = time.time()
-            start1 = self._buckets_or_empty(POD_START_HIST)
-            m1 = self._metrics_text("metrics-all-running.txt")
-            if m0 and m1:
-                r.evidence["histograms"] = evidence.window(m0, m1)
-            if start1 and len(start0) in (0, len(start1)):
-                base = start0 or [(le, 0.0) for le, _ in start1]
-                window = [(le, c - b) for (le, c), (_, b) in zip(start1, base, strict=True)]
-                r.kubelet_start_p50_s = hist_quantile(window, 0.5)
-                r.kubelet_start_p99_s = hist_quantile(window, 0.99)
-            r.startup_cpu_cores = (proc_cpu_s(kubelet.pid) - cpu0) / (time.monotonic() - t_create)
-            if self.sim_pid is not None:
-                r.sim_startup_cpu_cores = (proc_cpu_s(self.sim_pid) - sim0) / (
-                    time.monotonic() - t_create
-                )
-            if rt0 is not None and self.ctd is not None and (rt1 := self.ctd.usage()):
-                r.containerd_startup_cpu_cores = (rt1.containerd_cpu_s - rt0.containerd_cpu_s) / (
-                    time.monotonic() - t_create
-                )
-            if spy0 is not None:
-                r.profile_startup_top, r.profile_startup_inclusive = profile.finish(
-                    self.dir, spy0, "profile-startup", stop=True
-                )
-            r.running = len(self.running_at)
-            lat = [
-                self.running_at[k] - self.created[k] for k in self.running_at if k in self.created
-            ]
-            r.startup_latencies_s = sorted(round(x, 4) for x in lat)
-            r.startup_p50_s, r.startup_p90_s, r.startup_p99_s = (
-                pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))  # fmt: skip
-            if self.running_at:
-                r.all_running_s = max(self.running_at.values()) - t_create
+            await self._startup(admin, kubelet.pid)
             await asyncio.sleep(5)  # let start-up work drain
-            before = self._buckets_or_empty(RELIST_HIST)
-            spy = self._start_profile(kubelet.pid)
-            c0, w0 = proc_cpu_s(kubelet.pid), time.monotonic()
-            s0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
-            u0 = self.ctd.usage() if self.ctd is not None else None
-            control = None
-            if self.spec.cri_control and self.endpoint:
-                control = cri_probe.start(self.endpoint, self.spec.relist, self.spec.hold)
-            await self._sample_cpu(kubelet.pid)
-            r.steady_cpu_cores = (proc_cpu_s(kubelet.pid) - c0) / (time.monotonic() - w0)
-            if self.sim_pid is not None:
-                r.sim_cpu_cores = (proc_cpu_s(self.sim_pid) - s0) / (time.monotonic() - w0)
-            r.steady_rss_mib = proc_rss_mib(kubelet.pid)
-            if u0 is not None and self.ctd is not None and (u1 := self.ctd.usage(pss=True)):
-                self._runtime_usage(u0, u1, time.monotonic() - w0)
-            after = self._buckets_or_empty(RELIST_HIST)
-            if r.kubelet != "kwok":
-                self._metrics_text("metrics-steady.txt")  # for the metric parity check
-            if spy is not None:
-                r.profile_top, _ = profile.finish(self.dir, spy)
-            if self.spec.scrapes and self.ro:
-                r.scrape = await scrape.scrape_cost(self.ro, kubelet.pid, self.spec.scrapes)
-            if self.spec.kills and self.ctd is not None:
-                await self._status_latency()
-            if before and after and len(before) == len(after):
-                steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
-                p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
-                r.relist_p50_ms = None if p50 is None else p50 * 1000
-                r.relist_p99_ms = None if p99 is None else p99 * 1000
-            if control is not None:
-                r.cri_list_p50_ms, r.cri_list_p99_ms, r.cri_list_p99_bucketed_ms = cri_probe.finish(
-                    control, [le for le, _ in after], self.spec.hold + 60
-                )
+            await self._steady(kubelet.pid)
             if self.spec.changes and self.endpoint:
                 await self.changes.trigger(self.endpoint, self.spec.changes, CHANGE_RATE)
                 await self.changes.wait(60)
                 r.container_change = self.changes.result()
-            t_del = time.monotonic()
-            await self._delete_all(admin)
-            names = set(self.created)
-            # Real containers stop one runc delete at a time per pod, slower at density.
-            per_pod = 1.0 if self.spec.runtime == "containerd" else 0.1
-            if await self._wait(lambda: names <= self.deleted, max(180.0, self.spec.n * per_pod)):
-                r.delete_all_s = time.monotonic() - t_del
-            _ = k_start
+            await self._delete_phase(admin)
         except Exception as err:
             r.error = f"{type(err).__name__}: {err}"
         finally:
@@ -586,36 +368,167 @@ class Run:
                 watch.cancel()
                 await asyncio.gather(watch, return_exceptions=True)
             await self._failed_mounts(admin)
-            self._stop_all()
-            if self.ctd is not None:
-                left = await self.ctd.remove_sandboxes()
-                if left:
-                    print(f"{self.node}: stopped {left} sandboxes still ready", file=sys.stderr)
-                self.ctd.stop()
-            await asyncio.sleep(2)  # the audit log is written in batches
-            try:
-                r.api_requests, r.api_by_kind = count_requests(
-                    Path(self.cp.directory).parent / "audit.log", f"system:node:{self.node}"
-                )
-                r.api_requests_per_pod = r.api_requests / max(1, self.spec.n)
-                if wall0 and wall1:
-                    r.evidence["audit"] = evidence.audit_timing(
-                        Path(self.cp.directory).parent / "audit.log",
-                        f"system:node:{self.node}", wall0, wall1 + 1.0,
-                    )  # fmt: skip
-            except (OSError, ValueError):
-                pass
-            try:
-                await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}")
-                await admin.request("DELETE", f"/api/v1/nodes/{self.node}")
-            except Exception:
-                pass
-            await admin.close()
-            left = unmount_under(self.dir / "root")
-            if left:
-                print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
-            shutil.rmtree(self.dir / "root", ignore_errors=True)
+            await self._stop_parts()
+            await self._count_api_requests()
+            await self._remove(admin)
         return r
+
+    async def _start_node(self, admin: APIClient) -> subprocess.Popen[bytes]:
+        """The runtime and the kubelet (or kwok and its Node), until the Node is Ready."""
+        if self.spec.kubelet == "kwok":
+            # No runtime and no kubelet: kwok manages a Node we create.
+            await admin.create("/api/v1/nodes", kwok.node_object(self.node))
+            kubelet = kwok.start(self.dir, self.cp.admin_kubeconfig, self.node, free_port())
+            self.procs.append(kubelet)
+        else:
+            self.endpoint = self._start_runtime()
+            kubelet = self._start_kubelet(self.endpoint)
+
+        async def ready() -> bool:
+            try:
+                n = await admin.get(f"/api/v1/nodes/{self.node}")
+            except API_ERRORS:
+                return False
+            conds = {c["type"]: c["status"] for c in n["status"].get("conditions", [])}
+            return conds.get("Ready") == "True"
+
+        deadline = time.monotonic() + 120
+        while not await ready():
+            if time.monotonic() > deadline or kubelet.poll() is not None:
+                raise RuntimeError(f"node {self.node} never became Ready; see {self.dir}")
+            await asyncio.sleep(0.5)
+        return kubelet
+
+    async def _startup(self, admin: APIClient, pid: int) -> None:
+        """Create the N pods and wait for all Running: latencies, the kubelet's
+        and the runtime's CPU over the window, the histograms' window."""
+        r = self.result
+        t_create = time.monotonic()
+        timeout = max(self.min_wait, self.spec.n / self.spec.rate * 4)
+        spy0 = self._start_profile(pid, "profile-startup", timeout)
+        cpu0 = proc_cpu_s(pid)
+        sim0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
+        rt0 = self.ctd.usage() if self.ctd is not None else None
+        start0 = self._buckets_or_empty(POD_START_HIST)
+        m0 = self._metrics_text("metrics-before-create.txt")
+        self.window[0] = time.time()
+        await self._create_all(admin)
+        await self._wait(lambda: len(self.running_at) >= self.spec.n, timeout)
+        self.window[1] = time.time()
+        start1 = self._buckets_or_empty(POD_START_HIST)
+        m1 = self._metrics_text("metrics-all-running.txt")
+        if m0 and m1:
+            r.evidence["histograms"] = evidence.window(m0, m1)
+        if start1 and len(start0) in (0, len(start1)):
+            base = start0 or [(le, 0.0) for le, _ in start1]
+            window = [(le, c - b) for (le, c), (_, b) in zip(start1, base, strict=True)]
+            r.kubelet_start_p50_s = hist_quantile(window, 0.5)
+            r.kubelet_start_p99_s = hist_quantile(window, 0.99)
+        secs = time.monotonic() - t_create
+        r.startup_cpu_cores = (proc_cpu_s(pid) - cpu0) / secs
+        if self.sim_pid is not None:
+            r.sim_startup_cpu_cores = (proc_cpu_s(self.sim_pid) - sim0) / secs
+        if rt0 is not None and self.ctd is not None and (rt1 := self.ctd.usage()):
+            r.containerd_startup_cpu_cores = (rt1.containerd_cpu_s - rt0.containerd_cpu_s) / secs
+        if spy0 is not None:
+            r.profile_startup_top, r.profile_startup_inclusive = profile.finish(
+                self.dir, spy0, "profile-startup", stop=True
+            )
+        self._startup_latencies(t_create)
+
+    def _startup_latencies(self, t_create: float) -> None:
+        r = self.result
+        r.running = len(self.running_at)
+        lat = [self.running_at[k] - self.created[k] for k in self.running_at if k in self.created]
+        r.startup_latencies_s = sorted(round(x, 4) for x in lat)
+        r.startup_p50_s, r.startup_p90_s, r.startup_p99_s = (
+            pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99))  # fmt: skip
+        if self.running_at:
+            r.all_running_s = max(self.running_at.values()) - t_create
+
+    async def _steady(self, pid: int) -> None:
+        """The steady state for Spec.hold: CPU and RSS, relist durations (with
+        the CRI control beside them), scrapes, kills."""
+        r = self.result
+        before = self._buckets_or_empty(RELIST_HIST)
+        spy = self._start_profile(pid)
+        c0, w0 = proc_cpu_s(pid), time.monotonic()
+        s0 = proc_cpu_s(self.sim_pid) if self.sim_pid is not None else 0.0
+        u0 = self.ctd.usage() if self.ctd is not None else None
+        control = None
+        if self.spec.cri_control and self.endpoint:
+            control = cri_probe.start(self.endpoint, self.spec.relist, self.spec.hold)
+        await self._sample_cpu(pid)
+        r.steady_cpu_cores = (proc_cpu_s(pid) - c0) / (time.monotonic() - w0)
+        if self.sim_pid is not None:
+            r.sim_cpu_cores = (proc_cpu_s(self.sim_pid) - s0) / (time.monotonic() - w0)
+        r.steady_rss_mib = proc_rss_mib(pid)
+        if u0 is not None and self.ctd is not None and (u1 := self.ctd.usage(pss=True)):
+            self._runtime_usage(u0, u1, time.monotonic() - w0)
+        after = self._buckets_or_empty(RELIST_HIST)
+        if r.kubelet != "kwok":
+            self._metrics_text("metrics-steady.txt")  # for the metric parity check
+        if spy is not None:
+            r.profile_top, _ = profile.finish(self.dir, spy)
+        if self.spec.scrapes and self.ro:
+            r.scrape = await scrape.scrape_cost(self.ro, pid, self.spec.scrapes)
+        if self.spec.kills and self.ctd is not None:
+            await self._status_latency()
+        if before and after and len(before) == len(after):
+            steady = [(le, c - b) for (le, c), (_, b) in zip(after, before, strict=True)]
+            p50, p99 = hist_quantile(steady, 0.5), hist_quantile(steady, 0.99)
+            r.relist_p50_ms = None if p50 is None else p50 * 1000
+            r.relist_p99_ms = None if p99 is None else p99 * 1000
+        if control is not None:
+            r.cri_list_p50_ms, r.cri_list_p99_ms, r.cri_list_p99_bucketed_ms = cri_probe.finish(
+                control, [le for le, _ in after], self.spec.hold + 60
+            )
+
+    async def _delete_phase(self, admin: APIClient) -> None:
+        t_del = time.monotonic()
+        await self._delete_all(admin)
+        names = set(self.created)
+        # Real containers stop one runc delete at a time per pod, slower at density.
+        per_pod = 1.0 if self.spec.runtime == "containerd" else 0.1
+        if await self._wait(lambda: names <= self.deleted, max(180.0, self.spec.n * per_pod)):
+            self.result.delete_all_s = time.monotonic() - t_del
+
+    async def _stop_parts(self) -> None:
+        self._stop_all()
+        if self.ctd is not None:
+            left = await self.ctd.remove_sandboxes()
+            if left:
+                print(f"{self.node}: stopped {left} sandboxes still ready", file=sys.stderr)
+            self.ctd.stop()
+
+    async def _count_api_requests(self) -> None:
+        """The node's requests from the audit log, and their timing in the
+        creation window."""
+        r = self.result
+        await asyncio.sleep(2)  # the audit log is written in batches
+        audit_log = Path(self.cp.directory).parent / "audit.log"
+        user = f"system:node:{self.node}"
+        try:
+            r.api_requests, r.api_by_kind = count_requests(audit_log, user)
+            r.api_requests_per_pod = r.api_requests / max(1, self.spec.n)
+            wall0, wall1 = self.window
+            if wall0 and wall1:
+                r.evidence["audit"] = evidence.audit_timing(audit_log, user, wall0, wall1 + 1.0)
+        except (OSError, ValueError) as err:
+            print(f"{self.node}: no audit figures: {err}", file=sys.stderr)
+
+    async def _remove(self, admin: APIClient) -> None:
+        """The namespace, the Node and what the kubelet left mounted."""
+        try:
+            await admin.request("DELETE", f"/api/v1/namespaces/{self.ns}")
+            await admin.request("DELETE", f"/api/v1/nodes/{self.node}")
+        except API_ERRORS as err:
+            print(f"{self.node}: cleanup: {err}", file=sys.stderr)
+        await admin.close()
+        left = unmount_under(self.dir / "root")
+        if left:
+            print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
+        shutil.rmtree(self.dir / "root", ignore_errors=True)
 
     async def _sample_cpu(self, pid: int) -> None:
         """The steady state: the kubelet's CPU in CPU_SAMPLE_S intervals, as upstream's
@@ -673,21 +586,3 @@ class Run:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-
-
-def perf_percentile(samples: list[float], q: float) -> float | None:
-    """kubelet_perf.go's percentile: the sorted sample at int(len * q) - 1."""
-    i = int(len(samples) * q) - 1
-    return sorted(samples)[i] if i >= 0 else None
-
-
-def result_record(r: Result) -> dict[str, Any]:
-    d = asdict(r)
-    for k, v in list(d.items()):
-        if isinstance(v, float):
-            d[k] = round(v, 4)
-    return d
-
-
-def dump(results: list[Result], path: Path) -> None:
-    path.write_text(json.dumps([result_record(r) for r in results], indent=1))

@@ -3,7 +3,9 @@ with the settings both kubelets share; benches/density/harness.py runs it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 # The same client limits for both kubelets (upstream defaults are 50/100): at
@@ -138,3 +140,21 @@ class Result:
     idle_cpu_cores: float | None = None
     idle_rss_mib: float | None = None
     scrape: dict[str, Any] = field(default_factory=dict)
+
+
+def perf_percentile(samples: list[float], q: float) -> float | None:
+    """kubelet_perf.go's percentile: the sorted sample at int(len * q) - 1."""
+    i = int(len(samples) * q) - 1
+    return sorted(samples)[i] if i >= 0 else None
+
+
+def result_record(r: Result) -> dict[str, Any]:
+    d = asdict(r)
+    for k, v in list(d.items()):
+        if isinstance(v, float):
+            d[k] = round(v, 4)
+    return d
+
+
+def dump(results: list[Result], path: Path) -> None:
+    path.write_text(json.dumps([result_record(r) for r in results], indent=1))

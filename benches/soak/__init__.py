@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from benches import records
-from benches.density.harness import Run, start_control_plane
+from benches.density.cluster import start_control_plane
+from benches.density.harness import Run
 from benches.density.spec import Spec, needs_controllers
 from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.kubeconfig import load_kubeconfig

@@ -34,7 +34,8 @@ from typing import Any
 
 from benches import records
 from benches.density.__main__ import table
-from benches.density.harness import Run, start_control_plane, upstream_kubelet
+from benches.density.cluster import start_control_plane, upstream_kubelet
+from benches.density.harness import Run
 from benches.density.spec import RUNTIMES, Result, Spec
 from kubelet.client.rest import APIClient, APIError
 from kubelet.testing import csi as parts

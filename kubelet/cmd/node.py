@@ -20,7 +20,8 @@ from kubelet.dependencies import Dependencies
 from kubelet.features import Feature, FeatureGate
 from kubelet.kubelet import Kubelet
 from kubelet.kubelet_node_status import NodeStatusManager
-from kubelet.kubelet_subsystems import NodeSetup, RuntimeSetup
+from kubelet.kubelet_runtime_subsystems import RuntimeSetup
+from kubelet.kubelet_subsystems import NodeSetup
 from kubelet.nodestatus.setters import NodeInputs
 from kubelet.types import ObjectReference
 from kubelet.version import KUBERNETES_VERSION

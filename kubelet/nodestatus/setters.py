@@ -6,7 +6,6 @@ node status manager runs them every nodeStatusUpdateFrequency.
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,14 +26,11 @@ from kubelet.types import (
     NodeSystemInfo,
     Taint,
 )
+from kubelet.util.gotime import meta_now
 from kubelet.util.quantity import parse_quantity
 from kubelet.util.validation import is_extended_resource_name
 
 MiB = 1024 * 1024
-
-
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def format_bytes(n: int) -> str:
@@ -274,7 +270,7 @@ def _node_info(inp: NodeInputs) -> NodeSystemInfo:
 
 def compute_status(inp: NodeInputs, old: NodeStatus | None) -> NodeStatus:
     """Node.status from the inputs; transition times carry over from `old` when unchanged."""
-    conditions = _conditions(inp, old, now_rfc3339())
+    conditions = _conditions(inp, old, meta_now())
     cap = capacity(inp)
     # Extended resources someone else put in the Node's capacity (an admin's
     # PATCH advertising a dongle) stay, and become allocatable, as upstream.

@@ -22,7 +22,6 @@ reader); /metrics/cadvisor's wider set opens its files.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
 import threading
@@ -52,23 +51,13 @@ from kubelet.stats.types import (
     working_set,
 )
 from kubelet.types import Container, Pod, host_network, name, namespace, uid
+from kubelet.util.gotime import meta_now, meta_time_ns
 from kubelet.volume.metrics import VolumeUsage
 
 log = logging.getLogger(__name__)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CACHE_SECONDS = 1.0
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rfc3339(unix_ns: int) -> str | None:
-    if unix_ns <= 0:
-        return None
-    t = datetime.datetime.fromtimestamp(unix_ns / 1e9, datetime.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _boot_time() -> float:
@@ -311,7 +300,7 @@ class StatsProvider:
         self, now: float, fields: frozenset[str] | None = None
     ) -> tuple[dict[str, Any], list[CgroupRow]]:
         self.collections += 1
-        ts = _now()
+        ts = meta_now()
         rels, plan = self._plan()
         with self._lock:
             parsed = self._parse(rels, fields)
@@ -453,7 +442,7 @@ class StatsProvider:
         st = r.stats
         out: dict[str, Any] = {
             "name": r.container,
-            "startTime": _rfc3339(int(r.start_time * 1e9)),
+            "startTime": meta_time_ns(int(r.start_time * 1e9)),
             **self._cpu_and_memory(r.name, now, ts, st),
         }
         return self._extras(out, ts, st)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubelet.status.generate import DISRUPTION_TARGET, now
+from kubelet.status.conditions import DISRUPTION_TARGET
 from kubelet.types import PodCondition, PodStatus
+from kubelet.util.gotime import meta_now
 
 TERMINATION_BY_KUBELET = "TerminationByKubelet"
 
@@ -30,7 +31,9 @@ def _set_condition(status: PodStatus, ctype: str, value: str, reason: str, msg: 
         "type": ctype,
         "status": value,
         "lastProbeTime": None,
-        "lastTransitionTime": (old.get("lastTransitionTime") or now()) if keep and old else now(),
+        "lastTransitionTime": (old.get("lastTransitionTime") or meta_now())
+        if keep and old
+        else meta_now(),
         "reason": reason,
     }
     if msg:

@@ -3,10 +3,8 @@ getPhase, and the status package's condition generators)."""
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet import types as v1
@@ -18,17 +16,27 @@ from kubelet.kuberuntime.termination import (
     pod_message_budget,
     truncate_message,
 )
-from kubelet.status.generation import condition_observed_generation, generation
+from kubelet.status.conditions import (
+    DISRUPTION_TARGET,
+    Conditions,
+    foreign_conditions,
+    initialized,
+    readiness,
+    ready_condition,
+)
+from kubelet.status.generation import generation
 from kubelet.types import (
     TERMINAL_PHASES,
     Container,
     Pod,
     all_containers,
     host_network,
+    is_sidecar,
     is_static,
     qos_class,
     restart_policy,
 )
+from kubelet.util.gotime import meta_now, meta_time_ns
 
 # (pod, container name) -> the health of the devices the container holds
 # (device plugins' and DRA claims', with ResourceHealthStatus on).
@@ -45,91 +53,17 @@ class ProbeResults(Protocol):
     def is_ready(self, container: Container, cid: str) -> bool: ...
 
 
-# Pod conditions the kubelet owns; the others (readiness gates' conditions,
-# DisruptionTarget, anything a controller adds) are kept as the API has them.
-KUBELET_CONDITIONS = frozenset(
-    {
-        "PodScheduled",
-        "Ready",
-        "Initialized",
-        "ContainersReady",
-        "PodReadyToStartContainers",
-        "PodResizeInProgress",
-        "PodResizePending",
-    }
-)
-READINESS_GATES_NOT_READY = "ReadinessGatesNotReady"
-# Set once by whoever disrupts the pod (eviction, shutdown, preemption) and
-# carried from the kubelet's previous status, never regenerated.
-DISRUPTION_TARGET = "DisruptionTarget"
-
-
-def readiness_gates_unready(pod: Pod, conditions: list[v1.PodCondition]) -> list[str]:
-    """Why the pod's readiness gates hold it unready (one message per gate,
-    upstream's wording), given the pod's current conditions."""
-    gates = pod["spec"].get("readinessGates") or []
-    if not gates:
-        return []
-    by_type = {c.get("type"): c for c in conditions}
-    out = []
-    for g in gates:
-        t = g.get("conditionType", "")
-        c = by_type.get(t)
-        if c is None:
-            out.append(f'corresponding condition of pod readiness gate "{t}" does not exist.')
-        elif c.get("status") != "True":
-            out.append(
-                f'the status of pod readiness gate "{t}" is not "True", but {c.get("status")}'
-            )
-    return out
-
-
-def need_to_reconcile_pod_readiness(pod: Pod) -> bool:
-    """A pod with readiness gates whose API Ready condition no longer says what
-    the gates and its containers say (NeedToReconcilePodReadiness): someone set
-    a gate's condition, and the kubelet must write Ready again."""
-    if not pod["spec"].get("readinessGates"):
-        return False
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    by_type = {c.get("type"): c for c in conditions}
-    ready = by_type.get("Ready")
-    if ready is None:
-        return False
-    containers = by_type.get("ContainersReady")
-    want: tuple[str | None, str | None]
-    if containers is None or containers.get("status") != "True":
-        want = (
-            (containers.get("status"), containers.get("message"))
-            if containers is not None
-            else (None, None)
-        )
-    else:
-        gates = readiness_gates_unready(pod, conditions)
-        want = ("False", ", ".join(gates)) if gates else ("True", None)
-    return (ready.get("status"), ready.get("message")) != want
-
-
-def ts(ns: int) -> str | None:
-    if not ns:
-        return None
-    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _state(
     cs: ContainerStatus, budget: int = MAX_POD_TERMINATION_MESSAGE_LENGTH
 ) -> v1.ContainerState:
     if cs.state == RUNNING:
-        return {"running": {"startedAt": ts(cs.started_at)}}
+        return {"running": {"startedAt": meta_time_ns(cs.started_at)}}
     if cs.state == EXITED:
         t: v1.ContainerStateTerminated = {
             "exitCode": cs.exit_code,
             "reason": cs.reason or ("Completed" if cs.exit_code == 0 else "Error"),
-            "startedAt": ts(cs.started_at),
-            "finishedAt": ts(cs.finished_at),
+            "startedAt": meta_time_ns(cs.started_at),
+            "finishedAt": meta_time_ns(cs.finished_at),
             "containerID": cs.container_id,
         }
         if cs.message:
@@ -137,11 +71,6 @@ def _state(
         return {"terminated": t}
     # Created but not started (or unknown): "waiting to be running", no reason.
     return {"waiting": {}}
-
-
-def is_sidecar(c: Container) -> bool:
-    """An init container with restartPolicy Always (a restartable init container)."""
-    return c.get("restartPolicy") == "Always"
 
 
 def _runtime_entry(
@@ -340,22 +269,6 @@ def get_phase(
     return "Pending"
 
 
-def _foreign_conditions(
-    api_conditions: list[v1.PodCondition], disruption: v1.PodCondition | None
-) -> list[v1.PodCondition]:
-    """The conditions others own, as the API has them, with the DisruptionTarget
-    the kubelet set itself (on eviction) taken from its own previous status: the
-    API copy may not carry it yet."""
-    out = [c for c in api_conditions if c.get("type") not in KUBELET_CONDITIONS]
-    if disruption is None:
-        return out
-    at = next((i for i, c in enumerate(out) if c.get("type") == DISRUPTION_TARGET), None)
-    if at is None:
-        return [*out, disruption]
-    out[at] = disruption
-    return out
-
-
 def _any_regular_active(pod: Pod, status: PodStatus) -> bool:
     """A regular container runs or ran (HasAnyActiveRegularContainerStarted)."""
     return any(
@@ -443,93 +356,6 @@ def _all_statuses(
     return init_st, st, eph_st
 
 
-@dataclass(frozen=True)
-class _Conditions:
-    """Makes the kubelet's pod conditions from its previous status: a condition
-    keeps its transition time while its status stays the same."""
-
-    old: list[v1.PodCondition]
-    by_type: dict[str, v1.PodCondition]  # the old conditions by type
-    generation: int
-    tracking: bool
-
-    @classmethod
-    def of(cls, old: list[v1.PodCondition], gen: int, tracking: bool) -> _Conditions:
-        return cls(old, {c["type"]: c for c in old}, gen, tracking)
-
-    def make(self, ctype: str, ok: bool, reason: str = "", message: str = "") -> v1.PodCondition:
-        status_s = "True" if ok else "False"
-        before = self.by_type.get(ctype)
-        c: v1.PodCondition = {
-            "type": ctype,
-            "status": status_s,
-            "lastProbeTime": None,
-            "lastTransitionTime": before.get("lastTransitionTime") or now()
-            if before and before["status"] == status_s
-            else now(),
-        }
-        observed = condition_observed_generation(self.old, self.generation, ctype, self.tracking)
-        if observed:
-            c["observedGeneration"] = observed
-        if reason:
-            c["reason"] = reason
-        if message:
-            c["message"] = message
-        return c
-
-
-def _initialized(
-    cond: _Conditions,
-    phase: str,
-    init_specs: list[Container],
-    init_st: list[v1.ContainerStatus],
-    st: list[v1.ContainerStatus],
-) -> v1.PodCondition:
-    """Initialized (GeneratePodInitializedCondition): regular init containers
-    ready, sidecars started; true for good once a regular container ran."""
-    incomplete = [
-        s["name"]
-        for s, c in zip(init_st, init_specs, strict=True)
-        if not (s["started"] if is_sidecar(c) else s["ready"])
-    ]
-    regular_started = any("running" in s["state"] or "terminated" in s["state"] for s in st)
-    if phase == "Succeeded":
-        return cond.make("Initialized", True, "PodCompleted")
-    if regular_started or not incomplete:
-        return cond.make("Initialized", True)
-    return cond.make(
-        "Initialized",
-        False,
-        "ContainersNotInitialized",
-        f"containers with incomplete status: [{' '.join(incomplete)}]",
-    )
-
-
-def _readiness(
-    phase: str,
-    init_specs: list[Container],
-    init_st: list[v1.ContainerStatus],
-    st: list[v1.ContainerStatus],
-) -> tuple[bool, str, str]:
-    """ContainersReady's (ok, reason, message), Ready's before the readiness
-    gates: sidecars and regular containers count, never ephemeral ones; a
-    finished pod is not ready."""
-    unready = [
-        s["name"]
-        for s, c in zip(init_st, init_specs, strict=True)
-        if is_sidecar(c) and not s["ready"]
-    ] + [s["name"] for s in st if not s["ready"]]
-    if phase in TERMINAL_PHASES:
-        return (False, "PodCompleted" if phase == "Succeeded" else "PodFailed", "")
-    if unready:
-        return (
-            False,
-            "ContainersNotReady",
-            f"containers with unready status: [{' '.join(unready)}]",
-        )
-    return (True, "", "")
-
-
 def _set_pod_ips(
     out: v1.PodStatus, pod: Pod, status: PodStatus, node_ips: list[str], old: v1.PodStatus
 ) -> None:
@@ -541,6 +367,20 @@ def _set_pod_ips(
         out["podIPs"] = [{"ip": ip} for ip in ips]
     elif old_ip := old.get("podIP"):
         out["podIP"], out["podIPs"] = old_ip, old.get("podIPs", [])
+
+
+def _settled_phase(pod: Pod, computed: str, old: v1.PodStatus) -> str:
+    """Terminal is terminal, as upstream rules it: a phase computed from the
+    containers that is not terminal takes the kubelet's own terminal phase
+    (or the API's); a terminal one stands (a preempted pod whose containers
+    exited 0 is Succeeded, not the kill's Failed) unless the API already
+    holds a terminal phase, which no pod ever leaves."""
+    api_phase = (pod.get("status") or {}).get("phase")
+    if api_phase in TERMINAL_PHASES:
+        return str(api_phase)
+    if computed not in TERMINAL_PHASES and old.get("phase") in TERMINAL_PHASES:
+        return str(old["phase"])
+    return computed
 
 
 def generate(
@@ -570,38 +410,21 @@ def generate(
         for cs in st:
             if health := resource_health(pod, cs["name"]):
                 cs["allocatedResourcesStatus"] = health
-    phase = get_phase(pod, init_st, st, _any_regular_active(pod, status), terminal)
-    # Terminal is terminal, as upstream rules it: a phase computed from the
-    # containers that is not terminal takes the kubelet's own terminal phase
-    # (or the API's); a terminal one stands (a preempted pod whose containers
-    # exited 0 is Succeeded, not the kill's Failed) unless the API already
-    # holds a terminal phase, which no pod ever leaves.
-    api_phase = (pod.get("status") or {}).get("phase")
-    if phase not in TERMINAL_PHASES:
-        if old.get("phase") in TERMINAL_PHASES:
-            phase = old["phase"]
-        elif api_phase in TERMINAL_PHASES:
-            phase = str(api_phase)
-    if api_phase in TERMINAL_PHASES:
-        phase = str(api_phase)
-    cond = _Conditions.of(old.get("conditions") or [], generation(pod), tracking)
-    ready_args = _readiness(phase, init_specs, init_st, st)
+    computed = get_phase(pod, init_st, st, _any_regular_active(pod, status), terminal)
+    phase = _settled_phase(pod, computed, old)
+    cond = Conditions.of(old.get("conditions") or [], generation(pod), tracking)
+    ready_args = readiness(phase, init_specs, init_st, st)
     # The API's copy of the pod carries the conditions others own.
     api_conditions = (pod.get("status") or {}).get("conditions") or []
-    foreign = _foreign_conditions(api_conditions, cond.by_type.get(DISRUPTION_TARGET))
-    ready_cond = cond.make("Ready", *ready_args)
-    if ready_args[0]:
-        gates = readiness_gates_unready(pod, api_conditions)
-        if gates:
-            ready_cond = cond.make("Ready", False, READINESS_GATES_NOT_READY, ", ".join(gates))
+    foreign = foreign_conditions(api_conditions, cond.by_type.get(DISRUPTION_TARGET))
     # True once a sandbox with its network is up, one the runtime manager would
     # keep (no new sandbox needed), as upstream's PodSandboxChanged decides.
     sandbox = [cond.make("PodReadyToStartContainers", not sandbox_changed(pod, status)[0])]
     conditions = [
         *foreign,
         *(sandbox if ready_to_start else []),
-        _initialized(cond, phase, init_specs, init_st, st),
-        ready_cond,
+        initialized(cond, phase, init_specs, init_st, st),
+        ready_condition(cond, pod, api_conditions, ready_args),
         cond.make("ContainersReady", *ready_args),
         cond.make("PodScheduled", True),
     ]
@@ -610,7 +433,7 @@ def generate(
         "conditions": conditions,
         "hostIP": node_ips[0] if node_ips else None,
         "hostIPs": [{"ip": ip} for ip in node_ips],
-        "startTime": old.get("startTime") or now(),
+        "startTime": old.get("startTime") or meta_now(),
         "qosClass": qos_class(pod),
         "containerStatuses": st,
     }

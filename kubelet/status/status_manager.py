@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubelet import metrics
 from kubelet import types as v1
-from kubelet.status.generate import DISRUPTION_TARGET
+from kubelet.status.conditions import DISRUPTION_TARGET
 from kubelet.status.generation import status_observed_generation
 from kubelet.types import TERMINAL_PHASES, JSONObject, Pod, is_static, name, namespace, uid
 from kubelet.util.workqueue import RateLimitingQueue

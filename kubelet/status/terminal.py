@@ -4,9 +4,9 @@ and when the kubelet kills it (killPodFunc's status function)."""
 from __future__ import annotations
 
 from kubelet import types as v1
-from kubelet.status.generate import is_sidecar, now
 from kubelet.status.generation import condition_observed_generation, generation
-from kubelet.types import TERMINAL_PHASES, Pod, is_static
+from kubelet.types import TERMINAL_PHASES, Pod, is_sidecar, is_static
+from kubelet.util.gotime import meta_now
 
 UNKNOWN_TERMINATION: v1.ContainerStateTerminated = {
     "exitCode": 137,
@@ -93,7 +93,7 @@ def failed_status(
     c["lastTransitionTime"] = (
         before["lastTransitionTime"]
         if before and before.get("status") == c["status"] and before.get("lastTransitionTime")
-        else now()
+        else meta_now()
     )
     gen = condition_observed_generation(conditions, generation(pod), c["type"], tracking)
     if gen:

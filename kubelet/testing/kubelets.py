@@ -30,7 +30,8 @@ from kubelet.apis.config import KubeletConfiguration
 from kubelet.cm.sysinfo import MachineTopology
 from kubelet.cri.remote import RemoteImageService, RemoteRuntimeService
 from kubelet.kubelet import Kubelet
-from kubelet.kubelet_subsystems import NodeSetup, RuntimeSetup
+from kubelet.kubelet_runtime_subsystems import RuntimeSetup
+from kubelet.kubelet_subsystems import NodeSetup
 from kubelet.kuberuntime.backoff import Backoff
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.net import free_port, wait_http

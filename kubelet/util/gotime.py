@@ -41,3 +41,18 @@ def parse_go_time(text: str) -> float:
         )
     t = datetime.datetime(int(year), int(mon), int(day), int(hh), int(mm), int(ss), tzinfo=tz)
     return t.timestamp() + (int(frac.ljust(9, "0")) / 1e9 if frac else 0.0)
+
+
+def meta_time(t: float) -> str:
+    """A metav1.Time as the API writes it: RFC 3339 to the second, UTC."""
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def meta_now() -> str:
+    """The current time as a metav1.Time."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def meta_time_ns(unix_ns: int) -> str | None:
+    """A runtime's nanosecond timestamp as a metav1.Time; None when unset (0)."""
+    return meta_time(unix_ns / 1e9) if unix_ns > 0 else None

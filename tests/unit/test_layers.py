@@ -31,8 +31,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("kubelet", ["pod_workers.py", "pod_sync.py", "kubelet_pods.py", "kubelet_getters.py",
                  "kubelet_node_status.py", "runtime_state.py", "active_pods.py",
                  "runtime_orphans.py"]),
-    ("composition", ["kubelet_subsystems.py", "kubelet_node_subsystems.py", "kubelet.py",
-                     "dependencies.py"]),
+    ("composition", ["kubelet_subsystems.py", "kubelet_runtime_subsystems.py",
+                     "kubelet_node_subsystems.py", "kubelet.py", "dependencies.py"]),
     ("entry points", ["cmd/", "__main__.py", "testing/"]),
 ]  # fmt: skip
 

@@ -18,7 +18,6 @@ stages. Checked when a volume is set up and on each remount.
 
 from __future__ import annotations
 
-import datetime
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from kubelet.types import (
     ResourceList,
     object_ref,
 )
+from kubelet.util.gotime import meta_now
 from kubelet.util.quantity import parse_quantity
 from kubelet.volume import VolumeError
 from kubelet.volume.csi import paths, requests
@@ -209,7 +209,7 @@ class Expander:
                 vol.pv_name in self._failed and parse_quantity(asked) != parse_quantity(plan.size)
             )
             self._failed.add(vol.pv_name)
-            cond = {"type": NODE_RESIZE_ERROR, "status": "True", "lastTransitionTime": _now(),
+            cond = {"type": NODE_RESIZE_ERROR, "status": "True", "lastTransitionTime": meta_now(),
                     "message": f"failed to expand pvc with {err}"}  # fmt: skip
             kept = [c for c in (pvc.get("status") or {}).get("conditions") or []
                     if c.get("type") != NODE_RESIZE_ERROR]  # fmt: skip
@@ -285,7 +285,3 @@ class Expander:
         except API_ERRORS as err:
             why = err.message if isinstance(err, APIError) else str(err)
             raise VolumeError(f"updating the claim's status failed: {why}", _OPERATION) from err
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

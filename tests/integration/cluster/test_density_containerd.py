@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from benches.conformance.harness import _hierarchies
-from benches.density.harness import Run, start_control_plane
+from benches.density.cluster import start_control_plane
+from benches.density.harness import Run
 from benches.density.spec import Spec
 from kubelet.testing.containerd import Unavailable as ContainerdUnavailable
 from kubelet.testing.containerd import parts

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benches.density.harness import upstream_kubelet
+from benches.density.cluster import upstream_kubelet
 from kubelet.testing.parts import part_unavailable
 
 pytestmark = pytest.mark.cluster

@@ -56,7 +56,7 @@ def _gated(conditions: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_readiness_gate_messages_as_upstream() -> None:
-    from kubelet.status.generate import readiness_gates_unready
+    from kubelet.status.conditions import readiness_gates_unready
 
     assert readiness_gates_unready(_gated([]), []) == [
         'corresponding condition of pod readiness gate "g1" does not exist.',
@@ -81,7 +81,7 @@ def test_readiness_gate_messages_as_upstream() -> None:
 def test_need_to_reconcile_pod_readiness(
     gates: list[str], ready: tuple[str, str | None], containers: str, need: bool
 ) -> None:
-    from kubelet.status.generate import need_to_reconcile_pod_readiness
+    from kubelet.status.conditions import need_to_reconcile_pod_readiness
 
     conds: list[dict[str, Any]] = [{"type": f"g{i + 1}", "status": s} for i, s in enumerate(gates)]
     conds.append({"type": "ContainersReady", "status": containers, "message": "c"})
