@@ -55,6 +55,7 @@ CONFORMANCE_FOCUS = r"\[Conformance\]"
 SUITES = {
     "e2e.test": "hack/build-control-plane.sh",
     "e2e-storage.test": "hack/parts/csi/build-e2e.sh",
+    "e2e-dra.test": "hack/parts/dra/build-e2e.sh",
 }
 
 
@@ -266,6 +267,11 @@ class Run:
     def suite_binary(self) -> Path:
         return BIN / self.opts.suite
 
+    def root_dir(self) -> Path:
+        """The kubelet's --root-dir (a suite whose pods mount the kubelet's
+        directories by their default paths needs /var/lib/kubelet)."""
+        return self.dir / "root"
+
     def suite_args(self) -> list[str]:
         """Extra flags for the e2e binary."""
         return []
@@ -293,7 +299,7 @@ class Run:
         self.kubelet = KubeletProcess(
             self.dir, self.ctd.endpoint, self.node, cp=self.cp, config=config,
             kubeconfig=self.cp.node_kubeconfig(self.node), node_ip=self.opts.node_ip or host_ip(),
-            read_only_port=False, port_flags=False,
+            read_only_port=False, port_flags=False, root_dir=self.root_dir(),
             command=KUBELET_COMMAND if ours else (str(BIN / "kubelet"),),
             flags=() if ours else ("--v=2",), log_file=self.kubelet_log, new_session=True,
         ).start().proc  # fmt: skip
@@ -350,7 +356,7 @@ class Run:
             "--provider=local",
             f"--kubectl-path={BIN / 'kubectl'}",
             f"--report-dir={self.dir / 'report'}",
-            f"--kubelet-root-dir={self.dir / 'root'}",
+            f"--kubelet-root-dir={self.root_dir()}",
             "--e2e-output-dir",
             str(self.dir / "report"),
             *self.suite_args(),

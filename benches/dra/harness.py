@@ -1,0 +1,84 @@
+"""The upstream DRA e2e suite (test/e2e/dra) run by the conformance harness
+(benches/conformance/harness.py) with three changes:
+
+- the e2e binary is e2e-dra.test (hack/parts/dra/build-e2e.sh), the
+  Options' suite;
+- the kubelet's root directory is /var/lib/kubelet: the suite's test driver
+  reaches the node through a proxy pod (its testing manifest
+  dra/dra-test-driver-proxy.yaml, unmodified) whose hostPath volumes name the
+  kubelet's plugin and registration directories by their default paths;
+- that pod's image, registry.k8s.io/sig-storage/hostpathplugin:v1.7.3, is made
+  here: busybox (the suite runs sh, sleep, rm and base64 in it) and the
+  project's stand-in for csi-driver-host-path's binary in the one mode the
+  suite uses, --proxy-endpoint (hack/parts/csi/cmd/hostpathplugin).
+
+/var/lib/kubelet is the host's: one run at a time (a lock), refused when
+something else keeps files there, emptied (mounts first) when the run stops.
+The driver's CDI files go to the host's /var/run/cdi, where containerd 2
+reads them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+from benches.conformance.harness import Options, Run, RunFailed
+from kubelet.testing import csi as csi_parts
+from kubelet.testing import images, oci
+from kubelet.testing.process import unmount_under
+
+KUBELET_ROOT = Path("/var/lib/kubelet")
+LOCK = "/tmp/kpy-dra-e2e.lock"
+PROXY_REF = "registry.k8s.io/sig-storage/hostpathplugin:v1.7.3"
+# The e2e binary (benches.conformance.harness.SUITES builds it).
+SUITE = "e2e-dra.test"
+
+
+def proxy_image(directory: str) -> str:
+    """The proxy pod's image as an OCI tarball: busybox and /hostpathplugin."""
+    binary = images._read(csi_parts.binary("hostpathplugin"))
+    layer = oci.layer_tar({"hostpathplugin": binary}, {}, [], {"hostpathplugin": 0o755})
+    path = os.path.join(directory, "hostpathplugin.tar")
+    return oci.write_oci_tar(path, PROXY_REF, [images.busybox_layer(), layer], [], ["sh"])
+
+
+def _in_use(root: Path) -> list[str]:
+    """Files under root (empty directories do not count)."""
+    if not root.exists():
+        return []
+    return [str(p) for p in root.rglob("*") if not p.is_dir()][:5]
+
+
+class DRARun(Run):
+    def __init__(self, opts: Options, image_tars: dict[str, str]) -> None:
+        super().__init__(opts, image_tars)
+        self._lock = -1  # the fd of LOCK while the run holds /var/lib/kubelet
+
+    def root_dir(self) -> Path:
+        return KUBELET_ROOT
+
+    def start(self) -> None:
+        self._lock = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFailed(f"another DRA e2e run holds {LOCK}") from None
+        left = _in_use(KUBELET_ROOT)
+        if left:
+            raise RunFailed(
+                f"{KUBELET_ROOT} holds files ({', '.join(left)}): another kubelet's? "
+                "The DRA suite needs that root directory for its own kubelet"
+            )
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        if self._lock < 0:
+            return
+        unmount_under(KUBELET_ROOT)
+        shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
+        os.close(self._lock)
+        self._lock = -1
