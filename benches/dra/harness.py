@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from benches.conformance.harness import Options, Run, RunFailed
@@ -45,17 +46,33 @@ def proxy_image(directory: str) -> str:
     return oci.write_oci_tar(path, PROXY_REF, [images.busybox_layer(), layer], [], ["sh"])
 
 
+def _live(path: Path) -> bool:
+    """A file someone may be using: anything but a directory or a socket no
+    one listens on (a stopped kubelet leaves its sockets behind)."""
+    if path.is_dir():
+        return False
+    if not path.is_socket():
+        return True
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def _in_use(root: Path) -> list[str]:
-    """Files under root (empty directories do not count)."""
+    """Files under root that a kubelet may be using."""
     if not root.exists():
         return []
-    return [str(p) for p in root.rglob("*") if not p.is_dir()][:5]
+    return [str(p) for p in root.rglob("*") if _live(p)][:5]
 
 
 class DRARun(Run):
     def __init__(self, opts: Options, image_tars: dict[str, str]) -> None:
         super().__init__(opts, image_tars)
-        self._lock = -1  # the fd of LOCK while the run holds /var/lib/kubelet
+        self._lock = -1  # the fd of LOCK while the run holds it
+        self._owns_root = False  # /var/lib/kubelet was free: the run empties it at the end
 
     def root_dir(self) -> Path:
         return KUBELET_ROOT
@@ -72,13 +89,15 @@ class DRARun(Run):
                 f"{KUBELET_ROOT} holds files ({', '.join(left)}): another kubelet's? "
                 "The DRA suite needs that root directory for its own kubelet"
             )
+        self._owns_root = True
         super().start()
 
     def stop(self) -> None:
         super().stop()
-        if self._lock < 0:
-            return
-        unmount_under(KUBELET_ROOT)
-        shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
-        os.close(self._lock)
-        self._lock = -1
+        if self._owns_root:
+            unmount_under(KUBELET_ROOT)
+            shutil.rmtree(KUBELET_ROOT, ignore_errors=True)
+            self._owns_root = False
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
