@@ -1,6 +1,8 @@
 """The upstream DRA e2e suite (test/e2e/dra) run by the conformance harness
-(benches/conformance/harness.py) with three changes:
+(benches/conformance/harness.py) with four changes:
 
+- kube-controller-manager also runs the controllers the suite's workloads
+  need (DRA_CONTROLLERS);
 - the e2e binary is e2e-dra.test (hack/parts/dra/build-e2e.sh), the
   Options' suite;
 - the kubelet's root directory is /var/lib/kubelet: the suite's test driver
@@ -29,6 +31,7 @@ from pathlib import Path
 from benches.conformance.harness import Options, Run, RunFailed
 from kubelet.testing import csi as csi_parts
 from kubelet.testing import images, oci
+from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.process import unmount_under
 
 KUBELET_ROOT = Path("/var/lib/kubelet")
@@ -36,6 +39,16 @@ LOCK = "/tmp/kpy-dra-e2e.lock"
 PROXY_REF = "registry.k8s.io/sig-storage/hostpathplugin:v1.7.3"
 # The e2e binary (benches.conformance.harness.SUITES builds it).
 SUITE = "e2e-dra.test"
+# What the suite's workloads need beyond the conformance controllers: the
+# proxy pod's ReplicaSet, the DaemonSet and rolling-update specs, claims
+# generated from templates, and the ResourceQuota spec's counting.
+DRA_CONTROLLERS = (
+    "replicaset-controller",
+    "daemonset-controller",
+    "deployment-controller",
+    "resourceclaim-controller",
+    "resourcequota-controller",
+)
 
 
 def proxy_image(directory: str) -> str:
@@ -76,6 +89,11 @@ class DRARun(Run):
 
     def root_dir(self) -> Path:
         return KUBELET_ROOT
+
+    def control_plane(self) -> ControlPlane:
+        return ControlPlane(
+            str(self.dir / "cp"), controllers=True, extra_controllers=DRA_CONTROLLERS
+        )
 
     def start(self) -> None:
         self._lock = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o644)
