@@ -66,6 +66,7 @@ from benches.density.spec import (
     dump,
     needs_controllers,
 )
+from kubelet.testing.controlplane import ControlPlane
 
 # Pods created per second on containerd. Each pod costs a shim, a CNI ADD and
 # two runc create/start rounds; on this shared 2-core VM (load 12-18) 60 pods
@@ -263,7 +264,7 @@ def extras(results: list[Result], work: Path, out: Path) -> None:
         print(f"\nmetric parity with upstream's /metrics: {summary}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m benches.density")
     ap.add_argument("--quick", action="store_true", help="N=100, ours at 250 ms + upstream")
     ap.add_argument("--out", default="density-results")
@@ -327,7 +328,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="py-spy on our kubelet during each steady state (top frames in result.json)",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The runtime's defaults for what was not given; --quick's small run."""
     on_ctd = args.runtime == "containerd"
     if args.n is None:
         args.n = CONTAINERD_N if on_ctd else SIM_N
@@ -337,25 +342,24 @@ def main(argv: list[str] | None = None) -> int:
         args.rate = CONTAINERD_RATE if on_ctd else 50.0
     if args.quick:
         args.n, args.relist, args.hold = [100], [0.25], 10.0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = records.begin(argv, "benches.density")
-    if args.plot_only:
-        known = set(Result.__dataclass_fields__)
-        loaded = [Result(**{k: v for k, v in d.items() if k in known})
-                  for d in json.loads(Path(args.plot_only).read_text())]  # fmt: skip
-        print(table(loaded))
-        for p in plots(loaded, out):
-            print(f"plot: {p}")
-        return 0
-    have_upstream = upstream_kubelet() is not None and not args.no_upstream
-    if args.kwok and kwok.kwok_binary() is None:
-        print("kwok not built: run hack/bench-parts/kwok.sh", file=sys.stderr)
-        return 2
-    if not have_upstream and not args.no_upstream:
-        print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
-              "running ours only", file=sys.stderr)  # fmt: skip
-    specs = []
+    return args
+
+
+def _plot_only(result_json: Path, out: Path) -> None:
+    """The table and plots of an earlier run's result.json, drawn again into out."""
+    known = set(Result.__dataclass_fields__)
+    loaded = [Result(**{k: v for k, v in d.items() if k in known})
+              for d in json.loads(result_json.read_text())]  # fmt: skip
+    print(table(loaded))
+    for p in plots(loaded, out):
+        print(f"plot: {p}")
+
+
+def _specs(args: argparse.Namespace, have_upstream: bool) -> list[Spec]:
+    """Every run of the benchmark, in order: at each template and N, ours at
+    each relist period (and evented), upstream, kwok and the unthrottled rows."""
+    on_ctd = args.runtime == "containerd"
+    specs: list[Spec] = []
     for template in args.template:
         for n in args.n:
             kill = {"kills": args.kills if on_ctd else 0, "kill_rate": args.kill_rate,
@@ -381,18 +385,14 @@ def main(argv: list[str] | None = None) -> int:
                     specs.append(Spec("upstream", 1.0, n, args.rate, args.hold,
                                       template=template, qps=UNTHROTTLED_QPS, burst=UNTHROTTLED_BURST,
                                       runtime=args.runtime))  # fmt: skip
-    work = Path(tempfile.mkdtemp(prefix="density-"))
-    print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
-          f"burst={KUBE_API_BURST}"
-          + (f" (and {UNTHROTTLED_QPS}/{UNTHROTTLED_BURST})" if args.unthrottled else "")
-          + "; kube-apiserver --max-requests-inflight=2000 "
-          "--max-mutating-requests-inflight=1000 --delete-collection-workers=16",
-          flush=True)  # fmt: skip
-    controllers = needs_controllers(args.template)
-    if controllers:
-        print("control plane with kube-controller-manager and kube-scheduler "
-              "(kube-root-ca.crt for the projected token volume)", flush=True)  # fmt: skip
-    cp = start_control_plane(work, controllers)
+    return specs
+
+
+def _run_all(
+    cp: ControlPlane, specs: list[Spec], work: Path, out: Path, on_ctd: bool
+) -> list[Result]:
+    """Each run in turn on one control plane (stopped at the end); the results
+    so far are written after each."""
     results: list[Result] = []
     try:
         for i, spec in enumerate(specs):
@@ -415,11 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             dump(results, out / "result.json")
     finally:
         cp.stop()
-    print()
-    print(table(results))
-    if on_ctd:
-        print()
-        print(status_table(results))
+    return results
+
+
+def _print_profiles(results: list[Result]) -> None:
     for r in results:
         for title, frames in (
             ("start-up, self time", r.profile_startup_top),
@@ -437,18 +436,60 @@ def main(argv: list[str] | None = None) -> int:
             )
             for frame, share in r.profile_top:
                 print(f"  {share * 100:5.1f}%  {frame}")
+
+
+def _write_records(started: records.Started, out: Path, on_ctd: bool) -> None:
+    name = "density-containerd" if on_ctd else "density"
+    records.write(started, name, json.loads((out / "result.json").read_text()))
+    # The ceiling and the metric parity, each a record of its own.
+    for extra, rec in (("ceiling.json", "density-ceiling"),
+                       ("metric_parity.json", "metric-parity")):  # fmt: skip
+        if (out / extra).exists():
+            records.write(started, rec, json.loads((out / extra).read_text()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _with_defaults(_parser().parse_args(argv))
+    on_ctd = args.runtime == "containerd"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = records.begin(argv, "benches.density")
+    if args.plot_only:
+        _plot_only(Path(args.plot_only), out)
+        return 0
+    have_upstream = upstream_kubelet() is not None and not args.no_upstream
+    if args.kwok and kwok.kwok_binary() is None:
+        print("kwok not built: run hack/bench-parts/kwok.sh", file=sys.stderr)
+        return 2
+    if not have_upstream and not args.no_upstream:
+        print("upstream kubelet not built: run hack/build-control-plane.sh kubelet; "
+              "running ours only", file=sys.stderr)  # fmt: skip
+    specs = _specs(args, have_upstream)
+    work = Path(tempfile.mkdtemp(prefix="density-"))
+    print(f"work dir {work}; kubelet clients at kubeAPIQPS={KUBE_API_QPS} "
+          f"burst={KUBE_API_BURST}"
+          + (f" (and {UNTHROTTLED_QPS}/{UNTHROTTLED_BURST})" if args.unthrottled else "")
+          + "; kube-apiserver --max-requests-inflight=2000 "
+          "--max-mutating-requests-inflight=1000 --delete-collection-workers=16",
+          flush=True)  # fmt: skip
+    controllers = needs_controllers(args.template)
+    if controllers:
+        print("control plane with kube-controller-manager and kube-scheduler "
+              "(kube-root-ca.crt for the projected token volume)", flush=True)  # fmt: skip
+    cp = start_control_plane(work, controllers)
+    results = _run_all(cp, specs, work, out, on_ctd)
+    print()
+    print(table(results))
+    if on_ctd:
+        print()
+        print(status_table(results))
+    _print_profiles(results)
     extras(results, work, out)
     for p in plots(results, out):
         print(f"plot: {p}")
     print(f"results: {out / 'result.json'}")
     if not args.quick:
-        name = "density-containerd" if on_ctd else "density"
-        records.write(started, name, json.loads((out / "result.json").read_text()))
-        # The ceiling and the metric parity, each a record of its own.
-        for extra, rec in (("ceiling.json", "density-ceiling"),
-                           ("metric_parity.json", "metric-parity")):  # fmt: skip
-            if (out / extra).exists():
-                records.write(started, rec, json.loads((out / extra).read_text()))
+        _write_records(started, out, on_ctd)
     return 1 if any(r.error for r in results) else 0
 
 
