@@ -2,7 +2,8 @@
 (benches/conformance/harness.py) with four changes:
 
 - kube-controller-manager also runs the controllers the suite's workloads
-  need (DRA_CONTROLLERS);
+  need (DRA_CONTROLLERS), and the API server serves resource.k8s.io's beta
+  versions too (BETA_APIS);
 - the e2e binary is e2e-dra.test (hack/parts/dra/build-e2e.sh), the
   Options' suite;
 - the kubelet's root directory is /var/lib/kubelet: the suite's test driver
@@ -39,6 +40,10 @@ LOCK = "/tmp/kpy-dra-e2e.lock"
 PROXY_REF = "registry.k8s.io/sig-storage/hostpathplugin:v1.7.3"
 # The e2e binary (benches.conformance.harness.SUITES builds it).
 SUITE = "e2e-dra.test"
+# The suite's "with v1beta1 API" and "with v1beta2 API" specs drive the
+# kubelet through claims of those versions, which v1.34's API server serves
+# only when asked (as upstream's DRA CI jobs ask).
+BETA_APIS = "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 # What the suite's workloads need beyond the conformance controllers: the
 # proxy pod's ReplicaSet, the DaemonSet and rolling-update specs, claims
 # generated from templates, and the ResourceQuota spec's counting.
@@ -92,7 +97,10 @@ class DRARun(Run):
 
     def control_plane(self) -> ControlPlane:
         return ControlPlane(
-            str(self.dir / "cp"), controllers=True, extra_controllers=DRA_CONTROLLERS
+            str(self.dir / "cp"),
+            controllers=True,
+            extra_controllers=DRA_CONTROLLERS,
+            extra_args=[f"--runtime-config={BETA_APIS}"],
         )
 
     def start(self) -> None:
