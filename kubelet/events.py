@@ -167,7 +167,7 @@ class EventRecorder:
 
     async def _send(
         self, ref: ObjectReference, etype: str, reason: str, message: str,
-        annotations: Mapping[str, str] = _NO_ANNOTATIONS,
+        annotations: Mapping[str, str],
     ) -> None:  # fmt: skip
         assert self.client is not None
         if not self._allow(ref):

@@ -29,10 +29,9 @@ OFFENDING_CONTAINERS_USAGE = "offending_containers_usage"
 OFFENDING_POD = "offending_pod"
 OFFENDING_POD_USAGE = "offending_pod_usage"
 
-# Resources whose figures are bytes (printed with binary suffixes).
+# Resources whose figures are bytes (printed with binary suffixes): also the
+# ones a container requests and is measured against (inodes and PIDs are not).
 _BYTES = ("memory", "ephemeral-storage")
-# Resources a container can request and be found using more of.
-_MEASURED = ("memory", "ephemeral-storage")
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ def eviction_message(
         annotations[OFFENDING_POD_USAGE] = used
     offenders: list[str] = []
     figures: list[str] = []
-    if resource in _MEASURED:
+    if resource in _BYTES:
         # Ephemeral containers request nothing and are never blamed, as upstream.
         for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
             used_bytes = usage.containers.get(c["name"])
