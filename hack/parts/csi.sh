@@ -3,6 +3,8 @@
 #   csi-hostpath, csi-registrar   the project's own (hack/parts/csi): a hostpath-style
 #                                 driver and a registrar on the kubelet's plugin
 #                                 registration API (k8s.io/kubelet pluginregistration/v1)
+#   csi-resizer                   the project's stand-in for external-resizer (not on the
+#                                 Go module proxy): the controller half of an expansion
 #   hostpathplugin                the project's stand-in for csi-driver-host-path's binary
 #                                 in its proxy mode only (the DRA e2e suite's proxy pod)
 #   csi-provisioner, csi-attacher the kubernetes-csi sidecars, from their modules
@@ -47,8 +49,9 @@ ours="$REPO_ROOT/hack/parts/csi"
 stamp="$(cd "$ours" && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 \
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 if [ "$(cat "$OUT/bin/.ours.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$OUT/bin/csi-hostpath" ] \
-    || [ ! -x "$OUT/bin/csi-registrar" ] || [ ! -x "$OUT/bin/hostpathplugin" ]; then
-    log "building csi-hostpath, csi-registrar and hostpathplugin (hack/parts/csi)"
+    || [ ! -x "$OUT/bin/csi-registrar" ] || [ ! -x "$OUT/bin/hostpathplugin" ] \
+    || [ ! -x "$OUT/bin/csi-resizer" ]; then
+    log "building csi-hostpath, csi-registrar, csi-resizer and hostpathplugin (hack/parts/csi)"
     (cd "$ours" && CGO_ENABLED=0 nice go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$OUT/bin/" ./cmd/...)
     echo "$stamp" >"$OUT/bin/.ours.stamp"
 fi

@@ -28,7 +28,7 @@ def bin_dir() -> str:
 
 
 # The project's own CSI parts, rebuilt by hack/parts/csi.sh when their source changes.
-OURS = ("csi-hostpath", "csi-registrar", "hostpathplugin")
+OURS = ("csi-hostpath", "csi-registrar", "csi-resizer", "hostpathplugin")
 OURS_SRC = os.path.join(os.path.dirname(__file__), "..", "..", "hack", "parts", "csi")
 
 

@@ -1,10 +1,11 @@
 """The CSI test parts deployed into a test cluster as a real driver is: one
-image built here (busybox, the project's csi-hostpath and csi-registrar, and
-the kubernetes-csi csi-provisioner and csi-attacher, from hack/parts/csi.sh),
+image built here (busybox, the project's csi-hostpath, csi-registrar and
+csi-resizer, and the kubernetes-csi csi-provisioner and csi-attacher, from
+hack/parts/csi.sh),
 and one pod on the node, as csi-driver-host-path deploys itself: the driver
 (privileged, the kubelet's root dir mounted with Bidirectional propagation),
-the registrar (the kubelet's plugins_registry), the provisioner and, for a
-driver that requires attach, the attacher. Plus the CSIDriver object and a
+the registrar (the kubelet's plugins_registry), the provisioner, the resizer
+and, for a driver that requires attach, the attacher. Plus the CSIDriver object and a
 StorageClass.
 
 The sidecars talk to the API server with the cluster's admin kubeconfig
@@ -34,7 +35,7 @@ class Command(Protocol):
 IMAGE = "localhost/kubeletpy/csi-parts:test"
 NAMESPACE = "csi-hostpath"
 STORAGE_CLASS = "csi-hostpath"
-SIDECARS = ("csi-hostpath", "csi-registrar", "csi-provisioner", "csi-attacher")
+SIDECARS = ("csi-hostpath", "csi-registrar", "csi-provisioner", "csi-attacher", "csi-resizer")
 
 
 def build_image(path: str) -> str:
@@ -159,14 +160,16 @@ class Deployment:
         ]
 
     def _controller_containers(self, kube_dir: str) -> list[dict[str, Any]]:
-        """The provisioner, and the attacher when the driver requires attach."""
+        """The provisioner, the resizer, and the attacher when the driver
+        requires attach."""
         mounts = [
             {"name": "socket-dir", "mountPath": "/csi"},
             {"name": "kube", "mountPath": kube_dir, "readOnly": True},
         ]
         api_args = ["--csi-address=/csi/csi.sock", f"--kubeconfig={self.kubeconfig}", "--v=3"]
         sidecars = [("provisioner", [*api_args, "--feature-gates=Topology=true",
-                                     "--extra-create-metadata"])]  # fmt: skip
+                                     "--extra-create-metadata"]),
+                    ("resizer", api_args)]  # fmt: skip
         if self.attach_required:
             sidecars.append(("attacher", api_args))
         return [

@@ -319,14 +319,14 @@ def _block_size(e: Env, pod_name: str) -> int:
 
 
 def test_block_volume_grows_in_the_running_container(env: Env) -> None:
-    """Node expansion of a raw block volume on a real cluster: the claim is
-    grown and the resizer's part is played here (the external-resizer is not
-    served by the Go module proxy): the PV at the new size, the claim's
-    allocated size with its node part pending. Our kubelet then calls
-    NodeExpandVolume on the published device (the driver grows its loop
+    """Expansion of a raw block volume in use on a real cluster: the claim's
+    request is raised, the resizer (the project's stand-in for
+    external-resizer) calls ControllerExpandVolume, grows the PV and leaves
+    the claim's allocated size with its node part pending. Our kubelet then
+    calls NodeExpandVolume on the published device (the driver grows its loop
     device), the runc container sees the new size on the same device, and the
     kubelet (as the node, through the Node authorizer) records the size in
-    the claim's status and clears the pending state."""
+    the claim's status and clears the pending state and conditions."""
     claim = _bound_block_claim(env, "grow")
     pv_name = claim["spec"]["volumeName"]
     env.apply(_block_pod("grow", "sleep 3600"))
@@ -337,18 +337,12 @@ def test_block_volume_grows_in_the_running_container(env: Env) -> None:
         "patch", "pvc", "grow", "-n", "default", "--type=merge",
         "-p", json.dumps({"spec": {"resources": {"requests": {"storage": "8Mi"}}}}),
     )  # fmt: skip
-    env.cp.kubectl(
-        "patch", "pv", pv_name, "--type=merge",
-        "-p", json.dumps({"spec": {"capacity": {"storage": "8Mi"}}}),
-    )  # fmt: skip
-    env.cp.kubectl(
-        "patch", "pvc", "grow", "-n", "default", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"status": {
-            "allocatedResources": {"storage": "8Mi"},
-            "allocatedResourceStatuses": {"storage": "NodeResizePending"},
-        }}),
-    )  # fmt: skip
-    # Checked on the volume's next remount (every minute, with jitter).
+    wait_for(
+        "the resizer to grow the PV",
+        lambda: env.json("get", "pv", pv_name)["spec"]["capacity"]["storage"] == "8Mi",
+        timeout=60,
+    )
+    # The kubelet checks on the volume's next remount (every minute, with jitter).
     status = wait_for(
         "the claim at its new size",
         lambda: (
@@ -359,11 +353,15 @@ def test_block_volume_grows_in_the_running_container(env: Env) -> None:
         timeout=150,
     )
     assert not status.get("allocatedResourceStatuses")
+    assert status["allocatedResources"]["storage"] == "8Mi"
+    assert not status.get("conditions")
     assert _block_size(env, "grow") == 8 << 20
     events = env.json(
         "get", "events", "-n", "default", "--field-selector", "involvedObject.name=grow"
     )["items"]
     assert {(e["involvedObject"]["kind"], e["reason"]) for e in events} >= {
+        ("PersistentVolumeClaim", "Resizing"),
+        ("PersistentVolumeClaim", "FileSystemResizeRequired"),
         ("Pod", "FileSystemResizeSuccessful"),
         ("PersistentVolumeClaim", "FileSystemResizeSuccessful"),
     }
