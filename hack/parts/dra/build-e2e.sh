@@ -28,25 +28,4 @@ MAIN="$(sed -e 's/^package e2econformance/package e2edra/' \
     -e 's/"node conformance", suiteConfig/"dra", suiteConfig/' "$conf")"
 grep -q 'test/e2e/dra"' <<<"$MAIN" && grep -q 'AddFileSource' <<<"$MAIN" \
     || { echo "could not derive the DRA test main from $conf" >&2; exit 1; }
-stamp="$(printf '%s' "$MAIN" | sha256sum | cut -c1-16)"
-if [ -x "$OUT/bin/e2e-dra.test" ] && [ "$(cat "$OUT/bin/.e2e-dra.test.stamp" 2>/dev/null)" = "$stamp" ]; then
-    echo "$OUT/bin"
-    exit 0
-fi
-command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
-exec 9>"$OUT/.build.lock"
-flock 9
-cd "$SRC"
-mkdir -p e2edra
-printf '%s\n' "$MAIN" >e2edra/dra_test.go
-log "building e2e-dra.test (test/e2e/dra) $K8S_VERSION"
-GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-minor="${K8S_VERSION#v1.}"
-minor="${minor%%.*}"
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
-ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$ldflags" \
-    -o "$OUT/bin/e2e-dra.test.tmp" ./e2edra
-mv "$OUT/bin/e2e-dra.test.tmp" "$OUT/bin/e2e-dra.test"
-echo "$stamp" >"$OUT/bin/.e2e-dra.test.stamp"
-echo "$OUT/bin"
+build_e2e_suite "$K8S_VERSION" "$OUT" e2e-dra.test e2edra dra_test.go "$MAIN"
