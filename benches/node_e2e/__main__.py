@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from pathlib import Path
 from benches import records
 from benches.conformance.harness import RunFailed
 from benches.node_e2e import harness, results
+from kubelet.testing.process import unmount_under
 
 # The page whose results block each run rewrites (from docs/node-e2e/**/results.json).
 DOC = harness.REPO / "docs" / "node-e2e.md"
@@ -135,7 +137,20 @@ def main(argv: list[str] | None = None) -> int:
     results.update_doc(DOC, DOC.parent / "node-e2e")
     if args.record:
         records.write(started, f"node-e2e-{args.record}", figures)
+    if status == 0 and not args.workdir:
+        _remove_workdir(workdir)
     return status
+
+
+def _remove_workdir(workdir: Path) -> None:
+    """A run that passed leaves nothing in /tmp (its artefacts are copied out;
+    its images are built again from cached parts); a failed one keeps its
+    state to look at. Nothing is removed while anything under it is still
+    mounted."""
+    if unmount_under(workdir, dry_run=True):
+        print(f"node e2e: {workdir} kept: something is still mounted under it", file=sys.stderr)
+        return
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

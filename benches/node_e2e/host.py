@@ -33,7 +33,15 @@ LOCK = "/tmp/kpy-node-e2e.lock"
 # Paths the suite and its kubelet use as they are, private to a run.
 # /run/containerd: where a node's containerd has its socket, and where the
 # upstream kubelet's cAdvisor looks for it (its --containerd flag's default).
-PRIVATE_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd")
+# /var/run/cdi: where the suite's DRA test driver writes a CDI spec per
+# prepared claim and the run's containerd reads them; on the host they leak.
+PRIVATE_PATHS = (
+    "/var/lib/kubelet",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/run/containerd",
+    "/var/run/cdi",
+)
 DEFAULT_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 # The pod network: the suite's podCIDR (test/e2e_node/jenkins), on a bridge of
 # the run's own. One run at a time (the lock), so fixed names do.

@@ -349,6 +349,16 @@ state = "{d}/state"
     def _unmount_all(self) -> None:
         unmount_under(Path(self.directory))
 
+    def remove_root(self) -> bool:
+        """After stop(), for good: the content store and snapshots (hundreds of
+        MB a run) go; the config and log stay. Not while anything is still
+        mounted under the directory (a tree walk must not reach into a mount):
+        False then, and nothing is removed."""
+        if unmount_under(Path(self.directory), dry_run=True):
+            return False
+        shutil.rmtree(os.path.join(self.directory, "root"), ignore_errors=True)
+        return True
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kubelet.testing.containerd")

@@ -32,10 +32,11 @@ def stop_process(
         return proc.wait()
 
 
-def unmount_under(root: Path) -> int:
+def unmount_under(root: Path, dry_run: bool = False) -> int:
     """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
     bind-mounts its root dir onto itself and puts secret and projected volumes
-    on tmpfs), deepest first. Returns the count."""
+    on tmpfs), deepest first. Returns the count (with dry_run: of the mounts
+    there, none unmounted)."""
     top = str(root.resolve())
     prefix = top + "/"
     points = []
@@ -47,6 +48,8 @@ def unmount_under(root: Path) -> int:
                     points.append(mp)
     except OSError:
         return 0
+    if dry_run:
+        return len(points)
     for mp in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", "-l", mp], capture_output=True)
     return len(points)
