@@ -1,12 +1,11 @@
 """The CSI test parts deployed into a test cluster as a real driver is: one
 image built here (busybox, the project's csi-hostpath, csi-registrar and
 csi-resizer, and the kubernetes-csi csi-provisioner and csi-attacher, from
-hack/parts/csi.sh),
-and one pod on the node, as csi-driver-host-path deploys itself: the driver
-(privileged, the kubelet's root dir mounted with Bidirectional propagation),
-the registrar (the kubelet's plugins_registry), the provisioner, the resizer
-and, for a driver that requires attach, the attacher. Plus the CSIDriver object and a
-StorageClass.
+hack/parts/csi.sh), and one pod on the node, as csi-driver-host-path deploys
+itself: the driver (privileged, the kubelet's root dir mounted with
+Bidirectional propagation), the registrar (the kubelet's plugins_registry),
+the provisioner, the resizer and, for a driver that requires attach, the
+attacher. Plus the CSIDriver object and a StorageClass.
 
 The sidecars talk to the API server with the cluster's admin kubeconfig
 (mounted from the host, the pod on the host network): the test control plane
