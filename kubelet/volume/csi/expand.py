@@ -78,6 +78,10 @@ def _storage(obj: ResourceList | None) -> str:
     return str((obj or {}).get("storage") or "0")
 
 
+# On a claim: its driver needs no node step (NodeExpansionNotRequired upstream).
+NODE_EXPANSION_NOT_REQUIRED = "volume.kubernetes.io/node-expansion-not-required"
+
+
 @dataclass(frozen=True)
 class Resize:
     """What a node expansion of one claim is to do (None: nothing)."""
@@ -85,17 +89,26 @@ class Resize:
     size: str  # the size to ask the driver for
     recovery: bool  # the resizer tracks allocatedResources / their status
     status: str  # allocatedResourceStatuses.storage
+    # The claim already records the size (another node of a ReadWriteMany
+    # volume finished): only this node grows its view, the claim is not written.
+    claim_done: bool = False
 
 
-def node_resize(pvc: PersistentVolumeClaim, pv: PersistentVolume) -> Resize | None:
+def node_resize(
+    pvc: PersistentVolumeClaim, pv: PersistentVolume, node_size: int | None = None
+) -> Resize | None:
     """Whether the claim's volume is to be grown on the node, and to what
-    (expandVolumeDuringMount and the NodeExpander's pre-check upstream)."""
+    (expandVolumeDuringMount and the NodeExpander's pre-check upstream);
+    `node_size` is the size this node last knew the mounted volume at."""
     status = pvc.get("status") or {}
     have = parse_quantity(_storage(status.get("capacity")))
     pv_size = _storage((pv.get("spec") or {}).get("capacity"))
-    if have >= parse_quantity(pv_size):
-        return None
     resize = str((status.get("allocatedResourceStatuses") or {}).get("storage") or "")
+    if have >= parse_quantity(pv_size):
+        behind = node_size is not None and node_size < parse_quantity(pv_size)
+        if behind and not resize and _shared_and_node_expanded(pvc):
+            return Resize(pv_size, True, "", claim_done=True)
+        return None
     allocated = status.get("allocatedResources")
     if not resize and allocated is None:
         return Resize(pv_size, False, "")
@@ -103,6 +116,13 @@ def node_resize(pvc: PersistentVolumeClaim, pv: PersistentVolume) -> Resize | No
     if have >= parse_quantity(size) and not resize:
         return None  # already recorded (the controller grew it all)
     return Resize(size, True, resize)
+
+
+def _shared_and_node_expanded(pvc: PersistentVolumeClaim) -> bool:
+    meta, spec = pvc.get("metadata") or {}, pvc.get("spec") or {}
+    return "ReadWriteMany" in (spec.get("accessModes") or []) and (
+        NODE_EXPANSION_NOT_REQUIRED not in (meta.get("annotations") or {})
+    )
 
 
 def _claim_ref(pvc: PersistentVolumeClaim) -> ObjectReference:
@@ -140,6 +160,14 @@ class Expander:
         self._held: set[tuple[str, str]] = set()
         # PVs whose last expansion failed for good (MarkVolumeExpansionFailedWithFinalError).
         self._failed: set[str] = set()
+        # The size each published volume has on this node as far as the
+        # kubelet knows (upstream's actual state of the world), by target:
+        # a ReadWriteMany volume another node grew is grown here too.
+        self._sizes: dict[str, int] = {}
+
+    def forget(self, target: str) -> None:
+        """The volume is no longer published at `target`."""
+        self._sizes.pop(target, None)
 
     async def expand(
         self, pod: Pod, vol: CSIVolume, target: str, pv: PersistentVolume | None = None
@@ -158,15 +186,20 @@ class Expander:
             raise VolumeError(
                 f"mountVolume.NodeExpandVolume get PVC failed : {err}", _OPERATION
             ) from err
-        plan = node_resize(pvc, pv)
-        if plan is None or (vol.pv_name, plan.size) in self._held:
+        plan = node_resize(pvc, pv, self._sizes.get(target))
+        if plan is None:
+            self._sizes[target] = int(
+                parse_quantity(_storage((pv.get("spec") or {}).get("capacity")))
+            )
+            return
+        if (vol.pv_name, plan.size) in self._held:
             return
         if vol.read_only:
             self._held.add((vol.pv_name, plan.size))
             self._events(pod, pvc, "Warning", "FileSystemResizeFailed", vol.pv_name,
                          "MountVolume.NodeExpandVolume failed", "requested read-only file system")  # fmt: skip
             return
-        if plan.recovery:
+        if plan.recovery and not plan.claim_done:
             if plan.status not in (NODE_RESIZE_PENDING, NODE_RESIZE_IN_PROGRESS):
                 log.info("NodeExpandVolume of %s/%s waits: resize status %r", ns, name, plan.status)
                 return
@@ -181,8 +214,12 @@ class Expander:
             await self._failure(pvc_path, pvc, vol, plan, err)
             return
         self._failed.discard(vol.pv_name)
+        self._sizes[target] = int(parse_quantity(plan.size))
         self._events(pod, pvc, "Normal", "FileSystemResizeSuccessful", vol.pv_name,
                      "MountVolume.NodeExpandVolume succeeded", self._node_name(pod))  # fmt: skip
+        if plan.claim_done:
+            log.info("NodeExpandVolume of %s (%s) on this node: %s", name, vol.pv_name, plan.size)
+            return
         done: dict[str, Any] = {"capacity": {"storage": plan.size}, "conditions": [
             c for c in (pvc.get("status") or {}).get("conditions") or []
             if c.get("type") not in _RESIZE_CONDITIONS

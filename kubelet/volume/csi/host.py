@@ -59,7 +59,7 @@ class CSIHost:
             client,
             tokens,
             mountinfo=mountinfo,
-            expander=self.expander.expand if self.expander is not None else None,
+            expander=self.expander,
             volume_health=volume_health,
         )
         self.root_dir = host.root_dir

@@ -35,7 +35,7 @@ from kubelet.volume.csi.client import (
     CSIError,
 )
 from kubelet.volume.csi.drivers import DriversStore
-from kubelet.volume.csi.expand import VOLUME_RESIZE_FAILED
+from kubelet.volume.csi.expand import VOLUME_RESIZE_FAILED, Expander
 from kubelet.volume.csi.source import CSIVolume
 from kubelet.volume.csi.staging import StagedVolume, StagingManager
 from kubelet.volume.metrics import VOLUME_METRIC_COLLECTION_DURATION, VolumeUsage
@@ -71,7 +71,7 @@ class CSIPlugin:
         api: APIClient | None,
         tokens: TokenManager | None = None,
         mountinfo: str = mountutil.MOUNTINFO,
-        expander: Callable[..., Any] | None = None,
+        expander: Expander | None = None,
         volume_health: bool = False,
     ) -> None:
         self.host = host
@@ -311,7 +311,7 @@ class CSIPlugin:
         # remount, for either volume mode: upstream's expansion during mount /
         # map, then its in-use expansion.
         if self.expander is not None and vol.persistent:
-            await self.expander(pod, vol, target, pv)
+            await self.expander.expand(pod, vol, target, pv)
 
     def _warn_unimplemented(self, name: str, driver: csidriver.CSIDriverSpec | None) -> None:
         if name in self._warned:
@@ -359,6 +359,8 @@ class CSIPlugin:
         else:
             await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
         self._found.pop(dir, None)
+        if self.expander is not None:
+            self.expander.forget(target)
         if data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
             user = (pod_uid, os.path.basename(dir))
             await self.staging.remove_user(driver, handle, user, d.client if d else None)

@@ -84,7 +84,7 @@ class Node:
             # The expander only (CSIHost makes it with an API client, and
             # then the CSINode writes too, which this fake API has not).
             expander = Expander(api, self.csi.drivers, str(root))  # type: ignore[arg-type]
-            self.csi.plugin.expander = expander.expand
+            self.csi.plugin.expander = expander
         self.pm = PluginManager(registry_dir(str(root)))
         self.pm.add_handler(CSI_PLUGIN, self.csi.handler)
         self.vm = VolumeManagerImpl(

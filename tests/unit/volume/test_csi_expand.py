@@ -251,3 +251,69 @@ async def test_read_only_volume_is_not_expanded_and_warned_once():
         ("Pod", "Warning", "FileSystemResizeFailed", msg),
         ("PersistentVolumeClaim", "Warning", "FileSystemResizeFailed", msg),
     ]
+
+
+def _rwx(obj: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    obj[PVC]["spec"]["accessModes"] = ["ReadWriteMany"]
+    obj[PVC]["metadata"]["annotations"] = annotations
+    return obj
+
+
+def test_a_claim_another_node_finished_asks_only_shared_volumes_behind_here():
+    def plan(o: dict[str, Any], node_size: int | None) -> Resize | None:
+        return node_resize(o[PVC], o[PV], node_size)
+
+    done = {"capacity": {"storage": "2Gi"}}
+    gib = 1024**3
+    # ReadWriteMany, this node last saw it at 1Gi: grown here, the claim left as it is.
+    assert plan(_rwx(_objects(done)), gib) == Resize("2Gi", True, "", claim_done=True)
+    assert plan(_rwx(_objects(done)), 2 * gib) is None  # this node is there too
+    assert plan(_rwx(_objects(done)), None) is None  # not known here (a restart)
+    assert plan(_objects(done), gib) is None  # one node's volume: the claim says done
+    # The driver needs no node step, or a resize is under way: not this path.
+    annotated = _rwx(_objects(done), **{"volume.kubernetes.io/node-expansion-not-required": "true"})
+    assert plan(annotated, gib) is None
+    pending = _rwx(_objects(_pending(capacity={"storage": "2Gi"})))
+    assert plan(pending, gib) is None
+
+
+async def test_shared_volume_grown_by_another_node_is_grown_here_without_a_claim_write():
+    """Upstream's in-use expansion of a ReadWriteMany volume: the claim
+    already records the new size (another node finished), but this node's
+    volume was published at the old one, so NodeExpandVolume runs here too
+    and the claim is not written again; a target published after the growth,
+    or forgotten at tear-down, is not expanded."""
+    o = _rwx(_objects({"capacity": {"storage": "1Gi"}}))
+    o[PV]["spec"]["capacity"]["storage"] = "1Gi"
+    api, client, events = ObjectsAPI(o), ExpandingClient(frozenset({EXPAND_VOLUME})), Events()
+    expander = _expander(api, client, events)
+    await expander.expand(POD, VOL, FS_TARGET)  # set up at 1Gi: nothing to do
+    other = "/root/pods/u2/volumes/kubernetes.io~csi/pv1/mount"
+    gone = "/root/pods/u3/volumes/kubernetes.io~csi/pv1/mount"
+    await expander.expand(POD, VOL, gone)
+    expander.forget(gone)
+    # The PV and the claim grow elsewhere.
+    api.objects[PV]["spec"]["capacity"]["storage"] = "2Gi"
+    api.objects[PVC]["status"]["capacity"]["storage"] = "2Gi"
+    await expander.expand(POD, VOL, other)  # published now: at 2Gi already
+    await expander.expand(POD, VOL, gone)
+    assert client.requests == []
+    await expander.expand(POD, VOL, FS_TARGET)  # the remount of the old one
+    (req,) = client.requests
+    assert req.volume_path == FS_TARGET and req.capacity_range.required_bytes == 2 * 1024**3
+    assert api.patches == []
+    assert [e[2] for e in events.seen] == ["FileSystemResizeSuccessful"] * 2
+    await expander.expand(POD, VOL, FS_TARGET)  # known at 2Gi now
+    assert len(client.requests) == 1
+
+
+async def test_one_node_volume_is_not_grown_again_once_the_claim_says_done():
+    o = _objects({"capacity": {"storage": "1Gi"}})
+    o[PV]["spec"]["capacity"]["storage"] = "1Gi"
+    api, client = ObjectsAPI(o), ExpandingClient(frozenset({EXPAND_VOLUME}))
+    expander = _expander(api, client)
+    await expander.expand(POD, VOL, FS_TARGET)
+    api.objects[PV]["spec"]["capacity"]["storage"] = "2Gi"
+    api.objects[PVC]["status"]["capacity"]["storage"] = "2Gi"
+    await expander.expand(POD, VOL, FS_TARGET)
+    assert client.requests == [] and api.patches == []
