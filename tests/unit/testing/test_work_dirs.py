@@ -11,6 +11,7 @@ import pytest
 
 from benches.node_e2e.__main__ import _remove_workdir
 from kubelet.testing.containerd import Containerd
+from kubelet.testing.parts import part_unavailable
 from kubelet.testing.process import unmount_under
 
 
@@ -18,7 +19,7 @@ from kubelet.testing.process import unmount_under
 def tmpfs(tmp_path: Path) -> Path:
     """tmp_path/mnt with a tmpfs on it (root only: CI runs the tests as root)."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+        part_unavailable("tmpfs", "mounting one needs root")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mnt)], check=True)
