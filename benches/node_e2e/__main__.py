@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 from benches import records
 from benches.conformance.harness import RunFailed
 from benches.node_e2e import harness, results
-from kubelet.testing.process import unmount_under
+from kubelet.testing.process import remove_unless_mounted
 
 # The page whose results block each run rewrites (from docs/node-e2e/**/results.json).
 DOC = harness.REPO / "docs" / "node-e2e.md"
@@ -147,10 +146,8 @@ def _remove_workdir(workdir: Path) -> None:
     its images are built again from cached parts); a failed one keeps its
     state to look at. Nothing is removed while anything under it is still
     mounted."""
-    if unmount_under(workdir, dry_run=True):
+    if not remove_unless_mounted(workdir):
         print(f"node e2e: {workdir} kept: something is still mounted under it", file=sys.stderr)
-        return
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet.testing import images
-from kubelet.testing.process import unmount_under
+from kubelet.testing.process import remove_unless_mounted, unmount_under
 
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
 # Kept in step with hack/parts/containerd2.sh (tests/unit/core/test_containerd_parts.py).
@@ -354,10 +354,7 @@ state = "{d}/state"
         MB a run) go; the config and log stay. Not while anything is still
         mounted under the directory (a tree walk must not reach into a mount):
         False then, and nothing is removed."""
-        if unmount_under(Path(self.directory), dry_run=True):
-            return False
-        shutil.rmtree(os.path.join(self.directory, "root"), ignore_errors=True)
-        return True
+        return remove_unless_mounted(Path(self.directory, "root"), Path(self.directory))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ stop one, and how to clean up the mounts a stopped kubelet leaves."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -53,3 +54,13 @@ def unmount_under(root: Path, dry_run: bool = False) -> int:
     for mp in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", "-l", mp], capture_output=True)
     return len(points)
+
+
+def remove_unless_mounted(tree: Path, scope: Path | None = None) -> bool:
+    """Remove `tree`, unless anything is mounted at or under `scope` (default:
+    the tree itself): a tree walk must never reach into a mount. False then,
+    and nothing is removed."""
+    if unmount_under(scope or tree, dry_run=True):
+        return False
+    shutil.rmtree(tree, ignore_errors=True)
+    return True
