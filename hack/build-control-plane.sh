@@ -157,12 +157,7 @@ log "resolving k8s.io/kubernetes $K8S_VERSION (staging $STAGING_VERSION)"
 # tidy fetches the modules these packages need; `go build -mod=mod` fetches
 # anything else it needs (no `go mod download` of the whole module graph).
 GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-minor="${K8S_VERSION#v1.}"
-minor="${minor%%.*}"
-# The version is stamped the way the upstream build does, so the API server
-# and clients report a real release.
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
-ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+ldflags="$(k8s_ldflags "$K8S_VERSION")"
 # -s -w drop the symbol table and DWARF at link time, so the compiler need not
 # write DWARF either: about 6 % less compile CPU (client-go, measured cold).
 nodwarf="-gcflags=all=-dwarf=false"

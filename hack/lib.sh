@@ -212,13 +212,23 @@ run_groups() {
     return 1
 }
 
+# The -ldflags for a Kubernetes VERSION (v1.M.P): symbols and DWARF dropped, the
+# version stamped the way the upstream build does, so the binaries report a
+# real release.
+k8s_ldflags() {
+    local minor="${1#v1.}"
+    minor="${minor%%.*}"
+    echo "-s -w -X k8s.io/component-base/version.gitVersion=$1" \
+        "-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
 # build_e2e_suite VERSION OUT NAME PKG FILE MAIN: an upstream e2e suite built
 # with `go test -c` in the pinned module's dir (OUT/src, written by
 # build-control-plane.sh) from the test main MAIN, written to OUT/src/PKG/FILE,
 # into OUT/bin/NAME; skipped when the binary there came from the same main
 # (its stamp). Prints OUT/bin. For hack/parts/{csi,dra}/build-e2e.sh.
 build_e2e_suite() {
-    local version="$1" out="$2" name="$3" pkg="$4" file="$5" main="$6" stamp minor ldflags
+    local version="$1" out="$2" name="$3" pkg="$4" file="$5" main="$6" stamp
     stamp="$(printf '%s' "$main" | sha256sum | cut -c1-16)"
     if [ -x "$out/bin/$name" ] && [ "$(cat "$out/bin/.$name.stamp" 2>/dev/null)" = "$stamp" ]; then
         echo "$out/bin"
@@ -232,11 +242,7 @@ build_e2e_suite() {
         printf '%s\n' "$main" >"$pkg/$file"
         log "building $name ($pkg) $version"
         GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-        minor="${version#v1.}"
-        minor="${minor%%.*}"
-        ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version"
-        ldflags="$ldflags -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-        CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$ldflags" \
+        CGO_ENABLED=0 GOFLAGS=-mod=mod nice go test -c -trimpath -ldflags "$(k8s_ldflags "$version")" \
             -o "$out/bin/$name.tmp" "./$pkg"
         mv "$out/bin/$name.tmp" "$out/bin/$name"
         echo "$stamp" >"$out/bin/.$name.stamp"

@@ -13,6 +13,9 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
+
+from kubelet.testing.process import unmount_under
 
 DRIVER_NAME = "hostpath.csi.kubeletpy.local"
 TOPOLOGY_KEY = "topology.hostpath.csi.kubeletpy.local/node"
@@ -202,13 +205,7 @@ def loop_devices_under(directory: str) -> list[str]:
 def unmount_all_under(directory: str) -> None:
     """Lazily unmount whatever a test left mounted at or under `directory`
     (deepest first), then detach the loop devices backed by files there."""
-    top = os.path.realpath(directory).rstrip("/")
-    with open("/proc/self/mountinfo") as fh:
-        points = [line.split()[4] for line in fh]
-    for p in sorted(
-        (p for p in points if p == top or p.startswith(top + "/")), key=len, reverse=True
-    ):
-        subprocess.run(["umount", "-l", p], capture_output=True, check=False)
+    unmount_under(Path(directory))
     detach_loops_under(directory)
 
 

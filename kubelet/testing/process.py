@@ -33,24 +33,24 @@ def stop_process(
         return proc.wait()
 
 
-def unmount_under(root: Path, dry_run: bool = False) -> int:
-    """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
-    bind-mounts its root dir onto itself and puts secret and projected volumes
-    on tmpfs), deepest first. Returns the count (with dry_run: of the mounts
-    there, none unmounted)."""
+def mounts_under(root: Path) -> list[str]:
+    """The mount points at or below `root`, as /proc/self/mountinfo names them
+    (octal-escaped spaces decoded); empty when mountinfo cannot be read."""
     top = str(root.resolve())
     prefix = top + "/"
-    points = []
     try:
         with open("/proc/self/mountinfo") as fh:
-            for line in fh:
-                mp = line.split()[4].replace("\\040", " ")
-                if mp == top or mp.startswith(prefix):
-                    points.append(mp)
+            points = [line.split()[4].replace("\\040", " ") for line in fh]
     except OSError:
-        return 0
-    if dry_run:
-        return len(points)
+        return []
+    return [mp for mp in points if mp == top or mp.startswith(prefix)]
+
+
+def unmount_under(root: Path) -> int:
+    """Lazily unmount whatever a kubelet left mounted at or below `root` (upstream
+    bind-mounts its root dir onto itself and puts secret and projected volumes
+    on tmpfs), deepest first. Returns how many there were."""
+    points = mounts_under(root)
     for mp in sorted(points, key=len, reverse=True):
         subprocess.run(["umount", "-l", mp], capture_output=True)
     return len(points)
@@ -60,7 +60,7 @@ def remove_unless_mounted(tree: Path, scope: Path | None = None) -> bool:
     """Remove `tree`, unless anything is mounted at or under `scope` (default:
     the tree itself): a tree walk must never reach into a mount. False then,
     and nothing is removed."""
-    if unmount_under(scope or tree, dry_run=True):
+    if mounts_under(scope or tree):
         return False
     shutil.rmtree(tree, ignore_errors=True)
     return True
