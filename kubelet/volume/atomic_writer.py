@@ -504,9 +504,7 @@ class VolumeWriter:
         async with self._lock(dir):
             self._written.pop(dir, None)
             # Unmounts a tmpfs first; never deletes through another mount.
-            await loop.run_in_executor(
-                None, volume_util.unmount_and_remove, dir, "unlinkat", self.mountinfo
-            )
+            await loop.run_in_executor(None, volume_util.unmount_and_remove, dir, "unlinkat")
 
 
 def _published(dir: str) -> bool:

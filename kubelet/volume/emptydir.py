@@ -108,7 +108,7 @@ class EmptyDirPlugin:
     def _tear_down(self, dir: str) -> None:
         # The medium comes from the mount table, not the spec: after a restart
         # the spec of an orphaned pod is unknown.
-        volume_util.unmount_and_remove(dir, "unlinkat", self._mountinfo)
+        volume_util.unmount_and_remove(dir, "unlinkat")
 
 
 def hugepage_size(pod: Pod, medium: str) -> str:

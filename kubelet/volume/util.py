@@ -11,13 +11,13 @@ from kubelet.util import mountutil
 from kubelet.volume import VolumeError
 
 
-def unmount_and_remove(dir: str, op: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+def unmount_and_remove(dir: str, op: str) -> None:
     """Unmount `dir` if something is mounted there, then remove it without ever
     crossing into another filesystem. VolumeError with upstream's texts; `op` is
     the syscall the removal error names (unlinkat, remove)."""
     if not os.path.lexists(dir):
         return
-    if mountutil.mount_fstype(dir, mountutil.mount_table(mountinfo)) is not None:
+    if mountutil.is_mount_point(dir):
         try:
             mountutil.umount(dir)
         except OSError as err:
@@ -44,8 +44,10 @@ def ensure_mounted(
     what: str,
     mountinfo: str = mountutil.MOUNTINFO,
 ) -> None:
-    """Mount `fstype` at `dir` unless a mount of that type is there already."""
-    if mountutil.mount_fstype(dir, mountutil.mount_table(mountinfo)) == fstype:
+    """Mount `fstype` at `dir` unless a mount of that type is there already.
+    The mount table is read only when something is mounted at `dir`: a pod's
+    first set-up must not cost a line per mount on the node."""
+    if mountutil.is_mount_point(dir) and mountutil.fstype_at(dir, mountinfo) == fstype:
         return
     try:
         mountutil.mount(source, dir, fstype, options)

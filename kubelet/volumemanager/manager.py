@@ -490,7 +490,7 @@ class VolumeManagerImpl:
         forced = self._failed_reconstructions.tear_down_started(key)
         error = ""
         try:
-            await tear_down(plugin, uid, entry, self.host.root_dir, self.mountinfo)
+            await tear_down(plugin, uid, entry, self.host.root_dir)
         except asyncio.CancelledError:
             self.ops.finish(key)
             raise

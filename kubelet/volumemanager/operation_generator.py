@@ -133,7 +133,7 @@ def apply_resolution(
 
 
 async def tear_down(
-    plugin: VolumePlugin | None, uid: str, entry: MountedEntry, root_dir: str, mountinfo: str
+    plugin: VolumePlugin | None, uid: str, entry: MountedEntry, root_dir: str
 ) -> None:
     """UnmountVolume.TearDown: subPath mounts, the plugin's tear-down, then
     whatever is left of the dir and the empty dirs above it."""
@@ -150,11 +150,11 @@ async def tear_down(
         await plugin.tear_down(uid, entry.name, entry.dir)
     # Whatever the plugin left (or all of it, for a plugin this kubelet
     # does not have), then the empty volumes/<plugin> dirs above it.
-    await loop.run_in_executor(None, _clean_volume_dir, entry.dir, pod_dir, mountinfo)
+    await loop.run_in_executor(None, _clean_volume_dir, entry.dir, pod_dir)
 
 
-def _clean_volume_dir(dir: str, pod_dir: str, mountinfo: str) -> None:
+def _clean_volume_dir(dir: str, pod_dir: str) -> None:
     if not dir:
         return
-    volume_util.unmount_and_remove(dir, "remove", mountinfo)
+    volume_util.unmount_and_remove(dir, "remove")
     mountutil.remove_empty_parents(dir, pod_dir)
