@@ -358,6 +358,7 @@ def _relist_under_execs(
     from kubelet.cri.remote import RemoteRuntimeService
     from kubelet.testing.containerd import Containerd
     from kubelet.testing.kubelets import KubeletProcess, sleeper_pod, write_manifest
+    from kubelet.testing.process import remove_log_links_into
 
     hist = "kubelet_pleg_relist_duration_seconds"
     tmp = Path(tempfile.mkdtemp(prefix="exec-relist-"))
@@ -453,6 +454,7 @@ def _relist_under_execs(
     finally:
         kp.stop()
         ctd.stop()
+        remove_log_links_into(tmp)
 
 
 def main(argv: list[str] | None = None) -> int:

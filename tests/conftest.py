@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from kubelet.testing.process import unmount_under
+from kubelet.testing.process import remove_log_links_into, unmount_under
 
 pytest_plugins: list[str] = [
     "tests.fixtures.cluster",
@@ -39,3 +39,11 @@ def _unmount_under_tmp_path(request: pytest.FixtureRequest) -> Iterator[None]:
     base = request.getfixturevalue("tmp_path")  # torn down after this one
     yield
     unmount_under(base)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_log_links_into_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The host's legacy log links to containers of the tests' kubelets go when
+    the session ends (their logs were in the session's temporary dirs)."""
+    yield
+    remove_log_links_into(tmp_path_factory.getbasetemp())

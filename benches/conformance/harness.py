@@ -29,7 +29,7 @@ from kubelet.testing import images
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.controlplane import ControlPlane, Unavailable
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess, cluster_auth
-from kubelet.testing.process import stop_process, unmount_under
+from kubelet.testing.process import remove_log_links_into, stop_process, unmount_under
 
 REPO = Path(__file__).resolve().parents[2]
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.34.4")
@@ -338,6 +338,7 @@ class Run:
             self.cp.stop()
         # Volumes of pods the kubelet had no time to tear down.
         unmount_under(self.dir)
+        remove_log_links_into(self.dir)
         if self.cgroup_root:
             remove_cgroup_root(self.cgroup_root)
         if self._net_lock >= 0:

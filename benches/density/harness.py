@@ -41,7 +41,7 @@ from kubelet.client.rest import API_ERRORS, APIClient, APIError
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.kubelets import KUBELET_COMMAND, KubeletProcess
 from kubelet.testing.net import free_port
-from kubelet.testing.process import short_dir, unmount_under
+from kubelet.testing.process import remove_log_links_into, short_dir, unmount_under
 from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import WaitTimeout, wait_for_async
 
@@ -529,6 +529,7 @@ class Run:
         if left:
             print(f"{self.node}: unmounted {left} mounts it left behind", file=sys.stderr)
         shutil.rmtree(self.dir / "root", ignore_errors=True)
+        remove_log_links_into(self.dir)
 
     async def _sample_cpu(self, pid: int) -> None:
         """The steady state: the kubelet's CPU in CPU_SAMPLE_S intervals, as upstream's

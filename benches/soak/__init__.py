@@ -28,7 +28,7 @@ from benches.procmetrics import pct, proc_cpu_s, proc_rss_mib
 from kubelet.client.kubeconfig import load_kubeconfig
 from kubelet.client.rest import APIClient, APIError
 from kubelet.testing.controlplane import ControlPlane
-from kubelet.testing.process import unmount_under
+from kubelet.testing.process import remove_log_links_into, unmount_under
 
 
 @dataclass
@@ -335,6 +335,7 @@ class SoakRun(Run):
                 pass
             await admin.close()
             unmount_under(self.dir / "root")
+            remove_log_links_into(self.dir)
         self._trends()
         return self.out
 

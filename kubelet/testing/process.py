@@ -56,6 +56,33 @@ def unmount_under(root: Path) -> int:
     return len(points)
 
 
+# Where a kubelet links each container's log for log shippers (upstream's
+# legacy links; no flag moves them).
+LEGACY_LOG_LINKS = "/var/log/containers"
+
+
+def remove_log_links_into(tree: Path, links_dir: str = LEGACY_LOG_LINKS) -> int:
+    """Remove the legacy log links that point into `tree`: a test kubelet stopped
+    before its garbage collector removed its containers leaves one per
+    container in the host's dir, and every later kubelet scans them all each
+    GC pass. Returns how many were removed."""
+    tops = {os.path.abspath(tree) + "/", str(tree.resolve()) + "/"}
+    try:
+        names = os.listdir(links_dir)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        path = os.path.join(links_dir, name)
+        try:
+            if os.readlink(path).startswith(tuple(tops)):
+                os.unlink(path)
+                removed += 1
+        except OSError:  # not a link, or gone meanwhile
+            continue
+    return removed
+
+
 def remove_unless_mounted(tree: Path, scope: Path | None = None) -> bool:
     """Remove `tree`, unless anything is mounted at or under `scope` (default:
     the tree itself): a tree walk must never reach into a mount. False then,

@@ -12,7 +12,7 @@ import pytest
 from benches.node_e2e.__main__ import _remove_workdir
 from kubelet.testing.containerd import Containerd
 from kubelet.testing.parts import part_unavailable
-from kubelet.testing.process import mounts_under, unmount_under
+from kubelet.testing.process import mounts_under, remove_log_links_into, unmount_under
 
 
 @pytest.fixture
@@ -57,3 +57,19 @@ def test_containerd_root_goes_but_not_over_a_mount(tmp_path: Path, tmpfs: Path) 
     assert c.remove_root()
     assert not (tmp_path / "root").exists()
     assert (tmp_path / "containerd.log").read_text() == "log"
+
+
+def test_log_links_into_a_work_dir_go_and_no_others(tmp_path: Path) -> None:
+    links, work, other = tmp_path / "containers", tmp_path / "work", tmp_path / "elsewhere"
+    for d in (links, work / "logs", other):
+        d.mkdir(parents=True)
+    (work / "logs" / "0.log").write_text("a test pod's log")
+    (links / "mine.log").symlink_to(work / "logs" / "0.log")
+    (links / "gone.log").symlink_to(work / "logs" / "deleted.log")
+    (links / "theirs.log").symlink_to(other / "0.log")
+    (links / "prefix.log").symlink_to(str(work) + "-2/logs/0.log")  # a sibling, not inside
+    (links / "file.log").write_text("not a link")
+    assert remove_log_links_into(work, str(links)) == 2
+    assert sorted(os.listdir(links)) == ["file.log", "prefix.log", "theirs.log"]
+    assert (work / "logs" / "0.log").exists()
+    assert remove_log_links_into(work, str(tmp_path / "absent")) == 0
