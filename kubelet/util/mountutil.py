@@ -76,14 +76,14 @@ def is_mount_point(path: str) -> bool:
     another mount than its parent, by mount id, so a bind mount of the same
     filesystem counts. Costs two opens, where a mount-table read costs a line
     per mount on the node (two per pod with a secret and a token volume).
-    False when `path` does not exist."""
+    False when `path` does not exist (or a file stands where a dir should)."""
     real = os.path.realpath(path)
     parent = os.path.dirname(real)
     if parent == real:
         return True  # "/"
     try:
         fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     try:
         pfd = os.open(parent, os.O_PATH | os.O_CLOEXEC)

@@ -52,6 +52,8 @@ def test_is_mount_point_without_mounts(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     assert not mountutil.is_mount_point(str(tmp_path / "d"))
     assert not mountutil.is_mount_point(str(tmp_path / "absent"))
+    (tmp_path / "file").write_text("")
+    assert not mountutil.is_mount_point(str(tmp_path / "file" / "below"))
     assert mountutil.is_mount_point("/")
     assert mountutil.is_mount_point("/proc")
 
