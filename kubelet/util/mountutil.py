@@ -55,17 +55,23 @@ def _unescape(field: str) -> str:
     return "".join(out)
 
 
+def _entry(line: str) -> tuple[str, str] | None:
+    """(mount point, filesystem type) of one mountinfo line; None if malformed."""
+    left, _, right = line.partition(" - ")
+    fields, tail = left.split(), right.split()
+    if len(fields) < 5 or not tail:
+        return None
+    return _unescape(fields[4]), tail[0]
+
+
 def mount_table(path: str = MOUNTINFO) -> dict[str, str]:
     """Mount point -> filesystem type, the last mount over a point winning."""
     table: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
-                left, _, right = line.partition(" - ")
-                fields = left.split()
-                if len(fields) < 5 or not right:
-                    continue
-                table[_unescape(fields[4])] = right.split()[0]
+                if (entry := _entry(line)) is not None:
+                    table[entry[0]] = entry[1]
     except OSError:
         pass
     return table
@@ -105,23 +111,22 @@ def _escape(path: bytes) -> bytes:
 def fstype_at(path: str, mountinfo: str = MOUNTINFO) -> str | None:
     """The type of the last mount at `path` (after its links), or None: the
     table searched for that one mount point instead of parsed whole."""
-    point = _escape(os.fsencode(os.path.realpath(path)))
+    real = os.path.realpath(path)
     try:
         with open(mountinfo, "rb") as f:
             data = f.read()
     except OSError:
         return None
     found = None
-    needle = b" " + point + b" "
+    needle = b" " + _escape(os.fsencode(real)) + b" "
     at = data.find(needle)
-    while at >= 0:
+    while at >= 0:  # only the lines that name the point somewhere are parsed
         start = data.rfind(b"\n", 0, at) + 1
         end = data.find(b"\n", at)
         end = len(data) if end < 0 else end
-        left, _, right = data[start:end].partition(b" - ")
-        fields = left.split()
-        if len(fields) >= 5 and fields[4] == point and right:
-            found = right.split()[0].decode("utf-8", "surrogateescape")
+        entry = _entry(data[start:end].decode("utf-8", "surrogateescape"))
+        if entry is not None and entry[0] == real:
+            found = entry[1]
         at = data.find(needle, end)
     return found
 
