@@ -32,9 +32,12 @@ async def test_unknown_runtime_pod_is_killed_and_quiet_rounds_skip_the_scan(node
     await wait_for_async("the orphaned sandbox stopped", stopped, 10.0, 0.1, retry_on=())
     # Quiet now: rounds in which neither the runtime's pods (the relist), the
     # desired pods nor the workers change do not walk the runtime's pods again.
+    differ = k.pleg.differ
+    # Until the relist has seen the sandbox go, a finished kill leaves it in the
+    # differ and the next scan kills it again: that would be a change, not quiet.
+    await node.wait(lambda: "ghost-uid" not in differ.pod_ids(), what="relist saw it go")
     await node.wait(lambda: not k.orphans.killing, what="kill done")
     calls: list[int] = []
-    differ = k.pleg.differ
     real = differ.pod_ids
     differ.pod_ids = lambda: calls.append(1) or real()  # type: ignore[method-assign]
     try:
