@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Iterator
 
 from kubelet.util import filesystem
 
@@ -78,27 +79,36 @@ def mount_table(path: str = MOUNTINFO) -> dict[str, str]:
 
 
 def is_mount_point(path: str) -> bool:
-    """Whether something is mounted at `path` itself (after its links): it is on
-    another mount than its parent, by mount id, so a bind mount of the same
-    filesystem counts. Costs two opens, where a mount-table read costs a line
-    per mount on the node (two per pod with a secret and a token volume).
-    False when `path` does not exist (or a file stands where a dir should)."""
+    """Whether something is mounted at `path` itself (after its links). Costs
+    two opens, where a mount-table read costs a line per mount on the node (two
+    per pod with a secret and a token volume). False when `path` does not exist
+    (or a file stands where a dir should)."""
     real = os.path.realpath(path)
     parent = os.path.dirname(real)
     if parent == real:
         return True  # "/"
+    return mounted_at(parent, os.path.basename(real))
+
+
+def mounted_at(parent: str, name: str) -> bool:
+    """Whether a mount sits at entry `name` of directory `parent` (which is taken
+    as given): it is on another mount than `parent`, by mount id, so a bind
+    mount of the same filesystem counts. A link named `name` is never followed
+    (it lives on its parent's mount, so it is no mount point)."""
     try:
-        fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
+        pfd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return False
     try:
-        pfd = os.open(parent, os.O_PATH | os.O_CLOEXEC)
-        try:
-            return not filesystem.same_mount(fd, pfd)
-        finally:
-            os.close(pfd)
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
+    except (FileNotFoundError, NotADirectoryError):
+        os.close(pfd)
+        return False
+    try:
+        return not filesystem.same_mount(fd, pfd)
     finally:
         os.close(fd)
+        os.close(pfd)
 
 
 def _escape(path: bytes) -> bytes:
@@ -108,27 +118,40 @@ def _escape(path: bytes) -> bytes:
     return path
 
 
-def fstype_at(path: str, mountinfo: str = MOUNTINFO) -> str | None:
-    """The type of the last mount at `path` (after its links), or None: the
-    table searched for that one mount point instead of parsed whole."""
-    real = os.path.realpath(path)
+def _entries_naming(mountinfo: str, needle: bytes) -> Iterator[tuple[str, str]]:
+    """The entries of the mountinfo lines that hold `needle`: the table is
+    searched for it instead of parsed whole."""
     try:
         with open(mountinfo, "rb") as f:
             data = f.read()
     except OSError:
-        return None
-    found = None
-    needle = b" " + _escape(os.fsencode(real)) + b" "
+        return
     at = data.find(needle)
-    while at >= 0:  # only the lines that name the point somewhere are parsed
+    while at >= 0:
         start = data.rfind(b"\n", 0, at) + 1
         end = data.find(b"\n", at)
         end = len(data) if end < 0 else end
         entry = _entry(data[start:end].decode("utf-8", "surrogateescape"))
-        if entry is not None and entry[0] == real:
-            found = entry[1]
+        if entry is not None:
+            yield entry
         at = data.find(needle, end)
+
+
+def fstype_at(path: str, mountinfo: str = MOUNTINFO) -> str | None:
+    """The type of the last mount at `path` (after its links), or None."""
+    real = os.path.realpath(path)
+    found = None
+    for point, fstype in _entries_naming(mountinfo, b" " + _escape(os.fsencode(real)) + b" "):
+        if point == real:
+            found = fstype
     return found
+
+
+def mount_points_under(dir: str, mountinfo: str = MOUNTINFO) -> list[str]:
+    """The mount points strictly below `dir` (taken as given, not resolved)."""
+    prefix = dir.rstrip("/") + "/"
+    found = _entries_naming(mountinfo, b" " + _escape(os.fsencode(prefix)))
+    return sorted({p for p, _ in found if p.startswith(prefix)})
 
 
 def mount_fstype(path: str, table: dict[str, str] | None = None) -> str | None:

@@ -23,15 +23,14 @@ as they find a mounted volume's; the link is made for tools that look there.
 
 <name> is the PV's name for a persistent volume and the pod's volume name for
 an inline one. The driver controls what is at `globalmount` and `mount` (it
-mounts there, and may leave anything behind): tear-down only unmounts and
-removes those entries themselves, never follows a link found there and never
+mounts there, unmounts at NodeUnpublish/NodeUnstage, and may leave anything
+behind): tear-down only removes those entries themselves, once nothing is
+mounted at or below them; it never follows a link found there and never
 deletes what is inside them.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import json
@@ -47,7 +46,6 @@ VOL_DATA = "vol_data.json"
 GLOBAL_MOUNT = "globalmount"
 TARGET = "mount"
 MAX_VOL_DATA = 64 * 1024
-_UMOUNT_NOFOLLOW = 8
 
 # vol_data.json keys (volDataKey upstream).
 SPEC_VOL_ID = "specVolID"
@@ -218,38 +216,18 @@ def load_vol_data(dir: str) -> dict[str, str]:
 # -------------------------------------------------------------- tear-down
 
 
-def is_mount_point(path: str, table: dict[str, str]) -> bool:
-    """Whether something is mounted exactly at `path`. Only the parent is
-    resolved: the last component is the driver's and is never followed."""
-    parent = os.path.realpath(os.path.dirname(path))
-    return os.path.join(parent, os.path.basename(path)) in table
+def _split(path: str) -> tuple[str, str]:
+    # Only the parent is resolved: the last component is the driver's.
+    return os.path.realpath(os.path.dirname(path)), os.path.basename(path)
 
 
-def mounts_below(path: str, table: dict[str, str]) -> list[str]:
-    parent = os.path.realpath(os.path.dirname(path))
-    prefix = os.path.join(parent, os.path.basename(path)) + "/"
-    return sorted(m for m in table if m.startswith(prefix))
+def is_mount_point(path: str) -> bool:
+    """Whether something is mounted exactly at `path`; a link there is never followed."""
+    return mountutil.mounted_at(*_split(path))
 
 
-def _umount_nofollow(path: str) -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    if libc.umount2(os.fsencode(path), _UMOUNT_NOFOLLOW) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
-
-
-def unmount(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
-    """Unmount whatever is stacked at `path` (never following a link there)."""
-    for _ in range(16):
-        if not is_mount_point(path, mountutil.mount_table(mountinfo)):
-            return
-        try:
-            _umount_nofollow(path)
-        except OSError as err:
-            raise VolumeError(
-                f"unmount failed: {mountutil.lowercase_strerror(err)}\nUnmounting arguments: {path}"
-            ) from err
-    raise VolumeError(f"{path} is still mounted after 16 unmounts")
+def mounts_below(path: str, mountinfo: str = mountutil.MOUNTINFO) -> list[str]:
+    return mountutil.mount_points_under(os.path.join(*_split(path)), mountinfo)
 
 
 def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
@@ -257,10 +235,9 @@ def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
     remove it (a link is unlinked, a directory removed only when empty),
     then the vol_data.json beside it and the dir holding both. A mount still
     there, or content left in the dir, is an error: nothing is deleted then."""
-    table = mountutil.mount_table(mountinfo)
-    if is_mount_point(path, table):
+    if is_mount_point(path):
         raise VolumeError(f"{path} is still mounted")
-    below = mounts_below(path, table)
+    below = mounts_below(path, mountinfo)
     if below:
         raise VolumeError(f"{path} has mounts under it: {', '.join(below[:3])}")
     try:
@@ -279,11 +256,11 @@ def remove_mount_dir(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
     remove_record(os.path.dirname(path))
 
 
-def remove_block_target(path: str, mountinfo: str = mountutil.MOUNTINFO) -> None:
+def remove_block_target(path: str) -> None:
     """The publish file of a block volume, once nothing is mounted there: the
     driver removes it on NodeUnpublish; one it left (or made before failing)
     is unlinked, never followed. Anything but a file or a device node is left."""
-    if is_mount_point(path, mountutil.mount_table(mountinfo)):
+    if is_mount_point(path):
         raise VolumeError(f"{path} is still mounted")
     try:
         st = os.lstat(path)
@@ -318,12 +295,11 @@ def remove_block_dirs(root_dir: str, pv_name: str, mountinfo: str = mountutil.MO
     """After NodeUnstage of a block volume (cleanupOrphanDeviceFiles): the
     staging and publish dirs, empty by now, and the volume's record. Content
     left in them is an error, never deleted."""
-    table = mountutil.mount_table(mountinfo)
     staging = block_staging_path(root_dir, pv_name)
     publish = os.path.dirname(block_publish_path(root_dir, pv_name, "x"))
     data = block_data_dir(root_dir, pv_name)
     for d in (staging, publish):
-        if is_mount_point(d, table) or mounts_below(d, table):
+        if is_mount_point(d) or mounts_below(d, mountinfo):
             raise VolumeError(f"{d} is still mounted")
     _remove_each((staging, os.rmdir), (publish, os.rmdir))
     remove_record(data)

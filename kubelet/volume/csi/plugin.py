@@ -281,12 +281,11 @@ class CSIPlugin:
     def _remove_target(self, target: str, block: bool) -> None:
         if block:
             try:
-                paths.remove_block_target(target, self.mountinfo)
+                paths.remove_block_target(target)
             except VolumeError as err:
                 log.warning("Could not remove %s after a failed NodePublish: %s", target, err)
             return
-        table = mountutil.mount_table(self.mountinfo)
-        if paths.is_mount_point(target, table) or paths.mounts_below(target, table):
+        if paths.is_mount_point(target) or paths.mounts_below(target, self.mountinfo):
             return
         try:
             os.rmdir(target)
@@ -354,7 +353,7 @@ class CSIPlugin:
         if block:
             link = paths.pod_device_link(self.root, pod_uid, os.path.basename(dir))
             await loop.run_in_executor(None, paths.remove_pod_device_link, link)
-            await loop.run_in_executor(None, paths.remove_block_target, target, self.mountinfo)
+            await loop.run_in_executor(None, paths.remove_block_target, target)
             await loop.run_in_executor(None, paths.remove_record, dir)
         else:
             await loop.run_in_executor(None, paths.remove_mount_dir, target, self.mountinfo)
@@ -438,9 +437,7 @@ class CSIPlugin:
     async def reconstruct(self) -> None:
         """Read the CSI dirs on disk (before the volume manager's own pass)."""
         loop = asyncio.get_running_loop()
-        pods, staged = await loop.run_in_executor(
-            None, scan_disk, self.host.root_dir, self.mountinfo
-        )
+        pods, staged = await loop.run_in_executor(None, scan_disk, self.host.root_dir)
         for dir, found in pods.items():
             self._found[dir] = found
             if found.data.get(paths.LIFECYCLE_MODE, paths.PERSISTENT) == paths.PERSISTENT:
@@ -496,13 +493,10 @@ def _pod_uid_of(dir: str, root_dir: str) -> str:
 Staged = tuple[str, str, str, str]
 
 
-def scan_disk(
-    root_dir: str, mountinfo: str = mountutil.MOUNTINFO
-) -> tuple[dict[str, FoundDir], list[Staged]]:
+def scan_disk(root_dir: str) -> tuple[dict[str, FoundDir], list[Staged]]:
     """Pod CSI volume dirs with a readable vol_data.json (and whether their
     `mount` is mounted, or for a block volume whether its publish file is a
     block device), and staging dirs with theirs."""
-    table = mountutil.mount_table(mountinfo)
     pods: dict[str, FoundDir] = {}
     escaped = PLUGIN_NAME.replace("/", "~")
     pods_root = os.path.join(root_dir, "pods")
@@ -523,7 +517,7 @@ def scan_disk(
                     continue
                 pods[dir] = FoundDir(data, paths.is_block_device(publish))
                 continue
-            pods[dir] = FoundDir(data, paths.is_mount_point(os.path.join(dir, paths.TARGET), table))
+            pods[dir] = FoundDir(data, paths.is_mount_point(os.path.join(dir, paths.TARGET)))
     staged = _scan_block_staged(root_dir)
     pdir = paths.plugin_dir(root_dir)
     for driver in _subdirs(pdir):

@@ -192,13 +192,13 @@ def test_reconstruction_finds_block_volumes(device: str, tmp_path: Path):
     data = Path(paths.block_data_dir(root, "pv"))
     data.mkdir(parents=True)
     paths.save_vol_data(str(data), {"driverName": "d.example.com", "volumeHandle": "h"})
-    found, staged = scan_disk(root, "/dev/null")
+    found, staged = scan_disk(root)
     assert not found[str(pod_dir)].mounted  # no device published yet
     assert staged == [("d.example.com", "h", paths.block_staging_path(root, "pv"), "pv")]
     publish = Path(paths.block_publish_path(root, "pv", "u1"))
     publish.parent.mkdir(parents=True)
     os.link(device, publish)  # the same device node, as the driver's bind mount shows it
-    found, _ = scan_disk(root, "/dev/null")
+    found, _ = scan_disk(root)
     assert found[str(pod_dir)].mounted
 
 

@@ -59,7 +59,7 @@ def test_content_left_in_the_target_is_kept(tmp_path: Path):
 
 
 @needs_root
-def test_mounted_target_is_not_removed_and_unmount_does_not_follow_links(tmp_path: Path):
+def test_mounted_target_is_not_removed_and_links_to_mounts_are_not_mounts(tmp_path: Path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "data").write_text("x")
@@ -70,21 +70,26 @@ def test_mounted_target_is_not_removed_and_unmount_does_not_follow_links(tmp_pat
         with pytest.raises(VolumeError, match="is still mounted"):
             paths.remove_mount_dir(str(target))
         assert (target / "data").read_text() == "x"
-        # A link to the mount point unmounts nothing.
-        link = tmp_path / "link"
+        # A link the driver leaves pointing at a mount is judged as the link.
+        link = dir / "link"
         link.symlink_to(target)
-        paths.unmount(str(link))
-        assert str(target) in mountutil.mount_table()
-        with pytest.raises(OSError):  # even asked directly, umount2 does not follow it
-            paths._umount_nofollow(str(link))
-        assert str(target) in mountutil.mount_table()
-        paths.unmount(str(target))
-        assert str(target) not in mountutil.mount_table()
-        paths.remove_mount_dir(str(target))
-        assert not dir.exists() and (src / "data").read_text() == "x"
+        assert paths.is_mount_point(str(target)) and not paths.is_mount_point(str(link))
+        link.unlink()
     finally:
-        if str(target) in mountutil.mount_table():
-            mountutil.umount(str(target))
+        mountutil.umount(str(target))
+    assert not paths.is_mount_point(str(target))
+    # A mount below the target (a driver that mounted into a subdir) keeps it too.
+    (target / "sub").mkdir()
+    mountutil.mount(str(src), str(target / "sub"), "", "", mountutil.MS_BIND)
+    try:
+        with pytest.raises(VolumeError, match="has mounts under it"):
+            paths.remove_mount_dir(str(target))
+        assert paths.mounts_below(str(target)) == [str(target / "sub")]
+    finally:
+        mountutil.umount(str(target / "sub"))
+    (target / "sub").rmdir()
+    paths.remove_mount_dir(str(target))
+    assert not dir.exists() and (src / "data").read_text() == "x"
 
 
 def test_vol_data_is_read_safely(tmp_path: Path):

@@ -48,6 +48,29 @@ def test_fstype_at_matches_escaped_names(tmp_path: Path) -> None:
     assert mountutil.fstype_at(str(d), str(tmp_path / "missing")) is None
 
 
+def test_mount_points_under_are_strictly_below_by_the_point_field(tmp_path: Path) -> None:
+    top = "/var/lib/k/pods/u/vol"
+    mi = table(
+        tmp_path,
+        ("/", top, "ext4"),  # at the dir itself: not below it
+        ("/", top + "/a\\040b", "tmpfs"),  # escaped space, unescaped in the answer
+        ("/", top + "/c/d", "tmpfs"),
+        (top + "/e", "/elsewhere", "ext4"),  # the root field names it: not a point below
+        ("/", top + "x/f", "ext4"),  # a sibling sharing the prefix
+    )
+    assert mountutil.mount_points_under(top, mi) == [top + "/a b", top + "/c/d"]
+    assert mountutil.mount_points_under(top + "/", mi) == [top + "/a b", top + "/c/d"]
+    assert mountutil.mount_points_under(top, str(tmp_path / "missing")) == []
+
+
+def test_mounted_at_never_follows_the_last_component(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to("/proc")
+    assert mountutil.is_mount_point(str(tmp_path / "link"))  # the path's links are followed
+    assert not mountutil.mounted_at(str(tmp_path), "link")  # the entry is the link
+    assert mountutil.mounted_at("/", "proc")
+    assert not mountutil.mounted_at(str(tmp_path / "absent"), "x")
+
+
 def test_is_mount_point_without_mounts(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     assert not mountutil.is_mount_point(str(tmp_path / "d"))
