@@ -20,7 +20,7 @@ from kubelet.cri.remote import RemoteRuntimeService
 from kubelet.testing.controlplane import ControlPlane
 from kubelet.testing.draplugin import FakeDRAPlugin
 from kubelet.testing.kubelets import KubeletProcess, cluster_kubelet
-from kubelet.testing.process import short_dir
+from kubelet.testing.process import remove_log_links_into, short_dir
 from kubelet.testing.simruntime import start_simruntime
 from kubelet.testing.wait import wait_for
 
@@ -66,6 +66,7 @@ def node(control_plane: ControlPlane) -> Iterator[tuple[KubeletProcess, FakeDRAP
             driver.stop()
         k.stop()
         sim.stop()
+        remove_log_links_into(work)  # outside the session's tmp dirs the sweep misses
         print(f"kubelet log: {k.log}")
 
 
