@@ -105,6 +105,10 @@ def kubelet_config(spec: Spec, cgroup_root: str = "", logs_dir: str = "") -> dic
         "clusterDNS": ["10.0.0.10"],
         "clusterDomain": "cluster.local",
     }
+    if logs_dir:
+        # Pod logs (and what the legacy links point at) stay in the run's dir:
+        # upstream's default, /var/log/pods, outlives the run.
+        cfg["podLogsDir"] = logs_dir
     if spec.kubelet == "ours":
         cfg["plegRelistPeriod"] = f"{int(spec.relist * 1000)}ms"
     if spec.evented:
@@ -114,7 +118,6 @@ def kubelet_config(spec: Spec, cgroup_root: str = "", logs_dir: str = "") -> dic
         # of the run's own (cgroupfs, as the private containerd's runc).
         cfg["cgroupsPerQOS"] = True
         cfg["cgroupRoot"] = "/" + cgroup_root
-        cfg["podLogsDir"] = logs_dir
         # The images cannot be pulled again here: never collect them; and a busy
         # shared disk must not evict the pods.
         cfg["imageGCHighThresholdPercent"] = 100

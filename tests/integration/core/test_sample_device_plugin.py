@@ -24,6 +24,7 @@ from kubelet.cm.devicemanager.manager import DeviceManager
 from kubelet.testing.controlplane import cache_bin
 from kubelet.testing.kubelets import in_process_kubelet
 from kubelet.testing.parts import part_unavailable, require_binary, tail_of
+from kubelet.testing.process import remove_log_links_into
 from kubelet.testing.wait import WaitTimeout, wait_for_async
 from tests.unit.cm.fixtures import gpu_pod
 
@@ -153,6 +154,7 @@ async def test_sample_device_plugin_devices_in_pod_resources(simruntime) -> None
             proc.kill()
             await proc.wait()
         shutil.rmtree(work, ignore_errors=True)
+        remove_log_links_into(work)  # outside the session's tmp dirs the sweep covers
         for dev in ("/tmp/Dev-1", "/tmp/Dev-2"):  # the plugin's fake device files
             if os.path.isfile(dev):
                 os.unlink(dev)
