@@ -423,19 +423,14 @@ def _print_profiles(results: list[Result]) -> None:
         for title, frames in (
             ("start-up, self time", r.profile_startup_top),
             ("start-up, inclusive time in kubelet/", r.profile_startup_inclusive),
+            ("steady, self time", r.profile_top),
+            ("steady, inclusive time in kubelet/", r.profile_inclusive),
         ):
             if frames:
                 print(f"\nprofile, {r.template}, ours {int(r.relist_period_s * 1000)} ms, "
                       f"N={r.n}, {title} (share of samples):")  # fmt: skip
                 for frame, share in frames:
                     print(f"  {share * 100:5.1f}%  {frame}")
-        if r.profile_top:
-            print(
-                f"\nprofile, {r.template}, ours {int(r.relist_period_s * 1000)} ms, N={r.n} "
-                "(share of samples):"
-            )
-            for frame, share in r.profile_top:
-                print(f"  {share * 100:5.1f}%  {frame}")
 
 
 def _write_records(started: records.Started, out: Path, on_ctd: bool) -> None:

@@ -469,7 +469,7 @@ class Run:
         if r.kubelet != "kwok":
             self._metrics_text("metrics-steady.txt")  # for the metric parity check
         if spy is not None:
-            r.profile_top, _ = profile.finish(self.dir, spy)
+            r.profile_top, r.profile_inclusive = profile.finish(self.dir, spy)
         if self.spec.scrapes and self.ro:
             r.scrape = await scrape.scrape_cost(self.ro, pid, self.spec.scrapes)
         if self.spec.kills and self.ctd is not None:

@@ -36,11 +36,16 @@ def finish(
         spy.wait(60)
     except subprocess.TimeoutExpired:
         spy.kill()
+    return shares(run_dir / f"{name}.txt")
+
+
+def shares(raw: Path) -> tuple[Frames, Frames]:
+    """finish()'s two lists from a raw py-spy profile."""
     counts: dict[str, int] = {}
     incl: dict[str, int] = {}
     total = 0
     try:
-        for line in open(run_dir / f"{name}.txt"):
+        for line in open(raw):
             stack, _, n = line.rstrip().rpartition(" ")
             frames = stack.split(";")
             counts[frames[-1]] = counts.get(frames[-1], 0) + int(n)

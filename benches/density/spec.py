@@ -78,6 +78,7 @@ class Result:
     failed_mount_events: int | None = None
     failed_mount_samples: list[str] = field(default_factory=list)
     profile_top: list[tuple[str, float]] | None = None  # (frame, share of samples)
+    profile_inclusive: list[tuple[str, float]] | None = None  # the same, inclusive in ours
     # With --profile, py-spy also runs from the first creation until all pods
     # are Running: self time per leaf frame, and inclusive time per frame of ours.
     profile_startup_top: list[tuple[str, float]] | None = None
